@@ -1,0 +1,72 @@
+#pragma once
+/// offload_manager: the ledger of the node's pinned CPU pool, a bit-exact port of vLLM's
+/// CPUOffloadingManager (+ LRUCachePolicy / ARCCachePolicy, + FilterReusedOffloadingManager when
+/// store_threshold >= 2) at the reference revision R1 (docs: shared/reference/vllm_offload.md).
+///
+/// Every tracked block has a ref count: -1 = store in flight, 0 = ready and idle (the only
+/// evictable state), n > 0 = n loads reading it. Slots are handed out fresh-ids-upward first,
+/// then from a LIFO free list.
+///
+/// Errors: a call that breaks a precondition (loading a missing or pending key, completing a
+/// load that is not in flight) returns an error and changes nothing.
+///
+/// Returned spans point into buffers owned by the manager and stay valid until the next
+/// non-const call. Not thread-safe: one actor owns it.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "actors/scheduler/manager_config.hpp"
+#include "proto/block_key.hpp"
+#include "proto/ids.hpp"
+#include "proto/kv_event.hpp"
+#include "proto/status.hpp"
+
+namespace kvc::scheduler {
+
+/// Result of a successful prepare_store. `keys` are the keys to store (absent ones, in input
+/// order), `slots[i]` is the slot for keys[i], `evicted` the victims in eviction order.
+struct store_plan {
+  std::span<const block_key> keys;
+  std::span<const cpu_slot> slots;
+  std::span<const block_key> evicted;
+};
+
+class offload_manager {
+ public:
+  /// Validates the config (see validate()) and builds a manager.
+  static result<std::unique_ptr<offload_manager>> create(const manager_config& cfg);
+  virtual ~offload_manager() = default;
+
+  /// True iff the key is present and ready. Counts the lookup in the reuse filter.
+  virtual bool lookup(const block_key& key) = 0;
+
+  /// Pins every key for reading (ref += 1) and returns their slots in key order.
+  /// Error, nothing changed, if any key is absent or not ready.
+  virtual result<std::span<const cpu_slot>> prepare_load(std::span<const block_key> keys) = 0;
+
+  /// Unpins (ref -= 1). Error, nothing changed, if any key is absent or has no load in flight.
+  virtual status complete_load(std::span<const block_key> keys) = 0;
+
+  /// Recency update, applied in reverse order so keys[0] ends most recent (policy-specific).
+  virtual void touch(std::span<const block_key> keys) = 0;
+
+  /// Slots for the keys not yet present, evicting idle unprotected blocks if needed.
+  /// std::nullopt when eviction cannot free enough; then nothing changed.
+  virtual std::optional<store_plan> prepare_store(std::span<const block_key> keys) = 0;
+
+  /// Completes stores of present, pending keys. success: ready + one stored event;
+  /// failure: removed and slot freed, no event. Other keys are ignored (as in R1).
+  virtual void complete_store(std::span<const block_key> keys, bool success) = 0;
+
+  /// Moves the recorded events out (empty when events are disabled).
+  virtual std::vector<kv_event> take_events() = 0;
+
+  /// Number of slots in the pool and number of tracked (present) blocks.
+  virtual uint32_t capacity() const noexcept = 0;
+  virtual uint32_t size() const noexcept = 0;
+};
+
+}  // namespace kvc::scheduler

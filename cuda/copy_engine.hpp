@@ -1,0 +1,94 @@
+#pragma once
+/// copy_engine: moves KV bytes between one GPU's memory and the rank's region of the pinned CPU
+/// pool. Implementations: sim (always built; host memory stands in for GPU memory, copies run
+/// on one copy thread per direction), cuda (built when nvcc is found), and the faulty decorator.
+///
+/// Life cycle of a transfer (NIXL-style): submit() returns at once with an id; poll() never
+/// blocks ("pending" is a state, not an error); wait() blocks until given transfers finished;
+/// take_finished() hands each finished transfer's report out exactly once. Completion is FIFO
+/// per direction; loads and stores overlap.
+///
+/// Thread-safety: one owner thread calls submit/poll/wait/take_finished; implementations may
+/// use internal threads.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "proto/status.hpp"
+
+namespace kvc::cuda {
+
+enum class direction : uint8_t { gpu_to_cpu = 0, cpu_to_gpu = 1 };
+constexpr std::string_view to_string(direction d) noexcept {
+  return d == direction::gpu_to_cpu ? "gpu_to_cpu" : "cpu_to_gpu";
+}
+
+/// One contiguous copy. Pointers are in this process's address space: device pointers for the
+/// GPU side, pool pointers for the CPU side.
+struct copy_op {
+  const void* src = nullptr;
+  void* dst = nullptr;
+  size_t bytes = 0;
+};
+
+using transfer_id = uint64_t;
+
+enum class poll_state : uint8_t { pending = 0, done = 1, failed = 2, unknown = 3 };
+
+/// What a finished transfer reports (for completion events and metrics).
+struct transfer_report {
+  transfer_id id = 0;
+  direction dir = direction::gpu_to_cpu;
+  bool ok = false;
+  errc error = errc::ok;     ///< why it failed, errc::ok on success
+  uint64_t bytes = 0;
+  double seconds = 0.0;      ///< from start of copying to completion
+};
+
+/// Options of one submit. `wait_event` is an opaque device event the copy must wait for before
+/// reading GPU memory (the CUDA backend takes a cudaEvent_t recorded on the compute stream);
+/// nullptr means no dependency. The sim backend ignores it.
+struct submit_options {
+  void* wait_event = nullptr;
+};
+
+/// Memory standing for one GPU's KV cache, owned by the engine that allocated it.
+struct device_buffer {
+  void* data = nullptr;
+  size_t bytes = 0;
+};
+
+class copy_engine {
+ public:
+  virtual ~copy_engine() = default;
+
+  /// "sim", "cuda", or a decorator's name around its inner one.
+  virtual std::string_view name() const noexcept = 0;
+
+  /// Registers (pins) a host range the engine will copy to/from: the rank's pool region.
+  /// The cuda backend calls cudaHostRegister in chunks of at most 64 GiB.
+  virtual status register_host(void* base, size_t bytes) = 0;
+
+  /// Allocates device memory (sim: host memory) freed with the engine.
+  virtual result<device_buffer> allocate_device(size_t bytes) = 0;
+  /// Synchronous helper copies between host memory and device memory (tests, set-up).
+  virtual status upload(void* device_dst, const void* host_src, size_t bytes) = 0;
+  virtual status download(void* host_dst, const void* device_src, size_t bytes) = 0;
+
+  /// Submits all ops as one transfer in one direction; returns at once. An empty op list is a
+  /// valid transfer that completes in order.
+  virtual result<transfer_id> submit(direction dir, std::span<const copy_op> ops,
+                                     const submit_options& opts = {}) = 0;
+  /// State of a transfer not yet taken; unknown for ids never submitted or already taken.
+  virtual poll_state poll(transfer_id id) = 0;
+  /// Blocks until every listed transfer has finished (done or failed). Unknown ids are an
+  /// error (errc::not_found) once every known one has finished.
+  virtual status wait(std::span<const transfer_id> ids) = 0;
+  /// Reports of finished transfers not yet taken, each exactly once, FIFO per direction.
+  virtual std::vector<transfer_report> take_finished() = 0;
+};
+
+}  // namespace kvc::cuda

@@ -1,0 +1,21 @@
+// kvconnect: one binary, one subcommand per role or tool.
+#include <exception>
+#include <iostream>
+
+#include "launch/commands.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvconnect: a KV-cache offload runtime (scheduler, workers, coordinator)"};
+  app.require_subcommand(1);
+  int exit_code = 0;
+  kvc::launch::add_version_command(app, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    std::cerr << "kvconnect: " << e.what() << "\n";
+    return 1;
+  }
+  return exit_code;
+}
