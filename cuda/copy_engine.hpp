@@ -43,9 +43,9 @@ struct transfer_report {
   transfer_id id = 0;
   direction dir = direction::gpu_to_cpu;
   bool ok = false;
-  errc error = errc::ok;     ///< why it failed, errc::ok on success
+  errc error = errc::ok;  ///< why it failed, errc::ok on success
   uint64_t bytes = 0;
-  double seconds = 0.0;      ///< from start of copying to completion
+  double seconds = 0.0;  ///< from start of copying to completion
 };
 
 /// Options of one submit. `wait_event` is an opaque device event the copy must wait for before
@@ -74,7 +74,8 @@ class copy_engine {
 
   /// Allocates device memory (sim: host memory) freed with the engine.
   virtual result<device_buffer> allocate_device(size_t bytes) = 0;
-  /// Synchronous helper copies between host memory and device memory (tests, set-up).
+  /// Synchronous helper copies between host memory and device memory (tests, set-up). They are
+  /// not ordered against in-flight transfers: wait for those first.
   virtual status upload(void* device_dst, const void* host_src, size_t bytes) = 0;
   virtual status download(void* host_dst, const void* device_src, size_t bytes) = 0;
 
@@ -85,7 +86,8 @@ class copy_engine {
   /// State of a transfer not yet taken; unknown for ids never submitted or already taken.
   virtual poll_state poll(transfer_id id) = 0;
   /// Blocks until every listed transfer has finished (done or failed). Unknown ids are an
-  /// error (errc::not_found) once every known one has finished.
+  /// error (errc::not_found) once every known one has finished. A transfer that failed is not
+  /// an error of wait: poll / take_finished say how it ended.
   virtual status wait(std::span<const transfer_id> ids) = 0;
   /// Reports of finished transfers not yet taken, each exactly once, FIFO per direction.
   virtual std::vector<transfer_report> take_finished() = 0;

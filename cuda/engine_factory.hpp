@@ -1,0 +1,25 @@
+#pragma once
+/// engine_factory: picks a copy_engine backend at run time from its name ("sim" or "cuda"), so
+/// callers never see #ifdef CUDA. A CUDA build always contains "sim" too. Stateless, thread-safe.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda/copy_engine.hpp"
+#include "proto/status.hpp"
+
+namespace kvc::cuda {
+
+struct engine_options {
+  std::string backend = "sim";  ///< "sim" or "cuda"
+  int device = 0;  ///< CUDA device ordinal (the sim backend checks only that it is >= 0)
+};
+
+/// "sim" always; "cuda" when built and a device is present, else errc::device_unavailable with a
+/// clear message. An unknown backend name or a negative device is errc::invalid_argument.
+result<std::unique_ptr<copy_engine>> make_copy_engine(const engine_options& opts);
+
+/// Backends compiled into this binary, e.g. {"sim","cuda"}; "sim" is always first.
+std::vector<std::string> built_backends();
+
+}  // namespace kvc::cuda

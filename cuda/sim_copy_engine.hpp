@@ -1,0 +1,98 @@
+#pragma once
+/// sim_copy_engine: the always-built copy_engine backend. Host memory allocated by the engine
+/// stands in for GPU memory; one copy thread per direction runs transfers in submission order, so
+/// completion is FIFO per direction while stores and loads overlap, as on two CUDA streams.
+///
+/// Beyond the common checks (op_validator) the sim refuses ops whose GPU side is not inside one
+/// buffer from allocate_device, or whose CPU side points into one: on a GPU such an op would
+/// fault or silently corrupt memory, and the sim is where the op builders are tested.
+///
+/// Test hook: pause(dir) closes a gate the copy thread checks before it starts the next
+/// transfer of that direction, so a test can observe `pending` without timing; resume(dir)
+/// opens it. wait() on a transfer queued behind a closed gate fails with
+/// errc::precondition_failed instead of blocking forever.
+///
+/// Ownership: owns its device buffers and its two threads. The destructor lets a transfer that is
+/// being copied finish and drops the queued ones. Thread-safety: one owner thread calls the
+/// public methods (pause/resume included); the copy threads share state under one mutex.
+/// upload/download are not ordered against in-flight transfers (like cudaMemcpy against a
+/// non-blocking stream): wait first.
+#include <array>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "cuda/copy_engine.hpp"
+
+namespace kvc::cuda {
+
+class sim_copy_engine final : public copy_engine {
+ public:
+  sim_copy_engine();
+  ~sim_copy_engine() override;
+  sim_copy_engine(const sim_copy_engine&) = delete;
+  sim_copy_engine& operator=(const sim_copy_engine&) = delete;
+
+  std::string_view name() const noexcept override { return "sim"; }
+  /// Records the range; a range overlapping one already registered is errc::invalid_argument.
+  status register_host(void* base, size_t bytes) override;
+  /// Memory is filled with 0xCD so that reading it before writing shows up in tests.
+  result<device_buffer> allocate_device(size_t bytes) override;
+  status upload(void* device_dst, const void* host_src, size_t bytes) override;
+  status download(void* host_dst, const void* device_src, size_t bytes) override;
+
+  result<transfer_id> submit(direction dir, std::span<const copy_op> ops,
+                             const submit_options& opts = {}) override;
+  poll_state poll(transfer_id id) override;
+  status wait(std::span<const transfer_id> ids) override;
+  std::vector<transfer_report> take_finished() override;
+
+  /// Test hook: no transfer of `dir` starts until resume(dir). A transfer already being copied
+  /// finishes.
+  void pause(direction dir);
+  void resume(direction dir);
+
+ private:
+  struct job {
+    transfer_id id = 0;
+    std::vector<copy_op> ops;
+    uint64_t bytes = 0;
+  };
+  struct lane {
+    std::deque<job> queue;
+    bool paused = false;
+    std::condition_variable work_cv;
+    std::thread thread;
+  };
+  struct state {
+    direction dir = direction::gpu_to_cpu;
+    poll_state st = poll_state::pending;
+  };
+
+  void run_lane(direction dir);
+  /// True iff [p, p+bytes) lies inside one device buffer.
+  bool in_device(const void* p, size_t bytes) const;
+  bool touches_device(const void* p, size_t bytes) const;
+  lane& lane_of(direction d) { return lanes_[static_cast<size_t>(d)]; }
+
+  // Owner-thread state (copy threads never read it).
+  std::map<uintptr_t, std::unique_ptr<std::byte[]>> buffers_;  ///< base -> storage
+  std::map<uintptr_t, size_t> buffer_sizes_;
+  std::map<uintptr_t, size_t> host_ranges_;
+  transfer_id next_id_ = 1;
+
+  // Shared with the copy threads.
+  std::mutex mu_;
+  std::condition_variable done_cv_;
+  bool stopping_ = false;
+  std::array<lane, 2> lanes_;
+  std::unordered_map<transfer_id, state> states_;  ///< submitted, not yet taken
+  std::vector<transfer_report> finished_;          ///< completion order, not yet taken
+};
+
+}  // namespace kvc::cuda
