@@ -5,11 +5,14 @@
 ///
 /// A completion event names its sender (rank + incarnation, bumped whenever a rank restarts) and
 /// carries a per-sender sequence number, so duplicates and stale senders can be recognised.
+///
+/// Doubles are inspected through exact_double (CAF 0.17's own double packing hangs on infinity).
 #include <cstdint>
 #include <vector>
 
 #include "proto/connector_metadata.hpp"
 #include "proto/errc.hpp"
+#include "proto/exact_double.hpp"
 #include "proto/ids.hpp"
 
 namespace kvc {
@@ -52,12 +55,13 @@ struct connector_output {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, completion_event& x) {
-  return f(x.rank, x.incarnation, x.seq, x.step, x.job, x.kind, x.ok, x.error, x.bytes, x.seconds);
+  return f(x.rank, x.incarnation, x.seq, x.step, x.job, x.kind, x.ok, x.error, x.bytes,
+           exact_double{x.seconds});
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_result& x) {
-  return f(x.job, x.kind, x.ok, x.error, x.bytes, x.seconds);
+  return f(x.job, x.kind, x.ok, x.error, x.bytes, exact_double{x.seconds});
 }
 
 template <class Inspector>

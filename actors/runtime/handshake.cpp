@@ -1,0 +1,103 @@
+#include "actors/runtime/handshake.hpp"
+
+#include <cinttypes>
+#include <cstdio>
+
+namespace kvc::runtime {
+
+namespace {
+
+/// Compares without an early exit, so the time taken does not tell how much of a guess matched.
+bool same_secret(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
+  }
+  return diff == 0;
+}
+
+std::string hex(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%016" PRIx64, v);
+  return buf;
+}
+
+std::string who(const worker_registration& r) {
+  return "rank " + std::to_string(r.rank) + " (pid " + std::to_string(r.pid) + ", incarnation " +
+         std::to_string(r.incarnation) + ")";
+}
+
+}  // namespace
+
+status validate_expectation(const handshake_expectation& want) {
+  if (want.tp_size == 0 || want.pp_size == 0) {
+    return make_error(errc::invalid_argument, "tp_size and pp_size must be >= 1");
+  }
+  if (uint64_t{want.tp_size} * want.pp_size > max_world_size) {
+    return make_error(
+        errc::invalid_argument,
+        "tp_size * pp_size = " + std::to_string(uint64_t{want.tp_size} * want.pp_size) +
+            " exceeds the maximum world size " + std::to_string(max_world_size));
+  }
+  if (want.segment.empty()) return make_error(errc::invalid_argument, "no shm segment name");
+  if (want.token.empty()) return make_error(errc::invalid_argument, "no shared token");
+  return status::success();
+}
+
+status validate_registration(const handshake_expectation& want, const worker_registration& got) {
+  auto refuse = [&](errc code, const std::string& why) {
+    return make_error(code, "registration of " + who(got) + " refused: " + why);
+  };
+  if (got.protocol_version != protocol_version) {
+    return refuse(errc::protocol_mismatch,
+                  "protocol version " + std::to_string(got.protocol_version) +
+                      ", the scheduler speaks " + std::to_string(protocol_version));
+  }
+  if (!same_secret(got.token, want.token)) return refuse(errc::protocol_mismatch, "wrong token");
+  if (got.node != want.node) {
+    return refuse(errc::protocol_mismatch, "node " + std::to_string(got.node) +
+                                               ", the scheduler serves node " +
+                                               std::to_string(want.node));
+  }
+  if (got.tp_size != want.tp_size || got.pp_size != want.pp_size) {
+    return refuse(errc::protocol_mismatch,
+                  "topology tp=" + std::to_string(got.tp_size) +
+                      " pp=" + std::to_string(got.pp_size) + ", the scheduler runs tp=" +
+                      std::to_string(want.tp_size) + " pp=" + std::to_string(want.pp_size));
+  }
+  if (got.tp_rank >= got.tp_size || got.pp_rank >= got.pp_size || got.rank >= want.world_size() ||
+      got.rank != got.pp_rank * got.tp_size + got.tp_rank) {
+    return refuse(errc::invalid_argument,
+                  "rank out of range or inconsistent: tp_rank=" + std::to_string(got.tp_rank) +
+                      " pp_rank=" + std::to_string(got.pp_rank) + " in a world of " +
+                      std::to_string(want.world_size()));
+  }
+  if (got.segment != want.segment) {
+    return refuse(errc::layout_mismatch,
+                  "shm segment " + got.segment + ", the scheduler's is " + want.segment);
+  }
+  if (got.layout_checksum != want.layout_checksum) {
+    return refuse(errc::layout_mismatch, "layout checksum " + hex(got.layout_checksum) +
+                                             " differs from segment " + want.segment + "'s " +
+                                             hex(want.layout_checksum));
+  }
+  return status::success();
+}
+
+worker_registration make_registration(const handshake_expectation& want, uint32_t tp_rank,
+                                      uint32_t pp_rank, uint32_t incarnation, int64_t pid) {
+  return {.protocol_version = protocol_version,
+          .rank = pp_rank * want.tp_size + tp_rank,
+          .tp_size = want.tp_size,
+          .pp_size = want.pp_size,
+          .tp_rank = tp_rank,
+          .pp_rank = pp_rank,
+          .node = want.node,
+          .incarnation = incarnation,
+          .segment = want.segment,
+          .layout_checksum = want.layout_checksum,
+          .token = want.token,
+          .pid = pid};
+}
+
+}  // namespace kvc::runtime
