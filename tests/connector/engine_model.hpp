@@ -1,0 +1,203 @@
+#pragma once
+/// engine_model: a small deterministic inference engine that drives the real connector (one
+/// connector_scheduler, one connector_worker per rank over real copy engines) step by step, the
+/// way vLLM's V1 engine core drives a KV connector. Test support for the end-to-end tests.
+///
+/// The model. Requests are token-id prompts with a fixed number of output tokens. The KV of the
+/// token at position p is a pure function of the tokens [0, p] (through a chained per-token hash),
+/// of the layer, of K/V and of the rank, so the engine knows the exact bytes every GPU block must
+/// hold and verify() checks them byte for byte. A block's hash is the token hash at its last
+/// token, so requests sharing a prefix share block hashes (GPU prefix cache and CPU keys).
+///
+/// Each rank's KV cache is one FlashAttention-shaped tensor per layer, (2, num_blocks,
+/// block_size, 1, head_dim) of 2-byte elements, in memory of that rank's copy engine; the CPU
+/// pool regions come from the test (a heap buffer or an shm segment's rank regions).
+///
+/// One step():
+///   1. schedule: running requests decode one token each (allocating blocks; when none are
+///      left, the last running request is preempted: blocks freed, recomputed later); then, if
+///      nobody was preempted, waiting requests in order: a request whose async load finished is
+///      promoted; others get their GPU prefix-cache hit, ask get_num_new_matched_tokens
+///      (nullopt: skip this step), allocate blocks (none left: stop), call
+///      update_state_after_alloc, and either wait for the async load or are scheduled.
+///   2. build_connector_meta; every worker: bind, [before_workers hook], handle_preemptions,
+///      start_load_kv; the forward writes the KV of every scheduled token; wait_for_save;
+///      optionally wait for all transfers (wait_at_step_end, for determinism); get_finished
+///      with the requests finished in the previous step; get_block_ids_with_load_errors; clear.
+///   3. job results are aggregated across ranks (ok iff every rank ok) and given to
+///      update_connector_output; the request completions are applied: finished requests free
+///      their blocks (unless delay_free, then at finished_sending), a finished load marks its
+///      request for promotion, invalid blocks truncate it (recompute from the first invalid
+///      block), aborted requests whose load finished are dropped.
+///   4. verify_each_step: every running request's computed tokens are checked on every rank.
+/// Any error status from the connector becomes a line in step_report::errors.
+///
+/// Test support; not thread-safe.
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "actors/scheduler/connector_scheduler.hpp"
+#include "actors/worker/connector_worker.hpp"
+#include "cuda/copy_engine.hpp"
+#include "tests/connector/gpu_block_pool.hpp"
+#include "tests/connector/recording_manager.hpp"
+
+namespace kvc::testing {
+
+struct engine_config {
+  uint32_t gpu_block_size = 4;     ///< tokens per GPU block
+  uint32_t block_size_factor = 3;  ///< GPU blocks per offloaded block
+  uint32_t num_gpu_blocks = 32;    ///< per rank, including the null block 0
+  uint32_t num_layers = 2;
+  uint32_t head_dim = 4;  ///< 2-byte elements: a token's K (or V) is 2*head_dim bytes
+  uint32_t world_size = 1;
+  uint32_t cpu_slots = 16;  ///< offloaded blocks in the CPU pool (per rank)
+  scheduler::eviction_policy policy = scheduler::eviction_policy::lru;
+  bool enable_prefix_caching = true;
+  bool wait_at_step_end = true;  ///< wait for all transfers before get_finished
+  bool verify_each_step = true;
+  /// Per-rank CPU pool regions; empty: the model allocates heap regions itself.
+  std::vector<worker::cpu_pool_region> pools;
+  /// Makes rank r's copy engine; empty: the sim backend.
+  std::function<std::unique_ptr<cuda::copy_engine>(rank_id)> make_engine;
+};
+
+struct request_spec {
+  std::string id;
+  std::vector<uint32_t> prompt;
+  uint32_t max_new_tokens = 1;
+  bool do_remote_decode = false;
+};
+
+/// What happened in one step.
+struct step_report {
+  step_id step = 0;
+  connector_metadata meta;
+  std::vector<std::string> scheduled;  ///< requests computed this step
+  std::vector<std::string> preempted;
+  std::vector<std::string> finished;  ///< requests that produced their last token / aborted
+  std::vector<worker::worker_output> rank_outputs;
+  std::vector<std::vector<gpu_block>> rank_load_errors;
+  connector_output output;  ///< aggregated job results given to the scheduler
+  scheduler::request_completions completions;
+  std::vector<std::string> errors;
+};
+
+enum class request_state : uint8_t {
+  waiting = 0,
+  waiting_for_remote_kvs = 1,
+  running = 2,
+  finished_holding = 3,  ///< finished, blocks held for in-flight stores or load (abort)
+  done = 4,
+};
+
+struct model_stats {
+  uint64_t tokens_computed = 0;     ///< tokens written by forwards
+  uint64_t tokens_loaded = 0;       ///< tokens that promoted requests got from successful loads
+  uint64_t tokens_invalidated = 0;  ///< loaded tokens dropped because their blocks failed
+  uint64_t preemptions = 0;
+  uint64_t verified_tokens = 0;  ///< token x layer x K/V x rank checks done by verify()
+};
+
+class engine_model {
+ public:
+  /// Builds engines, KV tensors, workers (registered) and the scheduler; errors are
+  /// returned (tests ASSERT on them).
+  static result<std::unique_ptr<engine_model>> create(engine_config cfg);
+  ~engine_model();
+
+  void add_request(request_spec spec);
+  /// Aborts a request in any state (vLLM: finished with FINISHED_ABORTED).
+  void abort(const std::string& id);
+
+  step_report step();
+  /// Steps until idle() or max_steps; returns every report. Stops early on errors. After a
+  /// step without progress (nothing scheduled, finished or completed) it blocks on the
+  /// transfers in flight, like an engine with nothing to compute.
+  std::vector<step_report> run_until_idle(uint32_t max_steps = 200);
+  /// No request left, no block held, no job in flight anywhere.
+  bool idle() const;
+
+  /// Byte-exact check of every running request's computed tokens on every rank; one line per
+  /// mismatching (request, token, layer, K/V, rank).
+  std::vector<std::string> verify();
+  /// The same for any token sequence: the KV the model computes for `tokens` (positions
+  /// [0, n)) against the GPU blocks `blocks`, on every rank.
+  std::vector<std::string> verify_tokens(const std::vector<uint32_t>& tokens, uint32_t n,
+                                         const std::vector<gpu_block>& blocks);
+
+  // --- introspection and control for tests ---
+  const engine_config& config() const noexcept { return cfg_; }
+  scheduler::connector_scheduler& scheduler() noexcept { return *sched_; }
+  recording_manager& manager() noexcept { return *manager_; }
+  worker::connector_worker& worker(rank_id r) { return workers_.at(r); }
+  cuda::copy_engine& engine(rank_id r) { return *engines_.at(r); }
+  gpu_block_pool& pool() noexcept { return pool_; }
+  const model_stats& stats() const noexcept { return stats_; }
+  std::optional<request_state> state_of(const std::string& id) const;
+  /// All of the request's tokens so far (prompt + outputs); empty for unknown ids.
+  std::vector<uint32_t> tokens_of(const std::string& id) const;
+  std::vector<gpu_block> blocks_of(const std::string& id) const;
+  uint32_t num_computed(const std::string& id) const;
+  /// Offloaded-block keys of a token sequence (what the connector derives from block hashes).
+  std::vector<block_key> keys_of(const std::vector<uint32_t>& tokens) const;
+  /// Called in each step after every worker bound the metadata, before handle_preemptions.
+  void set_before_workers(std::function<void(const connector_metadata&)> fn) {
+    before_workers_ = std::move(fn);
+  }
+  void set_wait_at_step_end(bool on) noexcept { cfg_.wait_at_step_end = on; }
+  /// Bytes of one token's K (or V) in one layer on one rank.
+  uint32_t token_bytes() const noexcept { return 2 * cfg_.head_dim; }
+
+  /// The model's KV bytes for a token whose prefix hash is `h` (test helpers use it too).
+  static void token_kv(uint64_t h, uint32_t layer, uint32_t kv, rank_id rank, std::byte* out,
+                       size_t bytes);
+  /// Chained token hash: hash of tokens [0, p] from the hash of [0, p) (0 for p == 0).
+  static uint64_t chain(uint64_t prev, uint32_t token) noexcept;
+
+ private:
+  struct request;
+  struct sched_entry;
+  class rank_aggregator;
+
+  explicit engine_model(engine_config cfg);
+  status init();
+
+  scheduler::request_view view(const request& q) const;
+  void append_token(request& q, uint32_t token);
+  void preempt(request& q, step_report& rep);
+  void finish(request& q);
+  void release(request& q);
+  void cache_full_blocks(request& q);
+  void forward(const std::vector<sched_entry>& sched, step_report& rep);
+  std::byte* token_ptr(rank_id r, uint32_t layer, uint32_t kv, gpu_block b, uint32_t slot) const;
+  void apply_completions(const scheduler::request_completions& c, step_report& rep);
+
+  engine_config cfg_;
+  std::vector<std::unique_ptr<cuda::copy_engine>> engines_;
+  /// [rank][layer]: device buffer of the layer's (2, blocks, bs, 1, head_dim) tensor.
+  std::vector<std::vector<cuda::device_buffer>> kv_;
+  std::vector<std::vector<std::byte>> heap_pools_;
+  std::vector<worker::connector_worker> workers_;
+  recording_manager* manager_ = nullptr;  ///< owned by sched_
+  std::unique_ptr<scheduler::connector_scheduler> sched_;
+  std::unique_ptr<rank_aggregator> agg_;
+  gpu_block_pool pool_;
+
+  std::map<std::string, std::unique_ptr<request>> requests_;
+  std::vector<request*> running_;
+  std::deque<request*> waiting_;
+  std::vector<std::string> finished_prev_;  ///< finished in the previous step (for workers)
+  std::vector<std::string> finished_now_;
+  std::function<void(const connector_metadata&)> before_workers_;
+  step_id step_ = 0;
+  model_stats stats_;
+};
+
+}  // namespace kvc::testing
