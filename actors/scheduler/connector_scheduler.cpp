@@ -1,0 +1,547 @@
+#include "actors/scheduler/connector_scheduler.hpp"
+
+#include <absl/container/flat_hash_map.h>
+#include <absl/hash/hash.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+namespace kvc::scheduler {
+
+namespace {
+
+std::string quoted(std::string_view s) {
+  return "'" + std::string(s) + "'";
+}
+
+const char* kind_name(transfer_kind k) {
+  return k == transfer_kind::load ? "load" : "store";
+}
+
+}  // namespace
+
+/// The connector's state. Requests live in a dense array of slots (reused, with their vectors'
+/// capacity, after a request is gone) found through a small id -> slot map, so the per-step
+/// walk over running requests touches little memory; jobs refer to their request's slot (a
+/// request's state outlives its jobs). Scratch buffers are reused across calls so that a steady
+/// step allocates only for the jobs it emits.
+class connector_scheduler::impl {
+ public:
+  impl(const connector_geometry& geo, bool prefix_caching, std::unique_ptr<offload_manager> manager)
+      : geo_(geo), prefix_caching_(prefix_caching), manager_(std::move(manager)) {}
+
+  match_result get_num_new_matched_tokens(const request_view& req, uint32_t num_computed);
+  status update_state_after_alloc(const request_view& req, std::span<const gpu_block> block_ids,
+                                  uint32_t num_external);
+  result<connector_metadata> build_connector_meta(const step_input& in);
+  status update_connector_output(const connector_output& out);
+  bool request_finished(std::string_view req_id);
+
+  static constexpr uint32_t npos = UINT32_MAX;
+
+  struct request_state {
+    uint32_t cursor = 0;          ///< next offloaded block index to consider for storing
+    uint32_t local_computed = 0;  ///< num_computed at the last get_num_new_matched_tokens
+    uint32_t stores_in_flight = 0;
+    bool finished = false;             ///< request_finished was called; kept for its jobs
+    bool delay_free = false;           ///< request_finished returned true: owe finished_sending
+    std::optional<job_id> load_job;    ///< recorded or in flight
+    std::vector<block_key> keys;       ///< one per full offloaded block so far
+    std::vector<gpu_block> block_ids;  ///< all GPU block ids of the request
+    std::vector<job_id> jobs;          ///< every job in flight, oldest first (for flush)
+    std::string id;
+  };
+  struct job_state {
+    uint32_t slot = 0;  ///< the request's slot
+    transfer_kind kind = transfer_kind::load;
+    std::vector<block_key> keys;
+    std::vector<gpu_block> gpu_blocks;  ///< loads: destinations, reported invalid on failure
+  };
+  /// Transparent std::string_view hashing (Debian's absl::string_view is its own type).
+  struct id_hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const noexcept {
+      return absl::Hash<std::string_view>{}(s);
+    }
+  };
+  struct id_eq {
+    using is_transparent = void;
+    bool operator()(std::string_view a, std::string_view b) const noexcept { return a == b; }
+  };
+
+  uint32_t find(std::string_view id) const {
+    auto it = index_.find(id);
+    return it == index_.end() ? npos : it->second;
+  }
+  uint32_t find_or_create(std::string_view id) {
+    auto [it, fresh] = index_.try_emplace(id, npos);
+    if (!fresh) return it->second;
+    uint32_t slot;
+    if (!free_slots_.empty()) {
+      slot = free_slots_.back();
+      free_slots_.pop_back();
+    } else {
+      slot = static_cast<uint32_t>(states_.size());
+      states_.emplace_back();
+    }
+    it->second = slot;
+    states_[slot].id.assign(id);
+    return slot;
+  }
+  /// Forgets a request; its slot (and vector capacity) is reused by a later one.
+  void release(uint32_t slot) {
+    auto& st = states_[slot];
+    index_.erase(std::string_view(st.id));
+    st.cursor = st.local_computed = st.stores_in_flight = 0;
+    st.finished = st.delay_free = false;
+    st.load_job.reset();
+    st.keys.clear();
+    st.block_ids.clear();
+    st.jobs.clear();
+    st.id.clear();
+    free_slots_.push_back(slot);
+  }
+  void extend_keys(request_state& st, std::span<const block_key> block_hashes) const {
+    const size_t hf = geo_.hash_factor;
+    // Multiply-compare first: this runs for every scheduled request every step, and a 64-bit
+    // division costs more than the rest of the check.
+    if (block_hashes.size() < (st.keys.size() + 1) * hf) return;
+    const size_t want = block_hashes.size() / hf;
+    st.keys.reserve(std::max(want, 2 * st.keys.size()));
+    for (size_t i = st.keys.size(); i < want; ++i) st.keys.push_back(block_hashes[i * hf + hf - 1]);
+  }
+  void plan_stores(uint32_t slot, const scheduled_request& sr, bool replace_blocks,
+                   connector_metadata& meta);
+  void emit_store_job(uint32_t slot, std::span<const block_key> keys,
+                      std::span<const cpu_slot> slots, std::span<const gpu_block> gpu_ids,
+                      uint32_t skip, connector_metadata& meta);
+  /// The job is over: drop it from its request, releasing a finished request's last job.
+  void forget_job(uint32_t slot, job_id id);
+
+  connector_geometry geo_;
+  bool prefix_caching_;
+  std::unique_ptr<offload_manager> manager_;
+  absl::flat_hash_map<std::string, uint32_t, id_hash, id_eq> index_;
+  std::vector<request_state> states_;
+  std::vector<uint32_t> free_slots_;
+  absl::flat_hash_map<job_id, job_state> jobs_;
+  /// Keys read by loads in flight, with multiplicity (without the GPU prefix cache two loads
+  /// may share keys). Only kept with prefix caching on, the only case that reads it.
+  absl::flat_hash_map<block_key, uint32_t, block_key_hash> blocks_being_loaded_;
+  std::vector<transfer_job> pending_loads_;  ///< recorded by update_state_after_alloc
+  request_completions completions_;
+  connector_stats stats_;
+  job_id next_job_ = 0;
+  // scratch buffers reused across calls
+  std::vector<block_key> scratch_keys_;
+  std::vector<uint32_t> scratch_idx_;
+  std::vector<gpu_block> scratch_gpu_;
+  std::vector<uint32_t> scratch_slots_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// connector_scheduler: construction and forwarding
+
+result<std::unique_ptr<connector_scheduler>> connector_scheduler::create(
+    const connector_config& cfg) {
+  auto geo = make_geometry(cfg);
+  if (!geo) return geo.error();
+  auto mgr = offload_manager::create(cfg.manager);
+  if (!mgr) return mgr.error();
+  return std::unique_ptr<connector_scheduler>(new connector_scheduler(
+      std::make_unique<impl>(*geo, cfg.enable_prefix_caching, std::move(*mgr))));
+}
+
+result<std::unique_ptr<connector_scheduler>> connector_scheduler::create(
+    const connector_config& cfg, std::unique_ptr<offload_manager> manager) {
+  auto geo = make_geometry(cfg);
+  if (!geo) return geo.error();
+  if (!manager) return make_error(errc::invalid_argument, "connector: no offload manager given");
+  return std::unique_ptr<connector_scheduler>(new connector_scheduler(
+      std::make_unique<impl>(*geo, cfg.enable_prefix_caching, std::move(manager))));
+}
+
+connector_scheduler::connector_scheduler(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+connector_scheduler::~connector_scheduler() = default;
+
+match_result connector_scheduler::get_num_new_matched_tokens(const request_view& req,
+                                                             uint32_t num_computed) {
+  return impl_->get_num_new_matched_tokens(req, num_computed);
+}
+status connector_scheduler::update_state_after_alloc(const request_view& req,
+                                                     std::span<const gpu_block> block_ids,
+                                                     uint32_t num_external) {
+  return impl_->update_state_after_alloc(req, block_ids, num_external);
+}
+result<connector_metadata> connector_scheduler::build_connector_meta(const step_input& in) {
+  return impl_->build_connector_meta(in);
+}
+status connector_scheduler::update_connector_output(const connector_output& out) {
+  return impl_->update_connector_output(out);
+}
+request_completions connector_scheduler::take_request_completions() {
+  return std::exchange(impl_->completions_, request_completions{});
+}
+bool connector_scheduler::request_finished(std::string_view req_id) {
+  return impl_->request_finished(req_id);
+}
+std::vector<kv_event> connector_scheduler::take_events() {
+  return impl_->manager_->take_events();
+}
+const connector_stats& connector_scheduler::stats() const noexcept {
+  return impl_->stats_;
+}
+const connector_geometry& connector_scheduler::geometry() const noexcept {
+  return impl_->geo_;
+}
+bool connector_scheduler::load_in_flight(std::string_view req_id) const {
+  const uint32_t slot = impl_->find(req_id);
+  return slot != impl::npos && impl_->states_[slot].load_job.has_value();
+}
+size_t connector_scheduler::jobs_in_flight() const noexcept {
+  return impl_->jobs_.size();
+}
+size_t connector_scheduler::tracked_requests() const noexcept {
+  return impl_->index_.size();
+}
+const offload_manager& connector_scheduler::manager() const noexcept {
+  return *impl_->manager_;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lookups and loads
+
+match_result connector_scheduler::impl::get_num_new_matched_tokens(const request_view& req,
+                                                                   uint32_t num_computed) {
+  auto& st = states_[find_or_create(req.id)];
+  st.block_ids.clear();
+  extend_keys(st, req.block_hashes);
+  st.local_computed = num_computed;
+  manager_->touch(st.keys);
+
+  const uint64_t obs = geo_.offloaded_block_size;
+  const uint64_t computed = num_computed;
+  const uint64_t nb = std::min<uint64_t>(req.num_tokens / obs, st.keys.size());
+  if (nb * obs < computed + obs) return {0u, false};
+  const uint64_t start = computed / obs;
+  const uint64_t hits =
+      manager_->lookup_prefix(std::span<const block_key>(st.keys).subspan(start, nb - start));
+  stats_.lookups += std::min(hits + 1, nb - start);
+  if (hits == 0) return {0u, false};
+  const uint64_t max_hit = obs * (start + hits);
+  if (max_hit < computed + obs) return {0u, false};
+  if (prefix_caching_ && !blocks_being_loaded_.empty()) {
+    for (uint64_t i = start; i < start + hits; ++i) {
+      if (blocks_being_loaded_.contains(st.keys[i])) {
+        ++stats_.deferred;
+        return {std::nullopt, false};
+      }
+    }
+  }
+  stats_.hit_blocks += hits;
+  return {static_cast<uint32_t>(max_hit - computed), true};
+}
+
+status connector_scheduler::impl::update_state_after_alloc(const request_view& req,
+                                                           std::span<const gpu_block> block_ids,
+                                                           uint32_t num_external) {
+  if (num_external == 0) return {};
+  const uint32_t slot = find(req.id);
+  request_state* st = slot == npos ? nullptr : &states_[slot];
+  if (st == nullptr || st->finished)
+    return make_error(errc::not_found, "update_state_after_alloc: unknown request " +
+                                           quoted(req.id) +
+                                           " (get_num_new_matched_tokens was not called)");
+  if (st->load_job)
+    return make_error(errc::precondition_failed, "update_state_after_alloc: request " +
+                                                     quoted(req.id) +
+                                                     " already has a load job in flight");
+  extend_keys(*st, req.block_hashes);
+
+  const uint64_t obs = geo_.offloaded_block_size;
+  const uint64_t gpu_bs = geo_.gpu_block_size;
+  const uint64_t cached = uint64_t{st->local_computed} + num_external;
+  if (cached % obs != 0)
+    return make_error(errc::invalid_argument,
+                      "update_state_after_alloc: request " + quoted(req.id) +
+                          ": computed + external = " + std::to_string(cached) +
+                          " tokens is not a whole number of offloaded blocks of " +
+                          std::to_string(obs));
+  const uint64_t nb = cached / obs;
+  if (nb > st->keys.size())
+    return make_error(errc::invalid_argument,
+                      "update_state_after_alloc: request " + quoted(req.id) + " has " +
+                          std::to_string(st->keys.size()) + " offloaded block keys, " +
+                          std::to_string(nb) + " needed for " + std::to_string(cached) + " tokens");
+  const uint64_t ngpu = cached / gpu_bs;
+  if (block_ids.size() < ngpu)
+    return make_error(errc::invalid_argument,
+                      "update_state_after_alloc: request " + quoted(req.id) + ": " +
+                          std::to_string(block_ids.size()) + " GPU blocks for " +
+                          std::to_string(cached) + " tokens (" + std::to_string(ngpu) + " needed)");
+  // The first block to fill: the first non-null one after the GPU-cached prefix (vLLM: the
+  // first non-null block without a hash).
+  uint64_t first = st->local_computed / gpu_bs;
+  while (first < ngpu && block_ids[first] == 0) ++first;
+  const uint64_t first_key = std::min(first / geo_.factor, nb);
+  const auto keys = std::span<const block_key>(st->keys).subspan(first_key, nb - first_key);
+
+  auto slots = manager_->prepare_load(keys);
+  if (!slots)
+    return make_error(slots.code(), "update_state_after_alloc: request " + quoted(req.id) +
+                                        ": prepare_load failed: " + slots.error().message());
+
+  const job_id id = next_job_++;
+  transfer_job job;
+  job.id = id;
+  job.request_id = st->id;
+  job.kind = transfer_kind::load;
+  job.slots.assign(slots->begin(), slots->end());
+  job.gpu_blocks.assign(block_ids.begin() + first, block_ids.begin() + ngpu);
+  job.skip = first < ngpu ? static_cast<uint32_t>(first % geo_.factor) : 0;
+
+  job_state js;
+  js.slot = slot;
+  js.kind = transfer_kind::load;
+  js.keys.assign(keys.begin(), keys.end());
+  js.gpu_blocks = job.gpu_blocks;
+  if (prefix_caching_) {
+    for (const auto& k : keys) ++blocks_being_loaded_[k];
+  }
+  jobs_.emplace(id, std::move(js));
+  pending_loads_.push_back(std::move(job));
+
+  st->jobs.push_back(id);
+  st->load_job = id;
+  if (!req.do_remote_decode) st->cursor = static_cast<uint32_t>(nb);
+  ++stats_.loads_planned;
+  stats_.load_blocks += keys.size();
+  return {};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-step metadata and stores
+
+result<connector_metadata> connector_scheduler::impl::build_connector_meta(const step_input& in) {
+  // Validate (and resolve) first so that an error changes nothing.
+  scratch_slots_.clear();
+  for (const auto& sr : in.new_requests) {
+    const uint32_t slot = find(sr.req.id);
+    if (slot != npos && states_[slot].finished)
+      return make_error(errc::invalid_argument, "build_connector_meta: new request " +
+                                                    quoted(sr.req.id) + " already finished");
+    scratch_slots_.push_back(slot);
+  }
+  for (const auto& sr : in.cached_requests) {
+    const uint32_t slot = find(sr.req.id);
+    if (slot == npos || states_[slot].finished)
+      return make_error(errc::not_found, "build_connector_meta: scheduled request " +
+                                             quoted(sr.req.id) + " is unknown or finished");
+    scratch_slots_.push_back(slot);
+  }
+
+  connector_metadata meta;
+  meta.step = in.step;
+  meta.loads.swap(pending_loads_);
+  size_t i = 0;
+  for (const auto& sr : in.new_requests) {
+    const uint32_t slot = scratch_slots_[i++];
+    plan_stores(slot != npos ? slot : find_or_create(sr.req.id), sr, /*replace_blocks=*/true, meta);
+  }
+  for (const auto& sr : in.cached_requests) plan_stores(scratch_slots_[i++], sr, sr.resumed, meta);
+  for (const auto& id : in.preempted) {
+    const uint32_t slot = find(id);
+    if (slot == npos) continue;
+    const auto& jobs = states_[slot].jobs;
+    meta.flush.insert(meta.flush.end(), jobs.begin(), jobs.end());
+  }
+  return meta;
+}
+
+void connector_scheduler::impl::plan_stores(uint32_t slot, const scheduled_request& sr,
+                                            bool replace_blocks, connector_metadata& meta) {
+  auto& st = states_[slot];
+  extend_keys(st, sr.req.block_hashes);
+  if (replace_blocks)
+    st.block_ids.assign(sr.block_ids.begin(), sr.block_ids.end());
+  else if (!sr.block_ids.empty())
+    st.block_ids.insert(st.block_ids.end(), sr.block_ids.begin(), sr.block_ids.end());
+
+  const uint64_t f = geo_.factor;
+  const uint64_t obs = geo_.offloaded_block_size;
+  const uint64_t offloadable =
+      std::min<uint64_t>(uint64_t{sr.num_computed} + sr.num_scheduled, sr.req.num_tokens);
+  // Usually no new full block: decide that without dividing (see extend_keys).
+  const uint64_t next = uint64_t{st.cursor} + 1;
+  if (offloadable < next * obs || st.keys.size() < next || st.block_ids.size() < next * f) return;
+  const uint64_t nb =
+      std::min<uint64_t>({offloadable / obs, st.keys.size(), st.block_ids.size() / f});
+
+  // Candidates: blocks whose last GPU block is not the null block, and whose null GPU blocks
+  // (sliding window) form a leading run, the only shape a job's `skip` can express.
+  scratch_keys_.clear();
+  scratch_idx_.clear();
+  for (uint64_t idx = st.cursor; idx < nb; ++idx) {
+    const gpu_block* ids = st.block_ids.data() + idx * f;
+    if (ids[f - 1] == 0) continue;
+    uint64_t j = 0;
+    while (j < f && ids[j] == 0) ++j;
+    while (j < f && ids[j] != 0) ++j;
+    if (j != f) continue;
+    scratch_keys_.push_back(st.keys[idx]);
+    scratch_idx_.push_back(static_cast<uint32_t>(idx));
+  }
+  if (scratch_keys_.empty()) {
+    st.cursor = static_cast<uint32_t>(nb);
+    return;
+  }
+  const auto plan = manager_->prepare_store(scratch_keys_);
+  if (!plan) {
+    ++stats_.store_retries;  // no room now: the cursor stays, retried next step
+    return;
+  }
+  st.cursor = static_cast<uint32_t>(nb);
+  if (plan->keys.empty()) return;
+
+  // plan's spans live until the next manager call: build the jobs first, then touch. The stored
+  // keys are a subsequence of the candidates; a stored block with leading nulls other than the
+  // first starts a new job (normally there is exactly one job).
+  scratch_gpu_.clear();
+  size_t c = 0;
+  size_t job_begin = 0;
+  uint32_t skip = 0;
+  for (size_t j = 0; j < plan->keys.size(); ++j) {
+    while (c < scratch_keys_.size() && scratch_keys_[c] != plan->keys[j]) ++c;
+    if (c == scratch_keys_.size()) break;  // not a candidate: the manager broke its contract
+    const gpu_block* ids = st.block_ids.data() + uint64_t{scratch_idx_[c]} * f;
+    ++c;
+    uint32_t lead = 0;
+    while (ids[lead] == 0) ++lead;
+    if (lead > 0 && j > job_begin) {
+      emit_store_job(slot, plan->keys.subspan(job_begin, j - job_begin),
+                     plan->slots.subspan(job_begin, j - job_begin), scratch_gpu_, skip, meta);
+      scratch_gpu_.clear();
+      job_begin = j;
+    }
+    if (j == job_begin) skip = lead;
+    scratch_gpu_.insert(scratch_gpu_.end(), ids + lead, ids + f);
+  }
+  emit_store_job(slot, plan->keys.subspan(job_begin), plan->slots.subspan(job_begin), scratch_gpu_,
+                 skip, meta);
+  manager_->touch(st.keys);
+}
+
+void connector_scheduler::impl::emit_store_job(uint32_t slot, std::span<const block_key> keys,
+                                               std::span<const cpu_slot> slots,
+                                               std::span<const gpu_block> gpu_ids, uint32_t skip,
+                                               connector_metadata& meta) {
+  auto& st = states_[slot];
+  const job_id id = next_job_++;
+  transfer_job job;
+  job.id = id;
+  job.request_id = st.id;
+  job.kind = transfer_kind::store;
+  job.slots.assign(slots.begin(), slots.end());
+  job.gpu_blocks.assign(gpu_ids.begin(), gpu_ids.end());
+  job.skip = skip;
+
+  job_state js;
+  js.slot = slot;
+  js.kind = transfer_kind::store;
+  js.keys.assign(keys.begin(), keys.end());
+  jobs_.emplace(id, std::move(js));
+  meta.stores.push_back(std::move(job));
+
+  st.jobs.push_back(id);
+  ++st.stores_in_flight;
+  ++stats_.stores_planned;
+  stats_.store_blocks += keys.size();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Completions
+
+status connector_scheduler::impl::update_connector_output(const connector_output& out) {
+  errc first_error = errc::ok;
+  std::string rejected;
+  auto reject = [&](errc code, std::string why) {
+    if (first_error == errc::ok) first_error = code;
+    if (!rejected.empty()) rejected += "; ";
+    rejected += why;
+    ++stats_.rejected_results;
+  };
+
+  for (const auto& r : out.jobs) {
+    auto jit = jobs_.find(r.job);
+    if (jit == jobs_.end()) {
+      reject(errc::not_found, "job " + std::to_string(r.job) + " unknown or already completed");
+      continue;
+    }
+    if (jit->second.kind != r.kind) {
+      reject(errc::invalid_argument, "job " + std::to_string(r.job) + " is a " +
+                                         kind_name(jit->second.kind) + ", the result says " +
+                                         kind_name(r.kind));
+      continue;
+    }
+    job_state js = std::move(jit->second);
+    jobs_.erase(jit);
+    auto& st = states_[js.slot];
+
+    if (js.kind == transfer_kind::store) {
+      manager_->complete_store(js.keys, r.ok);
+      ++(r.ok ? stats_.stores_ok : stats_.stores_failed);
+      --st.stores_in_flight;
+    } else {
+      // The keys were pinned by this job's prepare_load, so unpinning cannot fail unless the
+      // manager broke its contract; report that rather than hide it.
+      if (auto s = manager_->complete_load(js.keys); !s.ok())
+        reject(errc::internal,
+               "job " + std::to_string(r.job) + ": complete_load failed: " + s.message());
+      if (prefix_caching_) {
+        for (const auto& k : js.keys) {
+          auto bit = blocks_being_loaded_.find(k);
+          if (bit != blocks_being_loaded_.end() && --bit->second == 0)
+            blocks_being_loaded_.erase(bit);
+        }
+      }
+      ++(r.ok ? stats_.loads_ok : stats_.loads_failed);
+      if (!r.ok) {
+        for (gpu_block b : js.gpu_blocks) {
+          if (b != 0) completions_.invalid_block_ids.push_back(b);
+        }
+      }
+      completions_.finished_recving.push_back(st.id);
+      st.load_job.reset();
+    }
+    forget_job(js.slot, r.job);
+  }
+  if (first_error == errc::ok) return {};
+  return make_error(first_error, "update_connector_output (step " + std::to_string(out.step) +
+                                     "): rejected: " + rejected);
+}
+
+void connector_scheduler::impl::forget_job(uint32_t slot, job_id id) {
+  auto& st = states_[slot];
+  if (auto pos = std::find(st.jobs.begin(), st.jobs.end(), id); pos != st.jobs.end())
+    st.jobs.erase(pos);
+  if (st.finished && st.jobs.empty()) {
+    if (st.delay_free) completions_.finished_sending.push_back(st.id);
+    release(slot);
+  }
+}
+
+bool connector_scheduler::impl::request_finished(std::string_view req_id) {
+  const uint32_t slot = find(req_id);
+  if (slot == npos || states_[slot].finished) return false;
+  auto& st = states_[slot];
+  if (st.jobs.empty()) {
+    release(slot);
+    return false;
+  }
+  st.finished = true;
+  st.delay_free = st.stores_in_flight > 0;
+  return st.delay_free;
+}
+
+}  // namespace kvc::scheduler

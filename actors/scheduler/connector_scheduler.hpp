@@ -1,0 +1,209 @@
+#pragma once
+/// connector_scheduler: the scheduler side of the offloading connector (vLLM's
+/// OffloadingConnectorScheduler at R1, reference §5, with R2's per-job completion §5b). It turns
+/// what the engine's scheduler decided into transfer jobs and keeps the CPU pool's ledger
+/// (offload_manager) in step with the jobs' outcomes. It makes every decision; the scheduler
+/// actor only forwards messages. Pure: no threads, no clock, no CAF.
+///
+/// Per step, in the engine's order:
+///   1. get_num_new_matched_tokens(req, num_computed) for each waiting request it tries to
+///      schedule (may be called repeatedly): touch(all keys), then the maximal prefix of hits.
+///   2. update_state_after_alloc(req, blocks, num_external) after allocating its blocks: pins the
+///      hit blocks (prepare_load) and records one load job for this step.
+///   3. build_connector_meta(step) once: this step's loads, the stores of every scheduled
+///      request's newly computed full offloaded blocks (prepare_store), and the jobs the workers
+///      must flush before preempted requests' blocks are reused.
+///   4. update_connector_output(out) with the aggregated job results (from this or any earlier
+///      step); then take_request_completions() gives finished_sending / finished_recving /
+///      invalid_block_ids for the engine.
+///   5. request_finished(id) exactly once per request, before its blocks are freed.
+///
+/// Jobs. Every load and store is one job with an id from a single counter. A job's keys stay
+/// pinned (load: ref > 0) or pending (store: ref -1) in the manager until its result arrives;
+/// each job is completed exactly once (store ok -> complete_store(keys, true); store failed ->
+/// complete_store(keys, false): slots freed, no stored event; load ok or failed ->
+/// complete_load(keys), and a failed load's GPU blocks are reported as invalid). A preempted
+/// request's jobs are *not* completed early (unlike R1): their ids go into the step's `flush`
+/// list, so workers finish them before the blocks are overwritten, and their results arrive as
+/// usual.
+///
+/// Keys. A request's keys are block_hashes[hash_factor-1 :: hash_factor] (the last hash inside
+/// each full offloaded block), extended incrementally from the request view the engine passes in;
+/// the engine must only ever append to a request's block_hashes.
+///
+/// Request state lives from the first get_num_new_matched_tokens (or the first scheduling) until
+/// request_finished, or, when jobs are still in flight then, until the last of them completes:
+/// with stores in flight request_finished returns delay_free = true and the id later appears in
+/// finished_sending; with a load in flight (an abort while loading, §9 item 27) the id appears in
+/// finished_recving when the load completes, and the engine must keep the blocks until then (the
+/// engine core knows this from the request's WAITING_FOR_REMOTE_KVS status; load_in_flight()
+/// answers it too).
+///
+/// Limitations: one KV-cache group (no HMA / hybrid models); no reset_cache; a store that fails
+/// is not retried for the same request (its cursor has moved on; a later request can store it).
+///
+/// Not thread-safe: one actor owns it. Spans passed in are only read during the call.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "actors/scheduler/connector_config.hpp"
+#include "actors/scheduler/offload_manager.hpp"
+#include "proto/block_key.hpp"
+#include "proto/completion.hpp"
+#include "proto/connector_metadata.hpp"
+#include "proto/ids.hpp"
+#include "proto/kv_event.hpp"
+#include "proto/status.hpp"
+
+namespace kvc::scheduler {
+
+/// What the connector needs to know about one request (vLLM's Request), borrowed for one call.
+struct request_view {
+  std::string_view id;
+  /// Hashes of the request's full blocks at hash_block_size granularity, oldest first. Only
+  /// ever grows between calls for the same request.
+  std::span<const block_key> block_hashes;
+  uint32_t num_tokens = 0;        ///< prompt + generated tokens so far
+  bool do_remote_decode = false;  ///< P/D prefill instance: loaded blocks are stored again
+};
+
+/// get_num_new_matched_tokens' answer. tokens == nullopt: ask again next step (the hit blocks
+/// are being loaded for another request); is_async is true iff tokens > 0 (loads are async).
+struct match_result {
+  std::optional<uint32_t> tokens;
+  bool is_async = false;
+
+  friend bool operator==(const match_result&, const match_result&) = default;
+};
+
+/// One request scheduled in this step (vLLM NewRequestData / CachedRequestData entry).
+struct scheduled_request {
+  request_view req;
+  /// New requests and resumed ones: all of the request's GPU block ids. Running requests:
+  /// the block ids newly allocated in this step (appended to the known ones).
+  std::span<const gpu_block> block_ids;
+  uint32_t num_computed = 0;   ///< tokens computed before this step
+  uint32_t num_scheduled = 0;  ///< tokens scheduled in this step
+  bool resumed = false;        ///< cached requests only: resumed after preemption
+};
+
+/// The part of vLLM's SchedulerOutput that the connector reads.
+struct step_input {
+  step_id step = 0;
+  std::span<const scheduled_request> new_requests;
+  std::span<const scheduled_request> cached_requests;
+  std::span<const std::string_view> preempted;  ///< requests preempted in this step
+};
+
+/// Request-level outcomes for the engine (vLLM KVConnectorOutput's request sets), accumulated
+/// by update_connector_output and moved out by take_request_completions.
+struct request_completions {
+  /// Finished requests (delay_free) whose jobs have now all completed: free their blocks.
+  std::vector<std::string> finished_sending;
+  /// Requests whose load job completed, successfully or not.
+  std::vector<std::string> finished_recving;
+  /// GPU blocks that failed loads were meant to fill (the engine truncates those requests).
+  std::vector<gpu_block> invalid_block_ids;
+
+  bool empty() const noexcept {
+    return finished_sending.empty() && finished_recving.empty() && invalid_block_ids.empty();
+  }
+  friend bool operator==(const request_completions&, const request_completions&) = default;
+};
+
+/// Cumulative counters, cheap to read.
+struct connector_stats {
+  uint64_t lookups = 0;         ///< manager lookups issued by get_num_new_matched_tokens
+  uint64_t hit_blocks = 0;      ///< offloaded blocks found (sum over answers with tokens > 0)
+  uint64_t deferred = 0;        ///< answers "ask again" (hit blocks still being loaded)
+  uint64_t loads_planned = 0;   ///< load jobs
+  uint64_t load_blocks = 0;     ///< offloaded blocks in load jobs
+  uint64_t stores_planned = 0;  ///< store jobs
+  uint64_t store_blocks = 0;    ///< offloaded blocks in store jobs
+  uint64_t store_retries = 0;   ///< prepare_store found no room; retried next step
+  uint64_t loads_ok = 0;
+  uint64_t loads_failed = 0;
+  uint64_t stores_ok = 0;
+  uint64_t stores_failed = 0;
+  uint64_t rejected_results = 0;  ///< unknown / duplicate / mismatched job results
+
+  friend bool operator==(const connector_stats&, const connector_stats&) = default;
+};
+
+class connector_scheduler {
+ public:
+  /// Validates the config (make_geometry) and builds the manager from cfg.manager.
+  static result<std::unique_ptr<connector_scheduler>> create(const connector_config& cfg);
+  /// Same with a given manager (tests wrap the real one); cfg.manager is then not used.
+  static result<std::unique_ptr<connector_scheduler>> create(
+      const connector_config& cfg, std::unique_ptr<offload_manager> manager);
+
+  connector_scheduler(const connector_scheduler&) = delete;
+  connector_scheduler& operator=(const connector_scheduler&) = delete;
+  ~connector_scheduler();
+
+  /// Tokens loadable from the CPU pool beyond the num_computed tokens the GPU prefix cache
+  /// already has (reference §5): creates or reuses the request's state (a reused state forgets
+  /// its GPU block ids, as on a resume), extends its keys, touches all of them, then - unless
+  /// fewer than one offloaded block lies beyond num_computed - looks up the maximal prefix of
+  /// hits from num_computed's block on. A hit block that another request is loading gives
+  /// nullopt (with prefix caching on). Records num_computed as the request's local hit count.
+  match_result get_num_new_matched_tokens(const request_view& req, uint32_t num_computed);
+
+  /// After the engine allocated the request's blocks (`block_ids`: all of them, GPU-cached
+  /// prefix first) for num_computed + num_external tokens. num_external == 0: nothing happens.
+  /// Otherwise pins the hit keys (prepare_load) and records one load job, emitted by the next
+  /// build_connector_meta, filling the blocks after the locally computed ones (skipping null
+  /// blocks); unless do_remote_decode, the loaded blocks are not stored again.
+  /// Errors, nothing changed: unknown request (no get_num_new_matched_tokens), a load already
+  /// in flight for it, num_external not covering whole offloaded blocks or beyond its keys,
+  /// too few block ids, or the manager refusing the load.
+  status update_state_after_alloc(const request_view& req, std::span<const gpu_block> block_ids,
+                                  uint32_t num_external);
+
+  /// This step's metadata: the recorded loads, then the stores of the scheduled requests (new
+  /// ones first, then cached ones, in input order), and in `flush` the in-flight job ids of the
+  /// preempted requests. Error, nothing changed, when a cached (non-new) request is unknown.
+  result<connector_metadata> build_connector_meta(const step_input& in);
+
+  /// Consumes aggregated job results and completes each job exactly once. Results for unknown or
+  /// already completed job ids, or of the wrong kind, change nothing for that job; the others
+  /// are still applied and the returned status names the rejected ids (errc::not_found or
+  /// errc::invalid_argument) for the caller to log.
+  status update_connector_output(const connector_output& out);
+
+  /// The request-level outcomes gathered since the last call.
+  request_completions take_request_completions();
+
+  /// The request finished (or was aborted); call once, before its blocks are freed. Returns
+  /// delay_free: true iff store jobs of the request are still in flight - then the engine frees
+  /// the blocks when the id shows up in finished_sending. Unknown ids: false.
+  bool request_finished(std::string_view req_id);
+
+  /// The manager's stored / removed events since the last call.
+  std::vector<kv_event> take_events();
+
+  // --- introspection (engine, tests, bench) ---
+  const connector_stats& stats() const noexcept;
+  const connector_geometry& geometry() const noexcept;
+  /// A load job of this request is recorded or in flight.
+  bool load_in_flight(std::string_view req_id) const;
+  /// Jobs handed out and not completed yet (loads recorded but not yet emitted included).
+  size_t jobs_in_flight() const noexcept;
+  /// Requests with state (running, or finished with jobs still in flight).
+  size_t tracked_requests() const noexcept;
+  /// The manager, for read-only inspection (lookups in tests would count in the reuse filter).
+  const offload_manager& manager() const noexcept;
+
+ private:
+  class impl;  // the state and the logic; keeps the container headers out of this one
+  explicit connector_scheduler(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace kvc::scheduler
