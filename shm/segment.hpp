@@ -1,0 +1,93 @@
+#pragma once
+/// segment: the node's pinned CPU pool as one POSIX shared-memory segment (Boost.Interprocess).
+///
+/// One segment per node and per running topology. The launcher (or the node's first process)
+/// create()s it; every worker process of the node attach()es it. Layout: a segment_header at
+/// offset 0 (see shm/segment_header.hpp), the pool at `pool_offset` (2 MiB), rank-major as
+/// described in shm/pool_geometry.hpp. The segment is mapped 2 MiB-aligned in every process, so
+/// the pool base is 2 MiB-aligned everywhere; processes exchange slot ids, never pointers.
+///
+/// Ownership: a segment object owns its mapping (unmapped on destruction). The segment *name*
+/// is removed only by the creating object when create_options::remove_on_close is set, and only
+/// if the name still refers to the segment it created. Attachers never remove, so the segment
+/// and its data survive the death of any worker. A creator that died leaves a stale segment:
+/// the next create() of that name recognises it (creator pid gone, or recycled with another
+/// start time) and replaces it; a segment whose creator is alive is never touched.
+///
+/// Errors are kvc::status values (errc::shm_error, layout_mismatch, not_found, not_ready,
+/// capacity_exhausted, invalid_argument); no exception leaves this API.
+///
+/// Thread-safety: the object is immutable after create/attach; slot()/rank_region() may be
+/// called from any thread. Writing the pool is up to the caller (one worker per rank region).
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <sys/types.h>
+
+#include "proto/ids.hpp"
+#include "proto/status.hpp"
+#include "shm/pool_geometry.hpp"
+
+namespace kvc::shm {
+
+/// "/kvc-<uid>-<instance>-node<node>": unique per user and topology instance.
+std::string segment_name(uint32_t uid, std::string_view instance, uint32_t node);
+
+struct create_options {
+  /// Fault every page in at creation (MAP_POPULATE), so the first store pays no page faults.
+  bool prefault = false;
+  /// Remove the name when this object is destroyed (clean shutdown of the creator).
+  bool remove_on_close = true;
+};
+
+class segment {
+ public:
+  /// Creates the segment `name` (mode 0600) for `geometry`. Fails with errc::capacity_exhausted
+  /// when /dev/shm lacks the space, errc::shm_error when a segment of that name exists and is
+  /// live (creator alive), being created, or not a kvconnect segment. A stale one is replaced.
+  static result<segment> create(std::string_view name, const pool_geometry& geometry,
+                                const create_options& opts = {});
+  /// Attaches an existing segment after validating its header: errc::not_found when absent,
+  /// errc::not_ready while its creator is still writing the header, errc::layout_mismatch on a
+  /// bad magic, version, checksum, inconsistent size, or a geometry other than `*expected`.
+  static result<segment> attach(std::string_view name, const pool_geometry* expected = nullptr);
+  /// Removes the name unconditionally (existing mappings stay valid). errc::not_found if absent.
+  static status remove(std::string_view name);
+  static result<bool> exists(std::string_view name);
+
+  segment(segment&&) noexcept;
+  segment& operator=(segment&&) noexcept;
+  segment(const segment&) = delete;
+  segment& operator=(const segment&) = delete;
+  ~segment();
+
+  /// Start of slot `s` of rank `r`; nullptr when either is out of range.
+  std::byte* slot(rank_id r, cpu_slot s) const noexcept;
+  /// The contiguous region of rank `r` (num_slots * slot_stride bytes); empty when out of range.
+  std::span<std::byte> rank_region(rank_id r) const noexcept;
+  /// First byte of the pool (2 MiB-aligned).
+  std::byte* pool_base() const noexcept;
+
+  /// Faults in the pages of rank `r`'s region in this process without changing its bytes
+  /// (MADV_POPULATE_WRITE): what an attaching worker calls before its first transfer.
+  status prefault_rank(rank_id r);
+
+  const pool_geometry& geometry() const noexcept;
+  uint64_t layout_checksum() const noexcept;
+  const std::string& name() const noexcept;
+  /// Exact size of the segment: pool_offset + world_size * num_slots * slot_stride.
+  uint64_t total_bytes() const noexcept;
+  pid_t creator_pid() const noexcept;
+  /// True for the object that created the segment.
+  bool is_creator() const noexcept;
+
+ private:
+  struct impl;
+  explicit segment(std::unique_ptr<impl> p) noexcept;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace kvc::shm

@@ -1,0 +1,370 @@
+#include "shm/segment.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <optional>
+
+#include "shm/process_identity.hpp"
+#include "shm/segment_header.hpp"
+#include "tests/shm/shm_fixture.hpp"
+
+namespace kvc::shm {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::ShmTest;
+
+constexpr uint64_t two_mib = uint64_t{2} << 20;
+
+bool aligned_2mib(const void* p) { return reinterpret_cast<uintptr_t>(p) % two_mib == 0; }
+
+struct stat stat_of(const std::string& name) {
+  struct stat st {};
+  EXPECT_EQ(::stat(("/dev/shm" + name).c_str(), &st), 0) << name;
+  return st;
+}
+
+/// Edits the header of segment `name` through a separate raw mapping, as another (buggy or
+/// foreign) process would.
+void edit_header(const std::string& name, const std::function<void(segment_header&)>& edit) {
+  const int fd = ::shm_open(name.c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0);
+  void* p = ::mmap(nullptr, sizeof(segment_header), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  ASSERT_NE(p, MAP_FAILED);
+  edit(*static_cast<segment_header*>(p));
+  ::munmap(p, sizeof(segment_header));
+}
+
+/// Rewrites the checksum so that only the edited field is inconsistent.
+void reseal(segment_header& h) {
+  h.layout_checksum = layout_checksum(h.layout_version, h.world_size, h.num_slots, h.slot_bytes,
+                                      h.slot_stride, h.pool_offset, h.total_bytes);
+}
+
+class SegmentTest : public ShmTest {
+ protected:
+  const pool_geometry geo_{3, 5, 10000};  // stride 12288: not a power of two on purpose
+};
+
+TEST_F(SegmentTest, CreateSizesTheSegmentExactlyAndWritesAValidHeader) {
+  const auto name = unique_name();
+  auto seg = segment::create(name, geo_);
+  ASSERT_TRUE(seg.ok()) << seg.error().to_string();
+  EXPECT_EQ(seg->name(), name);
+  EXPECT_EQ(seg->geometry(), geo_);
+  EXPECT_TRUE(seg->is_creator());
+  EXPECT_EQ(seg->creator_pid(), ::getpid());
+  EXPECT_EQ(seg->total_bytes(), two_mib + 3u * 5 * 12288);
+  EXPECT_EQ(seg->layout_checksum(), layout_checksum(geo_));
+  const auto st = stat_of(name);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), seg->total_bytes());
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(st.st_uid, ::getuid());
+
+  const auto* h = reinterpret_cast<const segment_header*>(seg->pool_base() - pool_offset);
+  EXPECT_EQ(h->magic.load(), segment_magic);
+  EXPECT_EQ(h->layout_version.load(), segment_layout_version);
+  EXPECT_EQ(h->ready.load(), 1u);
+  EXPECT_EQ(h->creator_pid.load(), ::getpid());
+  EXPECT_EQ(h->creator_start_time.load(), process_start_time(::getpid()).value());
+  EXPECT_EQ(h->world_size.load(), 3u);
+  EXPECT_EQ(h->num_slots.load(), 5u);
+  EXPECT_EQ(h->slot_bytes.load(), 10000u);
+  EXPECT_EQ(h->slot_stride.load(), 12288u);
+  EXPECT_EQ(h->pool_offset.load(), pool_offset);
+  EXPECT_EQ(h->total_bytes.load(), seg->total_bytes());
+}
+
+TEST_F(SegmentTest, RemoveOnCloseRemovesTheNameAndKeepingItLeavesIt) {
+  const auto name = unique_name();
+  { ASSERT_TRUE(segment::create(name, geo_).ok()); }
+  EXPECT_FALSE(segment::exists(name).value());
+  {
+    auto seg = segment::create(name, geo_, {.prefault = false, .remove_on_close = false});
+    ASSERT_TRUE(seg.ok());
+  }
+  EXPECT_TRUE(segment::exists(name).value());
+  EXPECT_TRUE(segment::remove(name).ok());
+  EXPECT_FALSE(segment::exists(name).value());
+  EXPECT_EQ(segment::remove(name).code(), errc::not_found);
+}
+
+TEST_F(SegmentTest, LayoutIsRankMajorWithPageAlignedStride) {
+  auto seg = segment::create(unique_name(), geo_);
+  ASSERT_TRUE(seg.ok());
+  std::byte* base = seg->pool_base();
+  EXPECT_TRUE(aligned_2mib(base));
+  EXPECT_TRUE(aligned_2mib(base - pool_offset));  // the whole mapping is 2 MiB-aligned
+  for (rank_id r = 0; r < 3; ++r) {
+    for (cpu_slot s = 0; s < 5; ++s) {
+      EXPECT_EQ(seg->slot(r, s), base + (r * 5 + s) * 12288);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(seg->slot(r, s)) % 4096, 0u);
+    }
+    const auto region = seg->rank_region(r);
+    EXPECT_EQ(region.data(), seg->slot(r, 0));
+    EXPECT_EQ(region.size(), 5u * 12288);
+  }
+  EXPECT_EQ(seg->rank_region(2).data() + seg->rank_region(2).size(),
+            base + seg->total_bytes() - pool_offset);
+  EXPECT_EQ(seg->slot(3, 0), nullptr);
+  EXPECT_EQ(seg->slot(0, 5), nullptr);
+  EXPECT_TRUE(seg->rank_region(3).empty());
+}
+
+TEST_F(SegmentTest, AttachSeesTheCreatorsBytesAtItsOwnAlignedAddress) {
+  const auto name = unique_name();
+  auto owner = segment::create(name, geo_);
+  ASSERT_TRUE(owner.ok());
+  auto peer = segment::attach(name, &geo_);
+  ASSERT_TRUE(peer.ok()) << peer.error().to_string();
+  EXPECT_FALSE(peer->is_creator());
+  EXPECT_EQ(peer->creator_pid(), ::getpid());
+  EXPECT_EQ(peer->geometry(), geo_);
+  EXPECT_EQ(peer->layout_checksum(), owner->layout_checksum());
+  EXPECT_EQ(peer->total_bytes(), owner->total_bytes());
+  EXPECT_NE(peer->pool_base(), owner->pool_base());
+  EXPECT_TRUE(aligned_2mib(peer->pool_base()));
+  std::memset(owner->slot(1, 4), 0x5a, 10000);
+  EXPECT_EQ(std::to_integer<int>(peer->slot(1, 4)[0]), 0x5a);
+  EXPECT_EQ(std::to_integer<int>(peer->slot(1, 4)[9999]), 0x5a);
+  EXPECT_EQ(std::to_integer<int>(peer->slot(1, 3)[0]), 0);
+  EXPECT_TRUE(segment::attach(name).ok());  // without an expected geometry
+}
+
+TEST_F(SegmentTest, AttachOfAMissingSegmentIsNotFound) {
+  auto seg = segment::attach(unique_name());
+  ASSERT_FALSE(seg.ok());
+  EXPECT_EQ(seg.code(), errc::not_found);
+}
+
+TEST_F(SegmentTest, AttachRejectsAnotherExpectedGeometry) {
+  const auto name = unique_name();
+  auto owner = segment::create(name, geo_);
+  ASSERT_TRUE(owner.ok());
+  for (const pool_geometry& other :
+       {pool_geometry{2, 5, 10000}, pool_geometry{3, 6, 10000}, pool_geometry{3, 5, 10001}}) {
+    auto seg = segment::attach(name, &other);
+    ASSERT_FALSE(seg.ok());
+    EXPECT_EQ(seg.code(), errc::layout_mismatch);
+    EXPECT_THAT(seg.error().message(), HasSubstr("expected"));
+  }
+}
+
+struct bad_header_case {
+  const char* what;
+  std::function<void(segment_header&)> edit;
+  errc code;
+  const char* message;
+};
+
+TEST_F(SegmentTest, AttachRejectsEveryBadHeader) {
+  const std::vector<bad_header_case> cases = {
+      {"magic", [](segment_header& h) { h.magic = 0x1234; }, errc::layout_mismatch, "magic"},
+      {"version", [](segment_header& h) { h.layout_version = segment_layout_version + 1; },
+       errc::layout_mismatch, "layout version"},
+      {"resealed version",
+       [](segment_header& h) {
+         h.layout_version = segment_layout_version + 1;
+         reseal(h);
+       },
+       errc::layout_mismatch, "layout version"},
+      {"checksum", [](segment_header& h) { h.layout_checksum = h.layout_checksum + 1; },
+       errc::layout_mismatch, "checksum"},
+      {"num_slots without checksum", [](segment_header& h) { h.num_slots = 4; },
+       errc::layout_mismatch, "checksum"},
+      {"world_size without checksum", [](segment_header& h) { h.world_size = 1; },
+       errc::layout_mismatch, "checksum"},
+      {"resealed num_slots: size no longer matches",
+       [](segment_header& h) {
+         h.num_slots = 4;
+         h.total_bytes = pool_offset + 3 * 4 * 12288;
+         reseal(h);
+       },
+       errc::layout_mismatch, "bytes but its header says"},
+      {"resealed stride",
+       [](segment_header& h) {
+         h.slot_stride = 16384;
+         reseal(h);
+       },
+       errc::layout_mismatch, "inconsistent"},
+      {"resealed zero slots",
+       [](segment_header& h) {
+         h.num_slots = 0;
+         reseal(h);
+       },
+       errc::layout_mismatch, "num_slots"},
+      {"ready flag corrupt", [](segment_header& h) { h.ready = 7; }, errc::layout_mismatch,
+       "ready"},
+      {"not ready", [](segment_header& h) { h.ready = 0; }, errc::not_ready, "being created"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    const auto name = unique_name();
+    auto owner = segment::create(name, geo_);
+    ASSERT_TRUE(owner.ok());
+    edit_header(name, c.edit);
+    auto seg = segment::attach(name);
+    ASSERT_FALSE(seg.ok());
+    EXPECT_EQ(seg.code(), c.code);
+    EXPECT_THAT(seg.error().message(), HasSubstr(c.message));
+  }
+}
+
+TEST_F(SegmentTest, AttachRejectsASegmentWhoseSizeDisagreesWithItsHeader) {
+  const auto name = unique_name();
+  auto owner = segment::create(name, geo_);
+  ASSERT_TRUE(owner.ok());
+  const int fd = ::shm_open(name.c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(owner->total_bytes() + 4096)), 0);
+  ::close(fd);
+  auto seg = segment::attach(name);
+  ASSERT_FALSE(seg.ok());
+  EXPECT_EQ(seg.code(), errc::layout_mismatch);
+}
+
+TEST_F(SegmentTest, AttachOfAnEmptyObjectIsNotReadyAndCreateRefusesIt) {
+  const auto name = unique_name();
+  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  EXPECT_EQ(segment::attach(name).code(), errc::not_ready);
+  auto seg = segment::create(name, geo_);
+  ASSERT_FALSE(seg.ok());
+  EXPECT_EQ(seg.code(), errc::shm_error);
+  EXPECT_THAT(seg.error().message(), HasSubstr("without a complete header"));
+  EXPECT_TRUE(segment::exists(name).value());
+  EXPECT_TRUE(segment::remove(name).ok());
+}
+
+TEST_F(SegmentTest, CreateRefusesAForeignObjectAndLeavesIt) {
+  const auto name = unique_name();
+  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  ASSERT_GE(fd, 0);
+  const char junk[128] = "not a kvconnect segment, just bytes";
+  ASSERT_EQ(::write(fd, junk, sizeof(junk)), static_cast<ssize_t>(sizeof(junk)));
+  ::close(fd);
+  auto seg = segment::create(name, geo_);
+  ASSERT_FALSE(seg.ok());
+  EXPECT_EQ(seg.code(), errc::shm_error);
+  EXPECT_THAT(seg.error().message(), HasSubstr("not a kvconnect segment"));
+  EXPECT_EQ(stat_of(name).st_size, 128);
+  EXPECT_TRUE(segment::remove(name).ok());
+}
+
+TEST_F(SegmentTest, CreateRefusesALiveSegmentAndChangesNothing) {
+  const auto name = unique_name();
+  auto owner = segment::create(name, geo_);
+  ASSERT_TRUE(owner.ok());
+  std::memset(owner->slot(0, 0), 0x11, 64);
+  auto second = segment::create(name, pool_geometry{1, 1, 4096});
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.code(), errc::shm_error);
+  EXPECT_THAT(second.error().message(), HasSubstr("is alive"));
+  auto peer = segment::attach(name, &geo_);
+  ASSERT_TRUE(peer.ok());
+  EXPECT_EQ(std::to_integer<int>(peer->slot(0, 0)[63]), 0x11);
+}
+
+TEST_F(SegmentTest, CreateReplacesASegmentWhosePidWasRecycled) {
+  // The header names a live pid (ours) but another start time: the process that created it is
+  // gone and its pid was reused, so the segment is stale.
+  const auto name = unique_name();
+  auto created = segment::create(name, geo_);
+  ASSERT_TRUE(created.ok());
+  std::optional<segment> old_owner{std::move(created).value()};
+  edit_header(name, [](segment_header& h) { h.creator_start_time = h.creator_start_time + 1; });
+  auto fresh = segment::create(name, pool_geometry{1, 2, 4096});
+  ASSERT_TRUE(fresh.ok()) << fresh.error().to_string();
+  EXPECT_EQ(stat_of(name).st_size, static_cast<off_t>(fresh->total_bytes()));
+  // The replaced owner must not remove the new segment when it closes.
+  old_owner.reset();
+  EXPECT_TRUE(segment::exists(name).value());
+  auto peer = segment::attach(name);
+  ASSERT_TRUE(peer.ok());
+  EXPECT_EQ(peer->geometry(), (pool_geometry{1, 2, 4096}));
+}
+
+TEST_F(SegmentTest, CreateFailsCleanlyWhenDevShmIsTooSmall) {
+  struct statvfs vfs {};
+  ASSERT_EQ(::statvfs("/dev/shm", &vfs), 0);
+  const uint64_t fs_bytes = uint64_t{vfs.f_blocks} * vfs.f_frsize;
+  const auto name = unique_name();
+  auto seg = segment::create(name, pool_geometry{1, 2, fs_bytes});
+  ASSERT_FALSE(seg.ok());
+  EXPECT_EQ(seg.code(), errc::capacity_exhausted);
+  EXPECT_THAT(seg.error().message(), HasSubstr("/dev/shm"));
+  EXPECT_FALSE(segment::exists(name).value());
+}
+
+TEST_F(SegmentTest, BadNamesAndGeometriesAreRejectedAndCreateNothing) {
+  for (const char* bad : {"", "/", "kvc-no-slash", "/a/b", "/sp ace", "/semi;colon"}) {
+    EXPECT_EQ(segment::create(bad, geo_).code(), errc::invalid_argument) << bad;
+    EXPECT_EQ(segment::attach(bad).code(), errc::invalid_argument) << bad;
+    EXPECT_EQ(segment::remove(bad).code(), errc::invalid_argument) << bad;
+    EXPECT_EQ(segment::exists(bad).code(), errc::invalid_argument) << bad;
+  }
+  const auto name = unique_name();
+  EXPECT_EQ(segment::create(name, pool_geometry{0, 1, 1}).code(), errc::invalid_argument);
+  EXPECT_EQ(segment::create(name, pool_geometry{1, 0, 1}).code(), errc::invalid_argument);
+  EXPECT_EQ(segment::create(name, pool_geometry{1, 1, 0}).code(), errc::invalid_argument);
+  EXPECT_FALSE(segment::exists(name).value());
+}
+
+TEST_F(SegmentTest, PrefaultAllocatesTheWholePoolAtCreate) {
+  const auto name = unique_name();
+  auto lazy = segment::create(name, geo_);
+  ASSERT_TRUE(lazy.ok());
+  // Only the header page was written: tmpfs allocated nothing else.
+  EXPECT_EQ(stat_of(name).st_blocks * 512, 4096);
+  const auto name2 = unique_name();
+  auto eager = segment::create(name2, geo_, {.prefault = true});
+  ASSERT_TRUE(eager.ok());
+  EXPECT_EQ(static_cast<uint64_t>(stat_of(name2).st_blocks) * 512, eager->total_bytes());
+}
+
+TEST_F(SegmentTest, PrefaultRankTouchesOnlyThatRankAndKeepsItsBytes) {
+  const auto name = unique_name();
+  auto owner = segment::create(name, geo_);
+  ASSERT_TRUE(owner.ok());
+  auto peer = segment::attach(name, &geo_);
+  ASSERT_TRUE(peer.ok());
+  std::memset(owner->slot(1, 2), 0x77, 100);
+  ASSERT_TRUE(peer->prefault_rank(1).ok());
+  EXPECT_EQ(static_cast<uint64_t>(stat_of(name).st_blocks) * 512, 4096 + geo_.rank_bytes());
+  EXPECT_EQ(std::to_integer<int>(peer->slot(1, 2)[99]), 0x77);
+  EXPECT_EQ(std::to_integer<int>(peer->slot(1, 2)[100]), 0);
+  EXPECT_EQ(peer->prefault_rank(3).code(), errc::invalid_argument);
+}
+
+TEST_F(SegmentTest, MovedSegmentKeepsOwnership) {
+  const auto name = unique_name();
+  auto created = segment::create(name, geo_);
+  ASSERT_TRUE(created.ok());
+  segment moved = std::move(created).value();
+  EXPECT_EQ(moved.name(), name);
+  EXPECT_TRUE(segment::exists(name).value());
+}
+
+TEST(ProcessIdentityTest, OwnProcessIsAliveOnlyWithItsStartTime) {
+  auto start = process_start_time(::getpid());
+  ASSERT_TRUE(start.ok());
+  EXPECT_TRUE(process_alive(::getpid(), *start));
+  EXPECT_FALSE(process_alive(::getpid(), *start + 1));
+  EXPECT_FALSE(process_alive(0, *start));
+  EXPECT_FALSE(process_alive(-1, *start));
+  EXPECT_EQ(process_start_time(-5).code(), errc::invalid_argument);
+}
+
+}  // namespace
+}  // namespace kvc::shm
