@@ -1,0 +1,66 @@
+#include "actors/scheduler/worker_registry.hpp"
+
+#include <string>
+#include <utility>
+
+namespace kvc::scheduler {
+
+result<worker_registry> worker_registry::create(runtime::handshake_expectation want) {
+  if (auto st = runtime::validate_expectation(want); !st) return st;
+  return worker_registry{std::move(want)};
+}
+
+worker_registry::worker_registry(runtime::handshake_expectation want)
+    : want_(std::move(want)), ranks_(want_.world_size()) {}
+
+status worker_registry::admit(const runtime::worker_registration& reg) {
+  if (auto st = runtime::validate_registration(want_, reg); !st) return st;
+  rank_state& rs = ranks_[reg.rank];
+  const std::string who = "registration of rank " + std::to_string(reg.rank) + " (pid " +
+                          std::to_string(reg.pid) + ", incarnation " +
+                          std::to_string(reg.incarnation) + ") refused: ";
+  if (rs.live) {
+    return make_error(errc::protocol_mismatch,
+                      who + "the rank is already registered and alive (incarnation " +
+                          std::to_string(*rs.incarnation) + ")");
+  }
+  if (rs.incarnation && reg.incarnation <= *rs.incarnation) {
+    return make_error(errc::protocol_mismatch,
+                      who + "a restarted rank needs an incarnation above its last one, " +
+                          std::to_string(*rs.incarnation));
+  }
+  rs.live = true;
+  rs.incarnation = reg.incarnation;
+  ++live_;
+  return status::success();
+}
+
+status worker_registry::remove(rank_id rank) {
+  if (rank >= ranks_.size() || !ranks_[rank].live) {
+    return make_error(errc::not_found, "rank " + std::to_string(rank) + " is not live");
+  }
+  ranks_[rank].live = false;
+  --live_;
+  return status::success();
+}
+
+status worker_registry::begin_step(step_id step) {
+  if (last_step_ && step <= *last_step_) {
+    return make_error(errc::invalid_argument, "step " + std::to_string(step) +
+                                                  " is not above the last step " +
+                                                  std::to_string(*last_step_));
+  }
+  last_step_ = step;
+  return status::success();
+}
+
+bool worker_registry::is_live(rank_id rank) const noexcept {
+  return rank < ranks_.size() && ranks_[rank].live;
+}
+
+std::optional<uint32_t> worker_registry::incarnation(rank_id rank) const noexcept {
+  if (rank >= ranks_.size()) return std::nullopt;
+  return ranks_[rank].incarnation;
+}
+
+}  // namespace kvc::scheduler

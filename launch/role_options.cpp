@@ -1,0 +1,77 @@
+#include "launch/role_options.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+
+#include "actors/runtime/handshake.hpp"
+#include "shm/segment.hpp"
+#include "shm/segment_header.hpp"
+
+namespace kvc::launch {
+
+result<pool_plan> derive_pool(const topology_options& topo, const pool_options& pool) {
+  if (topo.tp_size == 0 || topo.pp_size == 0 ||
+      uint64_t{topo.tp_size} * topo.pp_size > runtime::max_world_size) {
+    return make_error(errc::invalid_argument,
+                      "--tp-size and --pp-size must be >= 1 with tp * pp <= " +
+                          std::to_string(runtime::max_world_size));
+  }
+  if (pool.instance.empty()) return make_error(errc::invalid_argument, "--instance is empty");
+  for (char c : pool.instance) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '-' || c == '_' || c == '.';
+    if (!ok) {
+      return make_error(errc::invalid_argument,
+                        "--instance may only hold letters, digits, '-', '_' and '.'");
+    }
+  }
+  if (auto st = worker::validate(pool.kv); !st) return st;
+  pool_plan plan;
+  plan.segment = shm::segment_name(::getuid(), pool.instance, topo.node);
+  plan.geometry = {topo.world_size(), pool.slots, pool.kv.slot_bytes()};
+  if (auto st = shm::validate(plan.geometry); !st) return st;
+  plan.layout_checksum = shm::layout_checksum(plan.geometry);
+  return plan;
+}
+
+runtime::runtime_options network_options::runtime() const {
+  runtime::runtime_options r;
+  r.heartbeat_interval = std::chrono::milliseconds{heartbeat_ms};
+  r.connection_timeout = std::chrono::milliseconds{connection_timeout_ms};
+  return r;
+}
+
+void add_topology_flags(CLI::App& cmd, topology_options& topo) {
+  cmd.add_option("--tp-size", topo.tp_size, "Tensor-parallel size")->capture_default_str();
+  cmd.add_option("--pp-size", topo.pp_size, "Pipeline-parallel size")->capture_default_str();
+  cmd.add_option("--node", topo.node, "Node index")->capture_default_str();
+}
+
+void add_pool_flags(CLI::App& cmd, pool_options& pool) {
+  cmd.add_option("--instance", pool.instance, "Names the node's shm segment")
+      ->capture_default_str();
+  cmd.add_option("--slots", pool.slots, "CPU slots (offloaded blocks) per rank")
+      ->capture_default_str();
+  cmd.add_option("--kv-layers", pool.kv.layers, "Layers of the synthetic KV cache")
+      ->capture_default_str();
+  cmd.add_option("--kv-page-bytes", pool.kv.page_bytes, "Bytes of one GPU block of one layer")
+      ->capture_default_str();
+  cmd.add_option("--gpu-blocks", pool.kv.gpu_blocks, "GPU blocks per layer (block 0 is null)")
+      ->capture_default_str();
+  cmd.add_option("--block-factor", pool.kv.block_factor, "GPU blocks per offloaded block")
+      ->capture_default_str();
+}
+
+void add_network_flags(CLI::App& cmd, std::string& token, network_options& net) {
+  cmd.add_option("--token", token, "Shared secret of the deployment")
+      ->envname("KVCONNECT_TOKEN")
+      ->required();
+  cmd.add_option("--heartbeat-ms", net.heartbeat_ms, "Heartbeat interval to peers")
+      ->capture_default_str();
+  cmd.add_option("--connection-timeout-ms", net.connection_timeout_ms,
+                 "Silence after which a peer counts as lost")
+      ->capture_default_str();
+}
+
+}  // namespace kvc::launch

@@ -1,0 +1,40 @@
+// `kvconnect scheduler`: the scheduler and the coordinator of one node, in one process. Creates
+// the node's shm segment, publishes the scheduler on 127.0.0.1 and prints
+// {"event":"listening","port":N,...}; serves until SIGINT/SIGTERM, or drives --smoke-steps.
+#include <memory>
+
+#include "launch/commands.hpp"
+#include "launch/role_options.hpp"
+
+namespace kvc::launch {
+
+void add_scheduler_command(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<scheduler_process_options>();
+  auto* cmd = app.add_subcommand(
+      "scheduler", "Run the scheduler and the coordinator of one node (creates its shm pool)");
+  add_topology_flags(*cmd, o->topology);
+  add_pool_flags(*cmd, o->pool);
+  add_network_flags(*cmd, o->token, o->network);
+  cmd->add_option("--port", o->port, "TCP port on 127.0.0.1; 0 picks a free one (printed)")
+      ->capture_default_str();
+  cmd->add_flag("--prefault", o->prefault, "Fault the whole pool in at creation");
+  cmd->add_option("--job-timeout-ms", o->job_timeout_ms,
+                  "Fail a job not completed this long after its step (0: never)")
+      ->capture_default_str();
+  cmd->add_option("--smoke-steps", o->smoke_steps,
+                  "Once every rank registered, drive this many store/load steps, check the "
+                  "pool, stop the workers and exit (0: serve until SIGINT/SIGTERM)")
+      ->capture_default_str();
+  cmd->add_option("--ready-timeout-ms", o->ready_timeout_ms,
+                  "Smoke: how long every rank may take to register")
+      ->capture_default_str();
+  cmd->add_option("--step-timeout-ms", o->step_timeout_ms,
+                  "Smoke: how long one step's results may take")
+      ->capture_default_str();
+  cmd->add_option("--stop-timeout-ms", o->stop_timeout_ms,
+                  "How long stopping the workers may take at shutdown")
+      ->capture_default_str();
+  cmd->callback([o, &exit_code] { exit_code = run_scheduler_process(*o); });
+}
+
+}  // namespace kvc::launch

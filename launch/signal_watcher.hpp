@@ -1,0 +1,49 @@
+#pragma once
+/// signal_watcher: turns SIGINT / SIGTERM into an orderly shutdown of a kvconnect process. The
+/// constructor blocks both signals in the calling thread, so construct it in main before the
+/// actor system starts its threads (they inherit the mask and never see the signals); a thread
+/// of its own then reads them from a signalfd. The first signal sets signalled(), wakes wait()
+/// and runs the callback.
+///
+/// Thread-safe. The callback runs on the watcher's thread under the watcher's lock: on_signal()
+/// (also with nullptr, to clear it before what it touches goes away) waits for a running
+/// callback to finish. The destructor stops the thread and restores the signal mask.
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include <signal.h>
+
+namespace kvc::launch {
+
+class signal_watcher {
+ public:
+  signal_watcher();
+  ~signal_watcher();
+  signal_watcher(const signal_watcher&) = delete;
+  signal_watcher& operator=(const signal_watcher&) = delete;
+
+  /// Sets the callback; runs it at once if a signal arrived already. nullptr clears it.
+  void on_signal(std::function<void(int)> callback);
+  /// Blocks until a signal arrived; returns its number.
+  int wait();
+  /// The signal received so far, 0 if none.
+  int signalled() const;
+  /// False when the signalfd could not be set up (then signals keep their default action).
+  bool active() const noexcept { return thread_.joinable(); }
+
+ private:
+  void run();
+
+  sigset_t old_mask_;
+  int signal_fd_ = -1;
+  int stop_fd_ = -1;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::function<void(int)> callback_;
+  int signal_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace kvc::launch

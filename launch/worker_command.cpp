@@ -1,0 +1,35 @@
+// `kvconnect worker --rank R --port P`: one rank's worker process. Registers with the scheduler
+// at --host:--port, then attaches the node's shm pool, builds a synthetic KV cache on the chosen
+// copy engine and executes every step it receives. Prints {"event":"registered",...}; exits 0
+// when the scheduler stops it (or on SIGINT/SIGTERM), 2 when its registration fails, 1 otherwise.
+#include <memory>
+
+#include "launch/commands.hpp"
+#include "launch/role_options.hpp"
+
+namespace kvc::launch {
+
+void add_worker_command(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<worker_process_options>();
+  auto* cmd = app.add_subcommand("worker", "Run one rank's worker (registers with the scheduler)");
+  add_topology_flags(*cmd, o->topology);
+  add_pool_flags(*cmd, o->pool);
+  add_network_flags(*cmd, o->token, o->network);
+  cmd->add_option("--host", o->host, "The scheduler's address")->capture_default_str();
+  cmd->add_option("--port", o->port, "The scheduler's port")->required();
+  cmd->add_option("--rank", o->rank, "Global rank = pp_rank * tp_size + tp_rank")->required();
+  cmd->add_option("--incarnation", o->incarnation,
+                  "Restart count of this rank (must grow when a rank restarts)")
+      ->capture_default_str();
+  cmd->add_option("--backend", o->backend, "Copy engine: sim or cuda")->capture_default_str();
+  cmd->add_option("--device", o->device, "CUDA device ordinal")->capture_default_str();
+  cmd->add_flag("!--no-prefault", o->prefault, "Do not fault the rank's pool region in");
+  cmd->add_option("--register-timeout-ms", o->register_timeout_ms,
+                  "How long the scheduler may take to answer the registration")
+      ->capture_default_str();
+  cmd->add_option("--poll-us", o->poll_us, "Poll interval of a step waiting for its transfers")
+      ->capture_default_str();
+  cmd->callback([o, &exit_code] { exit_code = run_worker_process(*o); });
+}
+
+}  // namespace kvc::launch

@@ -1,0 +1,235 @@
+// Real `kvconnect scheduler` and `kvconnect worker` processes on loopback: the registration
+// handshake's refusals (wrong token, wrong layout, duplicate live rank) seen on both sides, a
+// worker's death noticed by the scheduler and the coordinator, a scheduler's death noticed by its
+// worker, and a happy path where the scheduler drives store/load steps through two workers that
+// share one shm segment and checks the bytes. Synchronisation reads the processes' output lines
+// and waits for their exits (no sleeps); every test ends with no child and no segment left.
+#include <dirent.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/launch/child_process.hpp"
+
+namespace kvc::launch {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::child_process;
+using ::testing::HasSubstr;
+
+/// Safety net for a single wait: only a broken run ever reaches it.
+constexpr auto patience = 20s;
+
+class RolesMultiprocTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    static int counter = 0;
+    instance_ = "mp" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+    ASSERT_TRUE(leftover_segments().empty());
+  }
+
+  void TearDown() override {
+    for (auto& c : children_) {
+      if (c->running()) ADD_FAILURE() << "child " << c->pid() << " still running: killed";
+    }
+    children_.clear();  // SIGKILLs and reaps whatever is still running
+    const auto left = leftover_segments();
+    for (const auto& n : left) ::shm_unlink(n.c_str());
+    EXPECT_TRUE(left.empty()) << "segments left behind: " << ::testing::PrintToString(left);
+  }
+
+  /// /dev/shm entries of this test's instance.
+  std::vector<std::string> leftover_segments() const {
+    const std::string prefix = "kvc-" + std::to_string(::getuid()) + "-" + instance_ + "-";
+    std::vector<std::string> out;
+    if (DIR* dir = ::opendir("/dev/shm")) {
+      while (const dirent* e = ::readdir(dir)) {
+        const std::string n = e->d_name;
+        if (n.rfind(prefix, 0) == 0) out.push_back("/" + n);
+      }
+      ::closedir(dir);
+    }
+    return out;
+  }
+
+  /// Flags both roles share (each flag once: CLI11 refuses repeated options).
+  std::vector<std::string> common(const std::string& role, uint32_t tp, int slots = 8) const {
+    return {KVC_BINARY,        role,
+            "--instance",      instance_,
+            "--tp-size",       std::to_string(tp),
+            "--slots",         std::to_string(slots),
+            "--kv-page-bytes", "256",
+            "--gpu-blocks",    "16",
+            "--block-factor",  "2",
+            "--kv-layers",     "2"};
+  }
+
+  child_process& start(std::vector<std::string> argv) {
+    children_.push_back(std::make_unique<child_process>(argv));
+    EXPECT_TRUE(children_.back()->started());
+    return *children_.back();
+  }
+
+  /// Starts a scheduler, waits for its "listening" line and remembers the port.
+  child_process& start_scheduler(uint32_t tp, std::vector<std::string> extra = {}) {
+    auto argv = common("scheduler", tp);
+    argv.insert(argv.end(), {"--token", token_});
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    child_process& s = start(argv);
+    auto line = s.wait_stdout("\"listening\"", patience);
+    EXPECT_TRUE(line.has_value()) << s.stderr_text();
+    if (line) {
+      auto j = nlohmann::json::parse(*line);
+      port_ = j.at("port").get<int>();
+      EXPECT_GT(port_, 0);
+      EXPECT_EQ(j.at("segment").get<std::string>(),
+                "/kvc-" + std::to_string(::getuid()) + "-" + instance_ + "-node0");
+      EXPECT_EQ(leftover_segments().size(), 1u);  // created, under the expected name
+    }
+    return s;
+  }
+
+  child_process& start_worker(uint32_t tp, uint32_t rank, std::vector<std::string> extra = {},
+                              std::string token = "", int slots = 8) {
+    auto argv = common("worker", tp, slots);
+    argv.insert(argv.end(), {"--port", std::to_string(port_), "--rank", std::to_string(rank),
+                             "--token", token.empty() ? token_ : token});
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return start(argv);
+  }
+
+  /// A worker that must be refused: exits 2 naming `why`, and the scheduler logs it.
+  void expect_refused(child_process& scheduler, child_process& worker, const std::string& why) {
+    EXPECT_EQ(worker.wait_exit(patience), 2) << worker.stderr_text();
+    EXPECT_THAT(worker.stderr_text(), HasSubstr("registration failed"));
+    EXPECT_THAT(worker.stderr_text(), HasSubstr(why));
+    EXPECT_THAT(worker.stdout_text(), ::testing::Not(HasSubstr("\"registered\"")));
+    auto logged = scheduler.wait_stderr(why, patience);
+    ASSERT_TRUE(logged.has_value()) << scheduler.stderr_text();
+    EXPECT_THAT(*logged, HasSubstr("refused"));
+  }
+
+  /// SIGTERM: the scheduler stops its workers, exits 0 and removes its segment.
+  void stop_scheduler(child_process& scheduler, uint32_t workers) {
+    scheduler.signal(SIGTERM);
+    EXPECT_EQ(scheduler.wait_exit(patience), 0) << scheduler.stderr_text();
+    EXPECT_THAT(scheduler.stdout_text(),
+                HasSubstr("{\"event\":\"stopped\",\"workers\":" + std::to_string(workers) + "}"));
+    EXPECT_TRUE(leftover_segments().empty());
+  }
+
+  std::string instance_;
+  std::string token_ = "multiproc-secret";
+  int port_ = 0;
+  std::vector<std::unique_ptr<child_process>> children_;
+};
+
+TEST_F(RolesMultiprocTest, SchedulerDrivesStepsThroughTwoWorkersSharingOneSegment) {
+  child_process& sched = start_scheduler(2, {"--smoke-steps", "30"});
+  child_process& w0 = start_worker(2, 0);
+  child_process& w1 = start_worker(2, 1);
+  ASSERT_TRUE(w0.wait_stdout("\"registered\"", patience)) << w0.stderr_text();
+  ASSERT_TRUE(w1.wait_stdout("\"registered\"", patience)) << w1.stderr_text();
+  auto smoke = sched.wait_stdout("\"smoke\"", patience);
+  ASSERT_TRUE(smoke.has_value()) << sched.stderr_text();
+  auto j = nlohmann::json::parse(*smoke);
+  EXPECT_EQ(j.at("steps").get<int>(), 30);
+  EXPECT_EQ(j.at("jobs_ok").get<int>(), 30);
+  EXPECT_EQ(j.at("slots_checked").get<int>(), 20);  // two checked stores per round of three
+  EXPECT_EQ(j.at("bytes").get<uint64_t>(), 30ull * 2 * (2 * 2 * 256));  // jobs * ranks * slot
+
+  EXPECT_EQ(sched.wait_exit(patience), 0) << sched.stderr_text();
+  EXPECT_EQ(w0.wait_exit(patience), 0) << w0.stderr_text();
+  EXPECT_EQ(w1.wait_exit(patience), 0) << w1.stderr_text();
+  EXPECT_THAT(sched.stdout_text(), HasSubstr("{\"event\":\"stopped\",\"workers\":2}"));
+  EXPECT_THAT(w0.stdout_text(), HasSubstr("{\"event\":\"stopped\",\"rank\":0}"));
+  EXPECT_THAT(w1.stdout_text(), HasSubstr("{\"event\":\"stopped\",\"rank\":1}"));
+  EXPECT_THAT(sched.stderr_text(), ::testing::Not(HasSubstr("[error]")));
+  EXPECT_TRUE(leftover_segments().empty());
+}
+
+TEST_F(RolesMultiprocTest, AWrongTokenIsRefusedOnBothSides) {
+  child_process& sched = start_scheduler(1);
+  child_process& w = start_worker(1, 0, {}, "not-the-secret");
+  expect_refused(sched, w, "wrong token");
+  EXPECT_THAT(w.stderr_text(), ::testing::Not(HasSubstr(token_)));
+  EXPECT_THAT(sched.stderr_text(), ::testing::Not(HasSubstr(token_)));
+  stop_scheduler(sched, 0);
+}
+
+TEST_F(RolesMultiprocTest, AnotherPoolLayoutIsRefusedOnBothSides) {
+  child_process& sched = start_scheduler(1);
+  // Twice the slots: another geometry, so another layout checksum for the same segment name.
+  child_process& w = start_worker(1, 0, {}, "", /*slots=*/16);
+  expect_refused(sched, w, "layout checksum");
+  stop_scheduler(sched, 0);
+}
+
+TEST_F(RolesMultiprocTest, ADuplicateRankIsRefusedAndALostRankReturnsWithAHigherIncarnation) {
+  child_process& sched = start_scheduler(1);
+  child_process& first = start_worker(1, 0);
+  ASSERT_TRUE(first.wait_stdout("\"registered\"", patience)) << first.stderr_text();
+  child_process& dup = start_worker(1, 0, {"--incarnation", "1"});
+  expect_refused(sched, dup, "already registered and alive");
+
+  // The live worker dies: the scheduler notices and tells the coordinator.
+  first.signal(SIGKILL);
+  EXPECT_EQ(first.wait_exit(patience), 128 + SIGKILL);
+  ASSERT_TRUE(sched.wait_stderr("scheduler: rank 0 lost", patience)) << sched.stderr_text();
+  ASSERT_TRUE(sched.wait_stderr("coordinator: rank 0 lost", patience)) << sched.stderr_text();
+
+  child_process& stale = start_worker(1, 0);  // incarnation 0 again
+  expect_refused(sched, stale, "incarnation above its last one");
+  child_process& next = start_worker(1, 0, {"--incarnation", "1"});
+  ASSERT_TRUE(next.wait_stdout("\"registered\"", patience)) << next.stderr_text();
+  stop_scheduler(sched, 1);
+  EXPECT_EQ(next.wait_exit(patience), 0) << next.stderr_text();
+}
+
+TEST_F(RolesMultiprocTest, AWorkerEndsWhenItsSchedulerDies) {
+  child_process& sched = start_scheduler(1);
+  child_process& w = start_worker(1, 0);
+  ASSERT_TRUE(w.wait_stdout("\"registered\"", patience)) << w.stderr_text();
+  sched.signal(SIGKILL);
+  EXPECT_EQ(sched.wait_exit(patience), 128 + SIGKILL);
+  EXPECT_EQ(w.wait_exit(patience), 1) << w.stderr_text();
+  EXPECT_THAT(w.stderr_text(), HasSubstr("remote_link_unreachable"));
+  // A SIGKILLed creator cannot remove its segment: the next create() of the name would replace
+  // it as stale. Remove it here, as a launcher's cleanup would.
+  const auto left = leftover_segments();
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_EQ(::shm_unlink(left[0].c_str()), 0);
+}
+
+TEST_F(RolesMultiprocTest, AWorkerStopsCleanlyOnSigtermAndTheSchedulerSeesItLeave) {
+  child_process& sched = start_scheduler(1);
+  child_process& w = start_worker(1, 0);
+  ASSERT_TRUE(w.wait_stdout("\"registered\"", patience)) << w.stderr_text();
+  w.signal(SIGTERM);
+  EXPECT_EQ(w.wait_exit(patience), 0) << w.stderr_text();
+  EXPECT_THAT(w.stdout_text(), HasSubstr("{\"event\":\"stopped\",\"rank\":0}"));
+  ASSERT_TRUE(sched.wait_stderr("scheduler: rank 0 lost", patience)) << sched.stderr_text();
+  stop_scheduler(sched, 0);
+}
+
+TEST_F(RolesMultiprocTest, AWorkerWithoutASchedulerExitsWithAClearError) {
+  child_process& sched = start_scheduler(1);
+  stop_scheduler(sched, 0);  // its port is closed now
+  child_process& w = start_worker(1, 0);
+  EXPECT_EQ(w.wait_exit(patience), 1) << w.stderr_text();
+  EXPECT_THAT(w.stderr_text(),
+              HasSubstr("cannot reach the scheduler at 127.0.0.1:" + std::to_string(port_)));
+}
+
+}  // namespace
+}  // namespace kvc::launch
