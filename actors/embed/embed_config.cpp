@@ -1,0 +1,82 @@
+#include "actors/embed/embed_config.hpp"
+
+#include <unistd.h>
+
+#include <string>
+
+#include "actors/runtime/handshake.hpp"
+#include "shm/pool_geometry.hpp"
+#include "shm/segment.hpp"
+
+namespace kvc::embed {
+
+namespace {
+
+status invalid(std::string what) {
+  return make_error(errc::invalid_argument, std::move(what));
+}
+
+status validate_common(const std::string& token, const topology_config& topo,
+                       const pool_config& pool) {
+  if (token.empty()) return invalid("embed: the token is empty");
+  if (topo.tp_size == 0 || topo.pp_size == 0 ||
+      uint64_t{topo.tp_size} * topo.pp_size > runtime::max_world_size) {
+    return invalid("embed: tp_size and pp_size must be >= 1 with tp_size * pp_size <= " +
+                   std::to_string(runtime::max_world_size));
+  }
+  if (pool.instance.empty()) return invalid("embed: pool.instance is empty");
+  for (char c : pool.instance) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '-' || c == '_' || c == '.';
+    if (!ok) return invalid("embed: pool.instance may only hold letters, digits, '-', '_', '.'");
+  }
+  if (pool.slots_per_rank == 0) return invalid("embed: pool.slots_per_rank must be >= 1");
+  if (pool.slot_bytes == 0) return invalid("embed: pool.slot_bytes must be >= 1");
+  const shm::pool_geometry g{topo.world_size(), pool.slots_per_rank, pool.slot_bytes};
+  return shm::validate(g);
+}
+
+}  // namespace
+
+std::string segment_name_for(const pool_config& pool, const topology_config& topo) {
+  return shm::segment_name(::getuid(), pool.instance, topo.node);
+}
+
+status validate(const scheduler_connector_config& cfg) {
+  if (cfg.mode != connection_mode::in_process) {
+    return invalid(
+        "embed: scheduler_connector supports mode in_process only (a separate "
+        "scheduler process cannot take engine steps yet)");
+  }
+  if (auto st = validate_common(cfg.token, cfg.topology, cfg.pool); !st) return st;
+  if (auto g = scheduler::make_geometry(cfg.planner); !g) return g.error();
+  scheduler::manager_config m = cfg.planner.manager;
+  if (m.capacity != 0 && m.capacity != cfg.pool.slots_per_rank) {
+    return invalid("embed: planner.manager.capacity (" + std::to_string(m.capacity) +
+                   ") differs from pool.slots_per_rank (" +
+                   std::to_string(cfg.pool.slots_per_rank) + ")");
+  }
+  m.capacity = cfg.pool.slots_per_rank;
+  if (auto st = scheduler::validate(m); !st) return st;
+  if (cfg.job_timeout.count() < 0) return invalid("embed: job_timeout must be >= 0");
+  if (cfg.network.actor_threads == 0) return invalid("embed: network.actor_threads must be >= 1");
+  return {};
+}
+
+status validate(const worker_connector_config& cfg) {
+  if (auto st = validate_common(cfg.token, cfg.topology, cfg.pool); !st) return st;
+  if (cfg.rank >= cfg.topology.world_size()) {
+    return invalid("embed: rank " + std::to_string(cfg.rank) + " is outside the world of " +
+                   std::to_string(cfg.topology.world_size()) + " ranks");
+  }
+  if (cfg.block_size_factor == 0) return invalid("embed: block_size_factor must be >= 1");
+  if (cfg.backend.empty()) return invalid("embed: backend is empty (\"sim\" or \"cuda\")");
+  if (cfg.mode == connection_mode::connect && cfg.network.port == 0) {
+    return invalid("embed: connect mode needs the scheduler's network.port");
+  }
+  if (cfg.register_timeout.count() <= 0) return invalid("embed: register_timeout must be > 0");
+  if (cfg.network.actor_threads == 0) return invalid("embed: network.actor_threads must be >= 1");
+  return {};
+}
+
+}  // namespace kvc::embed

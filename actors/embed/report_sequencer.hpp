@@ -1,0 +1,55 @@
+#pragma once
+/// report_sequencer: keeps a worker's completion reports within the coordinator's protocol when
+/// an engine drives the per-step calls itself (worker_connector): exactly one report per step,
+/// in step order, each carrying the job results observed since the previous report.
+///
+/// open(step) when a step's metadata is bound; add(results) for every get_finished; close()
+/// when the metadata is cleared. The first add() of an open step releases its report (with the
+/// results held from earlier calls); results of later calls, or of calls between steps, are held
+/// for the next step's report. close() releases the report of a step that had no add().
+///
+/// Pure: no CAF, no clock. Not thread-safe: one owner (the engine's worker thread).
+#include <cstddef>
+#include <optional>
+#include <vector>
+
+#include "proto/completion.hpp"
+#include "proto/ids.hpp"
+#include "proto/status.hpp"
+
+namespace kvc::embed {
+
+class report_sequencer {
+ public:
+  /// One report: the step it closes and the results observed in it.
+  struct batch {
+    step_id step = 0;
+    std::vector<job_result> jobs;
+
+    friend bool operator==(const batch&, const batch&) = default;
+  };
+
+  /// A step's metadata was bound. errc::precondition_failed while a step is open,
+  /// errc::invalid_argument unless `step` is above every step opened before; nothing changes on
+  /// error.
+  status open(step_id step);
+  /// Results of one get_finished call. The open step's report if it has not gone out yet
+  /// (everything held so far plus `jobs`), otherwise std::nullopt and the results are held.
+  std::optional<batch> add(std::vector<job_result> jobs);
+  /// The open step ends: its report if it has not gone out yet (with the held results);
+  /// std::nullopt when no step is open or its report went out already.
+  std::optional<batch> close();
+
+  bool is_open() const noexcept { return open_.has_value(); }
+  std::optional<step_id> last_step() const noexcept { return last_; }
+  /// Results waiting for the next report.
+  size_t held() const noexcept { return held_.size(); }
+
+ private:
+  std::optional<step_id> open_;
+  std::optional<step_id> last_;
+  bool sent_ = false;
+  std::vector<job_result> held_;
+};
+
+}  // namespace kvc::embed

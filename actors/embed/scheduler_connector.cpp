@@ -1,0 +1,290 @@
+#include "actors/embed/scheduler_connector.hpp"
+
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include <spdlog/spdlog.h>
+#include <caf/actor_system.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/io/publish.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
+#include <caf/system_messages.hpp>
+
+#include "actors/coordinator/coordinator_actor.hpp"
+#include "actors/embed/actor_host.hpp"
+#include "actors/embed/local_endpoint.hpp"
+#include "actors/runtime/error_bridge.hpp"
+#include "actors/scheduler/scheduler_actor.hpp"
+#include "shm/segment.hpp"
+
+namespace kvc::embed {
+
+using steady = std::chrono::steady_clock;
+
+struct scheduler_connector::impl {
+  scheduler_connector_config cfg;
+  std::string segment_name;
+  std::unique_ptr<scheduler::connector_scheduler> planner;
+  // Declaration order = reverse destruction order: the actors end before the segment goes.
+  std::optional<shm::segment> segment;
+  std::shared_ptr<actor_host> host;
+  // The engine thread's own actor: the coordinator's sink, so that each step's output goes from
+  // the coordinator straight into this thread's mailbox (no relay through another actor).
+  std::optional<caf::scoped_actor> self;
+  scheduler::scheduler_impl actor;         // invalid after shutdown
+  runtime::coordinator_actor coordinator;  // invalid after shutdown
+  uint16_t port = 0;
+  bool gone = false;                 // the scheduler or the coordinator ended unexpectedly
+  std::optional<step_id> last_step;  // the last step sent
+  step_id through = 0;               // the highest step whose output was applied
+  std::vector<job_result> jobs;      // applied, not yet handed out
+
+  void apply(const connector_output& out) {
+    if (auto st = planner->update_connector_output(out); !st) {
+      spdlog::warn("scheduler_connector: step {}: {}", out.step, st.to_string());
+    }
+    jobs.insert(jobs.end(), out.jobs.begin(), out.jobs.end());
+    through = std::max(through, out.step);
+  }
+
+  /// Takes one message from the mailbox, waiting up to `timeout`. False when none came.
+  bool receive_one(std::chrono::nanoseconds timeout) {
+    bool got = true;
+    (*self)->receive([&](connector_output& out) { apply(out); },
+                     [&](caf::down_msg& dm) {
+                       if (dm.source == actor.address() || dm.source == coordinator.address()) {
+                         spdlog::error("scheduler_connector: the {} ended: {}",
+                                       dm.source == actor.address() ? "scheduler" : "coordinator",
+                                       host->system().render(dm.reason));
+                         gone = true;
+                       }
+                     },
+                     caf::after(timeout) >> [&] { got = false; });
+    return got;
+  }
+
+  void apply_arrived() {
+    while (receive_one(std::chrono::nanoseconds::zero())) {
+    }
+  }
+
+  connector_update collect() {
+    return {planner->take_request_completions(), std::exchange(jobs, {}), through};
+  }
+};
+
+scheduler_connector::scheduler_connector(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+
+scheduler_connector::~scheduler_connector() {
+  if (auto r = shutdown(std::chrono::seconds{5}); !r) {
+    spdlog::warn("scheduler_connector: shutdown: {}", r.error().to_string());
+  }
+}
+
+result<std::unique_ptr<scheduler_connector>> scheduler_connector::create(
+    const scheduler_connector_config& cfg) {
+  if (auto st = validate(cfg); !st) return st;
+  auto p = std::make_unique<impl>();
+  p->cfg = cfg;
+  p->cfg.planner.manager.capacity = cfg.pool.slots_per_rank;
+  p->segment_name = segment_name_for(cfg.pool, cfg.topology);
+
+  // The planner: the engine thread's part.
+  if (cfg.make_manager) {
+    auto m = cfg.make_manager(p->cfg.planner.manager);
+    if (!m) return m.error();
+    if (!*m) return make_error(errc::invalid_argument, "embed: make_manager returned null");
+    auto s = scheduler::connector_scheduler::create(p->cfg.planner, std::move(m).value());
+    if (!s) return s.error();
+    p->planner = std::move(s).value();
+  } else {
+    auto s = scheduler::connector_scheduler::create(p->cfg.planner);
+    if (!s) return s.error();
+    p->planner = std::move(s).value();
+  }
+
+  // The node's pool.
+  const shm::pool_geometry geometry{cfg.topology.world_size(), cfg.pool.slots_per_rank,
+                                    cfg.pool.slot_bytes};
+  auto seg = shm::segment::create(p->segment_name, geometry,
+                                  {.prefault = cfg.pool.prefault, .remove_on_close = true});
+  if (!seg) return seg.error();
+  p->segment.emplace(std::move(seg).value());
+  const uint64_t checksum = p->segment->layout_checksum();
+
+  // The actors. From here on the connector's destructor cleans up after a failure.
+  p->host = actor_host::start(cfg.network, cfg.listen);
+  std::unique_ptr<scheduler_connector> sc{new scheduler_connector(std::move(p))};
+  impl& m = *sc->impl_;
+  caf::actor_system& sys = m.host->system();
+  m.self.emplace(sys);
+  coordinator::coordinator_options copts;
+  copts.world_size = cfg.topology.world_size();
+  copts.job_timeout = cfg.job_timeout;
+  auto coord = coordinator::spawn_coordinator(
+      sys, caf::actor_cast<runtime::output_sink_actor>(caf::actor{*m.self}), copts);
+  if (!coord) return coord.error();
+  m.coordinator = std::move(coord).value();
+  (*m.self)->monitor(m.coordinator);
+  scheduler::scheduler_options so;
+  so.handshake = {.tp_size = cfg.topology.tp_size,
+                  .pp_size = cfg.topology.pp_size,
+                  .node = cfg.topology.node,
+                  .segment = m.segment_name,
+                  .layout_checksum = checksum,
+                  .token = cfg.token};
+  // The scheduler's own output queue stays empty: the coordinator reports to this connector.
+  auto actor = scheduler::spawn_scheduler(sys, so, std::make_shared<scheduler::output_queue>(),
+                                          m.coordinator);
+  if (!actor) return actor.error();
+  m.actor = std::move(actor).value();
+  (*m.self)->monitor(m.actor);
+  if (cfg.listen) {
+    auto port = caf::io::publish(caf::actor_cast<runtime::scheduler_actor>(m.actor),
+                                 cfg.network.port, cfg.network.host.c_str());
+    if (!port) {
+      return make_error(errc::io_error, "embed: cannot listen on " + cfg.network.host + ":" +
+                                            std::to_string(cfg.network.port) + ": " +
+                                            m.host->system().render(port.error()));
+    }
+    m.port = *port;
+  }
+  return sc;
+}
+
+uint16_t scheduler_connector::port() const noexcept {
+  return impl_->port;
+}
+
+const std::string& scheduler_connector::segment_name() const noexcept {
+  return impl_->segment_name;
+}
+
+const scheduler_connector_config& scheduler_connector::config() const noexcept {
+  return impl_->cfg;
+}
+
+local_endpoint scheduler_connector::endpoint() const {
+  return {impl_->host, caf::actor_cast<runtime::scheduler_actor>(impl_->actor)};
+}
+
+status scheduler_connector::wait_for_workers(std::chrono::milliseconds timeout) {
+  impl& m = *impl_;
+  if (!m.actor) return make_error(errc::io_error, "embed: the scheduler connector is shut down");
+  status st;
+  (*m.self)
+      ->request(m.actor, timeout, scheduler::ready_atom::value)
+      .receive([](uint32_t) {}, [&](caf::error& e) { st = runtime::to_status(e); });
+  return st;
+}
+
+scheduler::match_result scheduler_connector::get_num_new_matched_tokens(
+    const scheduler::request_view& req, uint32_t num_computed) {
+  return impl_->planner->get_num_new_matched_tokens(req, num_computed);
+}
+
+status scheduler_connector::update_state_after_alloc(const scheduler::request_view& req,
+                                                     std::span<const gpu_block> block_ids,
+                                                     uint32_t num_external) {
+  return impl_->planner->update_state_after_alloc(req, block_ids, num_external);
+}
+
+result<connector_metadata> scheduler_connector::build_connector_meta(
+    const scheduler::step_input& in) {
+  impl& m = *impl_;
+  if (!m.actor) return make_error(errc::io_error, "embed: the scheduler connector is shut down");
+  if (m.last_step && in.step <= *m.last_step) {
+    return make_error(errc::invalid_argument, "embed: step " + std::to_string(in.step) +
+                                                  " is not above the last step " +
+                                                  std::to_string(*m.last_step));
+  }
+  auto meta = m.planner->build_connector_meta(in);
+  if (!meta) return meta;
+  m.last_step = in.step;
+  (*m.self)->send(m.actor, *meta);
+  return meta;
+}
+
+result<connector_update> scheduler_connector::update_connector_output() {
+  impl& m = *impl_;
+  if (!m.actor) return make_error(errc::io_error, "embed: the scheduler connector is shut down");
+  m.apply_arrived();
+  if (m.gone) return make_error(errc::io_error, "embed: the scheduler actors are gone");
+  return m.collect();
+}
+
+result<connector_update> scheduler_connector::update_connector_output(
+    step_id step, std::chrono::nanoseconds timeout) {
+  impl& m = *impl_;
+  if (!m.actor) return make_error(errc::io_error, "embed: the scheduler connector is shut down");
+  const auto deadline = steady::now() + timeout;
+  m.apply_arrived();
+  while (m.through < step && !m.gone) {
+    const auto left = std::max(deadline - steady::now(), steady::duration::zero());
+    if (!m.receive_one(left) && steady::now() >= deadline) break;
+  }
+  if (m.gone) {
+    return make_error(errc::io_error, "embed: the scheduler actors are gone (step " +
+                                          std::to_string(step) + " never completed)");
+  }
+  if (m.through < step) {
+    return make_error(errc::timeout,
+                      "embed: the output of step " + std::to_string(step) +
+                          " did not arrive in time (last: " + std::to_string(m.through) + ")");
+  }
+  m.apply_arrived();
+  return m.collect();
+}
+
+bool scheduler_connector::request_finished(std::string_view req_id) {
+  return impl_->planner->request_finished(req_id);
+}
+
+std::vector<kv_event> scheduler_connector::take_events() {
+  return impl_->planner->take_events();
+}
+
+const scheduler::connector_stats& scheduler_connector::stats() const noexcept {
+  return impl_->planner->stats();
+}
+
+size_t scheduler_connector::jobs_in_flight() const noexcept {
+  return impl_->planner->jobs_in_flight();
+}
+
+size_t scheduler_connector::tracked_requests() const noexcept {
+  return impl_->planner->tracked_requests();
+}
+
+const scheduler::connector_scheduler& scheduler_connector::planner() const noexcept {
+  return *impl_->planner;
+}
+
+result<uint32_t> scheduler_connector::shutdown(std::chrono::milliseconds timeout) {
+  impl& m = *impl_;
+  if (!m.host) return 0u;
+  uint32_t stopped = 0;
+  status st;
+  if (m.actor) {
+    (*m.self)
+        ->request(m.actor, timeout, scheduler::stop_atom::value)
+        .receive([&](uint32_t n) { stopped = n; },
+                 [&](caf::error& e) { st = runtime::to_status(e); });
+    caf::anon_send_exit(m.actor, caf::exit_reason::user_shutdown);
+    m.actor = nullptr;
+  }
+  if (m.coordinator) {
+    caf::anon_send_exit(m.coordinator, caf::exit_reason::user_shutdown);
+    m.coordinator = nullptr;
+  }
+  m.self.reset();
+  m.host.reset();     // the last owner waits for the actors to end
+  m.segment.reset();  // removes the segment's name
+  if (!st) return st;
+  return stopped;
+}
+
+}  // namespace kvc::embed

@@ -1,0 +1,130 @@
+#pragma once
+/// worker_connector: the worker side of the KV connector for one rank of an engine (the methods
+/// of vLLM's KVConnectorBase_V1 with role WORKER), called from the engine's worker thread.
+///
+/// It owns the rank's copy engine ("sim" or "cuda", chosen by the config), its mapping of the
+/// node's shm pool, the pure connector_worker that turns each step's jobs into transfers, and
+/// the rank's actor, which registers the rank with the scheduler (in this process or at
+/// host:port). The rank's actor is not scheduled: CAF's network thread hands each step's
+/// metadata straight to the engine thread (a queue that bind_connector_metadata takes from),
+/// and get_finished sends the rank's completion report from the engine thread straight to the
+/// coordinator; each hand-off between threads costs a wake-up, so there are no others. No call
+/// waits on the network except bind_connector_metadata when the metadata has not arrived yet.
+///
+/// Per engine step, in this order (vLLM's order; see docs/embedding.md):
+///   bind_connector_metadata(step)   the metadata the scheduler planned for `step`
+///   handle_preemptions()            before the step overwrites preempted requests' blocks
+///   start_load_kv()                 at the start of the forward
+///   ... the forward ...
+///   wait_for_save()                 at the end of the forward (queues this step's stores)
+///   get_finished(finished_ids)      finished_sending / finished_recving; reports the rank's
+///                                   job results to the coordinator
+///   get_block_ids_with_load_errors()
+///   clear_connector_metadata()
+/// Every step the scheduler planned must be bound and cleared, in order: the coordinator
+/// releases a step's output once every rank reported that step.
+///
+/// Ownership: the KV cache memory is the engine's (register_kv_caches borrows it; with the sim
+/// backend it must come from copy_engine().allocate_device). Destruction ends the actor and
+/// unmaps the pool (it never removes the segment: the scheduler side does). Not thread-safe: one
+/// engine thread calls everything. The public headers include no CAF.
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "actors/embed/embed_config.hpp"
+#include "cuda/copy_engine.hpp"
+#include "cuda/kv_layout.hpp"
+#include "proto/completion.hpp"
+#include "proto/connector_metadata.hpp"
+#include "proto/ids.hpp"
+#include "proto/status.hpp"
+
+namespace kvc::embed {
+
+class scheduler_connector;
+
+/// What one get_finished call reports.
+struct finished_requests {
+  /// R1 request-level sets (connector_worker.hpp): requests whose stores all finished after the
+  /// request did, and requests whose load finished.
+  std::vector<std::string> finished_sending;
+  std::vector<std::string> finished_recving;
+  /// This rank's job results observed by this call (already on their way to the coordinator).
+  std::vector<job_result> jobs;
+};
+
+class worker_connector {
+ public:
+  /// Validates the config, makes the copy engine, attaches the pool's segment (refusing another
+  /// geometry: errc::layout_mismatch; errc::not_found before the scheduler created it), builds
+  /// the connector worker over this rank's region, and registers with the scheduler: in_process
+  /// with `local` (required then), connect at network.host:port. Waits for the scheduler's
+  /// answer up to register_timeout: a refusal comes back as the scheduler's error
+  /// (errc::protocol_mismatch, layout_mismatch, ...), no answer as errc::timeout, an
+  /// unreachable scheduler as errc::io_error.
+  static result<std::unique_ptr<worker_connector>> create(const worker_connector_config& cfg,
+                                                          scheduler_connector* local = nullptr);
+
+  worker_connector(const worker_connector&) = delete;
+  worker_connector& operator=(const worker_connector&) = delete;
+  ~worker_connector();
+
+  /// The rank's copy engine: allocate_device / upload / download for the engine's KV cache.
+  cuda::copy_engine& copy_engine() noexcept;
+
+  // --- KVConnectorBase_V1, worker side ---
+
+  /// Registers the rank's GPU KV tensors (raw device pointers, shapes, byte strides;
+  /// cuda/kv_layout.hpp). errc::layout_mismatch when one offloaded block does not fit a slot.
+  status register_kv_caches(std::span<const cuda::kv_tensor_desc> tensors);
+  /// The same from regions (vLLM's register_cross_layers_kv_cache).
+  status register_kv_regions(std::vector<cuda::kv_region> regions, uint64_t num_gpu_blocks);
+
+  /// Binds the metadata of `step`, waiting up to `timeout` for it to arrive. errc::timeout when
+  /// it did not; errc::io_error when the scheduler is gone; errc::invalid_argument when the next
+  /// metadata is for another step (it stays queued); errc::precondition_failed while a step is
+  /// bound. A metadata the connector refuses (a repeated job id) still binds the step, so it is
+  /// reported, and its error is returned.
+  status bind_connector_metadata(step_id step, std::chrono::nanoseconds timeout);
+  /// The bound metadata; nullptr between steps.
+  const connector_metadata* metadata() const noexcept;
+  /// Submits the stores deferred from the previous step, then waits for the bound metadata's
+  /// flush jobs (preempted requests) to finish.
+  status handle_preemptions(const cuda::submit_options& opts = {});
+  /// Starts this step's loads (and the deferred stores, if handle_preemptions did not).
+  status start_load_kv(const cuda::submit_options& opts = {});
+  /// Queues this step's stores; they are submitted at the start of the next step.
+  status wait_for_save();
+  /// Collects finished transfers without blocking; sends this rank's report of the bound step
+  /// (the first call per step; later results go with the next step's report).
+  finished_requests get_finished(std::span<const std::string> finished_req_ids);
+  /// GPU blocks of the loads that failed since the last call.
+  std::vector<gpu_block> get_block_ids_with_load_errors();
+  /// Unbinds the step (its unstarted jobs fail); reports the step if get_finished did not.
+  void clear_connector_metadata();
+
+  // --- introspection ---
+  rank_id rank() const noexcept;
+  /// False once the scheduler is gone (stopped or lost): no more metadata will come.
+  bool connected() const noexcept;
+  /// This rank's bytes of CPU slot `s` in the pool; empty when out of range (checks, debugging).
+  std::span<const std::byte> pool_slot(cpu_slot s) const noexcept;
+  /// The registered KV layout; nullptr before register_kv_caches.
+  const cuda::kv_layout* layout() const noexcept;
+  size_t transfers_in_flight() const noexcept;
+  size_t queued_stores() const noexcept;
+  /// Jobs bound and not yet reported.
+  size_t jobs_known() const noexcept;
+
+ private:
+  struct impl;
+  explicit worker_connector(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace kvc::embed

@@ -1,0 +1,350 @@
+// The embedding facades with real actors in one process: a scheduler_connector hosting the
+// scheduler + coordinator, worker_connectors registered in process (and one over loopback TCP),
+// the sim copy engine. The test thread plays the engine: it makes the scheduler-side calls, then
+// each worker's calls in vLLM's order. Waits are on messages with deadlines (a step's output, the
+// next metadata, a registration), never sleeps.
+#include "actors/embed/scheduler_connector.hpp"
+#include "actors/embed/worker_connector.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tests/shm/shm_fixture.hpp"
+
+namespace kvc::embed {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr uint32_t bs = 4;  // tokens per GPU block; offloaded block = GPU block (factor 1)
+constexpr uint32_t token_bytes = 8;
+constexpr uint64_t page = uint64_t{bs} * token_bytes;
+constexpr uint32_t num_blocks = 16;
+constexpr uint32_t slots = 8;
+
+/// The bytes the test's "forward" writes into GPU block b of rank r for request tag t.
+std::vector<std::byte> pattern(uint64_t t, rank_id r, gpu_block b) {
+  std::vector<std::byte> out(page);
+  for (size_t i = 0; i < page; i += 8) {
+    const uint64_t v = block_key::mix(t * 1000003 + r * 7919 + b * 31 + i);
+    std::memcpy(out.data() + i, &v, 8);
+  }
+  return out;
+}
+
+struct rank_kv {
+  std::unique_ptr<worker_connector> wc;
+  cuda::device_buffer buf;
+
+  std::byte* block(gpu_block b) const { return static_cast<std::byte*>(buf.data) + b * page; }
+  std::vector<std::byte> read(gpu_block b) const {
+    std::vector<std::byte> out(page);
+    EXPECT_TRUE(wc->copy_engine().download(out.data(), block(b), page).ok());
+    return out;
+  }
+};
+
+class EmbedTest : public shm::testing::ShmTest {
+ protected:
+  scheduler_connector_config sched_cfg(uint32_t tp) const {
+    scheduler_connector_config c;
+    c.listen = false;
+    c.token = "secret";
+    c.topology.tp_size = tp;
+    c.pool = {.instance = instance_, .slots_per_rank = slots, .slot_bytes = page};
+    c.planner.gpu_block_size = bs;
+    return c;
+  }
+
+  worker_connector_config worker_cfg(rank_id r, uint32_t tp) const {
+    worker_connector_config c;
+    c.mode = connection_mode::in_process;
+    c.token = "secret";
+    c.topology.tp_size = tp;
+    c.pool = {.instance = instance_, .slots_per_rank = slots, .slot_bytes = page};
+    c.rank = r;
+    c.register_timeout = 5s;
+    return c;
+  }
+
+  /// Creates the worker, allocates and registers its KV cache: (blocks, bs, token_bytes) bytes.
+  ::testing::AssertionResult add_worker(scheduler_connector* sc, const worker_connector_config& c) {
+    auto w = worker_connector::create(c, sc);
+    if (!w) return ::testing::AssertionFailure() << w.error().to_string();
+    auto buf = (*w)->copy_engine().allocate_device(num_blocks * page);
+    if (!buf) return ::testing::AssertionFailure() << buf.error().to_string();
+    const cuda::kv_tensor_desc desc{reinterpret_cast<uintptr_t>(buf->data),
+                                    {num_blocks, bs, token_bytes},
+                                    {static_cast<int64_t>(page), token_bytes, 1},
+                                    1,
+                                    0};
+    if (auto st = (*w)->register_kv_caches({&desc, 1}); !st) {
+      return ::testing::AssertionFailure() << st.to_string();
+    }
+    ranks_.push_back({std::move(w).value(), *buf});
+    return ::testing::AssertionSuccess();
+  }
+
+  /// One engine step: plan, every worker's calls around a forward that writes `writes` (block
+  /// -> request tag), then the step's output.
+  result<connector_update> step(scheduler_connector& sc, step_id s,
+                                std::vector<scheduler::scheduled_request> fresh = {},
+                                std::vector<std::pair<gpu_block, uint64_t>> writes = {}) {
+    auto meta = sc.build_connector_meta({s, fresh, {}, {}});
+    if (!meta) return meta.error();
+    last_meta_ = *meta;
+    for (auto& rk : ranks_) {
+      worker_connector& w = *rk.wc;
+      if (auto st = w.bind_connector_metadata(s, 5s); !st) return st;
+      if (auto st = w.handle_preemptions(); !st) return st;
+      if (auto st = w.start_load_kv(); !st) return st;
+      for (auto [b, tag] : writes) {
+        const auto bytes = pattern(tag, w.rank(), b);
+        if (auto st = w.copy_engine().upload(rk.block(b), bytes.data(), page); !st) return st;
+      }
+      if (auto st = w.wait_for_save(); !st) return st;
+      w.get_finished({});
+      if (!w.get_block_ids_with_load_errors().empty()) {
+        return make_error(errc::device_error, "load errors");
+      }
+      w.clear_connector_metadata();
+    }
+    return sc.update_connector_output(s, 5s);
+  }
+
+  const std::string instance_ = shm::testing::test_instance_prefix() + "embed";
+  std::vector<rank_kv> ranks_;
+  connector_metadata last_meta_;
+};
+
+std::vector<block_key> keys(std::initializer_list<uint64_t> ids) {
+  std::vector<block_key> out;
+  for (uint64_t i : ids) out.push_back(block_key::from_index(i));
+  return out;
+}
+
+bool contains(const std::vector<std::string>& v, const std::string& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+TEST_F(EmbedTest, StoreThenLoadAcrossTwoRanksIsByteExact) {
+  auto sc = scheduler_connector::create(sched_cfg(2));
+  ASSERT_TRUE(sc.ok()) << sc.error().to_string();
+  EXPECT_EQ((*sc)->port(), 0);  // listen = false
+  ASSERT_TRUE(add_worker(sc->get(), worker_cfg(0, 2)));
+  ASSERT_TRUE(add_worker(sc->get(), worker_cfg(1, 2)));
+  ASSERT_TRUE((*sc)->wait_for_workers(5s).ok());
+
+  // Request a: 8 tokens = 2 blocks, nothing offloaded yet; its prefill stores both blocks.
+  const auto ka = keys({11, 12});
+  const scheduler::request_view a{"a", ka, 8};
+  EXPECT_EQ((*sc)->get_num_new_matched_tokens(a, 0), (scheduler::match_result{0u, false}));
+  const std::vector<gpu_block> blocks_a{1, 2};
+  ASSERT_TRUE((*sc)->update_state_after_alloc(a, blocks_a, 0).ok());
+  step_id s = 1;
+  auto out = step(**sc, s, {{a, blocks_a, 0, 8}}, {{1, 100}, {2, 100}});
+  ASSERT_TRUE(out.ok()) << out.error().to_string();
+  ASSERT_EQ(last_meta_.stores.size(), 1u);
+  const auto a_slots = last_meta_.stores[0].slots;
+  ASSERT_EQ(a_slots.size(), 2u);
+  EXPECT_TRUE((*sc)->request_finished("a"));  // its store is in flight: delay_free
+
+  // Empty steps until the store completed on both ranks and a's blocks may be freed.
+  bool sent = false;
+  while (!sent && s < 500) {
+    out = step(**sc, ++s);
+    ASSERT_TRUE(out.ok()) << out.error().to_string();
+    sent = contains(out->completions.finished_sending, "a");
+  }
+  ASSERT_TRUE(sent);
+  const auto events = (*sc)->take_events();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind, kv_event_kind::stored);
+  EXPECT_EQ(events[0].keys, ka);
+
+  // Request b: a's 8 tokens + 1. Both blocks hit in the CPU pool and load into fresh blocks.
+  const scheduler::request_view b{"b", ka, 9};
+  EXPECT_EQ((*sc)->get_num_new_matched_tokens(b, 0), (scheduler::match_result{8u, true}));
+  const std::vector<gpu_block> blocks_b{5, 6, 7};
+  ASSERT_TRUE((*sc)->update_state_after_alloc(b, blocks_b, 8).ok());
+  out = step(**sc, ++s);
+  ASSERT_TRUE(out.ok()) << out.error().to_string();
+  ASSERT_EQ(last_meta_.loads.size(), 1u);
+  EXPECT_EQ(last_meta_.loads[0].slots, a_slots);
+  EXPECT_EQ(last_meta_.loads[0].gpu_blocks, (std::vector<gpu_block>{5, 6}));
+  bool recv = contains(out->completions.finished_recving, "b");
+  while (!recv && s < 1000) {
+    out = step(**sc, ++s);
+    ASSERT_TRUE(out.ok()) << out.error().to_string();
+    recv = contains(out->completions.finished_recving, "b");
+  }
+  ASSERT_TRUE(recv);
+  for (const auto& rk : ranks_) {
+    EXPECT_EQ(rk.read(5), pattern(100, rk.wc->rank(), 1)) << "rank " << rk.wc->rank();
+    EXPECT_EQ(rk.read(6), pattern(100, rk.wc->rank(), 2)) << "rank " << rk.wc->rank();
+  }
+  EXPECT_FALSE((*sc)->request_finished("b"));
+
+  EXPECT_EQ((*sc)->stats().stores_ok, 1u);
+  EXPECT_EQ((*sc)->stats().loads_ok, 1u);
+  EXPECT_EQ((*sc)->jobs_in_flight(), 0u);
+  EXPECT_EQ((*sc)->tracked_requests(), 0u);
+  auto stopped = (*sc)->shutdown(5s);
+  ASSERT_TRUE(stopped.ok()) << stopped.error().to_string();
+  EXPECT_EQ(*stopped, 2u);
+}
+
+TEST_F(EmbedTest, WorkerOverLoopbackTcpRegistersAndReportsEachStep) {
+  auto cfg = sched_cfg(1);
+  cfg.listen = true;
+  auto sc = scheduler_connector::create(cfg);
+  ASSERT_TRUE(sc.ok()) << sc.error().to_string();
+  ASSERT_NE((*sc)->port(), 0);
+  auto wc = worker_cfg(0, 1);
+  wc.mode = connection_mode::connect;
+  wc.network.port = (*sc)->port();
+  ASSERT_TRUE(add_worker(nullptr, wc));  // its own actor system, over TCP
+  ASSERT_TRUE((*sc)->wait_for_workers(5s).ok());
+  for (step_id s = 1; s <= 3; ++s) {
+    auto out = step(**sc, s);
+    ASSERT_TRUE(out.ok()) << out.error().to_string();
+    EXPECT_EQ(out->through_step, s);
+  }
+  auto stopped = (*sc)->shutdown(5s);
+  ASSERT_TRUE(stopped.ok());
+  EXPECT_EQ(*stopped, 1u);
+  // The scheduler is gone: the worker learns it from its queue, not from a timeout.
+  EXPECT_EQ(ranks_[0].wc->bind_connector_metadata(4, 10s).code(), errc::io_error);
+  EXPECT_FALSE(ranks_[0].wc->connected());
+}
+
+TEST_F(EmbedTest, RegistrationRefusalsComeBackAsErrors) {
+  auto sc = scheduler_connector::create(sched_cfg(2));
+  ASSERT_TRUE(sc.ok());
+  auto bad_token = worker_cfg(0, 2);
+  bad_token.token = "guess";
+  auto w = worker_connector::create(bad_token, sc->get());
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.code(), errc::protocol_mismatch) << w.error().to_string();
+
+  auto other_pool = worker_cfg(0, 2);
+  other_pool.pool.slots_per_rank = slots + 1;  // another geometry than the segment's
+  w = worker_connector::create(other_pool, sc->get());
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.code(), errc::layout_mismatch) << w.error().to_string();
+
+  w = worker_connector::create(worker_cfg(0, 2), nullptr);  // in_process without a scheduler
+  EXPECT_EQ(w.code(), errc::invalid_argument);
+  w = worker_connector::create(worker_cfg(2, 2), sc->get());  // rank outside the world
+  EXPECT_EQ(w.code(), errc::invalid_argument);
+
+  // The refusals changed nothing: rank 0 registers, and twice is refused.
+  ASSERT_TRUE(add_worker(sc->get(), worker_cfg(0, 2)));
+  w = worker_connector::create(worker_cfg(0, 2), sc->get());
+  EXPECT_EQ(w.code(), errc::protocol_mismatch) << w.error().to_string();
+  EXPECT_EQ((*sc)->wait_for_workers(0ms).code(), errc::timeout);  // rank 1 is missing
+}
+
+TEST_F(EmbedTest, BindTakesTheMetadataOfItsStepOnly) {
+  auto sc = scheduler_connector::create(sched_cfg(1));
+  ASSERT_TRUE(sc.ok());
+  ASSERT_TRUE(add_worker(sc->get(), worker_cfg(0, 1)));
+  worker_connector& w = *ranks_[0].wc;
+  EXPECT_EQ(w.bind_connector_metadata(1, 0ms).code(), errc::timeout);  // nothing planned yet
+  ASSERT_TRUE((*sc)->build_connector_meta({1, {}, {}, {}}).ok());
+  EXPECT_EQ((*sc)->build_connector_meta({1, {}, {}, {}}).code(), errc::invalid_argument);
+  EXPECT_EQ(w.bind_connector_metadata(2, 5s).code(), errc::invalid_argument);  // step 1 is next
+  EXPECT_EQ(w.metadata(), nullptr);
+  ASSERT_TRUE(w.bind_connector_metadata(1, 5s).ok());  // still queued
+  ASSERT_NE(w.metadata(), nullptr);
+  EXPECT_EQ(w.metadata()->step, 1u);
+  EXPECT_EQ(w.bind_connector_metadata(1, 5s).code(), errc::precondition_failed);
+  EXPECT_EQ((*sc)->update_connector_output(1, 0ms).code(), errc::timeout);  // not reported yet
+  w.clear_connector_metadata();  // reports step 1 without a get_finished
+  auto out = (*sc)->update_connector_output(1, 5s);
+  ASSERT_TRUE(out.ok()) << out.error().to_string();
+  EXPECT_EQ(out->through_step, 1u);
+  EXPECT_TRUE(out->jobs.empty());
+
+  // Steps 2 and 3: waiting for step 3's output applies step 2's too (outputs come in order);
+  // polling afterwards finds nothing new and does not wait.
+  for (step_id s = 2; s <= 3; ++s) {
+    ASSERT_TRUE((*sc)->build_connector_meta({s, {}, {}, {}}).ok());
+    ASSERT_TRUE(w.bind_connector_metadata(s, 5s).ok());
+    w.get_finished({});
+    w.clear_connector_metadata();
+  }
+  out = (*sc)->update_connector_output(3, 5s);
+  ASSERT_TRUE(out.ok()) << out.error().to_string();
+  EXPECT_EQ(out->through_step, 3u);
+  auto poll = (*sc)->update_connector_output();
+  ASSERT_TRUE(poll.ok());
+  EXPECT_EQ(poll->through_step, 3u);
+  EXPECT_TRUE(poll->jobs.empty() && poll->completions.empty());
+}
+
+TEST_F(EmbedTest, ShutdownReachesInProcessWorkers) {
+  auto sc = scheduler_connector::create(sched_cfg(1));
+  ASSERT_TRUE(sc.ok());
+  ASSERT_TRUE(add_worker(sc->get(), worker_cfg(0, 1)));
+  auto stopped = (*sc)->shutdown(5s);
+  ASSERT_TRUE(stopped.ok());
+  EXPECT_EQ(*stopped, 1u);
+  EXPECT_EQ(ranks_[0].wc->bind_connector_metadata(1, 10s).code(), errc::io_error);
+  EXPECT_FALSE(ranks_[0].wc->connected());
+  EXPECT_EQ((*sc)->update_connector_output().code(), errc::io_error);
+  EXPECT_EQ((*sc)->build_connector_meta({1, {}, {}, {}}).code(), errc::io_error);
+  EXPECT_EQ(worker_connector::create(worker_cfg(0, 1), sc->get()).code(), errc::io_error);
+  auto again = (*sc)->shutdown(5s);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, 0u);
+}
+
+TEST(EmbedConfigTest, BadConfigsAreRefusedBeforeAnythingStarts) {
+  scheduler_connector_config s;
+  s.token = "t";
+  s.pool = {.instance = "cfg", .slots_per_rank = 4, .slot_bytes = 64};
+  EXPECT_TRUE(validate(s).ok());
+  auto bad = s;
+  bad.mode = connection_mode::connect;
+  EXPECT_EQ(validate(bad).code(), errc::invalid_argument);
+  bad = s;
+  bad.token.clear();
+  EXPECT_EQ(validate(bad).code(), errc::invalid_argument);
+  bad = s;
+  bad.pool.instance = "a/b";
+  EXPECT_EQ(validate(bad).code(), errc::invalid_argument);
+  bad = s;
+  bad.planner.manager.capacity = 5;  // differs from slots_per_rank
+  EXPECT_EQ(validate(bad).code(), errc::invalid_argument);
+  bad = s;
+  bad.planner.offloaded_block_size = 24;  // not a multiple of the GPU block size 16
+  EXPECT_EQ(validate(bad).code(), errc::invalid_argument);
+  bad = s;
+  bad.topology.tp_size = 0;
+  EXPECT_EQ(validate(bad).code(), errc::invalid_argument);
+  EXPECT_EQ(scheduler_connector::create(bad).code(), errc::invalid_argument);
+
+  worker_connector_config w;
+  w.token = "t";
+  w.pool = s.pool;
+  w.network.port = 1;
+  EXPECT_TRUE(validate(w).ok());
+  auto wb = w;
+  wb.network.port = 0;  // connect needs the scheduler's port
+  EXPECT_EQ(validate(wb).code(), errc::invalid_argument);
+  wb = w;
+  wb.block_size_factor = 0;
+  EXPECT_EQ(validate(wb).code(), errc::invalid_argument);
+  wb = w;
+  wb.pool.slot_bytes = 0;
+  EXPECT_EQ(validate(wb).code(), errc::invalid_argument);
+}
+
+}  // namespace
+}  // namespace kvc::embed
