@@ -6,5 +6,24 @@
 namespace kvc::launch {
 
 void add_version_command(CLI::App& app, int& exit_code);
+/// `replay [FILE|-]`: offload-manager ops as JSON lines, one answer line per op.
+void add_replay_command(CLI::App& app, int& exit_code);
+/// `bench gen-trace` and `bench manager` (adds to the shared `bench` group).
+void add_bench_manager_command(CLI::App& app, int& exit_code);
+/// `bench planner` (adds to the shared `bench` group, creating it if absent).
+void add_bench_planner_command(CLI::App& app, int& exit_code);
+
+/// `bench copy`: copy engine through a shm pool vs memcpy (adds to the shared `bench` group).
+void add_bench_copy_command(CLI::App& app, int& exit_code);
+
+/// `bench step`: one engine step's control-plane round trip through the embedding API to TP
+/// worker processes vs a bare ZeroMQ round trip (adds to the shared `bench` group).
+void add_bench_step_command(CLI::App& app, int& exit_code);
+
+/// `scheduler`: the scheduler + coordinator of one node (creates the shm pool, publishes on
+/// 127.0.0.1, prints {"event":"listening","port":N}); --smoke-steps drives a self-check.
+void add_scheduler_command(CLI::App& app, int& exit_code);
+/// `worker --rank R --port P`: one rank's worker process (registers, executes steps).
+void add_worker_command(CLI::App& app, int& exit_code);
 
 }  // namespace kvc::launch

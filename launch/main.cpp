@@ -9,6 +9,13 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   int exit_code = 0;
   kvc::launch::add_version_command(app, exit_code);
+  kvc::launch::add_replay_command(app, exit_code);
+  kvc::launch::add_bench_manager_command(app, exit_code);
+  kvc::launch::add_bench_planner_command(app, exit_code);
+  kvc::launch::add_bench_copy_command(app, exit_code);
+  kvc::launch::add_bench_step_command(app, exit_code);
+  kvc::launch::add_scheduler_command(app, exit_code);
+  kvc::launch::add_worker_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -10,6 +10,11 @@ namespace kvc::scheduler {
 
 enum class eviction_policy : uint8_t { lru = 0, arc = 1 };
 
+/// Upper bounds: node arrays are reserved up front (committed lazily by the OS) and every
+/// slot / node id, ARC ghosts included, must fit in 32 bits.
+inline constexpr uint32_t max_manager_capacity = 1u << 26;
+inline constexpr uint32_t max_tracker_entries = 1u << 26;
+
 struct manager_config {
   uint32_t capacity = 0;                        ///< CPU slots; must be >= 1
   eviction_policy policy = eviction_policy::lru;
@@ -23,7 +28,8 @@ result<eviction_policy> parse_eviction_policy(std::string_view name);
 std::string_view to_string(eviction_policy p) noexcept;
 
 /// Checks capacity >= 1, store_threshold == 0 or >= 2 (1 is an error, as in vLLM),
-/// max_tracker_size >= 1 when the filter is on.
+/// max_tracker_size >= 1 when the filter is on. Also capacity <= max_manager_capacity and
+/// max_tracker_size <= max_tracker_entries.
 status validate(const manager_config& cfg);
 
 }  // namespace kvc::scheduler

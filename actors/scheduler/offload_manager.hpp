@@ -12,7 +12,9 @@
 ///
 /// Returned spans point into buffers owned by the manager and stay valid until the next
 /// non-const call. Not thread-safe: one actor owns it.
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -43,6 +45,11 @@ class offload_manager {
   /// True iff the key is present and ready. Counts the lookup in the reuse filter.
   virtual bool lookup(const block_key& key) = 0;
 
+  /// lookup() of keys[0], keys[1], ... up to and including the first miss; returns the number
+  /// of hits (R1's maximal-prefix scan, one virtual call per batch). Only the keys actually
+  /// looked up are counted by the reuse filter.
+  virtual uint32_t lookup_prefix(std::span<const block_key> keys) = 0;
+
   /// Pins every key for reading (ref += 1) and returns their slots in key order.
   /// Error, nothing changed, if any key is absent or not ready.
   virtual result<std::span<const cpu_slot>> prepare_load(std::span<const block_key> keys) = 0;
@@ -64,9 +71,17 @@ class offload_manager {
   /// Moves the recorded events out (empty when events are disabled).
   virtual std::vector<kv_event> take_events() = 0;
 
+  /// Allocation-free take_events(): calls fn(kind, keys) for each recorded event in order,
+  /// then forgets them. `keys` is valid only during the call; fn must not call the manager.
+  using event_visitor = std::function<void(kv_event_kind, std::span<const block_key>)>;
+  virtual void drain_events(const event_visitor& fn) = 0;
+
   /// Number of slots in the pool and number of tracked (present) blocks.
   virtual uint32_t capacity() const noexcept = 0;
   virtual uint32_t size() const noexcept = 0;
+  /// Heap bytes of the ledger proper: node arrays, key indexes, reuse tracker (not the reused
+  /// call buffers, which scale with the largest batch and the undrained events).
+  virtual size_t memory_bytes() const noexcept = 0;
 };
 
 }  // namespace kvc::scheduler

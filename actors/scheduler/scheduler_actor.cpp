@@ -67,8 +67,44 @@ void fan_out(self_pointer self, const connector_metadata& meta) {
   }
 }
 
+/// An engine's scheduler thread authenticates (its registration is checked like rank 0's) and
+/// subscribes `sink` to the step outputs. One engine at a time.
+caf::result<uint32_t> subscribe(self_pointer self, const runtime::worker_registration& reg,
+                                const runtime::output_sink_actor& sink) {
+  scheduler_state& st = self->state;
+  status s = !sink ? make_error(errc::invalid_argument, "engine subscription without a sink")
+             : st.engine && st.engine != sink
+                 ? make_error(errc::not_ready, "another engine is subscribed")
+                 : runtime::validate_registration(st.registry->expectation(), reg);
+  if (!s) {
+    s = make_error(s.code(), "engine (pid " + std::to_string(reg.pid) + ") refused: " +
+                                 s.message());
+    spdlog::warn("scheduler: {}", s.to_string());
+    return runtime::to_caf_error(s);
+  }
+  st.engine = sink;
+  self->monitor(sink);
+  spdlog::info("scheduler: engine (pid {}) subscribed", reg.pid);
+  return st.registry->world_size();
+}
+
+void submit(self_pointer self, const connector_metadata& meta) {
+  const runtime::output_sink_actor& e = self->state.engine;
+  if (e && self->current_sender() == caf::actor_cast<caf::strong_actor_ptr>(e)) {
+    fan_out(self, meta);
+  } else {
+    spdlog::warn("scheduler: dropped step {} from a sender that is not the subscribed engine",
+                 meta.step);
+  }
+}
+
 void on_down(self_pointer self, const caf::down_msg& dm) {
   scheduler_state& st = self->state;
+  if (st.engine && st.engine.address() == dm.source) {
+    spdlog::info("scheduler: engine unsubscribed: {}", self->system().render(dm.reason));
+    st.engine = runtime::output_sink_actor{};
+    return;
+  }
   for (rank_id r = 0; r < st.workers.size(); ++r) {
     if (!st.workers[r] || st.workers[r].address() != dm.source) continue;
     st.workers[r] = runtime::worker_actor{};
@@ -129,7 +165,16 @@ scheduler_impl::behavior_type scheduler(self_pointer self, worker_registry regis
       [self](runtime::hello_atom, const runtime::worker_registration& reg,
              const runtime::worker_actor& worker) { return admit(self, reg, worker); },
       [self](const connector_metadata& meta) { fan_out(self, meta); },
-      [self](const connector_output& out) { self->state.outputs->push(out); },
+      [self](const connector_output& out) {
+        if (self->state.engine) {
+          self->send(self->state.engine, out);
+        } else {
+          self->state.outputs->push(out);
+        }
+      },
+      [self](runtime::engine_hello_atom, const runtime::worker_registration& reg,
+             const runtime::output_sink_actor& sink) { return subscribe(self, reg, sink); },
+      [self](runtime::submit_atom, const connector_metadata& meta) { submit(self, meta); },
       [self](ready_atom) {
         auto rp = self->make_response_promise<uint32_t>();
         const worker_registry& reg = *self->state.registry;

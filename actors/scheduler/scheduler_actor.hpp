@@ -11,7 +11,11 @@
 ///   * a step (connector_metadata): sends expect(step, loads, stores) to the coordinator, then the
 ///     metadata to every live worker, in rank order. A step not above the previous one is logged
 ///     and dropped (the engine must number steps upwards).
-///   * connector_output (from the coordinator): pushed to the output queue.
+///   * connector_output (from the coordinator): sent to the subscribed engine if there is one,
+///     else pushed to the output queue.
+///   * engine_hello (an engine's scheduler thread in another process): checks its registration
+///     (token, protocol, topology, segment, layout) and subscribes its sink, one at a time;
+///     submit (from the subscriber only): the same as a step. The subscriber is monitored.
 ///   * a worker's death (down_msg): rank_down to the coordinator, the rank may register again
 ///     with a higher incarnation.
 ///   * ready: answered with the world size once every rank has a live worker.
@@ -44,15 +48,15 @@
 namespace kvc::scheduler {
 
 /// (ready) -> world size, once every rank has a live worker.
-using ready_atom = caf::atom_constant<caf::atom("kvc_ready")>;
+using ready_atom = runtime::ready_atom;
 /// (stop) -> number of workers stopped, once they are all down.
 using stop_atom = caf::atom_constant<caf::atom("kvc_stop")>;
 
 /// The implementation's interface: the public one (published to workers) plus the messages of
-/// the process that hosts it. Publish it narrowed to runtime::scheduler_actor.
-using scheduler_impl = runtime::scheduler_actor::extend<
-    caf::reacts_to<connector_metadata>,           // one engine step to fan out
-    caf::replies_to<ready_atom>::with<uint32_t>,  // every rank registered
+/// the process that hosts it. Publish it narrowed to runtime::scheduler_service_actor (or to
+/// runtime::scheduler_actor where only workers may connect).
+using scheduler_impl = runtime::scheduler_service_actor::extend<
+    caf::reacts_to<connector_metadata>,           // one engine step to fan out (in process)
     caf::replies_to<stop_atom>::with<uint32_t>>;  // every worker stopped
 
 using output_queue = runtime::handoff_queue<connector_output>;
@@ -68,6 +72,7 @@ struct scheduler_state {
   std::vector<runtime::worker_actor> workers;  // by rank; invalid when not live
   runtime::coordinator_actor coordinator;
   std::shared_ptr<output_queue> outputs;
+  runtime::output_sink_actor engine;  // subscribed engine (engine_hello): outputs go there
   std::vector<caf::typed_response_promise<uint32_t>> ready_waiters;
   std::vector<caf::typed_response_promise<uint32_t>> stop_waiters;
   bool stopping = false;  // stop was requested: no new registrations

@@ -1,0 +1,206 @@
+#pragma once
+/// key_index: block_key -> node id, a fixed-size open-addressing table whose 8-byte entries
+/// hold a 32-bit hash tag and the node id; the key itself is read from the node array, which
+/// must outlive the index and must not move.
+///
+/// Ordered linear probing (Amble & Knuth), invariants:
+///  - tag = high 32 bits of a 64-bit hash of the key; an entry's home slot is
+///    (tag * size) >> 32, so homes grow with tags and the tag alone locates an entry's home;
+///  - every entry sits at or after its home with no empty slot in between, and each run of
+///    occupied slots is sorted by tag (equal tags in any order). A search scans from the home
+///    while tags are smaller: it stops at the first larger tag or empty slot, so a miss costs
+///    no more than a hit. Insertion shifts the rest of the run right by one; deletion shifts
+///    displaced successors back by one (no tombstones);
+///  - there is no wrap-around: homes lie in [0, size) and runs may spill into an overflow tail
+///    whose last slot is always kept empty (the tail grows in the rare case a run reaches it).
+///  - sized once for `max_entries` at load <= 4/7 (14 bytes per entry) and never rehashed; the
+///    caller (a policy with a fixed capacity) guarantees the bound.
+/// Slots are stored complemented so that an empty slot is 0: a fresh table is untouched zero
+/// pages. find_all() resolves a batch in three passes (prefetch homes; scan tags and prefetch
+/// candidate nodes; confirm keys) so the cache misses of a batch overlap. Not thread-safe.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <span>
+
+#include "proto/block_key.hpp"
+
+namespace kvc::scheduler {
+
+template <class Node>
+class key_index {
+ public:
+  static constexpr uint32_t npos = UINT32_MAX;
+
+  key_index(const Node* nodes, size_t max_entries)
+      : nodes_(nodes),
+        size_(max_entries + max_entries * 3 / 4 + 8),
+        phys_(size_ + 32 + size_ / 64) {
+    slots_.reset(static_cast<uint64_t*>(std::calloc(phys_, sizeof(uint64_t))));
+    if (!slots_) throw std::bad_alloc{};
+  }
+
+  /// Bumped by every change of the key -> id mapping (insert, replace, erase), so callers can
+  /// tell whether ids they resolved earlier are still valid.
+  uint64_t version() const noexcept { return version_; }
+
+  /// The id holding `k`, or npos.
+  uint32_t find(const block_key& k) const {
+    const size_t i = position(k);
+    return i == npos_pos ? npos : id_of(slots_[i]);
+  }
+
+  /// Indexes `k` at node `id`. If `k` is already indexed, its entry is re-pointed to `id` and
+  /// the previous id is returned; else npos.
+  uint32_t insert_or_replace(const block_key& k, uint32_t id) {
+    const uint32_t tag = tag_of(k);
+    const uint64_t first = uint64_t{tag} << 32;
+    size_t i = home(tag);
+    while (value(i) < first) ++i;
+    for (; value(i) >> 32 == tag && value(i) != empty_value; ++i) {
+      const uint32_t old = static_cast<uint32_t>(value(i));
+      if (has_key(old, k)) {
+        slots_[i] = ~(first | id);  // same tag, so the run stays sorted
+        ++version_;
+        return old;
+      }
+    }
+    // i is the sorted position; shift the run's tail [i, hole) right by one (usually 0-2
+    // entries at this load, so a plain loop beats a memmove call).
+    size_t hole = i;
+    while (slots_[hole] != 0) ++hole;
+    if (hole + 1 == phys_) grow_tail();
+    uint64_t* s = slots_.get();
+    for (size_t j = hole; j > i; --j) s[j] = s[j - 1];
+    s[i] = ~(first | id);
+    ++count_;
+    ++version_;
+    return npos;
+  }
+
+  /// Re-points the entry of `k` (which must exist) to `id`.
+  void replace(const block_key& k, uint32_t id) {
+    const size_t i = position(k);
+    slots_[i] = ~((value(i) & 0xffffffff00000000ULL) | id);
+    ++version_;
+  }
+
+  /// Removes the entry of `k` (which must exist), shifting displaced successors back.
+  void erase(const block_key& k) {
+    size_t i = position(k);
+    for (;;) {
+      const uint64_t next = slots_[i + 1];
+      if (next == 0 || home(static_cast<uint32_t>(~next >> 32)) == i + 1) break;
+      slots_[i] = next;
+      ++i;
+    }
+    slots_[i] = 0;
+    --count_;
+    ++version_;
+  }
+
+  void prefetch(const block_key& k) const { __builtin_prefetch(&slots_[home(tag_of(k))]); }
+
+  /// out[i] = find(keys[i]) for every key (out has room for keys.size()), in chunks of 16
+  /// keys and three passes (hash and prefetch the home slots; scan tags and prefetch candidate
+  /// nodes; confirm keys) so that the cache misses of a chunk overlap. The table must not
+  /// change while the ids are used.
+  void find_all(std::span<const block_key> keys, uint32_t* ids) const {
+    constexpr size_t chunk = 16;
+    const size_t n = keys.size();
+    const uint64_t* slots = slots_.get();
+    const Node* nodes = nodes_;
+    uint64_t firsts[chunk];
+    const uint64_t* at[chunk];
+    for (size_t base = 0; base < n; base += chunk) {
+      const size_t m = n - base < chunk ? n - base : chunk;
+      const block_key* k = keys.data() + base;
+      uint32_t* out = ids + base;
+      for (size_t j = 0; j < m; ++j) {
+        const uint32_t tag = tag_of(k[j]);
+        firsts[j] = uint64_t{tag} << 32;
+        at[j] = slots + home(tag);
+        __builtin_prefetch(at[j]);
+      }
+      // Pass 2: the first entry with a tag >= ours is the candidate iff the tag is ours;
+      // prefetch its node. Pass 3: confirm the key (equal tags of other keys are rare).
+      for (size_t j = 0; j < m; ++j) {
+        const uint64_t first = firsts[j];
+        const uint64_t* p = at[j];
+        while (~*p < first) ++p;
+        const uint64_t v = ~*p;
+        uint32_t c = npos;
+        if ((v >> 32) == (first >> 32) && v != empty_value) {
+          c = static_cast<uint32_t>(v);
+          __builtin_prefetch(nodes + c);
+        }
+        out[j] = c;
+      }
+      for (size_t j = 0; j < m; ++j) {
+        const uint32_t c = out[j];
+        if (c != npos && !(nodes[c].key_lo == k[j].lo && nodes[c].key_hi == k[j].hi))
+          out[j] = find(k[j]);
+      }
+    }
+  }
+
+  /// High 32 bits of a multiplicative hash of both halves (keys are hashes already; the
+  /// multiplications also spread structured test keys). Public for tests.
+  static uint32_t tag_of(const block_key& k) noexcept {
+    const uint64_t x = k.hi ^ (k.lo * 0x9e3779b97f4a7c15ULL);
+    return static_cast<uint32_t>((x * 0xd6e8feb86659fd93ULL) >> 32);
+  }
+
+  size_t size() const noexcept { return count_; }
+  /// Heap bytes of the table.
+  size_t memory_bytes() const noexcept { return phys_ * sizeof(uint64_t); }
+
+ private:
+  static constexpr uint64_t empty_value = UINT64_MAX;  ///< value() of an empty slot
+  static constexpr size_t npos_pos = SIZE_MAX;
+  struct free_deleter {
+    void operator()(uint64_t* p) const noexcept { std::free(p); }
+  };
+
+  size_t home(uint32_t tag) const noexcept {
+    return static_cast<size_t>((uint64_t{tag} * size_) >> 32);
+  }
+  /// (tag << 32 | id) of slot i; empty_value for an empty slot.
+  uint64_t value(size_t i) const noexcept { return ~slots_[i]; }
+  static uint32_t id_of(uint64_t stored) noexcept { return static_cast<uint32_t>(~stored); }
+  bool has_key(uint32_t id, const block_key& k) const noexcept {
+    return nodes_[id].key_lo == k.lo && nodes_[id].key_hi == k.hi;
+  }
+  /// Slot index holding `k`, or npos_pos.
+  size_t position(const block_key& k) const {
+    const uint32_t tag = tag_of(k);
+    const uint64_t first = uint64_t{tag} << 32;
+    size_t i = home(tag);
+    while (value(i) < first) ++i;
+    for (; value(i) >> 32 == tag && value(i) != empty_value; ++i)
+      if (has_key(static_cast<uint32_t>(value(i)), k)) return i;
+    return npos_pos;
+  }
+  /// Lengthens the overflow tail (a run reached it); entries keep their positions.
+  void grow_tail() {
+    const size_t more = 32 + phys_ / 8;
+    auto* p = static_cast<uint64_t*>(std::realloc(slots_.get(), (phys_ + more) * sizeof(uint64_t)));
+    if (!p) throw std::bad_alloc{};
+    (void)slots_.release();
+    slots_.reset(p);
+    std::memset(p + phys_, 0, more * sizeof(uint64_t));
+    phys_ += more;
+  }
+
+  const Node* nodes_;
+  size_t size_;  ///< home range [0, size)
+  size_t phys_;  ///< allocated slots (home range + overflow tail)
+  size_t count_ = 0;
+  uint64_t version_ = 0;
+  std::unique_ptr<uint64_t[], free_deleter> slots_;
+};
+
+}  // namespace kvc::scheduler

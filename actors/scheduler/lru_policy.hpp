@@ -1,0 +1,142 @@
+#pragma once
+/// lru_policy: vLLM R1's LRUCachePolicy (one OrderedDict key -> BlockStatus) over a fixed node
+/// array. Node i holds the block stored in CPU slot i; the recency list runs front = least
+/// recent to back = most recent; a key_index maps keys to slots.
+///
+/// R1 semantics, kept exactly:
+///  - insert appends at the most-recent end; find (Python `get`) never reorders;
+///  - touch walks the keys in reverse and moves every tracked key, in any state, to the back,
+///    so keys[0] ends most recent and later blocks of a request are evicted first;
+///  - evict(n) scans from the least-recent end for idle (ref 0), unprotected blocks and takes
+///    the first n in that order; fewer than n means failure with nothing changed.
+/// The scan skips pinned and protected blocks as R1 does, so its cost grows with the number of
+/// such blocks sitting at the cold end (in practice: none; they were just touched).
+///
+/// Thread-safety: none; the owning offload manager serialises all calls.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "actors/scheduler/block_node.hpp"
+#include "actors/scheduler/chain_walker.hpp"
+#include "actors/scheduler/index_list.hpp"
+#include "actors/scheduler/key_index.hpp"
+#include "proto/block_key.hpp"
+
+namespace kvc::scheduler {
+
+class lru_policy {
+ public:
+  static constexpr uint32_t npos = UINT32_MAX;
+
+  explicit lru_policy(uint32_t capacity);
+  lru_policy(const lru_policy&) = delete;
+  lru_policy& operator=(const lru_policy&) = delete;
+
+  uint32_t capacity() const noexcept { return cap_; }
+  /// Number of tracked blocks.
+  uint32_t size() const noexcept { return order_.size(); }
+
+  /// Slot of a tracked key, or npos. No recency side effect.
+  uint32_t find(const block_key& k) const { return index_.find(k); }
+  /// Same as find (the LRU index holds only tracked blocks); see arc_policy::find_id.
+  uint32_t find_id(const block_key& k) const { return index_.find(k); }
+  void prefetch(const block_key& k) const { index_.prefetch(k); }
+  block_node& node(uint32_t slot) noexcept { return nodes_[slot]; }
+  const block_node& node(uint32_t slot) const noexcept { return nodes_[slot]; }
+
+  /// Tracks `k` in `slot` as a pending store (ref -1) at the most-recent end. A key that is
+  /// already tracked (repeated within one prepare_store) keeps its place and moves to `slot`, as
+  /// `OrderedDict[key] = block` does; its previous slot is leaked, exactly as in R1.
+  /// Returns false in that repeated-key case.
+  bool insert(const block_key& k, uint32_t slot) {
+    block_node& n = nodes_[slot];
+    n.set_key(k);
+    n.ref = -1;
+    n.mark = 0;
+    const uint32_t old = index_.insert_or_replace(k, slot);
+    if (old == npos) {
+      order_.push_back(slot);
+      return true;
+    }
+    order_.replace(old, slot);
+    nodes_[old].ref = block_node::dead_ref;  // leaked
+    return false;
+  }
+
+  /// Forgets the block in `slot` (a failed store).
+  void remove(uint32_t slot) {
+    order_.erase(slot);
+    index_.erase(nodes_[slot].key());
+  }
+
+  /// Slots of many keys at once (npos for absent ones), with overlapped cache misses.
+  void find_all(std::span<const block_key> keys, uint32_t* slots) const {
+    index_.find_all(keys, slots);
+  }
+
+  /// Version of the key -> slot mapping (see key_index::version).
+  uint64_t index_version() const noexcept { return index_.version(); }
+
+  void touch(std::span<const block_key> keys) {
+    if (ids_.size() < keys.size()) ids_.resize(keys.size());
+    index_.find_all(keys, ids_.data());
+    touch_ids(std::span<const uint32_t>{ids_.data(), keys.size()});
+  }
+  /// touch() with the keys already resolved by find_all.
+  void touch_ids(std::span<const uint32_t> ids) {
+    for (size_t i = ids.size(); i-- > 0;) {
+      if (ids[i] != npos) order_.move_to_back(ids[i]);
+      if (i % 2 == 0) walk_.step(nodes_.get(), cap_, [this](uint32_t at) { warm(at); });
+    }
+  }
+
+  /// Picks n victims (n >= 1) among idle blocks not protected under `epoch`, least recent
+  /// first, and forgets them. Fills `slots` / `keys` (replacing their contents) in eviction
+  /// order. false: fewer than n candidates, nothing changed.
+  bool evict(uint32_t n, uint32_t epoch, std::vector<uint32_t>& slots,
+             std::vector<block_key>& keys) {
+    slots.clear();
+    keys.clear();
+    for (uint32_t i = order_.front(); i != order_.end(); i = order_.next(i)) {
+      if (!nodes_[i].evictable(epoch)) continue;
+      slots.push_back(i);
+      index_.prefetch(nodes_[i].key());  // its index entry goes below
+      if (slots.size() == n) break;
+    }
+    if (slots.size() < n) return false;
+    for (uint32_t s : slots) {
+      const block_key k = nodes_[s].key();
+      keys.push_back(k);
+      order_.erase(s);
+      index_.erase(k);
+    }
+    walk_.restart(order_.front());
+    return true;
+  }
+
+  /// Walker visit: prefetch the index entry of a block the next evict() may remove.
+  void warm(uint32_t id) const noexcept {
+    if (id < cap_) index_.prefetch(nodes_[id].key());
+  }
+
+  /// Resets the protection epochs of slots [0, used) (the manager's epoch counter wrapped).
+  void clear_epochs(uint32_t used) noexcept;
+
+  /// Introspection: tracked keys from least to most recent.
+  std::vector<block_key> keys() const;
+  /// Heap bytes held: node array + key index.
+  size_t memory_bytes() const noexcept;
+
+ private:
+  uint32_t cap_;
+  std::unique_ptr<block_node[]> nodes_;  ///< [0, cap): slots; cap: list sentinel
+  index_list<block_node> order_;
+  key_index<block_node> index_;
+  std::vector<uint32_t> ids_;  ///< touch() scratch
+  chain_walker walk_;          ///< warms the least-recent end for the next evict()
+};
+
+}  // namespace kvc::scheduler
