@@ -75,7 +75,8 @@ class scheduler_process {
     auto sched = scheduler::spawn_scheduler(sys_, so, outputs);
     if (!sched) return fail("cannot start: " + sched.error().to_string());
     auto port =
-        caf::io::publish(caf::actor_cast<runtime::scheduler_actor>(*sched), o_.port, "127.0.0.1");
+        caf::io::publish(caf::actor_cast<runtime::scheduler_service_actor>(*sched), o_.port,
+                         "127.0.0.1");
     if (!port) {
       caf::anon_send_exit(*sched, caf::exit_reason::user_shutdown);
       return fail("cannot listen on 127.0.0.1:" + std::to_string(o_.port) + ": " +

@@ -43,10 +43,11 @@ std::string segment_name_for(const pool_config& pool, const topology_config& top
 }
 
 status validate(const scheduler_connector_config& cfg) {
-  if (cfg.mode != connection_mode::in_process) {
-    return invalid(
-        "embed: scheduler_connector supports mode in_process only (a separate "
-        "scheduler process cannot take engine steps yet)");
+  if (cfg.mode == connection_mode::connect && cfg.network.port == 0) {
+    return invalid("embed: connect mode needs the scheduler process's network.port");
+  }
+  if (cfg.mode == connection_mode::connect && cfg.register_timeout.count() <= 0) {
+    return invalid("embed: register_timeout must be > 0");
   }
   if (auto st = validate_common(cfg.token, cfg.topology, cfg.pool); !st) return st;
   if (auto g = scheduler::make_geometry(cfg.planner); !g) return g.error();

@@ -24,8 +24,9 @@ namespace kvc::embed {
 
 /// Where the actors a facade talks to live.
 ///   scheduler_connector: in_process hosts the scheduler + coordinator actors in the engine's
-///     process (and, with `listen`, accepts worker processes on host:port). connect (a separate
-///     `kvconnect scheduler` process) is not available yet: create() refuses it.
+///     process (and, with `listen`, accepts worker processes on host:port). connect subscribes
+///     to a separate `kvconnect scheduler` process at host:port (which created the pool and
+///     accepts the workers); the planner stays in the engine's thread either way.
 ///   worker_connector: in_process registers with a scheduler_connector of the same process
 ///     (passed to create); connect registers with the scheduler at host:port.
 enum class connection_mode : uint8_t { in_process = 0, connect = 1 };
@@ -76,8 +77,10 @@ struct scheduler_connector_config {
   /// any other value must equal it.
   scheduler::connector_config planner;
   /// A job not completed this long after it was planned fails with errc::timeout; 0: never.
-  std::chrono::milliseconds job_timeout{0};
+  std::chrono::milliseconds job_timeout{0};  ///< in_process (the process has its own flag)
   manager_factory make_manager;
+  /// connect: how long the scheduler process may take to accept the engine.
+  std::chrono::milliseconds register_timeout{5000};
 };
 
 struct worker_connector_config {
@@ -99,7 +102,7 @@ struct worker_connector_config {
 
 /// Checks a config before anything starts: a token; tp/pp >= 1 within the handshake's world
 /// limit; the pool (instance characters, slots and slot bytes > 0, a geometry without
-/// overflow). Scheduler: mode in_process (connect is not available yet), the planner's block
+/// overflow). Scheduler: a port and register_timeout > 0 in connect mode, the planner's block
 /// sizes and manager config, capacity vs slots. Worker: rank < world size, factor >= 1, a
 /// backend name, a port in connect mode. errc::invalid_argument naming the field otherwise.
 status validate(const scheduler_connector_config& cfg);

@@ -1,5 +1,7 @@
 #include "actors/embed/scheduler_connector.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <optional>
 #include <string>
@@ -9,6 +11,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/exit_reason.hpp>
 #include <caf/io/publish.hpp>
+#include <caf/io/remote_actor.hpp>
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
 #include <caf/system_messages.hpp>
@@ -19,6 +22,7 @@
 #include "actors/runtime/error_bridge.hpp"
 #include "actors/scheduler/scheduler_actor.hpp"
 #include "shm/segment.hpp"
+#include "shm/segment_header.hpp"
 
 namespace kvc::embed {
 
@@ -36,11 +40,15 @@ struct scheduler_connector::impl {
   std::optional<caf::scoped_actor> self;
   scheduler::scheduler_impl actor;         // invalid after shutdown
   runtime::coordinator_actor coordinator;  // invalid after shutdown
+  // connect mode: the `kvconnect scheduler` process's scheduler; invalid after shutdown.
+  runtime::scheduler_service_actor remote;
   uint16_t port = 0;
   bool gone = false;                 // the scheduler or the coordinator ended unexpectedly
   std::optional<step_id> last_step;  // the last step sent
   step_id through = 0;               // the highest step whose output was applied
   std::vector<job_result> jobs;      // applied, not yet handed out
+
+  bool live() const noexcept { return actor || remote; }
 
   void apply(const connector_output& out) {
     if (auto st = planner->update_connector_output(out); !st) {
@@ -55,9 +63,11 @@ struct scheduler_connector::impl {
     bool got = true;
     (*self)->receive([&](connector_output& out) { apply(out); },
                      [&](caf::down_msg& dm) {
-                       if (dm.source == actor.address() || dm.source == coordinator.address()) {
+                       if (dm.source == actor.address() || dm.source == coordinator.address() ||
+                           dm.source == remote.address()) {
                          spdlog::error("scheduler_connector: the {} ended: {}",
-                                       dm.source == actor.address() ? "scheduler" : "coordinator",
+                                       dm.source == coordinator.address() ? "coordinator"
+                                                                          : "scheduler",
                                        host->system().render(dm.reason));
                          gone = true;
                        }
@@ -73,6 +83,38 @@ struct scheduler_connector::impl {
 
   connector_update collect() {
     return {planner->take_request_completions(), std::exchange(jobs, {}), through};
+  }
+
+  /// connect mode: reaches the scheduler process and subscribes this thread's actor to its step
+  /// outputs, presenting the token and the pool's identity (checked like rank 0's).
+  status connect() {
+    caf::actor_system& sys = host->system();
+    auto r = caf::io::remote_actor<runtime::scheduler_service_actor>(sys, cfg.network.host,
+                                                                    cfg.network.port);
+    if (!r) {
+      return make_error(errc::io_error, "embed: cannot reach the scheduler process at " +
+                                            cfg.network.host + ":" +
+                                            std::to_string(cfg.network.port) + ": " +
+                                            sys.render(r.error()));
+    }
+    runtime::handshake_expectation want{
+        .tp_size = cfg.topology.tp_size,
+        .pp_size = cfg.topology.pp_size,
+        .node = cfg.topology.node,
+        .segment = segment_name,
+        .layout_checksum = shm::layout_checksum(shm::pool_geometry{
+            cfg.topology.world_size(), cfg.pool.slots_per_rank, cfg.pool.slot_bytes}),
+        .token = cfg.token};
+    const auto reg = runtime::make_registration(want, 0, 0, 0, ::getpid());
+    status st;
+    (*self)
+        ->request(*r, cfg.register_timeout, runtime::engine_hello_atom::value, reg,
+                  caf::actor_cast<runtime::output_sink_actor>(caf::actor{*self}))
+        .receive([](uint32_t) {}, [&](caf::error& e) { st = runtime::to_status(e); });
+    if (!st) return make_error(st.code(), "embed: the scheduler process refused: " + st.message());
+    remote = std::move(*r);
+    (*self)->monitor(remote);
+    return status::success();
   }
 };
 
@@ -91,6 +133,7 @@ result<std::unique_ptr<scheduler_connector>> scheduler_connector::create(
   p->cfg = cfg;
   p->cfg.planner.manager.capacity = cfg.pool.slots_per_rank;
   p->segment_name = segment_name_for(cfg.pool, cfg.topology);
+  if (cfg.mode == connection_mode::connect) p->cfg.listen = false;
 
   // The planner: the engine thread's part.
   if (cfg.make_manager) {
@@ -104,6 +147,13 @@ result<std::unique_ptr<scheduler_connector>> scheduler_connector::create(
     auto s = scheduler::connector_scheduler::create(p->cfg.planner);
     if (!s) return s.error();
     p->planner = std::move(s).value();
+  }
+
+  if (cfg.mode == connection_mode::connect) {  // the process owns the pool and the actors
+    p->host = actor_host::start(cfg.network, /*network=*/true);
+    p->self.emplace(p->host->system());
+    if (auto st = p->connect(); !st) return st;
+    return std::unique_ptr<scheduler_connector>{new scheduler_connector(std::move(p))};
   }
 
   // The node's pool.
@@ -173,10 +223,12 @@ local_endpoint scheduler_connector::endpoint() const {
 
 status scheduler_connector::wait_for_workers(std::chrono::milliseconds timeout) {
   impl& m = *impl_;
-  if (!m.actor) return make_error(errc::io_error, "embed: the scheduler connector is shut down");
+  if (!m.live()) return make_error(errc::io_error, "embed: the scheduler connector is shut down");
   status st;
+  runtime::scheduler_service_actor target =
+      m.remote ? m.remote : caf::actor_cast<runtime::scheduler_service_actor>(m.actor);
   (*m.self)
-      ->request(m.actor, timeout, scheduler::ready_atom::value)
+      ->request(target, timeout, runtime::ready_atom::value)
       .receive([](uint32_t) {}, [&](caf::error& e) { st = runtime::to_status(e); });
   return st;
 }
@@ -195,7 +247,7 @@ status scheduler_connector::update_state_after_alloc(const scheduler::request_vi
 result<connector_metadata> scheduler_connector::build_connector_meta(
     const scheduler::step_input& in) {
   impl& m = *impl_;
-  if (!m.actor) return make_error(errc::io_error, "embed: the scheduler connector is shut down");
+  if (!m.live()) return make_error(errc::io_error, "embed: the scheduler connector is shut down");
   if (m.last_step && in.step <= *m.last_step) {
     return make_error(errc::invalid_argument, "embed: step " + std::to_string(in.step) +
                                                   " is not above the last step " +
@@ -204,13 +256,17 @@ result<connector_metadata> scheduler_connector::build_connector_meta(
   auto meta = m.planner->build_connector_meta(in);
   if (!meta) return meta;
   m.last_step = in.step;
-  (*m.self)->send(m.actor, *meta);
+  if (m.remote) {
+    (*m.self)->send(m.remote, runtime::submit_atom::value, *meta);
+  } else {
+    (*m.self)->send(m.actor, *meta);
+  }
   return meta;
 }
 
 result<connector_update> scheduler_connector::update_connector_output() {
   impl& m = *impl_;
-  if (!m.actor) return make_error(errc::io_error, "embed: the scheduler connector is shut down");
+  if (!m.live()) return make_error(errc::io_error, "embed: the scheduler connector is shut down");
   m.apply_arrived();
   if (m.gone) return make_error(errc::io_error, "embed: the scheduler actors are gone");
   return m.collect();
@@ -219,7 +275,7 @@ result<connector_update> scheduler_connector::update_connector_output() {
 result<connector_update> scheduler_connector::update_connector_output(
     step_id step, std::chrono::nanoseconds timeout) {
   impl& m = *impl_;
-  if (!m.actor) return make_error(errc::io_error, "embed: the scheduler connector is shut down");
+  if (!m.live()) return make_error(errc::io_error, "embed: the scheduler connector is shut down");
   const auto deadline = steady::now() + timeout;
   m.apply_arrived();
   while (m.through < step && !m.gone) {
@@ -276,6 +332,8 @@ result<uint32_t> scheduler_connector::shutdown(std::chrono::milliseconds timeout
     caf::anon_send_exit(m.actor, caf::exit_reason::user_shutdown);
     m.actor = nullptr;
   }
+  // connect mode: the process keeps its workers; ending this thread's actor unsubscribes.
+  m.remote = nullptr;
   if (m.coordinator) {
     caf::anon_send_exit(m.coordinator, caf::exit_reason::user_shutdown);
     m.coordinator = nullptr;

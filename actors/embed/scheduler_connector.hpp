@@ -11,11 +11,15 @@
 /// with a step waits for that step's output (an engine whose model output is synchronous with its
 /// workers, as vLLM's is).
 ///
-/// Life cycle: create() validates the config, creates the node's shm pool, starts an actor
-/// system hosting the scheduler and coordinator actors and, with `listen`, accepts worker
-/// processes on host:port (port() tells which). wait_for_workers() returns once every rank of
-/// the topology registered. Destruction (or shutdown()) stops the workers, ends the actors and
-/// removes the pool's segment.
+/// Life cycle (in_process): create() validates the config, creates the node's shm pool, starts
+/// an actor system hosting the scheduler and coordinator actors and, with `listen`, accepts
+/// worker processes on host:port (port() tells which).
+/// Life cycle (connect): create() reaches the `kvconnect scheduler` process at host:port (which
+/// owns the pool, the coordinator and the workers), authenticates with the token, topology and
+/// pool layout, and subscribes this connector's actor to its step outputs; steps are submitted
+/// to it. port() is 0; shutdown() only unsubscribes (the process stops its workers itself).
+/// wait_for_workers() returns once every rank of the topology registered. Destruction (or
+/// shutdown()) stops the workers, ends the actors and removes the pool's segment (in_process).
 ///
 /// Per engine step (see docs/embedding.md):
 ///   get_num_new_matched_tokens / update_state_after_alloc   for requests being scheduled
@@ -62,6 +66,9 @@ class scheduler_connector {
   /// starts the actors and, with cfg.listen, publishes the scheduler on host:port. Errors:
   /// the config's; errc::shm_error / capacity_exhausted for the segment (one of the same name
   /// with a live creator exists); errc::io_error when the port cannot be opened.
+  /// connect: errc::io_error when the process cannot be reached; its refusal otherwise
+  /// (protocol_mismatch: wrong token or topology, layout_mismatch, not_ready: another engine is
+  /// subscribed, timeout: no answer within register_timeout).
   static result<std::unique_ptr<scheduler_connector>> create(const scheduler_connector_config& cfg);
 
   scheduler_connector(const scheduler_connector&) = delete;
@@ -116,8 +123,9 @@ class scheduler_connector {
 
   /// Stops every registered worker (their facades see the scheduler gone), ends the actors,
   /// removes the segment. Returns the number of workers stopped, or errc::timeout when they
-  /// did not all go within `timeout` (the actors are ended anyway). Idempotent: later calls
-  /// return 0.
+  /// did not all go within `timeout` (the actors are ended anyway).
+  /// Idempotent: later calls return 0. connect: unsubscribes from the scheduler process and
+  /// returns 0 (its workers keep running).
   result<uint32_t> shutdown(std::chrono::milliseconds timeout);
 
  private:

@@ -17,6 +17,13 @@ using rank_up_atom = caf::atom_constant<caf::atom("kvc_rankup")>;
 using rank_down_atom = caf::atom_constant<caf::atom("kvc_rankdn")>;
 /// (hello, worker_registration, worker): a worker registers with the scheduler.
 using hello_atom = caf::atom_constant<caf::atom("kvc_hello")>;
+/// (engine, registration, sink) -> world size: an engine's scheduler thread authenticates with
+/// a `kvconnect scheduler` process and subscribes `sink` to its step outputs.
+using engine_hello_atom = caf::atom_constant<caf::atom("kvc_engine")>;
+/// (submit, connector_metadata): the subscribed engine hands one step to fan out.
+using submit_atom = caf::atom_constant<caf::atom("kvc_submit")>;
+/// (ready) -> world size, once every rank has a live worker.
+using ready_atom = caf::atom_constant<caf::atom("kvc_ready")>;
 /// (tick): an actor's own periodic timer (deadlines). Never sent by another actor.
 using tick_atom = caf::atom_constant<caf::atom("kvc_tick")>;
 

@@ -45,4 +45,14 @@ using coordinator_actor = caf::typed_actor<
 using scheduler_actor = output_sink_actor::extend<
     caf::replies_to<hello_atom, worker_registration, worker_actor>::with<coordinator_actor>>;
 
+/// What a `kvconnect scheduler` process publishes: the workers' interface plus the engine's.
+/// An engine's scheduler thread (embed::scheduler_connector, connect mode) authenticates with a
+/// registration carrying the shared token (validated like rank 0's, see handshake.hpp) and
+/// subscribes its sink to the step outputs (one engine at a time; refusals are kvc errors),
+/// then submits each step's metadata for fan-out (ignored unless sent by the subscriber).
+using scheduler_service_actor = scheduler_actor::extend<
+    caf::replies_to<engine_hello_atom, worker_registration, output_sink_actor>::with<uint32_t>,
+    caf::reacts_to<submit_atom, connector_metadata>,
+    caf::replies_to<ready_atom>::with<uint32_t>>;
+
 }  // namespace kvc::runtime

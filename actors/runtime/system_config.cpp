@@ -26,6 +26,7 @@ void add_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<worker_actor>("kvc::worker_actor");
   cfg.add_message_type<coordinator_actor>("kvc::coordinator_actor");
   cfg.add_message_type<scheduler_actor>("kvc::scheduler_actor");
+  cfg.add_message_type<scheduler_service_actor>("kvc::scheduler_service_actor");
   // CAF 0.17.6's add_error_category<T>(atom) builds a renderer of the wrong signature and does
   // not compile; register an explicit one.
   cfg.add_error_category(error_category,

@@ -48,8 +48,6 @@ bool arc_policy::evict(uint32_t n, uint32_t epoch, std::vector<uint32_t>& slots,
     (from_t2 ? t2_ : t1_).erase(s);
     push_ghost(k, from_t2 ? 1 : 0);
   }
-  walk1_.restart(t1_.front());
-  walk2_.restart(t2_.front());
   return true;
 }
 

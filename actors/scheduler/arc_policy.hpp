@@ -28,7 +28,6 @@
 #include <vector>
 
 #include "actors/scheduler/block_node.hpp"
-#include "actors/scheduler/chain_walker.hpp"
 #include "actors/scheduler/index_list.hpp"
 #include "actors/scheduler/key_index.hpp"
 #include "proto/block_key.hpp"
@@ -106,11 +105,6 @@ class arc_policy {
   void touch_ids(std::span<const uint32_t> ids) {
     for (size_t i = ids.size(); i-- > 0;) {
       const uint32_t id = ids[i];
-      if (i % 2 == 0) {
-        (i % 4 == 0 ? walk1_ : walk2_).step(nodes_.get(), 3 * cap_ + 3, [this](uint32_t at) {
-          if (at < cap_) index_.prefetch(nodes_[at].key());
-        });
-      }
       if (id == npos) continue;
       if (id < cap_) {
         block_node& n = nodes_[id];
@@ -173,7 +167,6 @@ class arc_policy {
   index_list<block_node> t1_, t2_, b1_, b2_;
   key_index<block_node> index_;
   std::vector<uint32_t> ids_;  ///< touch() scratch
-  chain_walker walk1_, walk2_;  ///< warm the least-recent ends of T1 / T2 for evict()
   uint32_t ghost_used_[2] = {0, 0};        ///< ghost nodes ever handed out, per pool
   uint32_t ghost_free_[2] = {npos, npos};  ///< intrusive free lists (through `next`)
 };

@@ -12,6 +12,15 @@ namespace kvc::scheduler {
 
 namespace {
 
+/// keys == [other, other + keys.size()). Inline: batches are a few dozen keys, too short for
+/// a memcmp call to pay off.
+bool same_keys(std::span<const block_key> keys, const block_key* other) noexcept {
+  uint64_t diff = 0;
+  for (size_t i = 0; i < keys.size(); ++i)
+    diff |= (keys[i].hi ^ other[i].hi) | (keys[i].lo ^ other[i].lo);
+  return diff == 0;
+}
+
 /// Keys made by block_key::from_index print as their index, other keys as 32 hex digits.
 std::string describe(const block_key& k) {
   if (block_key::from_index(k.lo) == k) return std::to_string(k.lo);
@@ -225,8 +234,7 @@ std::span<const uint32_t> cpu_offload_manager<Policy>::resolve(std::span<const b
   if (version == memo_version_ && src >= memo_src_ &&
       (src - memo_src_) % sizeof(block_key) == 0) {
     const size_t offset = (src - memo_src_) / sizeof(block_key);
-    if (offset + keys.size() <= memo_size_ &&
-        std::memcmp(keys.data(), memo_keys_.data() + offset, keys.size_bytes()) == 0) {
+    if (offset + keys.size() <= memo_size_ && same_keys(keys, memo_keys_.data() + offset)) {
       memo_offset_ = offset;
       memo_len_ = keys.size();
       memo_served_ = true;
@@ -271,9 +279,7 @@ template <class Policy>
 const uint32_t* cpu_offload_manager<Policy>::recall(std::span<const block_key> keys) const {
   if (keys.empty()) return nullptr;
   const recent_batch& b = recent_[recent_index(keys)];
-  if (b.keys.size() != keys.size() ||
-      std::memcmp(b.keys.data(), keys.data(), keys.size_bytes()) != 0)
-    return nullptr;
+  if (b.keys.size() != keys.size() || !same_keys(keys, b.keys.data())) return nullptr;
   for (size_t i = 0; i < keys.size(); ++i) {
     const block_node& n = policy_.node(b.slots[i]);
     if (n.ref == block_node::dead_ref || !n.has_key(keys[i])) return nullptr;

@@ -16,8 +16,8 @@
 ///  - sized once for `max_entries` at load <= 4/7 (14 bytes per entry) and never rehashed; the
 ///    caller (a policy with a fixed capacity) guarantees the bound.
 /// Slots are stored complemented so that an empty slot is 0: a fresh table is untouched zero
-/// pages. find_all() resolves a batch in three passes (prefetch homes; scan tags and prefetch
-/// candidate nodes; confirm keys) so the cache misses of a batch overlap. Not thread-safe.
+/// pages. find_all() resolves a batch in two passes (prefetch every home slot, then probe) so
+/// the cache misses of a batch overlap. Not thread-safe.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -105,9 +105,8 @@ class key_index {
   void prefetch(const block_key& k) const { __builtin_prefetch(&slots_[home(tag_of(k))]); }
 
   /// out[i] = find(keys[i]) for every key (out has room for keys.size()), in chunks of 16
-  /// keys and three passes (hash and prefetch the home slots; scan tags and prefetch candidate
-  /// nodes; confirm keys) so that the cache misses of a chunk overlap. The table must not
-  /// change while the ids are used.
+  /// keys and two passes (hash and prefetch every home slot of the chunk, then probe) so that
+  /// the cache misses of a chunk overlap. The table must not change while the ids are used.
   void find_all(std::span<const block_key> keys, uint32_t* ids) const {
     constexpr size_t chunk = 16;
     const size_t n = keys.size();
@@ -125,24 +124,19 @@ class key_index {
         at[j] = slots + home(tag);
         __builtin_prefetch(at[j]);
       }
-      // Pass 2: the first entry with a tag >= ours is the candidate iff the tag is ours;
-      // prefetch its node. Pass 3: confirm the key (equal tags of other keys are rare).
       for (size_t j = 0; j < m; ++j) {
         const uint64_t first = firsts[j];
         const uint64_t* p = at[j];
-        while (~*p < first) ++p;
-        const uint64_t v = ~*p;
-        uint32_t c = npos;
-        if ((v >> 32) == (first >> 32) && v != empty_value) {
-          c = static_cast<uint32_t>(v);
-          __builtin_prefetch(nodes + c);
+        while (~*p < first) ++p;  // skip smaller tags
+        uint32_t id = npos;
+        for (uint64_t v = ~*p; (v >> 32) == (first >> 32) && v != empty_value; v = ~*++p) {
+          const Node& node = nodes[static_cast<uint32_t>(v)];
+          if (node.key_lo == k[j].lo && node.key_hi == k[j].hi) {
+            id = static_cast<uint32_t>(v);
+            break;
+          }
         }
-        out[j] = c;
-      }
-      for (size_t j = 0; j < m; ++j) {
-        const uint32_t c = out[j];
-        if (c != npos && !(nodes[c].key_lo == k[j].lo && nodes[c].key_hi == k[j].hi))
-          out[j] = find(k[j]);
+        out[j] = id;
       }
     }
   }

@@ -20,7 +20,6 @@
 #include <vector>
 
 #include "actors/scheduler/block_node.hpp"
-#include "actors/scheduler/chain_walker.hpp"
 #include "actors/scheduler/index_list.hpp"
 #include "actors/scheduler/key_index.hpp"
 #include "proto/block_key.hpp"
@@ -89,7 +88,6 @@ class lru_policy {
   void touch_ids(std::span<const uint32_t> ids) {
     for (size_t i = ids.size(); i-- > 0;) {
       if (ids[i] != npos) order_.move_to_back(ids[i]);
-      if (i % 2 == 0) walk_.step(nodes_.get(), cap_, [this](uint32_t at) { warm(at); });
     }
   }
 
@@ -113,13 +111,7 @@ class lru_policy {
       order_.erase(s);
       index_.erase(k);
     }
-    walk_.restart(order_.front());
     return true;
-  }
-
-  /// Walker visit: prefetch the index entry of a block the next evict() may remove.
-  void warm(uint32_t id) const noexcept {
-    if (id < cap_) index_.prefetch(nodes_[id].key());
   }
 
   /// Resets the protection epochs of slots [0, used) (the manager's epoch counter wrapped).
@@ -136,7 +128,6 @@ class lru_policy {
   index_list<block_node> order_;
   key_index<block_node> index_;
   std::vector<uint32_t> ids_;  ///< touch() scratch
-  chain_walker walk_;          ///< warms the least-recent end for the next evict()
 };
 
 }  // namespace kvc::scheduler

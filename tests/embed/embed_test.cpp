@@ -311,7 +311,11 @@ TEST(EmbedConfigTest, BadConfigsAreRefusedBeforeAnythingStarts) {
   s.pool = {.instance = "cfg", .slots_per_rank = 4, .slot_bytes = 64};
   EXPECT_TRUE(validate(s).ok());
   auto bad = s;
-  bad.mode = connection_mode::connect;
+  bad.mode = connection_mode::connect;  // without the scheduler process's port
+  EXPECT_EQ(validate(bad).code(), errc::invalid_argument);
+  bad.network.port = 4242;
+  EXPECT_TRUE(validate(bad).ok());
+  bad.register_timeout = std::chrono::milliseconds{0};
   EXPECT_EQ(validate(bad).code(), errc::invalid_argument);
   bad = s;
   bad.token.clear();

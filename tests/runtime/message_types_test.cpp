@@ -178,6 +178,9 @@ TEST_F(MessageTypesTest, InterfacesUseOnlyRegisteredNames) {
   check(sys().message_types<output_sink_actor>(), "kvc::connector_output");
   check(sys().message_types<scheduler_actor>(), "kvc::worker_actor");
   check(sys().message_types<scheduler_actor>(), "kvc::coordinator_actor");
+  check(sys().message_types<scheduler_service_actor>(), "kvc::output_sink_actor");
+  EXPECT_EQ(sys().message_types<scheduler_service_actor>().size(),
+            sys().message_types<scheduler_actor>().size() + 3);
   EXPECT_EQ(sys().message_types<coordinator_actor>().size(), 4u);
 }
 
