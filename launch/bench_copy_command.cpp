@@ -249,14 +249,6 @@ class copy_bench {
   uint64_t expected_ = 0;
 };
 
-CLI::App& bench_group(CLI::App& app) {
-  auto found = app.get_subcommands([](CLI::App* a) { return a->get_name() == "bench"; });
-  if (!found.empty()) return *found.front();
-  auto* bench = app.add_subcommand("bench", "Benchmarks");
-  bench->require_subcommand(1);
-  return *bench;
-}
-
 void print(const copy_options& opt, uint64_t working_set,
            const std::vector<direction_result>& results) {
   std::printf("copy engine '%s' through the shm pool: %llu blocks x %llu B = %.1f MiB, "

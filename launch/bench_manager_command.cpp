@@ -31,15 +31,6 @@
 namespace kvc::launch {
 namespace {
 
-/// The `bench` parent command, shared with other benchmarks (created by whoever comes first).
-CLI::App* bench_group(CLI::App& app) {
-  auto found = app.get_subcommands([](CLI::App* a) { return a->get_name() == "bench"; });
-  if (!found.empty()) return found.front();
-  auto* bench = app.add_subcommand("bench", "Benchmarks (each prints one JSON line)");
-  bench->require_subcommand(1);
-  return bench;
-}
-
 struct trace_options {
   uint64_t requests = 0;
   uint64_t seed = 0;
@@ -267,7 +258,7 @@ int run_manager_bench(const bench_options& o) {
 }  // namespace
 
 void add_bench_manager_command(CLI::App& app, int& exit_code) {
-  CLI::App* bench = bench_group(app);
+  CLI::App* bench = &bench_group(app);
 
   auto to = std::make_shared<trace_options>();
   auto* gen = bench->add_subcommand("gen-trace", "Write the §10 offload trace to stdout");

@@ -423,15 +423,6 @@ std::string report(const planner_options& opt, uint32_t n, const std::vector<run
   return o.str();
 }
 
-/// The "bench" group, shared with other benchmark subcommands: found or created.
-CLI::App& bench_group(CLI::App& app) {
-  auto found = app.get_subcommands([](CLI::App* a) { return a->get_name() == "bench"; });
-  if (!found.empty()) return *found.front();
-  auto* bench = app.add_subcommand("bench", "Benchmarks");
-  bench->require_subcommand(1);
-  return *bench;
-}
-
 }  // namespace
 
 void add_bench_planner_command(CLI::App& app, int& exit_code) {

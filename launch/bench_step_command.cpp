@@ -69,14 +69,6 @@ struct worker_options {
   std::string token;
 };
 
-CLI::App& bench_group(CLI::App& app) {
-  auto found = app.get_subcommands([](CLI::App* a) { return a->get_name() == "bench"; });
-  if (!found.empty()) return *found.front();
-  auto* bench = app.add_subcommand("bench", "Benchmarks");
-  bench->require_subcommand(1);
-  return *bench;
-}
-
 // --- children ---------------------------------------------------------------------------------
 
 class children {

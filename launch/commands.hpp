@@ -5,6 +5,9 @@
 
 namespace kvc::launch {
 
+/// The `bench` parent command shared by every benchmark subcommand: found or created.
+CLI::App& bench_group(CLI::App& app);
+
 void add_version_command(CLI::App& app, int& exit_code);
 /// `replay [FILE|-]`: offload-manager ops as JSON lines, one answer line per op.
 void add_replay_command(CLI::App& app, int& exit_code);
