@@ -2,11 +2,12 @@
 // API, next to a bare ZeroMQ round trip to as many processes, measured in the same run.
 //
 // kvconnect path (what is timed, per step, with steady_clock in the engine thread):
-//   scheduler_connector::build_connector_meta (an empty step) -> scheduler actor -> the metadata
-//   to N worker processes over CAF/TCP -> each worker's relay actor -> its engine thread
-//   (bind_connector_metadata ... get_finished ... clear_connector_metadata, no jobs) -> its
-//   report through the relay actor to the coordinator -> the step's aggregated output ->
-//   scheduler_connector::update_connector_output(step) returns.
+//   scheduler_connector::build_connector_meta (an empty step) -> the metadata to N worker
+//   processes on the data plane (--data-plane zmq, the default: encoded once and sent from the
+//   engine thread over ZeroMQ; caf: through the scheduler actor as CAF messages) -> each
+//   worker's engine thread (bind_connector_metadata ... get_finished ... clear_connector_metadata,
+//   no jobs) -> its report to the coordinator (zmq: the engine thread itself; caf: the
+//   coordinator actor) -> the step's aggregated output -> update_connector_output(step) returns.
 // ZeroMQ baseline: a ROUTER in this process, one DEALER per worker process on tcp://127.0.0.1;
 // per step a 64-byte message to each, wait for every echo.
 //
@@ -57,6 +58,7 @@ struct step_options {
   uint32_t steps = 4000;  // timed steps per path
   uint32_t warmup = 400;  // per path
   uint32_t rounds = 4;
+  std::string data_plane = "zmq";
 };
 
 struct worker_options {
@@ -235,6 +237,8 @@ int run_bench(const step_options& o) {
   const std::string token = "bench-" + std::to_string(::getpid());
   embed::scheduler_connector_config cfg;
   cfg.listen = true;
+  cfg.data_plane =
+      o.data_plane == "caf" ? embed::data_plane_kind::caf : embed::data_plane_kind::zmq;
   cfg.token = token;
   cfg.topology.tp_size = o.tp;
   cfg.pool = {.instance = instance, .slots_per_rank = slots, .slot_bytes = slot_bytes};
@@ -357,8 +361,8 @@ int run_bench(const step_options& o) {
   const double caf_cpu_step = caf_cpu / static_cast<double>(caf_us.size());
   const double zmq_cpu_step = zmq_cpu / static_cast<double>(zmq_us.size());
   std::printf("%-34s %10s %10s %14s\n", "path", "p50 us", "p99 us", "CPU us/step");
-  std::printf("%-34s %10.1f %10.1f %14.1f\n", "kvconnect (embed API, CAF/TCP)", c.p50, c.p99,
-              caf_cpu_step);
+  const std::string label = "kvconnect (embed API, " + o.data_plane + " data plane)";
+  std::printf("%-34s %10.1f %10.1f %14.1f\n", label.c_str(), c.p50, c.p99, caf_cpu_step);
   std::printf("%-34s %10.1f %10.1f %14.1f\n", "ZeroMQ ROUTER/DEALER tcp", z.p50, z.p99,
               zmq_cpu_step);
   std::string rounds;
@@ -368,11 +372,11 @@ int run_bench(const step_options& o) {
     rounds += b;
   }
   std::printf(
-      "{\"bench\":\"step\",\"tp\":%u,\"p50_us\":%.1f,\"p99_us\":%.1f,\"zmq_p50_us\":%.1f,"
+      "{\"bench\":\"step\",\"tp\":%u,\"data_plane\":\"%s\",\"p50_us\":%.1f,\"p99_us\":%.1f,\"zmq_p50_us\":%.1f,"
       "\"ratio\":%.2f,\"zmq_p99_us\":%.1f,\"cpu_us_per_step\":%.1f,"
       "\"zmq_cpu_us_per_step\":%.1f,\"steps\":%zu,\"round_ratios\":[%s]}\n",
-      o.tp, c.p50, c.p99, z.p50, c.p50 / z.p50, z.p99, caf_cpu_step, zmq_cpu_step, caf_us.size(),
-      rounds.c_str());
+      o.tp, o.data_plane.c_str(), c.p50, c.p99, z.p50, c.p50 / z.p50, z.p99, caf_cpu_step,
+      zmq_cpu_step, caf_us.size(), rounds.c_str());
   return 0;
 }
 
@@ -391,6 +395,10 @@ void add_bench_step_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--warmup", opt->warmup, "untimed steps per path first")->capture_default_str();
   cmd->add_option("--rounds", opt->rounds, "alternating blocks of the two paths")
       ->check(CLI::Range(1u, 1000u))
+      ->capture_default_str();
+  cmd->add_option("--data-plane", opt->data_plane,
+                  "how the kvconnect path carries steps: zmq (the default) or caf (actors)")
+      ->check(CLI::IsMember({"zmq", "caf"}))
       ->capture_default_str();
   cmd->callback([opt, &exit_code] { exit_code = run_bench(*opt); });
 

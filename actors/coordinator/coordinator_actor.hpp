@@ -1,7 +1,7 @@
 #pragma once
-/// The coordinator actor: a thin CAF shell around completion_aggregator. It unpacks the
-/// messages of runtime::coordinator_actor, calls the aggregator, logs rejected reports through
-/// spdlog, and sends every step output the aggregator releases (one per closed step) to the
+/// The coordinator actor: a thin CAF shell around step_coordinator (completion_aggregator plus
+/// deadlines and logging). It unpacks the messages of runtime::coordinator_actor, calls it, and
+/// sends every step output the aggregator releases (one per closed step) to the
 /// output sink it was given (the scheduler). It reads the actor clock only to turn the job
 /// timeout into deadlines and arms its own deadline timer only while the aggregator has
 /// deadlines pending. All decisions live in the aggregator.
@@ -19,7 +19,7 @@
 
 #include <caf/fwd.hpp>
 
-#include "actors/coordinator/completion_aggregator.hpp"
+#include "actors/coordinator/step_coordinator.hpp"
 #include "actors/runtime/interfaces.hpp"
 #include "proto/status.hpp"
 
@@ -40,9 +40,8 @@ struct coordinator_options {
 using coordinator_impl = runtime::coordinator_actor::extend<caf::reacts_to<runtime::tick_atom>>;
 
 struct coordinator_state {
-  std::optional<completion_aggregator> agg;  // engaged by the behavior function
+  std::optional<step_coordinator> core;  // engaged by the behavior function
   runtime::output_sink_actor sink;
-  std::chrono::nanoseconds job_timeout{0};
   std::chrono::nanoseconds tick_interval{0};
   bool tick_armed = false;
   static inline const char* name = "kvc.coordinator";
@@ -51,7 +50,7 @@ struct coordinator_state {
 /// The behavior; prefer spawn_coordinator, which validates the options first.
 coordinator_impl::behavior_type coordinator(
     coordinator_impl::stateful_pointer<coordinator_state> self, runtime::output_sink_actor sink,
-    completion_aggregator agg, coordinator_options opts);
+    step_coordinator core, coordinator_options opts);
 
 /// Spawns a coordinator that sends its step outputs to `sink`. Error (invalid_argument),
 /// nothing spawned: a world size outside [1, max_world_size], a non-positive tick interval, a

@@ -60,6 +60,9 @@ status validate(const scheduler_connector_config& cfg) {
   m.capacity = cfg.pool.slots_per_rank;
   if (auto st = scheduler::validate(m); !st) return st;
   if (cfg.job_timeout.count() < 0) return invalid("embed: job_timeout must be >= 0");
+  if (cfg.data_plane != data_plane_kind::zmq && cfg.data_plane != data_plane_kind::caf) {
+    return invalid("embed: data_plane must be zmq or caf");
+  }
   if (cfg.network.actor_threads == 0) return invalid("embed: network.actor_threads must be >= 1");
   return {};
 }

@@ -64,8 +64,17 @@ struct network_config {
 using manager_factory = std::function<result<std::unique_ptr<scheduler::offload_manager>>(
     const scheduler::manager_config&)>;
 
+/// How each step's metadata and the ranks' reports travel (in_process; connect mode always uses
+/// the scheduler process's CAF messages):
+///   zmq: over ZeroMQ between the engine's threads (the coordinator runs on the engine's
+///        scheduler thread; docs/architecture.md "Data plane"); registration, supervision and
+///        stop stay on CAF. The default: a step costs about half the CPU.
+///   caf: as CAF messages through the scheduler and coordinator actors.
+enum class data_plane_kind : uint8_t { zmq = 0, caf = 1 };
+
 struct scheduler_connector_config {
   connection_mode mode = connection_mode::in_process;
+  data_plane_kind data_plane = data_plane_kind::zmq;
   /// in_process: accept worker processes on network.host:network.port. Off: only workers of
   /// this process (worker_connector in_process) can register, and no port is opened.
   bool listen = true;

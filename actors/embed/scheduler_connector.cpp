@@ -18,6 +18,7 @@
 
 #include "actors/coordinator/coordinator_actor.hpp"
 #include "actors/embed/actor_host.hpp"
+#include "actors/embed/engine_data_plane.hpp"
 #include "actors/embed/local_endpoint.hpp"
 #include "actors/runtime/error_bridge.hpp"
 #include "actors/scheduler/scheduler_actor.hpp"
@@ -27,6 +28,20 @@
 namespace kvc::embed {
 
 using steady = std::chrono::steady_clock;
+
+namespace {
+
+uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(steady::now().time_since_epoch())
+          .count());
+}
+
+/// While waiting on the data plane, the engine thread's mailbox (rank_down from the scheduler
+/// actor, a dead actor) is looked at this often.
+constexpr std::chrono::milliseconds mailbox_slice{10};
+
+}  // namespace
 
 struct scheduler_connector::impl {
   scheduler_connector_config cfg;
@@ -42,6 +57,8 @@ struct scheduler_connector::impl {
   runtime::coordinator_actor coordinator;  // invalid after shutdown
   // connect mode: the `kvconnect scheduler` process's scheduler; invalid after shutdown.
   runtime::scheduler_service_actor remote;
+  // The ZeroMQ data plane (data_plane zmq): this thread plays the coordinator.
+  std::unique_ptr<engine_data_plane> dp;
   uint16_t port = 0;
   bool gone = false;                 // the scheduler or the coordinator ended unexpectedly
   std::optional<step_id> last_step;  // the last step sent
@@ -62,6 +79,13 @@ struct scheduler_connector::impl {
   bool receive_one(std::chrono::nanoseconds timeout) {
     bool got = true;
     (*self)->receive([&](connector_output& out) { apply(out); },
+                     // From the scheduler actor when this thread hosts the coordinator (dp).
+                     [&](runtime::rank_up_atom, rank_id rank, uint32_t incarnation) {
+                       if (dp) dp->rank_up(rank, incarnation);
+                     },
+                     [&](runtime::rank_down_atom, rank_id rank) {
+                       if (dp) dp->rank_down(rank);
+                     },
                      [&](caf::down_msg& dm) {
                        if (dm.source == actor.address() || dm.source == coordinator.address() ||
                            dm.source == remote.address()) {
@@ -76,9 +100,37 @@ struct scheduler_connector::impl {
     return got;
   }
 
+  /// Handles what is in the mailbox, without waiting. The emptiness check comes first: a CAF
+  /// receive with a timeout, even zero, arms a timer on the actor clock's thread (a wake-up).
   void apply_arrived() {
-    while (receive_one(std::chrono::nanoseconds::zero())) {
+    while (!(*self)->mailbox().empty() && receive_one(std::chrono::nanoseconds::zero())) {
     }
+  }
+
+  /// Data plane: handles the frames that arrive within `wait` (and what is already there),
+  /// expires deadlines, applies the released step outputs.
+  void pump_data_plane(std::chrono::milliseconds wait) {
+    dp->pump(wait);
+    if (dp->needs_tick()) dp->tick(now_ns());
+    while (auto out = dp->poll_output()) apply(*out);
+  }
+
+  /// Everything that has arrived: the mailbox first (rank_up before a rank's hello).
+  void take_arrived() {
+    apply_arrived();
+    if (dp) pump_data_plane(std::chrono::milliseconds::zero());
+  }
+
+  /// Waits up to `left` for something to arrive (data plane: in slices, see mailbox_slice).
+  void wait_some(steady::duration left) {
+    if (!dp) {
+      receive_one(left);
+      return;
+    }
+    auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(left);
+    if (wait < left) wait += std::chrono::milliseconds{1};  // round up: never spin
+    pump_data_plane(std::min(wait, mailbox_slice));
+    apply_arrived();
   }
 
   connector_update collect() {
@@ -171,14 +223,25 @@ result<std::unique_ptr<scheduler_connector>> scheduler_connector::create(
   impl& m = *sc->impl_;
   caf::actor_system& sys = m.host->system();
   m.self.emplace(sys);
-  coordinator::coordinator_options copts;
-  copts.world_size = cfg.topology.world_size();
-  copts.job_timeout = cfg.job_timeout;
-  auto coord = coordinator::spawn_coordinator(
-      sys, caf::actor_cast<runtime::output_sink_actor>(caf::actor{*m.self}), copts);
-  if (!coord) return coord.error();
-  m.coordinator = std::move(coord).value();
-  (*m.self)->monitor(m.coordinator);
+  runtime::coordinator_actor coordinator_role;
+  if (cfg.data_plane == data_plane_kind::zmq) {
+    // This thread is the coordinator: the scheduler actor's rank_up / rank_down come here.
+    auto dp = engine_data_plane::create(cfg.topology.world_size(), cfg.job_timeout,
+                                        cfg.listen ? cfg.network.host : std::string{});
+    if (!dp) return dp.error();
+    m.dp = std::move(dp).value();
+    coordinator_role = caf::actor_cast<runtime::coordinator_actor>(caf::actor{*m.self});
+  } else {
+    coordinator::coordinator_options copts;
+    copts.world_size = cfg.topology.world_size();
+    copts.job_timeout = cfg.job_timeout;
+    auto coord = coordinator::spawn_coordinator(
+        sys, caf::actor_cast<runtime::output_sink_actor>(caf::actor{*m.self}), copts);
+    if (!coord) return coord.error();
+    m.coordinator = std::move(coord).value();
+    (*m.self)->monitor(m.coordinator);
+    coordinator_role = m.coordinator;
+  }
   scheduler::scheduler_options so;
   so.handshake = {.tp_size = cfg.topology.tp_size,
                   .pp_size = cfg.topology.pp_size,
@@ -186,9 +249,10 @@ result<std::unique_ptr<scheduler_connector>> scheduler_connector::create(
                   .segment = m.segment_name,
                   .layout_checksum = checksum,
                   .token = cfg.token};
+  if (m.dp) so.data_endpoint = m.dp->server().tcp_endpoint();
   // The scheduler's own output queue stays empty: the coordinator reports to this connector.
   auto actor = scheduler::spawn_scheduler(sys, so, std::make_shared<scheduler::output_queue>(),
-                                          m.coordinator);
+                                          coordinator_role);
   if (!actor) return actor.error();
   m.actor = std::move(actor).value();
   (*m.self)->monitor(m.actor);
@@ -218,7 +282,13 @@ const scheduler_connector_config& scheduler_connector::config() const noexcept {
 }
 
 local_endpoint scheduler_connector::endpoint() const {
-  return {impl_->host, caf::actor_cast<runtime::scheduler_actor>(impl_->actor)};
+  const impl& m = *impl_;
+  local_endpoint ep{m.host, caf::actor_cast<runtime::scheduler_actor>(m.actor), {}, nullptr};
+  if (m.dp) {
+    ep.data_endpoint = m.dp->server().inproc_endpoint();
+    ep.data_context = m.dp->server().context();
+  }
+  return ep;
 }
 
 status scheduler_connector::wait_for_workers(std::chrono::milliseconds timeout) {
@@ -227,9 +297,23 @@ status scheduler_connector::wait_for_workers(std::chrono::milliseconds timeout) 
   status st;
   runtime::scheduler_service_actor target =
       m.remote ? m.remote : caf::actor_cast<runtime::scheduler_service_actor>(m.actor);
+  const auto deadline = steady::now() + timeout;
   (*m.self)
       ->request(target, timeout, runtime::ready_atom::value)
       .receive([](uint32_t) {}, [&](caf::error& e) { st = runtime::to_status(e); });
+  if (!st || !m.dp) return st;
+  // Every rank registered; their data-plane hellos may still be on their way.
+  const uint32_t world = m.cfg.topology.world_size();
+  m.take_arrived();
+  while (m.dp->routed_ranks() < world && !m.gone && steady::now() < deadline) {
+    m.wait_some(deadline - steady::now());
+  }
+  if (m.gone) return make_error(errc::io_error, "embed: the scheduler actors are gone");
+  if (m.dp->routed_ranks() < world) {
+    return make_error(errc::timeout, "embed: " + std::to_string(m.dp->routed_ranks()) + " of " +
+                                         std::to_string(world) +
+                                         " ranks connected their data plane in time");
+  }
   return st;
 }
 
@@ -258,6 +342,9 @@ result<connector_metadata> scheduler_connector::build_connector_meta(
   m.last_step = in.step;
   if (m.remote) {
     (*m.self)->send(m.remote, runtime::submit_atom::value, *meta);
+  } else if (m.dp) {
+    m.take_arrived();  // rank_up / rank_down and hellos first: route the step to the live ranks
+    m.dp->send_step(*meta, now_ns());
   } else {
     (*m.self)->send(m.actor, *meta);
   }
@@ -267,7 +354,7 @@ result<connector_metadata> scheduler_connector::build_connector_meta(
 result<connector_update> scheduler_connector::update_connector_output() {
   impl& m = *impl_;
   if (!m.live()) return make_error(errc::io_error, "embed: the scheduler connector is shut down");
-  m.apply_arrived();
+  m.take_arrived();
   if (m.gone) return make_error(errc::io_error, "embed: the scheduler actors are gone");
   return m.collect();
 }
@@ -277,10 +364,11 @@ result<connector_update> scheduler_connector::update_connector_output(
   impl& m = *impl_;
   if (!m.live()) return make_error(errc::io_error, "embed: the scheduler connector is shut down");
   const auto deadline = steady::now() + timeout;
-  m.apply_arrived();
+  m.take_arrived();
   while (m.through < step && !m.gone) {
-    const auto left = std::max(deadline - steady::now(), steady::duration::zero());
-    if (!m.receive_one(left) && steady::now() >= deadline) break;
+    const auto now = steady::now();
+    if (now >= deadline) break;
+    m.wait_some(deadline - now);
   }
   if (m.gone) {
     return make_error(errc::io_error, "embed: the scheduler actors are gone (step " +
@@ -291,7 +379,7 @@ result<connector_update> scheduler_connector::update_connector_output(
                       "embed: the output of step " + std::to_string(step) +
                           " did not arrive in time (last: " + std::to_string(m.through) + ")");
   }
-  m.apply_arrived();
+  m.take_arrived();
   return m.collect();
 }
 
@@ -339,6 +427,7 @@ result<uint32_t> scheduler_connector::shutdown(std::chrono::milliseconds timeout
     m.coordinator = nullptr;
   }
   m.self.reset();
+  m.dp.reset();
   m.host.reset();     // the last owner waits for the actors to end
   m.segment.reset();  // removes the segment's name
   if (!st) return st;

@@ -4,12 +4,14 @@
 ///
 /// The planner (scheduler::connector_scheduler: lookups, the CPU pool's ledger, transfer jobs)
 /// runs in the caller's thread, so every call is synchronous and cheap. The network work is
-/// asynchronous: build_connector_meta hands the step's metadata to the scheduler actor, which
-/// sends it to every rank's worker; the coordinator aggregates the ranks' completion reports
-/// into one output per step and sends it to this connector's own actor, whose mailbox the engine
-/// thread reads. update_connector_output() takes what has arrived without waiting; the overload
-/// with a step waits for that step's output (an engine whose model output is synchronous with its
-/// workers, as vLLM's is).
+/// asynchronous. With the ZeroMQ data plane (config data_plane zmq, the default) the engine
+/// thread itself encodes each step's metadata once and sends it to every rank, and aggregates the
+/// ranks' reports when it polls (engine_data_plane.hpp: the coordinator's rules, on this thread);
+/// with the CAF one, build_connector_meta hands the metadata to the scheduler actor, which sends
+/// it to every rank, and the coordinator actor sends each step's output to this connector's own
+/// actor. Either way update_connector_output() takes what has arrived without waiting; the
+/// overload with a step waits for that step's output (an engine whose model output is
+/// synchronous with its workers, as vLLM's is).
 ///
 /// Life cycle (in_process): create() validates the config, creates the node's shm pool, starts
 /// an actor system hosting the scheduler and coordinator actors and, with `listen`, accepts

@@ -2,11 +2,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <optional>
 #include <string>
 #include <utility>
 
+#include <spdlog/spdlog.h>
 #include <caf/actor_cast.hpp>
 #include <caf/actor_companion.hpp>
 #include <caf/actor_system.hpp>
@@ -23,6 +25,7 @@
 #include "actors/embed/local_endpoint.hpp"
 #include "actors/embed/report_sequencer.hpp"
 #include "actors/embed/scheduler_connector.hpp"
+#include "actors/runtime/data_plane.hpp"
 #include "actors/runtime/error_bridge.hpp"
 #include "actors/runtime/handoff_queue.hpp"
 #include "actors/runtime/interfaces.hpp"
@@ -38,6 +41,10 @@ using steady = std::chrono::steady_clock;
 using metadata_queue = runtime::handoff_queue<connector_metadata>;
 
 namespace {
+
+/// While waiting for metadata on the data plane, whether the scheduler is gone (the rank's
+/// actor closes the inbox) is looked at this often.
+constexpr std::chrono::milliseconds gone_slice{10};
 
 caf::actor_companion* as_companion(const caf::actor& hdl) {
   return static_cast<caf::actor_companion*>(caf::actor_cast<caf::abstract_actor*>(hdl));
@@ -101,6 +108,9 @@ struct worker_connector::impl {
   std::shared_ptr<std::atomic<bool>> ending = std::make_shared<std::atomic<bool>>(false);
   std::shared_ptr<metadata_queue> inbox;
   runtime::coordinator_actor coordinator;
+  // The ZeroMQ data plane when the scheduler uses one (else the metadata comes through `inbox`
+  // and reports go to `coordinator` as CAF messages).
+  std::unique_ptr<runtime::data_plane_client> dp;
   std::optional<worker::completion_stamper> stamper;
   std::optional<connector_metadata> next;   // arrived, not bound (asked for another step)
   std::optional<connector_metadata> bound;  // the bound step's metadata
@@ -114,9 +124,45 @@ struct worker_connector::impl {
   }
 
   void send(report_sequencer::batch b) {
-    if (!coordinator || inbox->closed()) return;
+    if (inbox->closed()) return;  // the scheduler is gone: nobody to report to
+    if (dp) {
+      const runtime::step_report rep{cfg.rank, cfg.incarnation, b.step,
+                                     stamper->stamp(b.step, b.jobs)};
+      if (auto st = dp->send(runtime::encode(rep)); !st) {
+        spdlog::error("worker_connector: rank {}: the report of step {} was not sent: {}",
+                      cfg.rank, b.step, st.to_string());
+      }
+      return;
+    }
+    if (!coordinator) return;
     caf::anon_send(coordinator, runtime::report_atom::value, cfg.rank, cfg.incarnation, b.step,
                    stamper->stamp(b.step, b.jobs));
+  }
+
+  /// The next metadata from the data plane within `timeout`, or nullopt (timeout, the scheduler
+  /// gone, or an error, which is returned in `err`).
+  std::optional<connector_metadata> receive_metadata(std::chrono::nanoseconds timeout,
+                                                     status& err) {
+    const auto deadline = steady::now() + timeout;
+    for (;;) {
+      const auto left = deadline - steady::now();
+      auto wait = std::chrono::ceil<std::chrono::milliseconds>(
+          std::max(left, steady::duration::zero()));
+      auto frame = dp->receive(std::min(wait, gone_slice));
+      if (!frame) {
+        err = frame.error();
+        return std::nullopt;
+      }
+      if (*frame) {
+        auto meta = runtime::decode_metadata(**frame);
+        if (!meta) {
+          err = meta.error();
+          return std::nullopt;
+        }
+        return std::move(meta).value();
+      }
+      if (inbox->closed() || steady::now() >= deadline) return std::nullopt;
+    }
   }
 };
 
@@ -140,13 +186,14 @@ result<std::unique_ptr<worker_connector>> worker_connector::create(
   // The scheduler to register with. In connect mode its process created the pool before it
   // started listening, so the segment exists once the scheduler is reachable.
   runtime::scheduler_actor sched;
+  local_endpoint ep;
   if (cfg.mode == connection_mode::in_process) {
-    local_endpoint ep = local->endpoint();
+    ep = local->endpoint();
     if (!ep.host || !ep.scheduler) {
       return make_error(errc::io_error, "embed: the scheduler connector is shut down");
     }
-    p->host = std::move(ep.host);
-    sched = std::move(ep.scheduler);
+    p->host = ep.host;
+    sched = ep.scheduler;
   } else {
     p->host = actor_host::start(cfg.network, /*network=*/true);
     auto s = caf::io::remote_actor<runtime::scheduler_actor>(p->host->system(), cfg.network.host,
@@ -193,14 +240,27 @@ result<std::unique_ptr<worker_connector>> worker_connector::create(
   p->rank_actor = make_rank_actor(sys, p->inbox, p->ending);
   as_companion(p->rank_actor)->monitor(sched);
   status outcome;
+  std::string data_endpoint;
   {
     caf::scoped_actor self{sys};
     self->request(sched, cfg.register_timeout, runtime::hello_atom::value, reg,
                   caf::actor_cast<runtime::worker_actor>(p->rank_actor))
-        .receive([&](runtime::coordinator_actor& c) { p->coordinator = std::move(c); },
-                 [&](caf::error& e) { outcome = runtime::to_status(e); });
+        .receive(
+            [&](runtime::coordinator_actor& c, std::string& endpoint) {
+              p->coordinator = std::move(c);
+              data_endpoint = std::move(endpoint);
+            },
+            [&](caf::error& e) { outcome = runtime::to_status(e); });
   }
   if (!outcome) return outcome;
+  // The data plane: in this process through the scheduler connector's context (inproc).
+  if (!ep.data_endpoint.empty()) data_endpoint = ep.data_endpoint;
+  if (!data_endpoint.empty()) {
+    auto dp = runtime::data_plane_client::create(ep.data_context, data_endpoint,
+                                                 {cfg.rank, cfg.incarnation});
+    if (!dp) return dp.error();
+    p->dp = std::move(dp).value();
+  }
   p->stamper.emplace(cfg.rank, cfg.incarnation);
   return std::unique_ptr<worker_connector>{new worker_connector(std::move(p))};
 }
@@ -226,8 +286,10 @@ status worker_connector::bind_connector_metadata(step_id step, std::chrono::nano
                           " is still bound; clear_connector_metadata first");
   }
   if (!m.next) {
-    m.next = m.inbox->pop_for(timeout);
+    status err;
+    m.next = m.dp ? m.receive_metadata(timeout, err) : m.inbox->pop_for(timeout);
     if (!m.next) {
+      if (!err) return err;
       if (m.inbox->closed()) return make_error(errc::io_error, "embed: the scheduler is gone");
       return make_error(errc::timeout, "embed: rank " + std::to_string(m.cfg.rank) +
                                            ": the metadata of step " + std::to_string(step) +

@@ -5,11 +5,13 @@
 /// It owns the rank's copy engine ("sim" or "cuda", chosen by the config), its mapping of the
 /// node's shm pool, the pure connector_worker that turns each step's jobs into transfers, and
 /// the rank's actor, which registers the rank with the scheduler (in this process or at
-/// host:port). The rank's actor is not scheduled: CAF's network thread hands each step's
-/// metadata straight to the engine thread (a queue that bind_connector_metadata takes from),
-/// and get_finished sends the rank's completion report from the engine thread straight to the
-/// coordinator; each hand-off between threads costs a wake-up, so there are no others. No call
-/// waits on the network except bind_connector_metadata when the metadata has not arrived yet.
+/// host:port). When the scheduler names a ZeroMQ data plane in its reply, the engine thread
+/// receives each step's metadata and sends its reports on its own DEALER socket
+/// (runtime/data_plane.hpp); otherwise the rank's actor, which is not scheduled, hands the
+/// metadata from CAF's network thread straight to the engine thread and reports go from the
+/// engine thread straight to the coordinator actor. Each hand-off between threads costs a
+/// wake-up, so there are no others. No call waits on the network except
+/// bind_connector_metadata when the metadata has not arrived yet.
 ///
 /// Per engine step, in this order (vLLM's order; see docs/embedding.md):
 ///   bind_connector_metadata(step)   the metadata the scheduler planned for `step`

@@ -20,7 +20,9 @@ namespace kvc::runtime {
 
 /// Version of the messages between scheduler, coordinator and workers (docs/protocol.md). Bump it
 /// whenever a message or its meaning changes; peers of another version are refused.
-inline constexpr uint32_t protocol_version = 1;
+/// 2: the registration reply carries the data-plane endpoint; the engine's connect-mode
+///    messages (kvc_engine, kvc_submit, kvc_ready).
+inline constexpr uint32_t protocol_version = 2;
 
 /// Largest TP x PP world a scheduler accepts (the coordinator's bitsets hold 256 ranks).
 inline constexpr uint32_t max_world_size = 256;

@@ -7,6 +7,7 @@
 /// both sides must have called kvc::runtime::add_message_types (system_config.hpp), and a
 /// client's interface must be a subset of the published actor's.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <caf/replies_to.hpp>
@@ -40,10 +41,14 @@ using coordinator_actor = caf::typed_actor<
     // A rank is gone: the jobs waiting on it fail.
     caf::reacts_to<rank_down_atom, rank_id>>;
 
-/// The scheduler: consumes step outputs and registers workers (the reply names the coordinator
-/// the worker reports to; a refusal is an error saying why, see handshake.hpp).
+/// The scheduler: consumes step outputs and registers workers. The reply names the coordinator
+/// the worker reports to and the data-plane endpoint: empty, the step's metadata and reports
+/// travel as the CAF messages here; else a ZeroMQ endpoint (tcp://host:port) where the worker
+/// takes its metadata and sends its reports (runtime/data_plane.hpp). A refusal is an error
+/// saying why, see handshake.hpp.
 using scheduler_actor = output_sink_actor::extend<
-    caf::replies_to<hello_atom, worker_registration, worker_actor>::with<coordinator_actor>>;
+    caf::replies_to<hello_atom, worker_registration, worker_actor>::with<coordinator_actor,
+                                                                          std::string>>;
 
 /// What a `kvconnect scheduler` process publishes: the workers' interface plus the engine's.
 /// An engine's scheduler thread (embed::scheduler_connector, connect mode) authenticates with a

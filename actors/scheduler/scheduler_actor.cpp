@@ -29,7 +29,7 @@ void deliver_all(std::vector<caf::typed_response_promise<uint32_t>>& waiters, ui
   waiters.clear();
 }
 
-caf::result<runtime::coordinator_actor> admit(self_pointer self,
+caf::result<runtime::coordinator_actor, std::string> admit(self_pointer self,
                                               const runtime::worker_registration& reg,
                                               const runtime::worker_actor& worker) {
   scheduler_state& st = self->state;
@@ -51,7 +51,7 @@ caf::result<runtime::coordinator_actor> admit(self_pointer self,
       reg.rank, reg.tp_rank, reg.pp_rank, reg.incarnation, reg.pid, st.registry->live_count(),
       st.registry->world_size());
   if (st.registry->complete()) deliver_all(st.ready_waiters, st.registry->world_size());
-  return st.coordinator;
+  return {st.coordinator, st.data_endpoint};
 }
 
 void fan_out(self_pointer self, const connector_metadata& meta) {
@@ -142,8 +142,10 @@ caf::typed_response_promise<uint32_t> stop(self_pointer self) {
 scheduler_impl::behavior_type scheduler(self_pointer self, worker_registry registry,
                                         std::shared_ptr<output_queue> outputs,
                                         runtime::coordinator_actor coordinator,
-                                        coordinator::coordinator_options copts) {
+                                        coordinator::coordinator_options copts,
+                                        std::string data_endpoint) {
   scheduler_state& st = self->state;
+  st.data_endpoint = std::move(data_endpoint);
   st.workers.resize(registry.world_size());
   st.registry.emplace(std::move(registry));
   st.outputs = std::move(outputs);
@@ -205,7 +207,7 @@ result<scheduler_impl> spawn_scheduler(caf::actor_system& sys, const scheduler_o
                       "scheduler: coordinator tick interval must be > 0, timeout and grace >= 0");
   }
   return sys.spawn(scheduler, std::move(registry).value(), std::move(outputs),
-                   std::move(coordinator), copts);
+                   std::move(coordinator), copts, opts.data_endpoint);
 }
 
 }  // namespace kvc::scheduler

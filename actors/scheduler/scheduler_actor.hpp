@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <caf/fwd.hpp>
@@ -65,12 +66,17 @@ struct scheduler_options {
   runtime::handshake_expectation handshake;
   /// Used when the scheduler spawns its own coordinator; world_size is taken from the handshake.
   coordinator::coordinator_options coordinator;
+  /// Where admitted workers exchange the per-step messages (the registration reply carries it):
+  /// empty for CAF messages, else the ZeroMQ endpoint of the engine's data plane, whose host
+  /// then also plays the coordinator passed to spawn_scheduler (rank_up / rank_down go there).
+  std::string data_endpoint;
 };
 
 struct scheduler_state {
   std::optional<worker_registry> registry;     // engaged by the behavior function
   std::vector<runtime::worker_actor> workers;  // by rank; invalid when not live
   runtime::coordinator_actor coordinator;
+  std::string data_endpoint;  // scheduler_options::data_endpoint
   std::shared_ptr<output_queue> outputs;
   runtime::output_sink_actor engine;  // subscribed engine (engine_hello): outputs go there
   std::vector<caf::typed_response_promise<uint32_t>> ready_waiters;

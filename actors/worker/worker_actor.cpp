@@ -112,7 +112,20 @@ worker_impl::behavior_type worker(self_pointer self, runtime::scheduler_actor sc
   });
   self->request(st.scheduler, st.opts.register_timeout, runtime::hello_atom::value,
                 st.opts.registration, caf::actor_cast<runtime::worker_actor>(self))
-      .await([self](runtime::coordinator_actor& c) { on_accepted(self, std::move(c)); },
+      .await(
+          [self](runtime::coordinator_actor& c, std::string& data_endpoint) {
+            if (!data_endpoint.empty()) {  // an engine's scheduler_connector with ZeroMQ steps
+              status st = make_error(errc::protocol_mismatch,
+                                     "the scheduler sends steps over its ZeroMQ data plane (" +
+                                         data_endpoint +
+                                         "), which the worker actor does not speak: use the "
+                                         "embedding API's worker_connector");
+              notify(self, st);
+              self->quit(runtime::to_caf_error(st));
+              return;
+            }
+            on_accepted(self, std::move(c));
+          },
              [self](caf::error& e) {
                notify(self, runtime::to_status(e));
                self->quit(std::move(e));

@@ -49,10 +49,14 @@ struct rank_kv {
   }
 };
 
-class EmbedTest : public shm::testing::ShmTest {
+/// Every test runs with both data planes: ZeroMQ (inproc, the engine thread coordinates) and CAF
+/// messages through the scheduler and coordinator actors.
+class EmbedTest : public shm::testing::ShmTest,
+                  public ::testing::WithParamInterface<data_plane_kind> {
  protected:
   scheduler_connector_config sched_cfg(uint32_t tp) const {
     scheduler_connector_config c;
+    c.data_plane = GetParam();
     c.listen = false;
     c.token = "secret";
     c.topology.tp_size = tp;
@@ -132,7 +136,7 @@ bool contains(const std::vector<std::string>& v, const std::string& x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
 
-TEST_F(EmbedTest, StoreThenLoadAcrossTwoRanksIsByteExact) {
+TEST_P(EmbedTest, StoreThenLoadAcrossTwoRanksIsByteExact) {
   auto sc = scheduler_connector::create(sched_cfg(2));
   ASSERT_TRUE(sc.ok()) << sc.error().to_string();
   EXPECT_EQ((*sc)->port(), 0);  // listen = false
@@ -199,7 +203,7 @@ TEST_F(EmbedTest, StoreThenLoadAcrossTwoRanksIsByteExact) {
   EXPECT_EQ(*stopped, 2u);
 }
 
-TEST_F(EmbedTest, WorkerOverLoopbackTcpRegistersAndReportsEachStep) {
+TEST_P(EmbedTest, WorkerOverLoopbackTcpRegistersAndReportsEachStep) {
   auto cfg = sched_cfg(1);
   cfg.listen = true;
   auto sc = scheduler_connector::create(cfg);
@@ -223,7 +227,7 @@ TEST_F(EmbedTest, WorkerOverLoopbackTcpRegistersAndReportsEachStep) {
   EXPECT_FALSE(ranks_[0].wc->connected());
 }
 
-TEST_F(EmbedTest, RegistrationRefusalsComeBackAsErrors) {
+TEST_P(EmbedTest, RegistrationRefusalsComeBackAsErrors) {
   auto sc = scheduler_connector::create(sched_cfg(2));
   ASSERT_TRUE(sc.ok());
   auto bad_token = worker_cfg(0, 2);
@@ -250,7 +254,7 @@ TEST_F(EmbedTest, RegistrationRefusalsComeBackAsErrors) {
   EXPECT_EQ((*sc)->wait_for_workers(0ms).code(), errc::timeout);  // rank 1 is missing
 }
 
-TEST_F(EmbedTest, BindTakesTheMetadataOfItsStepOnly) {
+TEST_P(EmbedTest, BindTakesTheMetadataOfItsStepOnly) {
   auto sc = scheduler_connector::create(sched_cfg(1));
   ASSERT_TRUE(sc.ok());
   ASSERT_TRUE(add_worker(sc->get(), worker_cfg(0, 1)));
@@ -288,7 +292,7 @@ TEST_F(EmbedTest, BindTakesTheMetadataOfItsStepOnly) {
   EXPECT_TRUE(poll->jobs.empty() && poll->completions.empty());
 }
 
-TEST_F(EmbedTest, ShutdownReachesInProcessWorkers) {
+TEST_P(EmbedTest, ShutdownReachesInProcessWorkers) {
   auto sc = scheduler_connector::create(sched_cfg(1));
   ASSERT_TRUE(sc.ok());
   ASSERT_TRUE(add_worker(sc->get(), worker_cfg(0, 1)));
@@ -349,6 +353,12 @@ TEST(EmbedConfigTest, BadConfigsAreRefusedBeforeAnythingStarts) {
   wb.pool.slot_bytes = 0;
   EXPECT_EQ(validate(wb).code(), errc::invalid_argument);
 }
+
+INSTANTIATE_TEST_SUITE_P(DataPlanes, EmbedTest,
+                         ::testing::Values(data_plane_kind::zmq, data_plane_kind::caf),
+                         [](const ::testing::TestParamInfo<data_plane_kind>& info) {
+                           return std::string{info.param == data_plane_kind::zmq ? "zmq" : "caf"};
+                         });
 
 }  // namespace
 }  // namespace kvc::embed

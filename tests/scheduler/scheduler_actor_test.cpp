@@ -63,6 +63,7 @@ coordinator_actor::behavior_type recording_coordinator(coordinator_actor::pointe
 struct registration_outcome {
   bool answered = false;
   coordinator_actor coordinator;
+  std::string data_endpoint;
   status error;
 };
 
@@ -74,8 +75,9 @@ worker_actor::behavior_type fake_worker(worker_actor::pointer self, runtime::sch
   self->request(sched, caf::infinite, runtime::hello_atom::value, reg,
                 caf::actor_cast<worker_actor>(self))
       .then(
-          [out](coordinator_actor c) {
+          [out](coordinator_actor c, std::string data_endpoint) {
             out->answered = true;
+            out->data_endpoint = std::move(data_endpoint);
             out->coordinator = std::move(c);
           },
           [out](caf::error& e) {
@@ -117,14 +119,16 @@ class SchedulerActorTest : public test_support::deterministic_actor_test {
   }
 
   /// Starts a scheduler for a world of `tp` ranks; with the fake coordinator unless `own`.
-  void start(uint32_t tp, bool own_coordinator = false) {
+  void start(uint32_t tp, bool own_coordinator = false, std::string data_endpoint = {}) {
     want_ = expectation(tp);
     coordinator_actor coord;
     if (!own_coordinator) {
       fake_coord_ = spawn(recording_coordinator, log_);
       coord = fake_coord_;
     }
-    auto s = spawn_scheduler(sys(), {.handshake = want_, .coordinator = {}}, outputs_, coord);
+    auto s = spawn_scheduler(
+        sys(), {.handshake = want_, .coordinator = {}, .data_endpoint = std::move(data_endpoint)},
+        outputs_, coord);
     ASSERT_TRUE(s.ok()) << s.error().to_string();
     sched_ = *s;
     track(sched_);
@@ -206,6 +210,7 @@ TEST_F(SchedulerActorTest, RegistersEveryRankThenFansOutEachStepOnceInOrder) {
   EXPECT_TRUE(out1->error.ok()) << out1->error.to_string();
   EXPECT_EQ(out0->coordinator, fake_coord_);
   EXPECT_EQ(out1->coordinator, fake_coord_);
+  EXPECT_EQ(out0->data_endpoint, "");  // steps travel as CAF messages
   EXPECT_THAT(coord_lines("rank_up"), ElementsAre("rank_up 1 4", "rank_up 0 0"));
 
   caf::anon_send(sched_, step_meta(1, {10}, {11, 12}));
@@ -322,6 +327,15 @@ TEST_F(SchedulerActorTest, StopEndsEveryWorkerAndAnswersOnceAllAreDown) {
   auto again = ask<stop_atom>();  // nothing left to stop: answered at once
   run();
   EXPECT_EQ(*again, 2u);
+}
+
+TEST_F(SchedulerActorTest, TheRegistrationReplyNamesTheDataPlaneEndpoint) {
+  start(1, /*own_coordinator=*/false, "tcp://127.0.0.1:4242");
+  auto [w, out] = join_worker(reg(0, 2));
+  ASSERT_TRUE(out->error.ok()) << out->error.to_string();
+  EXPECT_EQ(out->data_endpoint, "tcp://127.0.0.1:4242");
+  EXPECT_EQ(out->coordinator, fake_coord_);  // the data plane's host hears rank_up
+  EXPECT_THAT(coord_lines("rank_up"), ElementsAre("rank_up 0 2"));
 }
 
 TEST_F(SchedulerActorTest, ItsOwnCoordinatorAggregatesReportsIntoTheOutputQueue) {

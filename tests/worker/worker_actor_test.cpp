@@ -61,13 +61,14 @@ coordinator_actor::behavior_type recording_coordinator(coordinator_actor::pointe
 /// What the fake scheduler saw and how it answers.
 struct scheduler_script {
   std::vector<worker_registration> hellos;
-  coordinator_actor answer;  // accept with this coordinator...
+  coordinator_actor answer;  // accept with this coordinator (and data-plane endpoint)...
+  std::string data_endpoint;
   status refusal;            // ...or refuse with this error
   bool silent = false;       // ...or never answer
 };
 
 struct silent_state {
-  std::vector<caf::typed_response_promise<coordinator_actor>> pending;
+  std::vector<caf::typed_response_promise<coordinator_actor, std::string>> pending;
 };
 
 /// A fake scheduler following a script.
@@ -79,13 +80,13 @@ runtime::scheduler_actor::behavior_type fake_scheduler(
       [self, script](runtime::hello_atom, const worker_registration& reg,
                      const runtime::worker_actor&) {
         script->hellos.push_back(reg);
-        auto rp = self->make_response_promise<coordinator_actor>();
+        auto rp = self->make_response_promise<coordinator_actor, std::string>();
         if (script->silent) {
           self->state.pending.push_back(rp);
         } else if (!script->refusal.ok()) {
           rp.deliver(runtime::to_caf_error(script->refusal));
         } else {
-          rp.deliver(script->answer);
+          rp.deliver(script->answer, script->data_endpoint);
         }
         return rp;
       },
@@ -240,6 +241,19 @@ TEST_F(WorkerActorTest, ARefusedRegistrationEndsTheWorkerWithTheReason) {
   ASSERT_EQ(registered_.size(), 1u);
   EXPECT_EQ(registered_[0].code(), errc::protocol_mismatch);
   EXPECT_THAT(registered_[0].message(), HasSubstr("wrong token"));
+  EXPECT_EQ(factory_calls_, 0);
+  ASSERT_TRUE(down->has_value());
+  EXPECT_EQ(runtime::to_status(**down).code(), errc::protocol_mismatch);
+}
+
+TEST_F(WorkerActorTest, ASchedulerWithAZeroMqDataPlaneIsRefusedClearly) {
+  script_->data_endpoint = "tcp://127.0.0.1:5555";
+  worker_impl w = start_executing();
+  auto down = watch(w);
+  run();
+  ASSERT_EQ(registered_.size(), 1u);
+  EXPECT_EQ(registered_[0].code(), errc::protocol_mismatch);
+  EXPECT_THAT(registered_[0].message(), HasSubstr("ZeroMQ data plane"));
   EXPECT_EQ(factory_calls_, 0);
   ASSERT_TRUE(down->has_value());
   EXPECT_EQ(runtime::to_status(**down).code(), errc::protocol_mismatch);
