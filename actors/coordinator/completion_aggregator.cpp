@@ -161,6 +161,16 @@ status completion_aggregator::expect(job_id job, transfer_kind kind, step_id ste
     e.step = step;
     e.expected = true;
     set_deadline(e, deadline);
+    // A rank that is lost now will never run the job: it fails at once (its result joins the
+    // next output), and the lost ranks count as heard so that the entry can be freed.
+    bool missing = false;
+    for (rank_id r = 0; r < world_size_; ++r) {
+      if (ranks_[r].alive) continue;
+      e.heard.set(r);
+      ++e.heard_count;
+      missing = true;
+    }
+    if (missing) fail(it, errc::io_error);
     return status::success();
   }
   job_entry& e = it->second;

@@ -7,7 +7,8 @@
 ///
 /// Jobs. A job is *done* when every rank reported success, *failed* as soon as one rank reports
 /// a failure, its deadline passes (errc::timeout) or a rank it still waits on is lost or
-/// restarts (errc::io_error). Its result is sum(bytes) and max(seconds) over the reports seen
+/// restarts (errc::io_error); a job expected while a rank is lost fails at once (io_error: that
+/// rank will never run it). Its result is sum(bytes) and max(seconds) over the reports seen
 /// until then. Reports that arrive after a failure are absorbed and never change the result.
 ///
 /// Senders. Ranks start alive at incarnation 0. on_rank_registered(rank, n) with a higher n

@@ -161,6 +161,25 @@ TEST(CompletionAggregatorTest, KindMismatchIsDropped) {
   EXPECT_EQ(agg.on_report(ok_report(0, 1, store)), report_outcome::completed);
 }
 
+TEST(CompletionAggregatorTest, AJobExpectedWhileARankIsLostFailsAtOnce) {
+  completion_aggregator agg = make_aggregator(2);
+  ASSERT_TRUE(agg.on_rank_lost(1).ok());
+  ASSERT_TRUE(agg.expect(7, store, 1, std::nullopt).ok());
+  EXPECT_EQ(agg.pending_results(), 1u);
+  EXPECT_EQ(agg.on_report(ok_report(0, 7, store, 1)), report_outcome::absorbed);
+  EXPECT_EQ(agg.tracked_jobs(), 0u);  // rank 0 reported, rank 1 counts as heard: freed
+  ASSERT_TRUE(agg.on_step_closed(0, 0, 1).ok());
+  auto out = agg.poll_output();
+  ASSERT_TRUE(out.has_value());
+  ASSERT_EQ(out->jobs.size(), 1u);
+  EXPECT_FALSE(out->jobs[0].ok);
+  EXPECT_EQ(out->jobs[0].error, errc::io_error);
+  // Once the rank is back, new jobs wait for it again.
+  ASSERT_TRUE(agg.on_rank_registered(1, 1).ok());
+  ASSERT_TRUE(agg.expect(8, store, 2, std::nullopt).ok());
+  EXPECT_EQ(agg.on_report(ok_report(0, 8, store, 2)), report_outcome::accepted);
+}
+
 TEST(CompletionAggregatorTest, RankLossFailsTheJobsWaitingOnIt) {
   completion_aggregator agg = make_aggregator(3);
   for (job_id j : {1, 2, 3}) ASSERT_TRUE(agg.expect(j, store, 0, std::nullopt).ok());

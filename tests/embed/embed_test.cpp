@@ -254,6 +254,39 @@ TEST_P(EmbedTest, RegistrationRefusalsComeBackAsErrors) {
   EXPECT_EQ((*sc)->wait_for_workers(0ms).code(), errc::timeout);  // rank 1 is missing
 }
 
+TEST_P(EmbedTest, ALostRankFailsItsJobsAndTheOtherRanksGoOn) {
+  auto sc = scheduler_connector::create(sched_cfg(2));
+  ASSERT_TRUE(sc.ok()) << sc.error().to_string();
+  ASSERT_TRUE(add_worker(sc->get(), worker_cfg(0, 2)));
+  ASSERT_TRUE(add_worker(sc->get(), worker_cfg(1, 2)));
+  ASSERT_TRUE((*sc)->wait_for_workers(5s).ok());
+
+  const auto ka = keys({21, 22});
+  const scheduler::request_view a{"a", ka, 8};
+  const std::vector<gpu_block> blocks_a{1, 2};
+  ASSERT_TRUE((*sc)->update_state_after_alloc(a, blocks_a, 0).ok());
+  // Rank 1 goes (its connector ends: the scheduler actor sees it leave) before step 1 runs.
+  ranks_.pop_back();
+  step_id s = 1;
+  auto out = step(**sc, s, {{a, blocks_a, 0, 8}}, {{1, 100}, {2, 100}});
+  ASSERT_TRUE(out.ok()) << out.error().to_string();
+  ASSERT_EQ(last_meta_.stores.size(), 1u);
+  const job_id store = last_meta_.stores[0].id;
+  std::vector<job_result> results = out->jobs;
+  while (results.empty() && s < 50) {  // the store is submitted in step 2, its result follows
+    out = step(**sc, ++s);
+    ASSERT_TRUE(out.ok()) << out.error().to_string();  // rank 1 does not hold the steps back
+    results.insert(results.end(), out->jobs.begin(), out->jobs.end());
+  }
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results[0].job, store);
+  EXPECT_FALSE(results[0].ok);
+  EXPECT_EQ(results[0].error, errc::io_error);
+  EXPECT_EQ((*sc)->stats().stores_failed, 1u);
+  EXPECT_TRUE((*sc)->take_events().empty());  // a failed store stores nothing
+  EXPECT_EQ((*sc)->get_num_new_matched_tokens(a, 0), (scheduler::match_result{0u, false}));
+}
+
 TEST_P(EmbedTest, BindTakesTheMetadataOfItsStepOnly) {
   auto sc = scheduler_connector::create(sched_cfg(1));
   ASSERT_TRUE(sc.ok());
