@@ -5,6 +5,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include <gtest/gtest.h>
 
@@ -42,6 +43,19 @@ class EngineDataPlaneTest : public ::testing::Test {
                                        wire_hello{rank, inc});
     EXPECT_TRUE(c.ok()) << c.error().to_string();
     return c.ok() ? std::move(c).value() : nullptr;
+  }
+
+  /// Ranks 0 and 1 registered (incarnation 0) and connected; both hellos handled.
+  std::pair<std::unique_ptr<data_plane_client>, std::unique_ptr<data_plane_client>>
+  both_ranks_routed() {
+    dp_->rank_up(0, 0);
+    dp_->rank_up(1, 0);
+    auto r0 = connect(0, 0);
+    auto r1 = connect(1, 0);
+    while (dp_->routed_ranks() < 2 && dp_->pump(10s) > 0) {
+    }
+    EXPECT_EQ(dp_->routed_ranks(), 2u);
+    return {std::move(r0), std::move(r1)};
   }
 
   /// Handles one more frame (waiting for it).
@@ -87,13 +101,7 @@ TEST_F(EngineDataPlaneTest, StepsPlannedBeforeAHelloReachTheRankOnceItIsRouted) 
 }
 
 TEST_F(EngineDataPlaneTest, AJobIsDoneWhenEveryRankReportedItAndTheStepClosed) {
-  dp_->rank_up(0, 0);
-  dp_->rank_up(1, 0);
-  auto r0 = connect(0, 0);
-  auto r1 = connect(1, 0);
-  pump_one();
-  if (dp_->routed_ranks() < 2) pump_one();
-  ASSERT_EQ(dp_->routed_ranks(), 2u);
+  auto [r0, r1] = both_ranks_routed();
   dp_->send_step(step_with_load(1, 10), 0);
   report(*r0, {0, 0, 1, {ok_event(0, 0, 0, 1, 10)}});
   pump_one();
@@ -109,12 +117,7 @@ TEST_F(EngineDataPlaneTest, AJobIsDoneWhenEveryRankReportedItAndTheStepClosed) {
 }
 
 TEST_F(EngineDataPlaneTest, OnlyTheRanksRoutedConnectionMayReportForIt) {
-  dp_->rank_up(0, 0);
-  dp_->rank_up(1, 0);
-  auto r0 = connect(0, 0);
-  auto r1 = connect(1, 0);
-  pump_one();
-  if (dp_->routed_ranks() < 2) pump_one();
+  auto [r0, r1] = both_ranks_routed();
   dp_->send_step(step_with_load(1, 10), 0);
   report(*r1, {0, 0, 1, {ok_event(0, 0, 0, 1, 10)}});  // rank 1's socket speaks for rank 0
   pump_one();
@@ -128,12 +131,7 @@ TEST_F(EngineDataPlaneTest, OnlyTheRanksRoutedConnectionMayReportForIt) {
 }
 
 TEST_F(EngineDataPlaneTest, ALostRankFailsItsJobsAndNoLongerHoldsTheStep) {
-  dp_->rank_up(0, 0);
-  dp_->rank_up(1, 0);
-  auto r0 = connect(0, 0);
-  auto r1 = connect(1, 0);
-  pump_one();
-  if (dp_->routed_ranks() < 2) pump_one();
+  auto [r0, r1] = both_ranks_routed();
   dp_->send_step(step_with_load(1, 10), 0);
   report(*r0, {0, 0, 1, {ok_event(0, 0, 0, 1, 10)}});
   pump_one();
