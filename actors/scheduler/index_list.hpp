@@ -49,6 +49,21 @@ class index_list {
     push_back(i);
   }
 
+  /// Moves the run first .. last (a contiguous stretch, in list order) to the back, keeping
+  /// its order: the same as move_to_back of each of its nodes, front to back.
+  void splice_to_back(uint32_t first, uint32_t last) noexcept {
+    const uint32_t after = nodes_[last].next;
+    if (after == sentinel_) return;  // already at the back
+    const uint32_t before = nodes_[first].prev;
+    nodes_[before].next = after;
+    nodes_[after].prev = before;
+    const uint32_t back = nodes_[sentinel_].prev;
+    nodes_[back].next = first;
+    nodes_[first].prev = back;
+    nodes_[last].next = sentinel_;
+    nodes_[sentinel_].prev = last;
+  }
+
   /// Node `to` takes the place of node `from` (which leaves the list).
   void replace(uint32_t from, uint32_t to) noexcept {
     const uint32_t p = nodes_[from].prev;

@@ -16,8 +16,8 @@
 ///  - sized once for `max_entries` at load <= 4/7 (14 bytes per entry) and never rehashed; the
 ///    caller (a policy with a fixed capacity) guarantees the bound.
 /// Slots are stored complemented so that an empty slot is 0: a fresh table is untouched zero
-/// pages. find_all() resolves a batch in two passes (prefetch every home slot, then probe) so
-/// the cache misses of a batch overlap. Not thread-safe.
+/// pages. find_all() resolves a batch in passes (prefetch every home slot, find tags and
+/// prefetch nodes, compare keys) so that the cache misses of a batch overlap. Not thread-safe.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -105,38 +105,49 @@ class key_index {
   void prefetch(const block_key& k) const { __builtin_prefetch(&slots_[home(tag_of(k))]); }
 
   /// out[i] = find(keys[i]) for every key (out has room for keys.size()), in chunks of 16
-  /// keys and two passes (hash and prefetch every home slot of the chunk, then probe) so that
-  /// the cache misses of a chunk overlap. The table must not change while the ids are used.
+  /// keys and three passes so that the cache misses of a chunk overlap in two waves: hash and
+  /// prefetch every home slot; scan each run for the first entry with the key's tag and
+  /// prefetch its node; compare keys (a 32-bit tag collision, rare, falls back to a scan).
+  /// The table must not change while the ids are used.
   void find_all(std::span<const block_key> keys, uint32_t* ids) const {
     constexpr size_t chunk = 16;
     const size_t n = keys.size();
     const uint64_t* slots = slots_.get();
     const Node* nodes = nodes_;
-    uint64_t firsts[chunk];
+    uint32_t tags[chunk];
     const uint64_t* at[chunk];
     for (size_t base = 0; base < n; base += chunk) {
       const size_t m = n - base < chunk ? n - base : chunk;
       const block_key* k = keys.data() + base;
       uint32_t* out = ids + base;
       for (size_t j = 0; j < m; ++j) {
-        const uint32_t tag = tag_of(k[j]);
-        firsts[j] = uint64_t{tag} << 32;
-        at[j] = slots + home(tag);
+        tags[j] = tag_of(k[j]);
+        at[j] = slots + home(tags[j]);
         __builtin_prefetch(at[j]);
       }
       for (size_t j = 0; j < m; ++j) {
-        const uint64_t first = firsts[j];
+        const uint64_t first = uint64_t{tags[j]} << 32;
         const uint64_t* p = at[j];
         while (~*p < first) ++p;  // skip smaller tags
-        uint32_t id = npos;
-        for (uint64_t v = ~*p; (v >> 32) == (first >> 32) && v != empty_value; v = ~*++p) {
+        const uint64_t v = ~*p;
+        at[j] = p;
+        // A tag match (an empty slot reads as tag 0xffffffff with id npos: no match).
+        const bool match = (v >> 32) == tags[j] && v != empty_value;
+        out[j] = match ? static_cast<uint32_t>(v) : npos;
+        if (match) __builtin_prefetch(&nodes[static_cast<uint32_t>(v)]);
+      }
+      for (size_t j = 0; j < m; ++j) {
+        const uint32_t id = out[j];
+        if (id == npos || (nodes[id].key_lo == k[j].lo && nodes[id].key_hi == k[j].hi)) continue;
+        out[j] = npos;  // tag collision: scan the rest of the equal-tag entries
+        const uint64_t* p = at[j];
+        for (uint64_t v = ~*++p; (v >> 32) == tags[j] && v != empty_value; v = ~*++p) {
           const Node& node = nodes[static_cast<uint32_t>(v)];
           if (node.key_lo == k[j].lo && node.key_hi == k[j].hi) {
-            id = static_cast<uint32_t>(v);
+            out[j] = static_cast<uint32_t>(v);
             break;
           }
         }
-        out[j] = id;
       }
     }
   }

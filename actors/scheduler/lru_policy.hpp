@@ -84,10 +84,25 @@ class lru_policy {
     index_.find_all(keys, ids_.data());
     touch_ids(std::span<const uint32_t>{ids_.data(), keys.size()});
   }
-  /// touch() with the keys already resolved by find_all.
+  /// touch() with the keys already resolved by find_all (npos: untracked, skipped).
+  /// Moving ids[n-1], ..., ids[0] to the back one by one is done run by run: a run is a
+  /// stretch of tracked ids that already follow each other in the list in that order (usually
+  /// the whole list: the previous touch of the same keys left them so), checked against the
+  /// list as it is when the run starts, so moving it whole (splice) is the same as moving its
+  /// nodes one by one. Repeated ids cannot extend a run (a run is a path in the list).
   void touch_ids(std::span<const uint32_t> ids) {
-    for (size_t i = ids.size(); i-- > 0;) {
-      if (ids[i] != npos) order_.move_to_back(ids[i]);
+    size_t i = ids.size();
+    while (i > 0) {
+      const uint32_t first = ids[--i];
+      if (first == npos) continue;
+      uint32_t last = first;
+      for (; i > 0; --i) {
+        const uint32_t id = ids[i - 1];
+        if (id == npos) continue;
+        if (nodes_[last].next != id) break;
+        last = id;
+      }
+      order_.splice_to_back(first, last);
     }
   }
 
@@ -111,6 +126,8 @@ class lru_policy {
       order_.erase(s);
       index_.erase(k);
     }
+    // The next evict starts at the new front, likely a cold node: start fetching it now.
+    __builtin_prefetch(&nodes_[order_.front()]);
     return true;
   }
 
