@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -160,7 +161,9 @@ TEST_P(EmbedTest, StoreThenLoadAcrossTwoRanksIsByteExact) {
 
   // Empty steps until the store completed on both ranks and a's blocks may be freed.
   bool sent = false;
-  while (!sent && s < 500) {
+  // The copies run on the copy engine's thread: step until done, bounded by time (no count).
+  auto give_up = std::chrono::steady_clock::now() + 10s;
+  while (!sent && std::chrono::steady_clock::now() < give_up) {
     out = step(**sc, ++s);
     ASSERT_TRUE(out.ok()) << out.error().to_string();
     sent = contains(out->completions.finished_sending, "a");
@@ -182,7 +185,8 @@ TEST_P(EmbedTest, StoreThenLoadAcrossTwoRanksIsByteExact) {
   EXPECT_EQ(last_meta_.loads[0].slots, a_slots);
   EXPECT_EQ(last_meta_.loads[0].gpu_blocks, (std::vector<gpu_block>{5, 6}));
   bool recv = contains(out->completions.finished_recving, "b");
-  while (!recv && s < 1000) {
+  give_up = std::chrono::steady_clock::now() + 10s;
+  while (!recv && std::chrono::steady_clock::now() < give_up) {
     out = step(**sc, ++s);
     ASSERT_TRUE(out.ok()) << out.error().to_string();
     recv = contains(out->completions.finished_recving, "b");
@@ -273,7 +277,9 @@ TEST_P(EmbedTest, ALostRankFailsItsJobsAndTheOtherRanksGoOn) {
   ASSERT_EQ(last_meta_.stores.size(), 1u);
   const job_id store = last_meta_.stores[0].id;
   std::vector<job_result> results = out->jobs;
-  while (results.empty() && s < 50) {  // the store is submitted in step 2, its result follows
+  // The store is submitted in step 2; its result follows once the copy ran (bounded by time).
+  const auto give_up = std::chrono::steady_clock::now() + 10s;
+  while (results.empty() && std::chrono::steady_clock::now() < give_up) {
     out = step(**sc, ++s);
     ASSERT_TRUE(out.ok()) << out.error().to_string();  // rank 1 does not hold the steps back
     results.insert(results.end(), out->jobs.begin(), out->jobs.end());
