@@ -87,6 +87,14 @@ class timed_manager final : public scheduler::offload_manager {
       return 0;
     });
   }
+  void touch_hinted(std::span<const block_key> k, std::span<cpu_slot> hints) override {
+    keys_.all += k.size();
+    keys_.touch += k.size();
+    timed([&] {
+      inner_->touch_hinted(k, hints);
+      return 0;
+    });
+  }
   std::optional<scheduler::store_plan> prepare_store(std::span<const block_key> k) override {
     keys_.all += k.size();
     return timed([&] { return inner_->prepare_store(k); });

@@ -48,6 +48,7 @@ class connector_scheduler::impl {
     bool delay_free = false;           ///< request_finished returned true: owe finished_sending
     std::optional<job_id> load_job;    ///< recorded or in flight
     std::vector<block_key> keys;       ///< one per full offloaded block so far
+    std::vector<cpu_slot> slot_hints;  ///< per key: its slot at the last touch (touch_hinted)
     std::vector<gpu_block> block_ids;  ///< all GPU block ids of the request
     std::vector<job_id> jobs;          ///< every job in flight, oldest first (for flush)
     std::string id;
@@ -97,6 +98,7 @@ class connector_scheduler::impl {
     st.finished = st.delay_free = false;
     st.load_job.reset();
     st.keys.clear();
+    st.slot_hints.clear();
     st.block_ids.clear();
     st.jobs.clear();
     st.id.clear();
@@ -110,7 +112,10 @@ class connector_scheduler::impl {
     const size_t want = block_hashes.size() / hf;
     st.keys.reserve(std::max(want, 2 * st.keys.size()));
     for (size_t i = st.keys.size(); i < want; ++i) st.keys.push_back(block_hashes[i * hf + hf - 1]);
+    st.slot_hints.resize(want, UINT32_MAX);
   }
+  /// R1's touch of all of a request's keys, with the slots it saw last time as hints.
+  void touch_all(request_state& st) { manager_->touch_hinted(st.keys, st.slot_hints); }
   void plan_stores(uint32_t slot, const scheduled_request& sr, bool replace_blocks,
                    connector_metadata& meta);
   void emit_store_job(uint32_t slot, std::span<const block_key> keys,
@@ -218,7 +223,7 @@ match_result connector_scheduler::impl::get_num_new_matched_tokens(const request
   st.block_ids.clear();
   extend_keys(st, req.block_hashes);
   st.local_computed = num_computed;
-  manager_->touch(st.keys);
+  touch_all(st);
 
   const uint64_t obs = geo_.offloaded_block_size;
   const uint64_t computed = num_computed;
@@ -429,7 +434,7 @@ void connector_scheduler::impl::plan_stores(uint32_t slot, const scheduled_reque
   }
   emit_store_job(slot, plan->keys.subspan(job_begin), plan->slots.subspan(job_begin), scratch_gpu_,
                  skip, meta);
-  manager_->touch(st.keys);
+  touch_all(st);
 }
 
 void connector_scheduler::impl::emit_store_job(uint32_t slot, std::span<const block_key> keys,

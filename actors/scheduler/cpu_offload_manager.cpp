@@ -123,6 +123,55 @@ void cpu_offload_manager<Policy>::touch(std::span<const block_key> keys) {
 }
 
 template <class Policy>
+void cpu_offload_manager<Policy>::touch_hinted(std::span<const block_key> keys,
+                                               std::span<cpu_slot> hints) {
+  if (hints.size() != keys.size()) {  // not the caller's keys: nothing to go by
+    touch(keys);
+    return;
+  }
+  const size_t n = keys.size();
+  if (memo_ids_.size() < n) {
+    memo_ids_.resize(n);
+    memo_keys_.resize(n);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (hints[i] < cap_) __builtin_prefetch(&policy_.node(hints[i]));
+  }
+  // A hint is right when its slot is in use and holds the key: a tracked slot maps exactly its
+  // key (freed and leaked slots carry free_ref); the others are looked up in one batch.
+  miss_keys_.clear();
+  miss_at_.clear();
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t h = hints[i];
+    if (h < cap_ && policy_.node(h).ref != free_ref && policy_.node(h).has_key(keys[i])) {
+      memo_ids_[i] = h;
+    } else {
+      miss_at_.push_back(static_cast<uint32_t>(i));
+      miss_keys_.push_back(keys[i]);
+    }
+  }
+  if (!miss_at_.empty()) {
+    miss_ids_.resize(miss_at_.size());
+    policy_.find_all(miss_keys_, miss_ids_.data());
+    for (size_t j = 0; j < miss_at_.size(); ++j) {
+      const uint32_t id = miss_ids_[j];
+      memo_ids_[miss_at_[j]] = id;
+      hints[miss_at_[j]] = id < cap_ ? id : npos;
+    }
+  }
+  // The resolved ids become the memo, as resolve() would have left it (a lookup_prefix of
+  // these keys, e.g. right after touching a request's blocks, reuses them).
+  if (n > 0) std::memcpy(memo_keys_.data(), keys.data(), keys.size_bytes());
+  memo_size_ = n;
+  memo_src_ = reinterpret_cast<uintptr_t>(keys.data());
+  memo_version_ = policy_.index_version();
+  memo_offset_ = 0;
+  memo_len_ = n;
+  memo_served_ = true;
+  policy_.touch_ids(std::span<const uint32_t>{memo_ids_.data(), n});
+}
+
+template <class Policy>
 std::optional<store_plan> cpu_offload_manager<Policy>::prepare_store(
     std::span<const block_key> keys) {
   if (!tracker_) return store(keys);

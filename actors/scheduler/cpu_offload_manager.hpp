@@ -58,6 +58,7 @@ class cpu_offload_manager final : public offload_manager {
   result<std::span<const cpu_slot>> prepare_load(std::span<const block_key> keys) override;
   status complete_load(std::span<const block_key> keys) override;
   void touch(std::span<const block_key> keys) override;
+  void touch_hinted(std::span<const block_key> keys, std::span<cpu_slot> hints) override;
   std::optional<store_plan> prepare_store(std::span<const block_key> keys) override;
   void complete_store(std::span<const block_key> keys, bool success) override;
   std::vector<kv_event> take_events() override;
@@ -131,6 +132,9 @@ class cpu_offload_manager final : public offload_manager {
   size_t memo_len_ = 0;               ///< and its length
   bool memo_served_ = false;          ///< the last resolve() came from the memo (not recall)
   std::vector<uint32_t> absent_at_;   ///< store(): position in `keys` of each to_store_ key
+  std::vector<block_key> miss_keys_;  ///< touch_hinted(): keys whose hint was wrong
+  std::vector<uint32_t> miss_at_;     ///< and their positions
+  std::vector<uint32_t> miss_ids_;    ///< and the ids found for them
   struct recent_batch {
     std::vector<block_key> keys;
     std::vector<uint32_t> slots;

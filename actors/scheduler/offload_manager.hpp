@@ -60,6 +60,16 @@ class offload_manager {
   /// Recency update, applied in reverse order so keys[0] ends most recent (policy-specific).
   virtual void touch(std::span<const block_key> keys) = 0;
 
+  /// touch(keys) for a caller that keeps, next to its keys, the slot each one was last seen in
+  /// (hints.size() == keys.size(); any value is allowed, npos for unknown). A hint is only a
+  /// guess: the manager uses it when that slot still holds the key and looks the key up
+  /// otherwise, then writes back each key's slot (npos: not tracked). Same effect as touch();
+  /// a caller touching the same keys repeatedly (a request's blocks, every stored block) skips
+  /// the key lookups. The default ignores the hints.
+  virtual void touch_hinted(std::span<const block_key> keys, std::span<cpu_slot> hints) {
+    touch(keys);
+  }
+
   /// Slots for the keys not yet present, evicting idle unprotected blocks if needed.
   /// std::nullopt when eviction cannot free enough; then nothing changed.
   virtual std::optional<store_plan> prepare_store(std::span<const block_key> keys) = 0;

@@ -50,6 +50,10 @@ class recording_manager final : public scheduler::offload_manager {
     rec_.touches.emplace_back(keys.begin(), keys.end());
     inner_->touch(keys);
   }
+  void touch_hinted(std::span<const block_key> keys, std::span<cpu_slot> hints) override {
+    rec_.touches.emplace_back(keys.begin(), keys.end());  // recorded as the touch it is
+    inner_->touch_hinted(keys, hints);
+  }
   std::optional<scheduler::store_plan> prepare_store(std::span<const block_key> keys) override {
     auto plan = inner_->prepare_store(keys);
     store_call call{{keys.begin(), keys.end()}, std::nullopt};

@@ -269,6 +269,22 @@ TEST_P(OffloadManagerContract, FootprintPerEntryIsAtMost48Bytes) {
   EXPECT_LE(per_entry, 48.0);
 }
 
+TEST_P(OffloadManagerContract, TouchHintedWritesBackEachKeysSlot) {
+  auto m = make(4);
+  const std::vector<block_key> keys{k(1), k(2), k(3)};
+  auto p = m->prepare_store(keys);
+  ASSERT_TRUE(p);
+  const std::vector<cpu_slot> stored{p->slots.begin(), p->slots.end()};
+  std::vector<cpu_slot> hints{UINT32_MAX, 99, stored[0]};  // unknown, out of range, wrong
+  const std::vector<block_key> asked{k(1), k(2), k(3), k(7)};
+  hints.push_back(stored[1]);  // k(7) is not tracked: its hint must not be believed
+  m->touch_hinted(asked, hints);
+  EXPECT_EQ(hints, (std::vector<cpu_slot>{stored[0], stored[1], stored[2], UINT32_MAX}));
+  std::vector<cpu_slot> short_hints{0};  // not one per key: a plain touch, hints untouched
+  m->touch_hinted(asked, short_hints);
+  EXPECT_EQ(short_hints, std::vector<cpu_slot>{0});
+}
+
 // The manager caches key -> slot resolutions between calls (same keys, unchanged index) and
 // remembers in-flight batches. Calls made on spans of one buffer that the caller keeps
 // rewriting must behave exactly like calls on fresh copies.
@@ -280,15 +296,22 @@ TEST_P(OffloadManagerContract, CachedResolutionsNeverGoStale) {
     std::mt19937_64 rng{threshold + 7};
     std::vector<block_key> buf;
     for (uint64_t i = 0; i < 8; ++i) buf.push_back(k(rng() % 12));
+    // `a` touches with hints kept next to the buffer: stale after a rewrite, sometimes garbage.
+    std::vector<cpu_slot> hints(buf.size(), UINT32_MAX);
     for (int step = 0; step < 20000; ++step) {
       if (rng() % 4 == 0) buf[rng() % buf.size()] = k(rng() % 12);  // rewrite in place
+      if (rng() % 16 == 0) hints[rng() % hints.size()] = static_cast<cpu_slot>(rng() % 8);
       const size_t from = rng() % buf.size();
       const size_t len = rng() % (buf.size() - from + 1);
       const std::span<const block_key> sa{buf.data() + from, len};
       const std::vector<block_key> sb{sa.begin(), sa.end()};
       switch (rng() % 7) {
         case 0:
-          a->touch(sa);
+          if (rng() % 2 == 0) {
+            a->touch_hinted(sa, std::span<cpu_slot>{hints.data() + from, len});
+          } else {
+            a->touch(sa);
+          }
           b->touch(sb);
           break;
         case 1:
