@@ -40,18 +40,22 @@ class connector_scheduler::impl {
 
   static constexpr uint32_t npos = UINT32_MAX;
 
-  struct request_state {
+  /// Per-request state. The fields every decode step reads for every running request (the id
+  /// check of the order prediction, the key count, the store cursor) share the first cache
+  /// line; the rest is read when a block fills or a job ends.
+  struct alignas(64) request_state {
+    std::string id;
+    std::vector<block_key> keys;  ///< one per full offloaded block so far
     uint32_t cursor = 0;          ///< next offloaded block index to consider for storing
+    uint32_t next_cached = UINT32_MAX;  ///< the request after this one in the last step's order
+    std::vector<gpu_block> block_ids;   ///< all GPU block ids of the request
+    std::vector<cpu_slot> slot_hints;   ///< per key: its slot at the last touch (touch_hinted)
+    std::vector<job_id> jobs;           ///< every job in flight, oldest first (for flush)
+    std::optional<job_id> load_job;     ///< recorded or in flight
     uint32_t local_computed = 0;  ///< num_computed at the last get_num_new_matched_tokens
     uint32_t stores_in_flight = 0;
-    bool finished = false;             ///< request_finished was called; kept for its jobs
-    bool delay_free = false;           ///< request_finished returned true: owe finished_sending
-    std::optional<job_id> load_job;    ///< recorded or in flight
-    std::vector<block_key> keys;       ///< one per full offloaded block so far
-    std::vector<cpu_slot> slot_hints;  ///< per key: its slot at the last touch (touch_hinted)
-    std::vector<gpu_block> block_ids;  ///< all GPU block ids of the request
-    std::vector<job_id> jobs;          ///< every job in flight, oldest first (for flush)
-    std::string id;
+    bool finished = false;    ///< request_finished was called; kept for its jobs
+    bool delay_free = false;  ///< request_finished returned true: owe finished_sending
   };
   struct job_state {
     uint32_t slot = 0;  ///< the request's slot
@@ -95,6 +99,7 @@ class connector_scheduler::impl {
     auto& st = states_[slot];
     index_.erase(std::string_view(st.id));
     st.cursor = st.local_computed = st.stores_in_flight = 0;
+    st.next_cached = npos;
     st.finished = st.delay_free = false;
     st.load_job.reset();
     st.keys.clear();
@@ -138,6 +143,7 @@ class connector_scheduler::impl {
   request_completions completions_;
   connector_stats stats_;
   job_id next_job_ = 0;
+  uint32_t first_cached_ = npos;  ///< the first running request of the last step (a hint)
   // scratch buffers reused across calls
   std::vector<block_key> scratch_keys_;
   std::vector<uint32_t> scratch_idx_;
@@ -338,11 +344,20 @@ result<connector_metadata> connector_scheduler::impl::build_connector_meta(const
                                                     quoted(sr.req.id) + " already finished");
     scratch_slots_.push_back(slot);
   }
+  // Running requests come in the same order step after step: each one's slot is predicted as
+  // the one that followed the previous request last step, checked by its id (the map is the
+  // fallback). The links are only hints; they are rewritten as the order is seen.
+  uint32_t prev = npos;
   for (const auto& sr : in.cached_requests) {
-    const uint32_t slot = find(sr.req.id);
+    const uint32_t guess = prev == npos ? first_cached_ : states_[prev].next_cached;
+    const uint32_t slot = guess < states_.size() && states_[guess].id == sr.req.id
+                              ? guess
+                              : find(sr.req.id);
     if (slot == npos || states_[slot].finished)
       return make_error(errc::not_found, "build_connector_meta: scheduled request " +
                                              quoted(sr.req.id) + " is unknown or finished");
+    (prev == npos ? first_cached_ : states_[prev].next_cached) = slot;
+    prev = slot;
     scratch_slots_.push_back(slot);
   }
 

@@ -378,6 +378,58 @@ TEST_F(ConnectorSchedulerTest, StoreCursorFollowsPrepareStoreOutcomes) {
   EXPECT_EQ(mgr_->ops(), (std::vector<std::string>{"prepare_store", "touch"}));
 }
 
+// Running requests are matched by id whatever order the engine schedules them in (the
+// connector predicts the order from the previous step; a wrong guess must not matter).
+TEST_F(ConnectorSchedulerTest, RunningRequestsAreMatchedByIdInAnyOrder) {
+  std::vector<test_request> reqs;
+  for (uint32_t i = 0; i < 4; ++i) reqs.emplace_back("r" + std::to_string(i), prompt(12, 100 * i));
+  std::vector<scheduled_request> first;
+  for (auto& r : reqs) {
+    (void)conn_->get_num_new_matched_tokens(r.view(), 0);
+    r.alloc(12, next_block_);
+  }
+  for (auto& r : reqs) first.push_back(fresh(r, 0, 12));
+  for (const auto& j : step(first).stores) complete(j);
+  // Each step, the scheduled requests fill one more offloaded block each (12 tokens), in a
+  // different order every step; r3 finishes after the second step and r4 takes its place.
+  const std::vector<std::vector<size_t>> orders{{0, 1, 2, 3}, {3, 1, 0, 2}, {2}, {1, 0, 2}};
+  std::vector<uint32_t> computed(reqs.size(), 12);
+  for (size_t o = 0; o < orders.size(); ++o) {
+    if (o == 2) {
+      EXPECT_FALSE(conn_->request_finished("r3"));
+      reqs.emplace_back("r4", prompt(12, 900));
+      (void)conn_->get_num_new_matched_tokens(reqs.back().view(), 0);
+      reqs.back().alloc(12, next_block_);
+      computed.push_back(12);
+      for (const auto& j : step({fresh(reqs.back(), 0, 12)}).stores) complete(j);
+    }
+    std::vector<scheduled_request> cached;
+    std::vector<std::vector<gpu_block>> new_ids;  // the requests' spans point here
+    new_ids.reserve(orders[o].size());
+    for (size_t i : orders[o]) {
+      test_request& r = reqs[i];
+      r.append(12, static_cast<uint32_t>(o + 1));
+      new_ids.push_back(r.alloc(computed[i] + 12, next_block_));
+      cached.push_back(running(r, new_ids.back(), computed[i], 12));
+      computed[i] += 12;
+    }
+    const auto m = step({}, cached);
+    ASSERT_EQ(m.stores.size(), orders[o].size()) << "step " << o;
+    for (size_t j = 0; j < m.stores.size(); ++j) {
+      const test_request& r = reqs[orders[o][j]];
+      EXPECT_EQ(m.stores[j].request_id, r.id) << "step " << o;
+      EXPECT_EQ(m.stores[j].gpu_blocks, slice_ids(r.blocks, r.blocks.size() - 3, r.blocks.size()))
+          << "step " << o << ", " << r.id;
+      complete(m.stores[j]);
+    }
+  }
+  // An unknown id in a known position is still an error, not a wrong guess taken.
+  test_request ghost{"r9", prompt(12, 5)};
+  const std::vector<scheduled_request> bad{running(reqs[1], {}, 48, 0), running(ghost, {}, 0, 12)};
+  step_input in{step_++, {}, bad, {}};
+  EXPECT_EQ(conn_->build_connector_meta(in).code(), errc::not_found);
+}
+
 TEST_F(ConnectorSchedulerTest, StoreJobCarriesTheGpuBlocksOfTheKeysActuallyStored) {
   // Keys 1 and 3 of the shared prefix are already offloaded: the new request's job stores
   // blocks 0, 2, 4, 5, with their GPU ids in that order (item 21 with a real manager).
