@@ -1,6 +1,7 @@
 #include "actors/scheduler/connector_scheduler.hpp"
 
 #include <absl/container/flat_hash_map.h>
+#include <absl/container/inlined_vector.h>
 #include <absl/hash/hash.h>
 
 #include <algorithm>
@@ -47,7 +48,6 @@ class connector_scheduler::impl {
     std::string id;
     std::vector<block_key> keys;  ///< one per full offloaded block so far
     uint32_t cursor = 0;          ///< next offloaded block index to consider for storing
-    uint32_t next_cached = UINT32_MAX;  ///< the request after this one in the last step's order
     std::vector<gpu_block> block_ids;   ///< all GPU block ids of the request
     std::vector<cpu_slot> slot_hints;   ///< per key: its slot at the last touch (touch_hinted)
     std::vector<job_id> jobs;           ///< every job in flight, oldest first (for flush)
@@ -60,7 +60,8 @@ class connector_scheduler::impl {
   struct job_state {
     uint32_t slot = 0;  ///< the request's slot
     transfer_kind kind = transfer_kind::load;
-    std::vector<block_key> keys;
+    /// A store job has one key or two per decode step: kept inline, no allocation per job.
+    absl::InlinedVector<block_key, 2> keys;
     std::vector<gpu_block> gpu_blocks;  ///< loads: destinations, reported invalid on failure
   };
   /// Transparent std::string_view hashing (Debian's absl::string_view is its own type).
@@ -89,6 +90,7 @@ class connector_scheduler::impl {
     } else {
       slot = static_cast<uint32_t>(states_.size());
       states_.emplace_back();
+      next_cached_.push_back(npos);
     }
     it->second = slot;
     states_[slot].id.assign(id);
@@ -99,7 +101,7 @@ class connector_scheduler::impl {
     auto& st = states_[slot];
     index_.erase(std::string_view(st.id));
     st.cursor = st.local_computed = st.stores_in_flight = 0;
-    st.next_cached = npos;
+    next_cached_[slot] = npos;
     st.finished = st.delay_free = false;
     st.load_job.reset();
     st.keys.clear();
@@ -143,7 +145,8 @@ class connector_scheduler::impl {
   request_completions completions_;
   connector_stats stats_;
   job_id next_job_ = 0;
-  uint32_t first_cached_ = npos;  ///< the first running request of the last step (a hint)
+  uint32_t first_cached_ = npos;     ///< the first running request of the last step (a hint)
+  std::vector<uint32_t> next_cached_;  ///< by slot: the request after it in the last step
   // scratch buffers reused across calls
   std::vector<block_key> scratch_keys_;
   std::vector<uint32_t> scratch_idx_;
@@ -345,20 +348,31 @@ result<connector_metadata> connector_scheduler::impl::build_connector_meta(const
     scratch_slots_.push_back(slot);
   }
   // Running requests come in the same order step after step: each one's slot is predicted as
-  // the one that followed the previous request last step, checked by its id (the map is the
-  // fallback). The links are only hints; they are rewritten as the order is seen.
+  // the one that followed the previous request last step (next_cached_, a compact array, so
+  // the guesses cost no state reads and every state line can be fetched at once), then checked
+  // by its id, the map being the fallback. The links are only hints, rewritten as seen.
+  const size_t fresh_count = scratch_slots_.size();
+  uint32_t guess = first_cached_;
+  for (size_t i = 0; i < in.cached_requests.size(); ++i) {
+    scratch_slots_.push_back(guess);
+    if (guess < states_.size()) {
+      __builtin_prefetch(&states_[guess]);
+      guess = next_cached_[guess];
+    }
+  }
   uint32_t prev = npos;
-  for (const auto& sr : in.cached_requests) {
-    const uint32_t guess = prev == npos ? first_cached_ : states_[prev].next_cached;
-    const uint32_t slot = guess < states_.size() && states_[guess].id == sr.req.id
-                              ? guess
-                              : find(sr.req.id);
+  for (size_t i = 0; i < in.cached_requests.size(); ++i) {
+    const auto& sr = in.cached_requests[i];
+    uint32_t& slot = scratch_slots_[fresh_count + i];
+    // A wrong guess earlier in the chain makes the later ones follow from the right slot.
+    const uint32_t g = prev == npos ? first_cached_ : next_cached_[prev];
+    if (g != slot) slot = g;
+    if (!(slot < states_.size() && states_[slot].id == sr.req.id)) slot = find(sr.req.id);
     if (slot == npos || states_[slot].finished)
       return make_error(errc::not_found, "build_connector_meta: scheduled request " +
                                              quoted(sr.req.id) + " is unknown or finished");
-    (prev == npos ? first_cached_ : states_[prev].next_cached) = slot;
+    (prev == npos ? first_cached_ : next_cached_[prev]) = slot;
     prev = slot;
-    scratch_slots_.push_back(slot);
   }
 
   connector_metadata meta;
@@ -435,6 +449,7 @@ void connector_scheduler::impl::plan_stores(uint32_t slot, const scheduled_reque
     while (c < scratch_keys_.size() && scratch_keys_[c] != plan->keys[j]) ++c;
     if (c == scratch_keys_.size()) break;  // not a candidate: the manager broke its contract
     const gpu_block* ids = st.block_ids.data() + uint64_t{scratch_idx_[c]} * f;
+    st.slot_hints[scratch_idx_[c]] = plan->slots[j];  // the touch below finds it there
     ++c;
     uint32_t lead = 0;
     while (ids[lead] == 0) ++lead;
