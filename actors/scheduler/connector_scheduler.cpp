@@ -147,6 +147,7 @@ class connector_scheduler::impl {
   job_id next_job_ = 0;
   uint32_t first_cached_ = npos;     ///< the first running request of the last step (a hint)
   std::vector<uint32_t> next_cached_;  ///< by slot: the request after it in the last step
+  size_t last_store_jobs_ = 0;         ///< store jobs of the last step (reserve hint)
   // scratch buffers reused across calls
   std::vector<block_key> scratch_keys_;
   std::vector<uint32_t> scratch_idx_;
@@ -378,12 +379,15 @@ result<connector_metadata> connector_scheduler::impl::build_connector_meta(const
   connector_metadata meta;
   meta.step = in.step;
   meta.loads.swap(pending_loads_);
+  pending_loads_.reserve(meta.loads.capacity());  // the next step's loads: no regrowth
+  meta.stores.reserve(last_store_jobs_ + 4);      // about as many as last step: no regrowth
   size_t i = 0;
   for (const auto& sr : in.new_requests) {
     const uint32_t slot = scratch_slots_[i++];
     plan_stores(slot != npos ? slot : find_or_create(sr.req.id), sr, /*replace_blocks=*/true, meta);
   }
   for (const auto& sr : in.cached_requests) plan_stores(scratch_slots_[i++], sr, sr.resumed, meta);
+  last_store_jobs_ = meta.stores.size();
   for (const auto& id : in.preempted) {
     const uint32_t slot = find(id);
     if (slot == npos) continue;
