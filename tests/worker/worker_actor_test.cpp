@@ -159,6 +159,20 @@ class WorkerActorTest : public test_support::deterministic_actor_test {
   runtime::handshake_expectation want_;
   std::shared_ptr<std::vector<report>> reports_ = std::make_shared<std::vector<report>>();
   std::shared_ptr<scheduler_script> script_ = std::make_shared<scheduler_script>();
+  /// Starts an executing worker and checks that its registration ends it with `code`, a
+  /// message containing `what`, and no runtime built.
+  void expect_refused(errc code, const std::string& what) {
+    worker_impl w = start_executing();
+    auto down = watch(w);
+    run();
+    ASSERT_EQ(registered_.size(), 1u);
+    EXPECT_EQ(registered_[0].code(), code);
+    EXPECT_THAT(registered_[0].message(), HasSubstr(what));
+    EXPECT_EQ(factory_calls_, 0);
+    ASSERT_TRUE(down->has_value());
+    EXPECT_EQ(runtime::to_status(**down).code(), code);
+  }
+
   coordinator_actor coord_;
   runtime::scheduler_actor sched_;
   std::vector<status> registered_;
@@ -235,28 +249,12 @@ TEST_F(WorkerActorTest, AStepStillInFlightIsClosedByTheNextOne) {
 TEST_F(WorkerActorTest, ARefusedRegistrationEndsTheWorkerWithTheReason) {
   script_->refusal =
       make_error(errc::protocol_mismatch, "registration of rank 1 refused: wrong token");
-  worker_impl w = start_executing();
-  auto down = watch(w);
-  run();
-  ASSERT_EQ(registered_.size(), 1u);
-  EXPECT_EQ(registered_[0].code(), errc::protocol_mismatch);
-  EXPECT_THAT(registered_[0].message(), HasSubstr("wrong token"));
-  EXPECT_EQ(factory_calls_, 0);
-  ASSERT_TRUE(down->has_value());
-  EXPECT_EQ(runtime::to_status(**down).code(), errc::protocol_mismatch);
+  expect_refused(errc::protocol_mismatch, "wrong token");
 }
 
 TEST_F(WorkerActorTest, ASchedulerWithAZeroMqDataPlaneIsRefusedClearly) {
   script_->data_endpoint = "tcp://127.0.0.1:5555";
-  worker_impl w = start_executing();
-  auto down = watch(w);
-  run();
-  ASSERT_EQ(registered_.size(), 1u);
-  EXPECT_EQ(registered_[0].code(), errc::protocol_mismatch);
-  EXPECT_THAT(registered_[0].message(), HasSubstr("ZeroMQ data plane"));
-  EXPECT_EQ(factory_calls_, 0);
-  ASSERT_TRUE(down->has_value());
-  EXPECT_EQ(runtime::to_status(**down).code(), errc::protocol_mismatch);
+  expect_refused(errc::protocol_mismatch, "ZeroMQ data plane");
 }
 
 TEST_F(WorkerActorTest, ARegistrationWithoutAnswerTimesOut) {
