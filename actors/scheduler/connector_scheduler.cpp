@@ -121,6 +121,14 @@ class connector_scheduler::impl {
     for (size_t i = st.keys.size(); i < want; ++i) st.keys.push_back(block_hashes[i * hf + hf - 1]);
     st.slot_hints.resize(want, UINT32_MAX);
   }
+  /// False when plan_stores(st, sr) would change nothing: extend_keys adds no key and no
+  /// offloaded block past the cursor is complete (the same checks, without the call).
+  bool may_store(const request_state& st, const scheduled_request& sr) const noexcept {
+    const uint64_t offloadable =
+        std::min<uint64_t>(uint64_t{sr.num_computed} + sr.num_scheduled, sr.req.num_tokens);
+    return sr.req.block_hashes.size() >= (st.keys.size() + 1) * geo_.hash_factor ||
+           offloadable >= (uint64_t{st.cursor} + 1) * geo_.offloaded_block_size;
+  }
   /// R1's touch of all of a request's keys, with the slots it saw last time as hints.
   void touch_all(request_state& st) { manager_->touch_hinted(st.keys, st.slot_hints); }
   void plan_stores(uint32_t slot, const scheduled_request& sr, bool replace_blocks,
@@ -386,7 +394,13 @@ result<connector_metadata> connector_scheduler::impl::build_connector_meta(const
     const uint32_t slot = scratch_slots_[i++];
     plan_stores(slot != npos ? slot : find_or_create(sr.req.id), sr, /*replace_blocks=*/true, meta);
   }
-  for (const auto& sr : in.cached_requests) plan_stores(scratch_slots_[i++], sr, sr.resumed, meta);
+  for (const auto& sr : in.cached_requests) {
+    const uint32_t slot = scratch_slots_[i++];
+    // Most decode steps of a request fill no block: skip plan_stores when it would only find
+    // that out (no new block ids, no new key, no block beyond the cursor to offload).
+    if (!sr.resumed && sr.block_ids.empty() && !may_store(states_[slot], sr)) continue;
+    plan_stores(slot, sr, sr.resumed, meta);
+  }
   last_store_jobs_ = meta.stores.size();
   for (const auto& id : in.preempted) {
     const uint32_t slot = find(id);
