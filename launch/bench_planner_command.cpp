@@ -66,6 +66,9 @@ class timed_manager final : public scheduler::offload_manager {
     keys_.all += 1;
     return timed([&] { return inner_->lookup(k); });
   }
+  bool any_loading(std::span<const block_key> k) override {
+    return timed([&] { return inner_->any_loading(k); });
+  }
   uint32_t lookup_prefix(std::span<const block_key> k) override {
     const uint32_t hits = timed([&] { return inner_->lookup_prefix(k); });
     keys_.all += std::min<uint64_t>(uint64_t{hits} + 1, k.size());  // up to the first miss

@@ -146,9 +146,8 @@ class connector_scheduler::impl {
   std::vector<request_state> states_;
   std::vector<uint32_t> free_slots_;
   absl::flat_hash_map<job_id, job_state> jobs_;
-  /// Keys read by loads in flight, with multiplicity (without the GPU prefix cache two loads
-  /// may share keys). Only kept with prefix caching on, the only case that reads it.
-  absl::flat_hash_map<block_key, uint32_t, block_key_hash> blocks_being_loaded_;
+  /// Load jobs recorded or in flight (their keys are pinned in the manager).
+  size_t loads_in_flight_ = 0;
   std::vector<transfer_job> pending_loads_;  ///< recorded by update_state_after_alloc
   request_completions completions_;
   connector_stats stats_;
@@ -254,13 +253,12 @@ match_result connector_scheduler::impl::get_num_new_matched_tokens(const request
   if (hits == 0) return {0u, false};
   const uint64_t max_hit = obs * (start + hits);
   if (max_hit < computed + obs) return {0u, false};
-  if (prefix_caching_ && !blocks_being_loaded_.empty()) {
-    for (uint64_t i = start; i < start + hits; ++i) {
-      if (blocks_being_loaded_.contains(st.keys[i])) {
-        ++stats_.deferred;
-        return {std::nullopt, false};
-      }
-    }
+  // R1's `_blocks_being_loaded`: a hit block that a load of this connector reads (pinned in
+  // the manager from prepare_load to complete_load, exactly the set's lifetime).
+  if (prefix_caching_ && loads_in_flight_ > 0 &&
+      manager_->any_loading(std::span<const block_key>(st.keys).subspan(start, hits))) {
+    ++stats_.deferred;
+    return {std::nullopt, false};
   }
   stats_.hit_blocks += hits;
   return {static_cast<uint32_t>(max_hit - computed), true};
@@ -329,9 +327,7 @@ status connector_scheduler::impl::update_state_after_alloc(const request_view& r
   js.kind = transfer_kind::load;
   js.keys.assign(keys.begin(), keys.end());
   js.gpu_blocks = job.gpu_blocks;
-  if (prefix_caching_) {
-    for (const auto& k : keys) ++blocks_being_loaded_[k];
-  }
+  ++loads_in_flight_;
   jobs_.emplace(id, std::move(js));
   pending_loads_.push_back(std::move(job));
 
@@ -551,13 +547,7 @@ status connector_scheduler::impl::update_connector_output(const connector_output
       if (auto s = manager_->complete_load(js.keys); !s.ok())
         reject(errc::internal,
                "job " + std::to_string(r.job) + ": complete_load failed: " + s.message());
-      if (prefix_caching_) {
-        for (const auto& k : js.keys) {
-          auto bit = blocks_being_loaded_.find(k);
-          if (bit != blocks_being_loaded_.end() && --bit->second == 0)
-            blocks_being_loaded_.erase(bit);
-        }
-      }
+      --loads_in_flight_;
       ++(r.ok ? stats_.loads_ok : stats_.loads_failed);
       if (!r.ok) {
         for (gpu_block b : js.gpu_blocks) {

@@ -74,6 +74,15 @@ uint32_t cpu_offload_manager<Policy>::lookup_prefix(std::span<const block_key> k
 }
 
 template <class Policy>
+bool cpu_offload_manager<Policy>::any_loading(std::span<const block_key> keys) {
+  const std::span<const uint32_t> ids = resolve(keys);  // usually the lookup's, from the memo
+  for (const uint32_t s : ids) {
+    if (s < cap_ && policy_.node(s).ref > 0) return true;
+  }
+  return false;
+}
+
+template <class Policy>
 result<std::span<const cpu_slot>> cpu_offload_manager<Policy>::prepare_load(
     std::span<const block_key> keys) {
   load_slots_.clear();

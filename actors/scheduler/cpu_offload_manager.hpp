@@ -55,6 +55,7 @@ class cpu_offload_manager final : public offload_manager {
 
   bool lookup(const block_key& key) override;
   uint32_t lookup_prefix(std::span<const block_key> keys) override;
+  bool any_loading(std::span<const block_key> keys) override;
   result<std::span<const cpu_slot>> prepare_load(std::span<const block_key> keys) override;
   status complete_load(std::span<const block_key> keys) override;
   void touch(std::span<const block_key> keys) override;

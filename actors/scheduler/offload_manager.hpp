@@ -57,6 +57,11 @@ class offload_manager {
   /// Unpins (ref -= 1). Error, nothing changed, if any key is absent or has no load in flight.
   virtual status complete_load(std::span<const block_key> keys) = 0;
 
+  /// True iff some key is tracked with a load in flight (ref > 0). No side effect (the reuse
+  /// filter does not count it). The connector's `_blocks_being_loaded` check: it is the only
+  /// caller of prepare_load, so "pinned by a load" and "being loaded" are the same keys.
+  virtual bool any_loading(std::span<const block_key> keys) = 0;
+
   /// Recency update, applied in reverse order so keys[0] ends most recent (policy-specific).
   virtual void touch(std::span<const block_key> keys) = 0;
 

@@ -35,6 +35,7 @@ class recording_manager final : public scheduler::offload_manager {
     ++rec_.keys_looked_up;
     return inner_->lookup(key);
   }
+  bool any_loading(std::span<const block_key> keys) override { return inner_->any_loading(keys); }
   uint32_t lookup_prefix(std::span<const block_key> keys) override {
     const uint32_t hits = inner_->lookup_prefix(keys);
     rec_.keys_looked_up += std::min<uint64_t>(uint64_t{hits} + 1, keys.size());

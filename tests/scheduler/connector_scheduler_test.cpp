@@ -38,6 +38,7 @@ class recording_manager final : public offload_manager {
     calls.push_back({"lookup", {key}});
     return inner_->lookup(key);
   }
+  bool any_loading(std::span<const block_key> keys) override { return inner_->any_loading(keys); }
   uint32_t lookup_prefix(std::span<const block_key> keys) override {
     // Recorded as the single lookups it stands for (up to and including the first miss).
     const uint32_t hits = inner_->lookup_prefix(keys);

@@ -269,6 +269,22 @@ TEST_P(OffloadManagerContract, FootprintPerEntryIsAtMost48Bytes) {
   EXPECT_LE(per_entry, 48.0);
 }
 
+TEST_P(OffloadManagerContract, AnyLoadingSeesOnlyKeysPinnedByLoads) {
+  auto m = make(4);
+  const std::vector<block_key> stored{k(1), k(2)};
+  ASSERT_TRUE(m->prepare_store(stored));
+  EXPECT_FALSE(m->any_loading(stored));  // stores in flight are not loads
+  m->complete_store(stored, true);
+  EXPECT_FALSE(m->any_loading(stored));
+  const std::vector<block_key> two{k(2)};
+  ASSERT_TRUE(m->prepare_load(two).ok());
+  EXPECT_TRUE(m->any_loading(stored));
+  EXPECT_FALSE(m->any_loading(std::vector<block_key>{k(1), k(9)}));  // idle and absent
+  ASSERT_TRUE(m->complete_load(two).ok());
+  EXPECT_FALSE(m->any_loading(stored));
+  EXPECT_FALSE(m->any_loading({}));
+}
+
 TEST_P(OffloadManagerContract, TouchHintedWritesBackEachKeysSlot) {
   auto m = make(4);
   const std::vector<block_key> keys{k(1), k(2), k(3)};
