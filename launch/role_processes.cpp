@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/runtime/error_bridge.hpp"
+#include "actors/runtime/tcp_probe.hpp"
 #include "actors/scheduler/scheduler_actor.hpp"
 #include "actors/worker/worker_actor.hpp"
 #include "launch/signal_watcher.hpp"
@@ -172,6 +173,12 @@ class worker_process {
       : o_(o), plan_(plan), signals_(signals), sys_(sys) {}
 
   int run() {
+    // CAF's connect has no limit of its own: find out first whether anything answers.
+    if (auto st = runtime::probe_tcp(o_.host, o_.port,
+                                     std::chrono::milliseconds{o_.register_timeout_ms});
+        !st) {
+      return fail(1, "cannot reach the scheduler at " + st.message());
+    }
     auto sched = caf::io::remote_actor<runtime::scheduler_actor>(sys_, o_.host, o_.port);
     if (!sched) {
       return fail(1, "cannot reach the scheduler at " + o_.host + ":" + std::to_string(o_.port) +

@@ -72,8 +72,10 @@ void step_coordinator::rank_down(rank_id rank) {
   auto failed = agg_.on_rank_lost(rank);
   if (!failed.ok()) {
     log_failure("losing a rank", failed.error());
-  } else {
+  } else if (*failed > 0) {
     spdlog::warn("coordinator: rank {} lost: {} jobs failed", rank, *failed);
+  } else {
+    spdlog::info("coordinator: rank {} gone (no job waited on it)", rank);
   }
 }
 

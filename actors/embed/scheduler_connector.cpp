@@ -21,6 +21,7 @@
 #include "actors/embed/engine_data_plane.hpp"
 #include "actors/embed/local_endpoint.hpp"
 #include "actors/runtime/error_bridge.hpp"
+#include "actors/runtime/tcp_probe.hpp"
 #include "actors/scheduler/scheduler_actor.hpp"
 #include "shm/segment.hpp"
 #include "shm/segment_header.hpp"
@@ -141,6 +142,11 @@ struct scheduler_connector::impl {
   /// outputs, presenting the token and the pool's identity (checked like rank 0's).
   status connect() {
     caf::actor_system& sys = host->system();
+    // CAF's connect has no limit of its own: find out first whether anything answers.
+    if (auto st = runtime::probe_tcp(cfg.network.host, cfg.network.port, cfg.register_timeout);
+        !st) {
+      return make_error(st.code(), "embed: cannot reach the scheduler process at " + st.message());
+    }
     auto r = caf::io::remote_actor<runtime::scheduler_service_actor>(sys, cfg.network.host,
                                                                     cfg.network.port);
     if (!r) {

@@ -68,7 +68,8 @@ class scheduler_connector {
   /// starts the actors and, with cfg.listen, publishes the scheduler on host:port. Errors:
   /// the config's; errc::shm_error / capacity_exhausted for the segment (one of the same name
   /// with a live creator exists); errc::io_error when the port cannot be opened.
-  /// connect: errc::io_error when the process cannot be reached; its refusal otherwise
+  /// connect: errc::io_error when the process cannot be reached (errc::timeout when nothing
+  /// answers within register_timeout); its refusal otherwise
   /// (protocol_mismatch: wrong token or topology, layout_mismatch, not_ready: another engine is
   /// subscribed, timeout: no answer within register_timeout).
   static result<std::unique_ptr<scheduler_connector>> create(const scheduler_connector_config& cfg);

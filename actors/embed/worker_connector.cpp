@@ -27,6 +27,7 @@
 #include "actors/embed/scheduler_connector.hpp"
 #include "actors/runtime/data_plane.hpp"
 #include "actors/runtime/error_bridge.hpp"
+#include "actors/runtime/tcp_probe.hpp"
 #include "actors/runtime/handoff_queue.hpp"
 #include "actors/runtime/interfaces.hpp"
 #include "actors/worker/completion_stamper.hpp"
@@ -195,6 +196,11 @@ result<std::unique_ptr<worker_connector>> worker_connector::create(
     p->host = ep.host;
     sched = ep.scheduler;
   } else {
+    // CAF's connect has no limit of its own: find out first whether anything answers.
+    if (auto st = runtime::probe_tcp(cfg.network.host, cfg.network.port, cfg.register_timeout);
+        !st) {
+      return make_error(st.code(), "embed: cannot reach the scheduler at " + st.message());
+    }
     p->host = actor_host::start(cfg.network, /*network=*/true);
     auto s = caf::io::remote_actor<runtime::scheduler_actor>(p->host->system(), cfg.network.host,
                                                              cfg.network.port);

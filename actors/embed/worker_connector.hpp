@@ -68,7 +68,8 @@ class worker_connector {
   /// with `local` (required then), connect at network.host:port. Waits for the scheduler's
   /// answer up to register_timeout: a refusal comes back as the scheduler's error
   /// (errc::protocol_mismatch, layout_mismatch, ...), no answer as errc::timeout, an
-  /// unreachable scheduler as errc::io_error.
+  /// unreachable scheduler as errc::io_error (errc::timeout when nothing answers at host:port
+  /// within register_timeout: CAF's own connect has no limit, runtime/tcp_probe.hpp).
   static result<std::unique_ptr<worker_connector>> create(const worker_connector_config& cfg,
                                                           scheduler_connector* local = nullptr);
 
