@@ -75,7 +75,7 @@ void step_coordinator::rank_down(rank_id rank) {
   } else if (*failed > 0) {
     spdlog::warn("coordinator: rank {} lost: {} jobs failed", rank, *failed);
   } else {
-    spdlog::info("coordinator: rank {} gone (no job waited on it)", rank);
+    spdlog::info("coordinator: rank {} lost (no job waited on it)", rank);
   }
 }
 
