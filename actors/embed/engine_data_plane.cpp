@@ -7,19 +7,25 @@
 namespace kvc::embed {
 
 result<std::unique_ptr<engine_data_plane>> engine_data_plane::create(
-    uint32_t world_size, std::chrono::nanoseconds job_timeout, const std::string& tcp_host) {
+    uint32_t world_size, std::chrono::nanoseconds job_timeout, const std::string& tcp_host,
+    std::string token) {
   auto core = coordinator::step_coordinator::create({.world_size = world_size}, job_timeout);
   if (!core) return core.error();
   auto server = runtime::data_plane_server::create(tcp_host);
   if (!server) return server.error();
   return std::unique_ptr<engine_data_plane>{
-      new engine_data_plane(std::move(core).value(), std::move(server).value(), world_size)};
+      new engine_data_plane(std::move(core).value(), std::move(server).value(), world_size,
+                            std::move(token))};
 }
 
 engine_data_plane::engine_data_plane(coordinator::step_coordinator core,
                                      std::unique_ptr<runtime::data_plane_server> server,
-                                     uint32_t world_size)
-    : core_(std::move(core)), server_(std::move(server)), routes_(world_size), live_(world_size) {}
+                                     uint32_t world_size, std::string token)
+    : core_(std::move(core)),
+      server_(std::move(server)),
+      token_(std::move(token)),
+      routes_(world_size),
+      live_(world_size) {}
 
 void engine_data_plane::rank_up(rank_id rank, uint32_t incarnation) {
   core_.rank_up(rank, incarnation);
@@ -118,6 +124,11 @@ void engine_data_plane::handle(runtime::inbound_frame& frame) {
 }
 
 void engine_data_plane::on_hello(const std::string& peer, const runtime::wire_hello& h) {
+  if (h.token != token_) {
+    ++dropped_;
+    spdlog::warn("data plane: hello from peer '{}' (rank {}) refused: wrong token", peer, h.rank);
+    return;
+  }
   if (h.rank >= routes_.size()) {
     ++dropped_;
     spdlog::warn("data plane: hello from rank {} outside the world of {}", h.rank, routes_.size());

@@ -38,9 +38,11 @@ class engine_data_plane {
  public:
   /// Binds the server (tcp on `tcp_host` unless empty; inproc always). Errors: the
   /// coordinator's config (world size, timeout) and the binds' (errc::io_error).
+  /// Hellos must carry `token` (the deployment's shared secret).
   static result<std::unique_ptr<engine_data_plane>> create(uint32_t world_size,
                                                            std::chrono::nanoseconds job_timeout,
-                                                           const std::string& tcp_host);
+                                                           const std::string& tcp_host,
+                                                           std::string token);
 
   const runtime::data_plane_server& server() const noexcept { return *server_; }
 
@@ -74,7 +76,8 @@ class engine_data_plane {
   };
 
   engine_data_plane(coordinator::step_coordinator core,
-                    std::unique_ptr<runtime::data_plane_server> server, uint32_t world_size);
+                    std::unique_ptr<runtime::data_plane_server> server, uint32_t world_size,
+                    std::string token);
   void handle(runtime::inbound_frame& frame);
   void send_to(rank_id rank, step_id step, const runtime::wire_bytes& bytes);
   /// Sends the rank's backlog once it is routed.
@@ -84,6 +87,7 @@ class engine_data_plane {
 
   coordinator::step_coordinator core_;
   std::unique_ptr<runtime::data_plane_server> server_;
+  std::string token_;
   std::vector<route> routes_;                    // by rank
   std::vector<std::optional<uint32_t>> live_;    // by rank: the incarnation rank_up announced
   uint64_t dropped_ = 0;

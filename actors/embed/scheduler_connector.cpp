@@ -233,7 +233,7 @@ result<std::unique_ptr<scheduler_connector>> scheduler_connector::create(
   if (cfg.data_plane == data_plane_kind::zmq) {
     // This thread is the coordinator: the scheduler actor's rank_up / rank_down come here.
     auto dp = engine_data_plane::create(cfg.topology.world_size(), cfg.job_timeout,
-                                        cfg.listen ? cfg.network.host : std::string{});
+                                        cfg.listen ? cfg.network.host : std::string{}, cfg.token);
     if (!dp) return dp.error();
     m.dp = std::move(dp).value();
     coordinator_role = caf::actor_cast<runtime::coordinator_actor>(caf::actor{*m.self});

@@ -263,7 +263,7 @@ result<std::unique_ptr<worker_connector>> worker_connector::create(
   if (!ep.data_endpoint.empty()) data_endpoint = ep.data_endpoint;
   if (!data_endpoint.empty()) {
     auto dp = runtime::data_plane_client::create(ep.data_context, data_endpoint,
-                                                 {cfg.rank, cfg.incarnation});
+                                                 {cfg.rank, cfg.incarnation, cfg.token});
     if (!dp) return dp.error();
     p->dp = std::move(dp).value();
   }

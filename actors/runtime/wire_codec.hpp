@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "proto/completion.hpp"
@@ -25,10 +26,13 @@ enum class wire_kind : uint8_t {
   report = 3,    ///< worker -> scheduler: a rank's completion events of one step
 };
 
-/// The first frame a worker sends on its data-plane connection.
+/// The first frame a worker sends on its data-plane connection. The token is the deployment's
+/// shared secret (the one its CAF registration presented): the data plane listens on a port of
+/// its own, so it checks it too.
 struct wire_hello {
   rank_id rank = 0;
   uint32_t incarnation = 0;
+  std::string token;
   friend bool operator==(const wire_hello&, const wire_hello&) = default;
 };
 
@@ -44,7 +48,7 @@ struct step_report {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, wire_hello& x) {
-  return f(x.rank, x.incarnation);
+  return f(x.rank, x.incarnation, x.token);
 }
 
 template <class Inspector>

@@ -33,14 +33,15 @@ completion_event ok_event(rank_id rank, uint32_t inc, uint64_t seq, step_id step
 class EngineDataPlaneTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto dp = engine_data_plane::create(2, 0ns, "");
+    auto dp = engine_data_plane::create(2, 0ns, "", "secret");
     ASSERT_TRUE(dp.ok()) << dp.error().to_string();
     dp_ = std::move(dp).value();
   }
 
-  std::unique_ptr<data_plane_client> connect(rank_id rank, uint32_t inc) {
+  std::unique_ptr<data_plane_client> connect(rank_id rank, uint32_t inc,
+                                             std::string token = "secret") {
     auto c = data_plane_client::create(dp_->server().context(), dp_->server().inproc_endpoint(),
-                                       wire_hello{rank, inc});
+                                       wire_hello{rank, inc, std::move(token)});
     EXPECT_TRUE(c.ok()) << c.error().to_string();
     return c.ok() ? std::move(c).value() : nullptr;
   }
@@ -142,16 +143,20 @@ TEST_F(EngineDataPlaneTest, ALostRankFailsItsJobsAndNoLongerHoldsTheStep) {
   ASSERT_EQ(out->jobs.size(), 1u);
   EXPECT_FALSE(out->jobs[0].ok);
   EXPECT_EQ(out->jobs[0].error, errc::io_error);
-  // A hello of an older incarnation than the live one is refused.
+  // A hello of an older incarnation than the live one is refused, and one without the token.
   dp_->rank_up(1, 3);
   auto stale = connect(1, 2);
   pump_one();
   EXPECT_EQ(dp_->routed_ranks(), 1u);
   EXPECT_EQ(dp_->dropped_frames(), 1u);
+  auto intruder = connect(1, 3, "guess");
+  pump_one();
+  EXPECT_EQ(dp_->routed_ranks(), 1u);
+  EXPECT_EQ(dp_->dropped_frames(), 2u);
 }
 
 TEST_F(EngineDataPlaneTest, JobsTimeOutAtTheirDeadline) {
-  auto dp = engine_data_plane::create(1, 5ns, "");
+  auto dp = engine_data_plane::create(1, 5ns, "", "secret");
   ASSERT_TRUE(dp.ok());
   (*dp)->rank_up(0, 0);
   (*dp)->send_step(step_with_load(1, 10), 100);
@@ -161,7 +166,8 @@ TEST_F(EngineDataPlaneTest, JobsTimeOutAtTheirDeadline) {
   (*dp)->tick(105);
   EXPECT_FALSE((*dp)->poll_output().has_value());  // decided, held until rank 0 closes step 1
   auto r0 = data_plane_client::create((*dp)->server().context(),
-                                      (*dp)->server().inproc_endpoint(), wire_hello{0, 0});
+                                      (*dp)->server().inproc_endpoint(),
+                                      wire_hello{0, 0, "secret"});
   ASSERT_TRUE(r0.ok());
   ASSERT_GE((*dp)->pump(10s), 1u);  // hello: the backlog (step 1) goes out
   ASSERT_TRUE(metadata_at(**r0).has_value());

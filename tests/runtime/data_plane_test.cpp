@@ -43,9 +43,9 @@ TEST(WireCodecTest, EveryMessageRoundTripsWithItsTag) {
   const auto rep = encode(sample_report());
   EXPECT_EQ(*kind_of(rep), wire_kind::report);
   EXPECT_EQ(*decode_report(rep), sample_report());
-  const auto hello = encode(wire_hello{5, 9});
+  const auto hello = encode(wire_hello{5, 9, "secret"});
   EXPECT_EQ(*kind_of(hello), wire_kind::hello);
-  EXPECT_EQ(*decode_hello(hello), (wire_hello{5, 9}));
+  EXPECT_EQ(*decode_hello(hello), (wire_hello{5, 9, "secret"}));
 }
 
 TEST(WireCodecTest, BadFramesAreOneClearError) {
@@ -73,7 +73,7 @@ inbound_frame next_frame(data_plane_server& s) {
 void exchange_both_ways(data_plane_server& server, data_plane_client& client) {
   const inbound_frame hello = next_frame(server);
   EXPECT_EQ(hello.peer, "r3.2");
-  EXPECT_EQ(*decode_hello(hello.bytes), (wire_hello{3, 2}));
+  EXPECT_EQ(*decode_hello(hello.bytes), (wire_hello{3, 2, "t"}));
   ASSERT_TRUE(server.send(hello.peer, encode(sample_metadata())).ok());
   auto got = client.receive(10s);
   ASSERT_TRUE(got.ok() && got->has_value());
@@ -90,7 +90,7 @@ TEST(DataPlaneTest, InprocClientSharesTheServersContext) {
   EXPECT_EQ((*server)->tcp_endpoint(), "");
   EXPECT_THAT((*server)->inproc_endpoint(), HasSubstr("inproc://kvc-data-"));
   auto client = data_plane_client::create((*server)->context(), (*server)->inproc_endpoint(),
-                                          {3, 2});
+                                          {3, 2, "t"});
   ASSERT_TRUE(client.ok()) << client.error().to_string();
   exchange_both_ways(**server, **client);
 }
@@ -99,7 +99,7 @@ TEST(DataPlaneTest, TcpClientWithItsOwnContext) {
   auto server = data_plane_server::create("127.0.0.1");
   ASSERT_TRUE(server.ok()) << server.error().to_string();
   EXPECT_THAT((*server)->tcp_endpoint(), HasSubstr("tcp://127.0.0.1:"));
-  auto client = data_plane_client::create(nullptr, (*server)->tcp_endpoint(), {3, 2});
+  auto client = data_plane_client::create(nullptr, (*server)->tcp_endpoint(), {3, 2, "t"});
   ASSERT_TRUE(client.ok()) << client.error().to_string();
   exchange_both_ways(**server, **client);
 }
