@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "actors/scheduler/connector_scheduler.hpp"
+#include "actors/scheduler/forwarding_manager.hpp"
 #include "launch/commands.hpp"
 
 namespace kvc::launch {
@@ -42,7 +43,7 @@ constexpr uint32_t kTurnover = 4;   // requests finishing and arriving per step
 
 /// Times every manager call (steady_clock) to split a step's time between the manager and the
 /// connector's own work. Only used with --split: it adds two clock reads per call.
-class timed_manager final : public scheduler::offload_manager {
+class timed_manager final : public scheduler::forwarding_manager {
  public:
   /// Keys passed to the manager (all calls, and touch calls alone).
   struct key_counts {
@@ -52,7 +53,7 @@ class timed_manager final : public scheduler::offload_manager {
 
   timed_manager(std::unique_ptr<offload_manager> inner, std::chrono::nanoseconds& sink,
                 key_counts& keys)
-      : inner_(std::move(inner)), sink_(sink), keys_(keys) {}
+      : forwarding_manager(std::move(inner)), sink_(sink), keys_(keys) {}
 
   template <class F>
   auto timed(F&& f) -> decltype(f()) {
@@ -64,29 +65,29 @@ class timed_manager final : public scheduler::offload_manager {
 
   bool lookup(const block_key& k) override {
     keys_.all += 1;
-    return timed([&] { return inner_->lookup(k); });
+    return timed([&] { return inner().lookup(k); });
   }
   bool any_loading(std::span<const block_key> k) override {
-    return timed([&] { return inner_->any_loading(k); });
+    return timed([&] { return inner().any_loading(k); });
   }
   uint32_t lookup_prefix(std::span<const block_key> k) override {
-    const uint32_t hits = timed([&] { return inner_->lookup_prefix(k); });
+    const uint32_t hits = timed([&] { return inner().lookup_prefix(k); });
     keys_.all += std::min<uint64_t>(uint64_t{hits} + 1, k.size());  // up to the first miss
     return hits;
   }
   result<std::span<const cpu_slot>> prepare_load(std::span<const block_key> k) override {
     keys_.all += k.size();
-    return timed([&] { return inner_->prepare_load(k); });
+    return timed([&] { return inner().prepare_load(k); });
   }
   status complete_load(std::span<const block_key> k) override {
     keys_.all += k.size();
-    return timed([&] { return inner_->complete_load(k); });
+    return timed([&] { return inner().complete_load(k); });
   }
   void touch(std::span<const block_key> k) override {
     keys_.all += k.size();
     keys_.touch += k.size();
     timed([&] {
-      inner_->touch(k);
+      inner().touch(k);
       return 0;
     });
   }
@@ -94,29 +95,23 @@ class timed_manager final : public scheduler::offload_manager {
     keys_.all += k.size();
     keys_.touch += k.size();
     timed([&] {
-      inner_->touch_hinted(k, hints);
+      inner().touch_hinted(k, hints);
       return 0;
     });
   }
   std::optional<scheduler::store_plan> prepare_store(std::span<const block_key> k) override {
     keys_.all += k.size();
-    return timed([&] { return inner_->prepare_store(k); });
+    return timed([&] { return inner().prepare_store(k); });
   }
   void complete_store(std::span<const block_key> k, bool ok) override {
     keys_.all += k.size();
     timed([&] {
-      inner_->complete_store(k, ok);
+      inner().complete_store(k, ok);
       return 0;
     });
   }
-  std::vector<kv_event> take_events() override { return inner_->take_events(); }
-  void drain_events(const event_visitor& fn) override { inner_->drain_events(fn); }
-  uint32_t capacity() const noexcept override { return inner_->capacity(); }
-  uint32_t size() const noexcept override { return inner_->size(); }
-  size_t memory_bytes() const noexcept override { return inner_->memory_bytes(); }
 
  private:
-  std::unique_ptr<offload_manager> inner_;
   std::chrono::nanoseconds& sink_;
   key_counts& keys_;
 };

@@ -37,24 +37,28 @@ void step_coordinator::report(rank_id rank, uint32_t incarnation, step_id step,
   log_failure("closing a step", agg_.on_step_closed(rank, incarnation, step));
 }
 
+std::optional<uint64_t> step_coordinator::deadline_from(uint64_t now) const noexcept {
+  if (job_timeout_.count() <= 0) return std::nullopt;
+  return now + static_cast<uint64_t>(job_timeout_.count());
+}
+
+void step_coordinator::expect_one(job_id job, transfer_kind kind, step_id step,
+                                  std::optional<uint64_t> deadline) {
+  log_failure("expect", agg_.expect(job, kind, step, deadline));
+}
+
 void step_coordinator::expect(step_id step, std::span<const job_id> loads,
                               std::span<const job_id> stores, uint64_t now) {
-  std::optional<uint64_t> deadline;
-  if (job_timeout_.count() > 0) deadline = now + static_cast<uint64_t>(job_timeout_.count());
-  for (job_id j : loads) log_failure("expect", agg_.expect(j, transfer_kind::load, step, deadline));
-  for (job_id j : stores) {
-    log_failure("expect", agg_.expect(j, transfer_kind::store, step, deadline));
-  }
+  const auto deadline = deadline_from(now);
+  for (job_id j : loads) expect_one(j, transfer_kind::load, step, deadline);
+  for (job_id j : stores) expect_one(j, transfer_kind::store, step, deadline);
 }
 
 void step_coordinator::expect(const connector_metadata& meta, uint64_t now) {
-  std::optional<uint64_t> deadline;
-  if (job_timeout_.count() > 0) deadline = now + static_cast<uint64_t>(job_timeout_.count());
-  for (const transfer_job& j : meta.loads) {
-    log_failure("expect", agg_.expect(j.id, transfer_kind::load, meta.step, deadline));
-  }
+  const auto deadline = deadline_from(now);
+  for (const transfer_job& j : meta.loads) expect_one(j.id, transfer_kind::load, meta.step, deadline);
   for (const transfer_job& j : meta.stores) {
-    log_failure("expect", agg_.expect(j.id, transfer_kind::store, meta.step, deadline));
+    expect_one(j.id, transfer_kind::store, meta.step, deadline);
   }
 }
 

@@ -48,6 +48,9 @@ class step_coordinator {
  private:
   step_coordinator(completion_aggregator agg, std::chrono::nanoseconds job_timeout)
       : agg_(std::move(agg)), job_timeout_(job_timeout) {}
+  /// now + job timeout; none when jobs never time out.
+  std::optional<uint64_t> deadline_from(uint64_t now) const noexcept;
+  void expect_one(job_id job, transfer_kind kind, step_id step, std::optional<uint64_t> deadline);
 
   completion_aggregator agg_;
   std::chrono::nanoseconds job_timeout_;

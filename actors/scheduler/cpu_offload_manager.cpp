@@ -139,10 +139,7 @@ void cpu_offload_manager<Policy>::touch_hinted(std::span<const block_key> keys,
     return;
   }
   const size_t n = keys.size();
-  if (memo_ids_.size() < n) {
-    memo_ids_.resize(n);
-    memo_keys_.resize(n);
-  }
+  uint32_t* ids = memo_room(n);
   for (size_t i = 0; i < n; ++i) {
     if (hints[i] < cap_) __builtin_prefetch(&policy_.node(hints[i]));
   }
@@ -153,7 +150,7 @@ void cpu_offload_manager<Policy>::touch_hinted(std::span<const block_key> keys,
   for (size_t i = 0; i < n; ++i) {
     const uint32_t h = hints[i];
     if (h < cap_ && policy_.node(h).ref != free_ref && policy_.node(h).has_key(keys[i])) {
-      memo_ids_[i] = h;
+      ids[i] = h;
     } else {
       miss_at_.push_back(static_cast<uint32_t>(i));
       miss_keys_.push_back(keys[i]);
@@ -164,20 +161,14 @@ void cpu_offload_manager<Policy>::touch_hinted(std::span<const block_key> keys,
     policy_.find_all(miss_keys_, miss_ids_.data());
     for (size_t j = 0; j < miss_at_.size(); ++j) {
       const uint32_t id = miss_ids_[j];
-      memo_ids_[miss_at_[j]] = id;
+      ids[miss_at_[j]] = id;
       hints[miss_at_[j]] = id < cap_ ? id : npos;
     }
   }
   // The resolved ids become the memo, as resolve() would have left it (a lookup_prefix of
   // these keys, e.g. right after touching a request's blocks, reuses them).
-  if (n > 0) std::memcpy(memo_keys_.data(), keys.data(), keys.size_bytes());
-  memo_size_ = n;
-  memo_src_ = reinterpret_cast<uintptr_t>(keys.data());
-  memo_version_ = policy_.index_version();
-  memo_offset_ = 0;
-  memo_len_ = n;
-  memo_served_ = true;
-  policy_.touch_ids(std::span<const uint32_t>{memo_ids_.data(), n});
+  memo_keep(keys);
+  policy_.touch_ids(std::span<const uint32_t>{ids, n});
 }
 
 template <class Policy>
@@ -305,19 +296,29 @@ std::span<const uint32_t> cpu_offload_manager<Policy>::resolve(std::span<const b
     memo_served_ = false;
     return {slots, keys.size()};
   }
-  memo_served_ = true;
-  if (memo_ids_.size() < keys.size()) {  // grow only: no per-call fill or reallocation
-    memo_ids_.resize(keys.size());
-    memo_keys_.resize(keys.size());
+  policy_.find_all(keys, memo_room(keys.size()));
+  memo_keep(keys);
+  return {memo_ids_.data(), keys.size()};
+}
+
+template <class Policy>
+uint32_t* cpu_offload_manager<Policy>::memo_room(size_t n) {
+  if (memo_ids_.size() < n) {  // grow only: no per-call fill or reallocation
+    memo_ids_.resize(n);
+    memo_keys_.resize(n);
   }
-  policy_.find_all(keys, memo_ids_.data());
+  return memo_ids_.data();
+}
+
+template <class Policy>
+void cpu_offload_manager<Policy>::memo_keep(std::span<const block_key> keys) {
   if (!keys.empty()) std::memcpy(memo_keys_.data(), keys.data(), keys.size_bytes());
   memo_size_ = keys.size();
-  memo_src_ = src;
-  memo_version_ = version;
+  memo_src_ = reinterpret_cast<uintptr_t>(keys.data());
+  memo_version_ = policy_.index_version();
   memo_offset_ = 0;
   memo_len_ = keys.size();
-  return {memo_ids_.data(), keys.size()};
+  memo_served_ = true;
 }
 
 template <class Policy>

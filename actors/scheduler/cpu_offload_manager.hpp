@@ -103,6 +103,10 @@ class cpu_offload_manager final : public offload_manager {
   /// (then it is the key's slot: live nodes hold distinct keys); nullptr otherwise. Valid until
   /// the next remember().
   const uint32_t* recall(std::span<const block_key> keys) const;
+  /// Room for n ids at the start of the memo (grows only).
+  uint32_t* memo_room(size_t n);
+  /// Makes the ids written to memo_room(keys.size()) the memo of `keys` (caller's buffer).
+  void memo_keep(std::span<const block_key> keys);
   static size_t recent_index(std::span<const block_key> keys) noexcept;
   uint32_t next_epoch() noexcept;
 

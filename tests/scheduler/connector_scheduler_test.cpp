@@ -2,6 +2,7 @@
 // scenarios (§9 items 19-28 and 33) plus failure handling, driven by a small deterministic
 // engine stand-in over the real offload manager wrapped in a recording decorator.
 #include "actors/scheduler/connector_scheduler.hpp"
+#include "actors/scheduler/forwarding_manager.hpp"
 
 #include <gtest/gtest.h>
 
@@ -25,37 +26,41 @@ constexpr uint32_t kObs = 12;
 /// Forwards to a real manager and records every call (EnvWrapper-style). Fault injection:
 /// refuse_store makes prepare_store answer nullopt; store_only lets prepare_store see only
 /// those of its keys (so the real manager stores a subset).
-class recording_manager final : public offload_manager {
+class recording_manager final : public forwarding_manager {
  public:
   struct call {
     std::string op;
     std::vector<block_key> keys;
   };
 
-  explicit recording_manager(std::unique_ptr<offload_manager> inner) : inner_(std::move(inner)) {}
+  explicit recording_manager(std::unique_ptr<offload_manager> inner)
+      : forwarding_manager(std::move(inner)) {}
 
   bool lookup(const block_key& key) override {
     calls.push_back({"lookup", {key}});
-    return inner_->lookup(key);
+    return inner().lookup(key);
   }
-  bool any_loading(std::span<const block_key> keys) override { return inner_->any_loading(keys); }
   uint32_t lookup_prefix(std::span<const block_key> keys) override {
     // Recorded as the single lookups it stands for (up to and including the first miss).
-    const uint32_t hits = inner_->lookup_prefix(keys);
+    const uint32_t hits = inner().lookup_prefix(keys);
     for (size_t i = 0; i < keys.size() && i <= hits; ++i) calls.push_back({"lookup", {keys[i]}});
     return hits;
   }
   result<std::span<const cpu_slot>> prepare_load(std::span<const block_key> keys) override {
     record("prepare_load", keys);
-    return inner_->prepare_load(keys);
+    return inner().prepare_load(keys);
   }
   status complete_load(std::span<const block_key> keys) override {
     record("complete_load", keys);
-    return inner_->complete_load(keys);
+    return inner().complete_load(keys);
   }
   void touch(std::span<const block_key> keys) override {
     record("touch", keys);
-    inner_->touch(keys);
+    inner().touch(keys);
+  }
+  void touch_hinted(std::span<const block_key> keys, std::span<cpu_slot> hints) override {
+    record("touch", keys);  // the touch it is
+    inner().touch_hinted(keys, hints);
   }
   std::optional<store_plan> prepare_store(std::span<const block_key> keys) override {
     record("prepare_store", keys);
@@ -66,19 +71,14 @@ class recording_manager final : public offload_manager {
         if (std::find(store_only->begin(), store_only->end(), k) != store_only->end())
           filtered_.push_back(k);
       }
-      return inner_->prepare_store(filtered_);
+      return inner().prepare_store(filtered_);
     }
-    return inner_->prepare_store(keys);
+    return inner().prepare_store(keys);
   }
   void complete_store(std::span<const block_key> keys, bool success) override {
     record(success ? "complete_store" : "complete_store_failed", keys);
-    inner_->complete_store(keys, success);
+    inner().complete_store(keys, success);
   }
-  std::vector<kv_event> take_events() override { return inner_->take_events(); }
-  void drain_events(const event_visitor& fn) override { inner_->drain_events(fn); }
-  size_t memory_bytes() const noexcept override { return inner_->memory_bytes(); }
-  uint32_t capacity() const noexcept override { return inner_->capacity(); }
-  uint32_t size() const noexcept override { return inner_->size(); }
 
   size_t count(std::string_view op) const {
     return static_cast<size_t>(
@@ -97,7 +97,7 @@ class recording_manager final : public offload_manager {
     return out;
   }
   /// Ask the real manager directly (not recorded).
-  bool hits(const block_key& k) { return inner_->lookup(k); }
+  bool hits(const block_key& k) { return inner().lookup(k); }
 
   std::vector<call> calls;
   bool refuse_store = false;
@@ -108,7 +108,6 @@ class recording_manager final : public offload_manager {
     calls.push_back({op, std::vector<block_key>(keys.begin(), keys.end())});
   }
 
-  std::unique_ptr<offload_manager> inner_;
   std::vector<block_key> filtered_;
 };
 
