@@ -309,6 +309,52 @@ std::vector<std::string> segments_of(const std::string& instance) {
   return out;
 }
 
+/// What the worker processes counted, from their final "D" lines.
+struct worker_totals {
+  uint64_t verified = 0;        ///< token x layer x rank checks of loaded KV
+  uint64_t stores_checked = 0;  ///< slots compared with the GPU blocks they came from
+  uint64_t loads_seen = 0;
+  std::vector<uint64_t> slots_by_rank = std::vector<uint64_t>(world_size, 0);
+};
+
+/// Tells every worker process to quit, checks each exits cleanly with its totals line.
+worker_totals quit_workers(std::vector<child_process>& workers) {
+  worker_totals t;
+  for (rank_id r = 0; r < world_size; ++r) {
+    EXPECT_TRUE(workers[r].write_line("Q").ok());
+    auto status = workers[r].wait(60s);
+    if (!status.ok()) {
+      ADD_FAILURE() << "rank " << r << ": " << status.error().to_string();
+      continue;
+    }
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "rank " << r;
+    if (workers[r].trailing_lines().empty()) {
+      ADD_FAILURE() << "rank " << r << " printed no totals";
+      continue;
+    }
+    std::istringstream d(workers[r].trailing_lines().back());
+    std::string tag;
+    uint64_t v = 0, slots = 0, ls = 0, ss = 0;
+    if (!(d >> tag >> v >> slots >> ls >> ss) || tag != "D") {
+      ADD_FAILURE() << workers[r].trailing_lines().back();
+      continue;
+    }
+    t.verified += v;
+    t.stores_checked += slots;
+    t.loads_seen += ls;
+    t.slots_by_rank[r] = slots;
+  }
+  return t;
+}
+
+/// No shm segment of the run and no child process left unreaped.
+void expect_nothing_left(const std::string& instance) {
+  EXPECT_TRUE(segments_of(instance).empty());
+  errno = 0;
+  EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1);
+  EXPECT_EQ(errno, ECHILD);
+}
+
 /// Arrivals until arrival_steps, then steps until min_steps and drained (or drain_limit passed,
 /// or a step failed: the caller's checks report it). Returns the number of steps run.
 uint32_t run_workload(mp_engine& engine) {
@@ -392,34 +438,16 @@ TEST(MultiProcessEngineTest, FourWorkerProcessesRunThreeHundredStepsByteExact) {
   auto stopped = (*sc)->shutdown(30s);
   ASSERT_TRUE(stopped.ok()) << stopped.error().to_string();
   EXPECT_EQ(*stopped, world_size);
-  uint64_t verified = 0;
-  uint64_t stores_checked = 0;
-  uint64_t loads_seen = 0;
-  for (rank_id r = 0; r < world_size; ++r) {
-    ASSERT_TRUE(workers[r].write_line("Q").ok());
-    auto status = workers[r].wait(60s);
-    ASSERT_TRUE(status.ok()) << "rank " << r << ": " << status.error().to_string();
-    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "rank " << r;
-    ASSERT_FALSE(workers[r].trailing_lines().empty());
-    std::istringstream d(workers[r].trailing_lines().back());
-    std::string tag;
-    uint64_t v = 0, slots = 0, ls = 0, ss = 0;
-    ASSERT_TRUE(d >> tag >> v >> slots >> ls >> ss && tag == "D")
-        << workers[r].trailing_lines().back();
-    verified += v;
-    stores_checked += slots;
-    loads_seen += ls;
-  }
+  const worker_totals t = quit_workers(workers);
   sc->reset();  // removes the pool's segment
 
-  EXPECT_GT(verified, 0u);
-  EXPECT_EQ(verified, engine.loaded_tokens() * num_layers * world_size);
-  EXPECT_GT(stores_checked, 0u);
-  EXPECT_EQ(loads_seen, st.loads_ok * world_size);
-  EXPECT_TRUE(segments_of(instance).empty());
-  errno = 0;
-  EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1);  // no child left unreaped
-  EXPECT_EQ(errno, ECHILD);
+  EXPECT_GT(t.verified, 0u);
+  EXPECT_EQ(t.verified, engine.loaded_tokens() * num_layers * world_size);
+  EXPECT_GT(t.stores_checked, 0u);
+  EXPECT_EQ(t.loads_seen, st.loads_ok * world_size);
+  expect_nothing_left(instance);
+  const uint64_t verified = t.verified;
+  const uint64_t stores_checked = t.stores_checked;
 
   std::cout << "[ stats    ] steps " << steps << ", tokens computed " << engine.tokens_computed()
             << ", GPU-hit tokens " << engine.gpu_hit_tokens() << ", loaded tokens "
@@ -542,35 +570,18 @@ TEST(MultiProcessEngineTest, ConnectModeEngineDrivesASchedulerProcess) {
   }
   EXPECT_NE(stopped_line.find("\"workers\":" + std::to_string(world_size)), std::string::npos)
       << stopped_line;
-  uint64_t verified = 0;
-  uint64_t loads_seen = 0;
-  for (rank_id r = 0; r < world_size; ++r) {
-    ASSERT_TRUE(workers[r].write_line("Q").ok());
-    auto status = workers[r].wait(60s);
-    ASSERT_TRUE(status.ok()) << "rank " << r << ": " << status.error().to_string();
-    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "rank " << r;
-    ASSERT_FALSE(workers[r].trailing_lines().empty());
-    std::istringstream d(workers[r].trailing_lines().back());
-    std::string tag;
-    uint64_t v = 0, slots = 0, ls = 0, ss = 0;
-    ASSERT_TRUE(d >> tag >> v >> slots >> ls >> ss && tag == "D")
-        << workers[r].trailing_lines().back();
-    verified += v;
-    loads_seen += ls;
-    EXPECT_GT(slots, 0u) << "rank " << r;
-  }
+  const worker_totals t = quit_workers(workers);
+  for (rank_id r = 0; r < world_size; ++r) EXPECT_GT(t.slots_by_rank[r], 0u) << "rank " << r;
   auto exit = sched.wait(60s);
   ASSERT_TRUE(exit.ok()) << exit.error().to_string();
   EXPECT_TRUE(WIFEXITED(*exit) && WEXITSTATUS(*exit) == 0);
   sc->reset();
 
-  EXPECT_GT(verified, 0u);
-  EXPECT_EQ(verified, engine.loaded_tokens() * num_layers * world_size);
-  EXPECT_EQ(loads_seen, st.loads_ok * world_size);
-  EXPECT_TRUE(segments_of(instance).empty());
-  errno = 0;
-  EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1);
-  EXPECT_EQ(errno, ECHILD);
+  EXPECT_GT(t.verified, 0u);
+  EXPECT_EQ(t.verified, engine.loaded_tokens() * num_layers * world_size);
+  EXPECT_EQ(t.loads_seen, st.loads_ok * world_size);
+  expect_nothing_left(instance);
+  const uint64_t verified = t.verified;
   std::cout << "[ stats    ] connect mode: steps " << steps << ", store jobs " << st.stores_ok
             << ", load jobs " << st.loads_ok << ", token x layer x rank checks " << verified
             << "\n";
