@@ -95,12 +95,7 @@ class arc_policy {
   /// Version of the key -> id mapping (see key_index::version).
   uint64_t index_version() const noexcept { return index_.version(); }
 
-  void touch(std::span<const block_key> keys) {
-    if (ids_.size() < keys.size()) ids_.resize(keys.size());
-    index_.find_all(keys, ids_.data());
-    touch_ids(std::span<const uint32_t>{ids_.data(), keys.size()});
-  }
-  /// touch() with the keys already resolved by find_all (ids stay valid: touch moves nodes
+  /// R1 touch of keys already resolved by find_all (ids stay valid: touch moves nodes
   /// between lists but never changes a key's id).
   void touch_ids(std::span<const uint32_t> ids) {
     for (size_t i = ids.size(); i-- > 0;) {
@@ -166,7 +161,6 @@ class arc_policy {
   std::unique_ptr<block_node[]> nodes_;
   index_list<block_node> t1_, t2_, b1_, b2_;
   key_index<block_node> index_;
-  std::vector<uint32_t> ids_;  ///< touch() scratch
   uint32_t ghost_used_[2] = {0, 0};        ///< ghost nodes ever handed out, per pool
   uint32_t ghost_free_[2] = {npos, npos};  ///< intrusive free lists (through `next`)
 };

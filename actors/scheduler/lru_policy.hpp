@@ -79,12 +79,7 @@ class lru_policy {
   /// Version of the key -> slot mapping (see key_index::version).
   uint64_t index_version() const noexcept { return index_.version(); }
 
-  void touch(std::span<const block_key> keys) {
-    if (ids_.size() < keys.size()) ids_.resize(keys.size());
-    index_.find_all(keys, ids_.data());
-    touch_ids(std::span<const uint32_t>{ids_.data(), keys.size()});
-  }
-  /// touch() with the keys already resolved by find_all (npos: untracked, skipped).
+  /// R1 touch of keys already resolved by find_all (npos: untracked, skipped).
   /// Moving ids[n-1], ..., ids[0] to the back one by one is done run by run: a run is a
   /// stretch of tracked ids that already follow each other in the list in that order (usually
   /// the whole list: the previous touch of the same keys left them so), checked against the
@@ -144,7 +139,6 @@ class lru_policy {
   std::unique_ptr<block_node[]> nodes_;  ///< [0, cap): slots; cap: list sentinel
   index_list<block_node> order_;
   key_index<block_node> index_;
-  std::vector<uint32_t> ids_;  ///< touch() scratch
 };
 
 }  // namespace kvc::scheduler
