@@ -12,6 +12,8 @@
 
 #include <chrono>
 #include <cstddef>
+#include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -19,6 +21,9 @@
 #include <caf/actor_cast.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
+#include <caf/error.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/system_messages.hpp>
 #include <caf/exit_reason.hpp>
 #include <caf/scheduler/test_coordinator.hpp>
 #include <caf/send.hpp>
@@ -61,6 +66,21 @@ class deterministic_actor_test : public ::testing::Test {
   size_t run() { return sched.run(); }
   /// Delivers one message; false if none was pending.
   bool run_once() { return sched.try_run_once(); }
+  /// The reason `h` ended with, once it ended (a monitoring actor records its down_msg).
+  template <class Handle>
+  std::shared_ptr<std::optional<caf::error>> watch(const Handle& h) {
+    auto reason = std::make_shared<std::optional<caf::error>>();
+    spawn([reason, h](caf::event_based_actor* self) -> caf::behavior {
+      self->monitor(h);
+      self->set_down_handler([reason, self](caf::down_msg& dm) {
+        *reason = dm.reason;
+        self->quit();
+      });
+      return {[](int) {}};
+    });
+    return reason;
+  }
+
   /// Moves the fake clock forward, fires the timers due by then, delivers what they sent.
   /// Returns the number of timers fired.
   size_t advance(caf::timespan d) {

@@ -158,20 +158,6 @@ class SchedulerActorTest : public test_support::deterministic_actor_test {
     return answer;
   }
 
-  /// The reason `h` ended with, once it ended.
-  template <class Handle>
-  std::shared_ptr<std::optional<caf::error>> watch(const Handle& h) {
-    auto reason = std::make_shared<std::optional<caf::error>>();
-    spawn([reason, h](caf::event_based_actor* self) -> caf::behavior {
-      self->monitor(h);
-      self->set_down_handler([reason, self](caf::down_msg& dm) {
-        *reason = dm.reason;
-        self->quit();
-      });
-      return {[](int) {}};
-    });
-    return reason;
-  }
 
   /// The log lines starting with `prefix`.
   std::vector<std::string> coord_lines(const std::string& prefix) const {

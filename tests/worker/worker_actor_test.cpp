@@ -134,19 +134,6 @@ class WorkerActorTest : public test_support::deterministic_actor_test {
     advance(poll_);
   }
 
-  template <class Handle>
-  std::shared_ptr<std::optional<caf::error>> watch(const Handle& h) {
-    auto reason = std::make_shared<std::optional<caf::error>>();
-    spawn([reason, h](caf::event_based_actor* self) -> caf::behavior {
-      self->monitor(h);
-      self->set_down_handler([reason, self](caf::down_msg& dm) {
-        *reason = dm.reason;
-        self->quit();
-      });
-      return {[](int) {}};
-    });
-    return reason;
-  }
 
   std::vector<step_id> reported_steps() const {
     std::vector<step_id> out;
