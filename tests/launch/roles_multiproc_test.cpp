@@ -4,7 +4,6 @@
 // worker, and a happy path where the scheduler drives store/load steps through two workers that
 // share one shm segment and checks the bytes. Synchronisation reads the processes' output lines
 // and waits for their exits (no sleeps); every test ends with no child and no segment left.
-#include <dirent.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -19,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/launch/child_process.hpp"
+#include "tests/shm/shm_entries.hpp"
 
 namespace kvc::launch {
 namespace {
@@ -50,16 +50,7 @@ class RolesMultiprocTest : public ::testing::Test {
 
   /// /dev/shm entries of this test's instance.
   std::vector<std::string> leftover_segments() const {
-    const std::string prefix = "kvc-" + std::to_string(::getuid()) + "-" + instance_ + "-";
-    std::vector<std::string> out;
-    if (DIR* dir = ::opendir("/dev/shm")) {
-      while (const dirent* e = ::readdir(dir)) {
-        const std::string n = e->d_name;
-        if (n.rfind(prefix, 0) == 0) out.push_back("/" + n);
-      }
-      ::closedir(dir);
-    }
-    return out;
+    return shm::testing::shm_entries(instance_ + "-");
   }
 
   /// Flags both roles share (each flag once: CLI11 refuses repeated options).

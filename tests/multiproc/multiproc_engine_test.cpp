@@ -12,7 +12,6 @@
 //
 // Synchronisation is by messages only: each step the engine waits for every worker's answer
 // line (poll with a deadline) and for the step's aggregated output (a queue with a deadline).
-#include <dirent.h>
 #include <sys/wait.h>
 #include <signal.h>
 #include <unistd.h>
@@ -32,6 +31,7 @@
 #include "tests/connector/recording_manager.hpp"
 #include "tests/multiproc/child_process.hpp"
 #include "tests/multiproc/mp_protocol.hpp"
+#include "tests/shm/shm_entries.hpp"
 
 namespace kvc::mp {
 namespace {
@@ -298,15 +298,7 @@ class mp_engine {
 
 /// /dev/shm entries of this test's instance.
 std::vector<std::string> segments_of(const std::string& instance) {
-  const std::string prefix = "kvc-" + std::to_string(::getuid()) + "-" + instance;
-  std::vector<std::string> out;
-  if (DIR* dir = ::opendir("/dev/shm")) {
-    while (const dirent* e = ::readdir(dir)) {
-      if (std::string(e->d_name).rfind(prefix, 0) == 0) out.push_back(e->d_name);
-    }
-    ::closedir(dir);
-  }
-  return out;
+  return shm::testing::shm_entries(instance);
 }
 
 /// What the worker processes counted, from their final "D" lines.

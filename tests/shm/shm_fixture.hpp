@@ -3,7 +3,6 @@
 /// which leaves any of its segments behind in /dev/shm (and removes them, so that one failure
 /// does not leak into the next test). Names are "/kvc-<uid>-test<pid>-<n>-node0": the pid keeps
 /// tests run in parallel by ctest apart, so each checks only its own names.
-#include <dirent.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -13,6 +12,7 @@
 #include <vector>
 
 #include "shm/segment.hpp"
+#include "tests/shm/shm_entries.hpp"
 
 namespace kvc::shm::testing {
 
@@ -22,16 +22,7 @@ inline std::string test_instance_prefix() {
 
 /// Entries of /dev/shm that belong to this test process.
 inline std::vector<std::string> leftover_segments() {
-  const std::string prefix = "kvc-" + std::to_string(::getuid()) + "-" + test_instance_prefix();
-  std::vector<std::string> out;
-  if (DIR* dir = ::opendir("/dev/shm")) {
-    while (const dirent* e = ::readdir(dir)) {
-      const std::string n = e->d_name;
-      if (n.rfind(prefix, 0) == 0) out.push_back("/" + n);
-    }
-    ::closedir(dir);
-  }
-  return out;
+  return shm_entries(test_instance_prefix());
 }
 
 class ShmTest : public ::testing::Test {
