@@ -301,6 +301,25 @@ std::vector<std::string> segments_of(const std::string& instance) {
   return shm::testing::shm_entries(instance);
 }
 
+/// Every worker process said "R <rank>": registered, KV cache registered.
+void expect_registered(std::vector<child_process>& workers) {
+  for (rank_id r = 0; r < world_size; ++r) {
+    auto line = workers[r].read_line(60s);
+    ASSERT_TRUE(line.ok()) << "rank " << r << ": " << line.error().to_string();
+    ASSERT_EQ(*line, "R " + std::to_string(r));
+  }
+}
+
+/// Jobs of both kinds ran, none failed, no result was rejected, something was loaded.
+void expect_clean_run(const scheduler::connector_stats& st, const mp_engine& engine) {
+  EXPECT_GT(st.stores_ok, 0u);
+  EXPECT_GT(st.loads_ok, 0u);
+  EXPECT_EQ(st.stores_failed, 0u);
+  EXPECT_EQ(st.loads_failed, 0u);
+  EXPECT_EQ(st.rejected_results, 0u);
+  EXPECT_GT(engine.loaded_tokens(), 0u);
+}
+
 /// What the worker processes counted, from their final "D" lines.
 struct worker_totals {
   uint64_t verified = 0;        ///< token x layer x rank checks of loaded KV
@@ -396,11 +415,7 @@ TEST(MultiProcessEngineTest, FourWorkerProcessesRunThreeHundredStepsByteExact) {
     ASSERT_TRUE(c.ok()) << c.error().to_string();
     workers.push_back(std::move(c).value());
   }
-  for (rank_id r = 0; r < world_size; ++r) {
-    auto line = workers[r].read_line(60s);
-    ASSERT_TRUE(line.ok()) << "rank " << r << ": " << line.error().to_string();
-    ASSERT_EQ(*line, "R " + std::to_string(r));
-  }
+  ASSERT_NO_FATAL_FAILURE(expect_registered(workers));
   ASSERT_TRUE((*sc)->wait_for_workers(30s).ok());
 
   mp_engine engine{**sc, workers};
@@ -409,12 +424,7 @@ TEST(MultiProcessEngineTest, FourWorkerProcessesRunThreeHundredStepsByteExact) {
   EXPECT_EQ(engine.free_gpu_blocks(), num_gpu_blocks - 1);
 
   const scheduler::connector_stats st = (*sc)->stats();
-  EXPECT_GT(st.stores_ok, 0u);
-  EXPECT_GT(st.loads_ok, 0u);
-  EXPECT_EQ(st.stores_failed, 0u);
-  EXPECT_EQ(st.loads_failed, 0u);
-  EXPECT_EQ(st.rejected_results, 0u);
-  EXPECT_GT(engine.loaded_tokens(), 0u);
+  expect_clean_run(st, engine);
   EXPECT_GT(engine.removed_keys(), 0u) << "the workload should make the CPU pool evict";
   EXPECT_GT(engine.gpu_hit_tokens(), 0u);
 
@@ -526,23 +536,14 @@ TEST(MultiProcessEngineTest, ConnectModeEngineDrivesASchedulerProcess) {
     ASSERT_TRUE(c.ok()) << c.error().to_string();
     workers.push_back(std::move(c).value());
   }
-  for (rank_id r = 0; r < world_size; ++r) {
-    auto line = workers[r].read_line(60s);
-    ASSERT_TRUE(line.ok()) << "rank " << r << ": " << line.error().to_string();
-    ASSERT_EQ(*line, "R " + std::to_string(r));
-  }
+  ASSERT_NO_FATAL_FAILURE(expect_registered(workers));
   ASSERT_TRUE((*sc)->wait_for_workers(30s).ok());
 
   mp_engine engine{**sc, workers};
   const uint32_t steps = run_workload(engine);
   ASSERT_TRUE(engine.idle()) << "not drained after " << steps << " steps";
   const scheduler::connector_stats st = (*sc)->stats();
-  EXPECT_GT(st.stores_ok, 0u);
-  EXPECT_GT(st.loads_ok, 0u);
-  EXPECT_EQ(st.stores_failed, 0u);
-  EXPECT_EQ(st.loads_failed, 0u);
-  EXPECT_EQ(st.rejected_results, 0u);
-  EXPECT_GT(engine.loaded_tokens(), 0u);
+  expect_clean_run(st, engine);
   ASSERT_NE(ledger, nullptr);
 
   // The engine unsubscribes (the process keeps its workers); SIGTERM stops the process, which
