@@ -16,9 +16,10 @@ template <class T>
 wire_bytes encode_as(wire_kind kind, const T& value) {
   wire_bytes buf{static_cast<char>(kind)};
   caf::binary_serializer sink{nullptr, buf};
-  T copy = value;  // inspect takes a mutable reference
-  // Serialising plain structs into a vector cannot fail (no type-erased content, no I/O).
-  if (auto err = sink(copy)) std::abort();
+  // inspect() takes a mutable reference for both directions; a serialiser only reads, so the
+  // message is not copied. Serialising plain structs into a vector cannot fail (no
+  // type-erased content, no I/O).
+  if (auto err = sink(const_cast<T&>(value))) std::abort();
   return buf;
 }
 
