@@ -88,6 +88,9 @@ class arc_policy {
 
   /// Node ids of many keys at once, with overlapped cache misses: < capacity() for resident
   /// blocks (the id is the slot), other values for ghosts or absent keys.
+  /// No scout (see lru_policy::scout) for ARC's lists yet.
+  void scout() noexcept {}
+
   void find_all(std::span<const block_key> keys, uint32_t* ids) const {
     index_.find_all(keys, ids);
   }

@@ -62,6 +62,7 @@ bool cpu_offload_manager<Policy>::lookup(const block_key& key) {
 
 template <class Policy>
 uint32_t cpu_offload_manager<Policy>::lookup_prefix(std::span<const block_key> keys) {
+  policy_.scout();
   // All keys are resolved at once (usually reused from the touch() before); the hits are then
   // taken in order up to the first miss, and only those keys are counted by the reuse filter.
   const std::span<const uint32_t> ids = resolve(keys);
@@ -86,6 +87,7 @@ template <class Policy>
 result<std::span<const cpu_slot>> cpu_offload_manager<Policy>::prepare_load(
     std::span<const block_key> keys) {
   load_slots_.clear();
+  policy_.scout();
   const std::span<const uint32_t> ids = resolve(keys);
   // Pin as we go and roll back on the first bad key: one pass, exact for repeated keys.
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -110,6 +112,7 @@ result<std::span<const cpu_slot>> cpu_offload_manager<Policy>::prepare_load(
 
 template <class Policy>
 status cpu_offload_manager<Policy>::complete_load(std::span<const block_key> keys) {
+  policy_.scout();
   const std::span<const uint32_t> ids = resolve(keys);
   for (size_t i = 0; i < keys.size(); ++i) {
     const uint32_t s = ids[i];
@@ -231,6 +234,7 @@ std::optional<store_plan> cpu_offload_manager<Policy>::store(std::span<const blo
 
 template <class Policy>
 void cpu_offload_manager<Policy>::complete_store(std::span<const block_key> keys, bool success) {
+  policy_.scout();
   if (success) {
     const auto begin = static_cast<uint32_t>(event_keys_.size());
     const std::span<const uint32_t> ids = resolve(keys);  // the index does not change below
@@ -331,21 +335,21 @@ template <class Policy>
 void cpu_offload_manager<Policy>::remember(std::span<const block_key> keys,
                                            std::span<const uint32_t> slots) {
   if (keys.empty()) return;
-  recent_batch& b = recent_[recent_index(keys)];
-  b.keys.assign(keys.begin(), keys.end());
-  b.slots.assign(slots.begin(), slots.end());
+  recent_[recent_index(keys)].assign(slots.begin(), slots.end());
 }
 
 template <class Policy>
 const uint32_t* cpu_offload_manager<Policy>::recall(std::span<const block_key> keys) const {
   if (keys.empty()) return nullptr;
-  const recent_batch& b = recent_[recent_index(keys)];
-  if (b.keys.size() != keys.size() || !same_keys(keys, b.keys.data())) return nullptr;
+  // The batch is not compared key by key: its nodes are the proof (whatever batch left these
+  // slots here, a live node holding keys[i] is keys[i]'s slot).
+  const std::vector<uint32_t>& slots = recent_[recent_index(keys)];
+  if (slots.size() != keys.size()) return nullptr;
   for (size_t i = 0; i < keys.size(); ++i) {
-    const block_node& n = policy_.node(b.slots[i]);
+    const block_node& n = policy_.node(slots[i]);
     if (n.ref == block_node::dead_ref || !n.has_key(keys[i])) return nullptr;
   }
-  return b.slots.data();
+  return slots.data();
 }
 
 template <class Policy>

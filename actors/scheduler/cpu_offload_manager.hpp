@@ -99,9 +99,9 @@ class cpu_offload_manager final : public offload_manager {
   /// Remembers the slots of a batch that will come back (a load or store now in flight), so
   /// that its complete_* call can skip the index: see recall().
   void remember(std::span<const block_key> keys, std::span<const uint32_t> slots);
-  /// The remembered slots of exactly `keys`, if every one is still a live node holding its key
-  /// (then it is the key's slot: live nodes hold distinct keys); nullptr otherwise. Valid until
-  /// the next remember().
+  /// The slots remembered for a batch like `keys` (same first key and length), if every one is
+  /// a live node holding its key (then it is the key's slot: live nodes hold distinct keys);
+  /// nullptr otherwise. Valid until the next remember().
   const uint32_t* recall(std::span<const block_key> keys) const;
   /// Room for n ids at the start of the memo (grows only).
   uint32_t* memo_room(size_t n);
@@ -140,11 +140,8 @@ class cpu_offload_manager final : public offload_manager {
   std::vector<block_key> miss_keys_;  ///< touch_hinted(): keys whose hint was wrong
   std::vector<uint32_t> miss_at_;     ///< and their positions
   std::vector<uint32_t> miss_ids_;    ///< and the ids found for them
-  struct recent_batch {
-    std::vector<block_key> keys;
-    std::vector<uint32_t> slots;
-  };
-  std::vector<recent_batch> recent_;  ///< direct-mapped by (first key, length)
+  /// Slots of recent batches, direct-mapped by (first key, length).
+  std::vector<std::vector<uint32_t>> recent_;
   std::vector<block_key> event_keys_;
   std::vector<event_record> events_;
 };

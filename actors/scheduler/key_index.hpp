@@ -39,7 +39,7 @@ class key_index {
       : nodes_(nodes),
         size_(max_entries + max_entries * 3 / 4 + 8),
         phys_(size_ + 32 + size_ / 64) {
-    slots_.reset(static_cast<uint64_t*>(std::calloc(phys_, sizeof(uint64_t))));
+    slots_.reset(static_cast<uint64_t*>(std::calloc(phys_ + 1, sizeof(uint64_t))));
     if (!slots_) throw std::bad_alloc{};
   }
 
@@ -58,8 +58,7 @@ class key_index {
   uint32_t insert_or_replace(const block_key& k, uint32_t id) {
     const uint32_t tag = tag_of(k);
     const uint64_t first = uint64_t{tag} << 32;
-    size_t i = home(tag);
-    while (value(i) < first) ++i;
+    size_t i = static_cast<size_t>(skip_smaller(slots_.get() + home(tag), first) - slots_.get());
     for (; value(i) >> 32 == tag && value(i) != empty_value; ++i) {
       const uint32_t old = static_cast<uint32_t>(value(i));
       if (has_key(old, k)) {
@@ -110,6 +109,12 @@ class key_index {
   /// prefetch its node; compare keys (a 32-bit tag collision, rare, falls back to a scan).
   /// The table must not change while the ids are used.
   void find_all(std::span<const block_key> keys, uint32_t* ids) const {
+    find_all(keys, ids, [] {});
+  }
+  /// The same, calling `between()` after each of a chunk's first two passes: work whose own
+  /// cache misses then overlap the chunk's (the LRU policy's scout).
+  template <class Between>
+  void find_all(std::span<const block_key> keys, uint32_t* ids, Between&& between) const {
     constexpr size_t chunk = 16;
     const size_t n = keys.size();
     const uint64_t* slots = slots_.get();
@@ -125,10 +130,10 @@ class key_index {
         at[j] = slots + home(tags[j]);
         __builtin_prefetch(at[j]);
       }
+      between();
       for (size_t j = 0; j < m; ++j) {
         const uint64_t first = uint64_t{tags[j]} << 32;
-        const uint64_t* p = at[j];
-        while (~*p < first) ++p;  // skip smaller tags
+        const uint64_t* p = skip_smaller(at[j], first);
         const uint64_t v = ~*p;
         at[j] = p;
         // A tag match (an empty slot reads as tag 0xffffffff with id npos: no match).
@@ -136,6 +141,7 @@ class key_index {
         out[j] = match ? static_cast<uint32_t>(v) : npos;
         if (match) __builtin_prefetch(&nodes[static_cast<uint32_t>(v)]);
       }
+      between();
       for (size_t j = 0; j < m; ++j) {
         const uint32_t id = out[j];
         if (id == npos || (nodes[id].key_lo == k[j].lo && nodes[id].key_hi == k[j].hi)) continue;
@@ -161,7 +167,7 @@ class key_index {
 
   size_t size() const noexcept { return count_; }
   /// Heap bytes of the table.
-  size_t memory_bytes() const noexcept { return phys_ * sizeof(uint64_t); }
+  size_t memory_bytes() const noexcept { return (phys_ + 1) * sizeof(uint64_t); }
 
  private:
   static constexpr uint64_t empty_value = UINT64_MAX;  ///< value() of an empty slot
@@ -173,6 +179,16 @@ class key_index {
   size_t home(uint32_t tag) const noexcept {
     return static_cast<size_t>((uint64_t{tag} * size_) >> 32);
   }
+  /// The first slot at or after i whose value is not below `first` (the sorted position of a
+  /// tag, from its home). Runs are short, so the first two slots are compared without a branch
+  /// (a loop exit that depends on the data mispredicts often); slot phys_ exists and is empty.
+  static const uint64_t* skip_smaller(const uint64_t* p, uint64_t first) noexcept {
+    const size_t n = size_t{~p[0] < first} + size_t{~p[1] < first};
+    p += n;
+    if (n == 2) [[unlikely]]
+      while (~*p < first) ++p;
+    return p;
+  }
   /// (tag << 32 | id) of slot i; empty_value for an empty slot.
   uint64_t value(size_t i) const noexcept { return ~slots_[i]; }
   static uint32_t id_of(uint64_t stored) noexcept { return static_cast<uint32_t>(~stored); }
@@ -183,8 +199,7 @@ class key_index {
   size_t position(const block_key& k) const {
     const uint32_t tag = tag_of(k);
     const uint64_t first = uint64_t{tag} << 32;
-    size_t i = home(tag);
-    while (value(i) < first) ++i;
+    size_t i = static_cast<size_t>(skip_smaller(slots_.get() + home(tag), first) - slots_.get());
     for (; value(i) >> 32 == tag && value(i) != empty_value; ++i)
       if (has_key(static_cast<uint32_t>(value(i)), k)) return i;
     return npos_pos;
@@ -192,11 +207,12 @@ class key_index {
   /// Lengthens the overflow tail (a run reached it); entries keep their positions.
   void grow_tail() {
     const size_t more = 32 + phys_ / 8;
-    auto* p = static_cast<uint64_t*>(std::realloc(slots_.get(), (phys_ + more) * sizeof(uint64_t)));
+    auto* p =
+        static_cast<uint64_t*>(std::realloc(slots_.get(), (phys_ + more + 1) * sizeof(uint64_t)));
     if (!p) throw std::bad_alloc{};
     (void)slots_.release();
     slots_.reset(p);
-    std::memset(p + phys_, 0, more * sizeof(uint64_t));
+    std::memset(p + phys_, 0, (more + 1) * sizeof(uint64_t));
     phys_ += more;
   }
 

@@ -56,6 +56,7 @@ class lru_policy {
     n.ref = -1;
     n.mark = 0;
     const uint32_t old = index_.insert_or_replace(k, slot);
+    if (++inserts_ & 1) scout_step();
     if (old == npos) {
       order_.push_back(slot);
       return true;
@@ -72,8 +73,9 @@ class lru_policy {
   }
 
   /// Slots of many keys at once (npos for absent ones), with overlapped cache misses.
-  void find_all(std::span<const block_key> keys, uint32_t* slots) const {
-    index_.find_all(keys, slots);
+  /// The scout steps between find_all's passes, where its cache misses overlap the batch's.
+  void find_all(std::span<const block_key> keys, uint32_t* slots) {
+    index_.find_all(keys, slots, [this] { scout_step(); });
   }
 
   /// Version of the key -> slot mapping (see key_index::version).
@@ -86,18 +88,22 @@ class lru_policy {
   /// list as it is when the run starts, so moving it whole (splice) is the same as moving its
   /// nodes one by one. Repeated ids cannot extend a run (a run is a path in the list).
   void touch_ids(std::span<const uint32_t> ids) {
+    scout_step();
     size_t i = ids.size();
     while (i > 0) {
       const uint32_t first = ids[--i];
       if (first == npos) continue;
       uint32_t last = first;
+      bool moves_scout = first == scout_;
       for (; i > 0; --i) {
         const uint32_t id = ids[i - 1];
         if (id == npos) continue;
         if (nodes_[last].next != id) break;
         last = id;
+        moves_scout |= id == scout_;
       }
       order_.splice_to_back(first, last);
+      if (moves_scout) scout_ = cap_;  // restart it at the front
     }
   }
 
@@ -108,7 +114,10 @@ class lru_policy {
              std::vector<block_key>& keys) {
     slots.clear();
     keys.clear();
+    uint32_t walked = 0;
     for (uint32_t i = order_.front(); i != order_.end(); i = order_.next(i)) {
+      ++walked;
+      if (i == scout_) walked = lead_;  // the walk caught up with the scout: restart it
       if (!nodes_[i].evictable(epoch)) continue;
       slots.push_back(i);
       index_.prefetch(nodes_[i].key());  // its index entry goes below
@@ -121,10 +130,14 @@ class lru_policy {
       order_.erase(s);
       index_.erase(k);
     }
-    // The next evict starts at the new front, likely a cold node: start fetching it now.
-    __builtin_prefetch(&nodes_[order_.front()]);
+    lead_ = walked < lead_ ? lead_ - walked : 0;
+    if (lead_ == 0) scout_ = cap_;
     return true;
   }
+
+  /// One step of the scout (below): the manager calls it once per call that works on a batch,
+  /// so that its cache misses spread over the whole request.
+  void scout() noexcept { scout_step(); }
 
   /// Resets the protection epochs of slots [0, used) (the manager's epoch counter wrapped).
   void clear_epochs(uint32_t used) noexcept;
@@ -135,8 +148,32 @@ class lru_policy {
   size_t memory_bytes() const noexcept;
 
  private:
+  /// The scout: a cursor that walks the list from the least-recent end, one node per insert,
+  /// up to scout_lead nodes ahead of it, prefetching each node and its index slot, so that the
+  /// next evict() finds the nodes it walks (a chain of dependent loads) already in cache. It is
+  /// only a hint: a scout whose node was freed, leaked or moved to the recent end (it then
+  /// reaches the sentinel) restarts at the front; results never depend on it.
+  static constexpr uint32_t scout_lead = 96;
+  void scout_step() noexcept {
+    uint32_t s = scout_;
+    if (s == cap_ || nodes_[s].ref == block_node::dead_ref) {
+      s = order_.front();
+      lead_ = 0;
+      if (s == cap_) return;
+    }
+    if (lead_ >= scout_lead) return;
+    const uint32_t next = nodes_[s].next;
+    __builtin_prefetch(&nodes_[next]);
+    index_.prefetch(nodes_[s].key());
+    scout_ = next;
+    ++lead_;
+  }
+
   uint32_t cap_;
   std::unique_ptr<block_node[]> nodes_;  ///< [0, cap): slots; cap: list sentinel
+  uint32_t scout_ = cap_;  ///< the scout's next node (cap_: restart at the front)
+  uint32_t lead_ = 0;      ///< nodes the scout walked past the front (an estimate)
+  uint32_t inserts_ = 0;
   index_list<block_node> order_;
   key_index<block_node> index_;
 };
