@@ -7,18 +7,16 @@
 #include <cstring>
 #include <new>
 #include <string>
+#include <type_traits>
 
 namespace kvc::scheduler {
 
 namespace {
 
-/// keys == [other, other + keys.size()). Inline: batches are a few dozen keys, too short for
-/// a memcmp call to pay off.
+/// keys == [other, other + keys.size()), byte for byte (block_key has no padding).
+static_assert(std::has_unique_object_representations_v<block_key>);
 bool same_keys(std::span<const block_key> keys, const block_key* other) noexcept {
-  uint64_t diff = 0;
-  for (size_t i = 0; i < keys.size(); ++i)
-    diff |= (keys[i].hi ^ other[i].hi) | (keys[i].lo ^ other[i].lo);
-  return diff == 0;
+  return std::memcmp(keys.data(), other, keys.size_bytes()) == 0;
 }
 
 /// Keys made by block_key::from_index print as their index, other keys as 32 hex digits.

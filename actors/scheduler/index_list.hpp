@@ -43,6 +43,14 @@ class index_list {
     --size_;
   }
 
+  /// Removes the front run up to and including `last`, which holds n nodes (erase of each).
+  void pop_front_through(uint32_t last, uint32_t n) noexcept {
+    const uint32_t after = nodes_[last].next;
+    nodes_[sentinel_].next = after;
+    nodes_[after].prev = sentinel_;
+    size_ -= n;
+  }
+
   void move_to_back(uint32_t i) noexcept {
     if (nodes_[sentinel_].prev == i) return;
     erase(i);

@@ -67,14 +67,17 @@ class key_index {
         return old;
       }
     }
-    // i is the sorted position; shift the run's tail [i, hole) right by one (usually 0-2
-    // entries at this load, so a plain loop beats a memmove call).
-    size_t hole = i;
-    while (slots_[hole] != 0) ++hole;
-    if (hole + 1 == phys_) grow_tail();
+    // i is the sorted position: the new entry goes there and the run's tail moves right by
+    // one, up to the first empty slot (usually 0-2 entries at this load: one pass, no memmove).
     uint64_t* s = slots_.get();
-    for (size_t j = hole; j > i; --j) s[j] = s[j - 1];
-    s[i] = ~(first | id);
+    uint64_t carry = ~(first | id);
+    size_t j = i;
+    do {
+      const uint64_t displaced = s[j];
+      s[j++] = carry;
+      carry = displaced;
+    } while (carry != 0);
+    if (j == phys_) grow_tail();  // the last slot was taken: it must stay empty
     ++count_;
     ++version_;
     return npos;

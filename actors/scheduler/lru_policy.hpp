@@ -112,25 +112,40 @@ class lru_policy {
   /// order. false: fewer than n candidates, nothing changed.
   bool evict(uint32_t n, uint32_t epoch, std::vector<uint32_t>& slots,
              std::vector<block_key>& keys) {
-    slots.clear();
-    keys.clear();
-    uint32_t walked = 0;
-    for (uint32_t i = order_.front(); i != order_.end(); i = order_.next(i)) {
-      ++walked;
-      if (i == scout_) walked = lead_;  // the walk caught up with the scout: restart it
-      if (!nodes_[i].evictable(epoch)) continue;
-      slots.push_back(i);
-      index_.prefetch(nodes_[i].key());  // its index entry goes below
-      if (slots.size() == n) break;
+    slots.resize(n);  // no allocation once warm; written through a pointer below
+    uint32_t* const out = slots.data();
+    uint32_t found = 0;
+    uint32_t skipped = 0;
+    bool met_scout = false;
+    uint32_t i = order_.front();
+    for (; i != order_.end(); i = order_.next(i)) {
+      met_scout |= i == scout_;
+      if (!nodes_[i].evictable(epoch)) {
+        ++skipped;
+        continue;
+      }
+      out[found] = i;
+      if (++found == n) break;
     }
-    if (slots.size() < n) return false;
-    for (uint32_t s : slots) {
-      const block_key k = nodes_[s].key();
-      keys.push_back(k);
-      order_.erase(s);
-      index_.erase(k);
+    if (found < n) {
+      slots.clear();
+      keys.clear();
+      return false;
     }
-    lead_ = walked < lead_ ? lead_ - walked : 0;
+    keys.resize(n);
+    block_key* const k = keys.data();
+    for (uint32_t v = 0; v < n; ++v) {
+      k[v] = nodes_[out[v]].key();
+      index_.erase(k[v]);
+    }
+    if (skipped == 0) {
+      order_.pop_front_through(i, n);  // the victims are the list's first n nodes
+    } else {
+      for (uint32_t v = 0; v < n; ++v) order_.erase(out[v]);
+    }
+    // The walk went past the scout's nodes; a walk that caught up with it restarts it.
+    const uint32_t walked = found + skipped;
+    lead_ = !met_scout && walked < lead_ ? lead_ - walked : 0;
     if (lead_ == 0) scout_ = cap_;
     return true;
   }
