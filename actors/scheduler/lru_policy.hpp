@@ -22,6 +22,7 @@
 #include "actors/scheduler/block_node.hpp"
 #include "actors/scheduler/index_list.hpp"
 #include "actors/scheduler/key_index.hpp"
+#include "actors/scheduler/list_scout.hpp"
 #include "proto/block_key.hpp"
 
 namespace kvc::scheduler {
@@ -94,16 +95,16 @@ class lru_policy {
       const uint32_t first = ids[--i];
       if (first == npos) continue;
       uint32_t last = first;
-      bool moves_scout = first == scout_;
+      bool moves_scout = first == scout_.at();
       for (; i > 0; --i) {
         const uint32_t id = ids[i - 1];
         if (id == npos) continue;
         if (nodes_[last].next != id) break;
         last = id;
-        moves_scout |= id == scout_;
+        moves_scout |= id == scout_.at();
       }
       order_.splice_to_back(first, last);
-      if (moves_scout) scout_ = cap_;  // restart it at the front
+      if (moves_scout) scout_.moved(scout_.at());
     }
   }
 
@@ -119,7 +120,7 @@ class lru_policy {
     bool met_scout = false;
     uint32_t i = order_.front();
     for (; i != order_.end(); i = order_.next(i)) {
-      met_scout |= i == scout_;
+      met_scout |= i == scout_.at();
       if (!nodes_[i].evictable(epoch)) {
         ++skipped;
         continue;
@@ -143,10 +144,7 @@ class lru_policy {
     } else {
       for (uint32_t v = 0; v < n; ++v) order_.erase(out[v]);
     }
-    // The walk went past the scout's nodes; a walk that caught up with it restarts it.
-    const uint32_t walked = found + skipped;
-    lead_ = !met_scout && walked < lead_ ? lead_ - walked : 0;
-    if (lead_ == 0) scout_ = cap_;
+    scout_.consumed(found + skipped, met_scout);
     return true;
   }
 
@@ -163,31 +161,19 @@ class lru_policy {
   size_t memory_bytes() const noexcept;
 
  private:
-  /// The scout: a cursor that walks the list from the least-recent end, one node per insert,
-  /// up to scout_lead nodes ahead of it, prefetching each node and its index slot, so that the
-  /// next evict() finds the nodes it walks (a chain of dependent loads) already in cache. It is
-  /// only a hint: a scout whose node was freed, leaked or moved to the recent end (it then
-  /// reaches the sentinel) restarts at the front; results never depend on it.
-  static constexpr uint32_t scout_lead = 96;
+  /// The scout (list_scout) runs ahead of evict() on the recency list, fetching each node and
+  /// its index slot (both evict's), one step per other insert, per find_all pass and per
+  /// manager call (scout()): places where its cache misses overlap other work.
   void scout_step() noexcept {
-    uint32_t s = scout_;
-    if (s == cap_ || nodes_[s].ref == block_node::dead_ref) {
-      s = order_.front();
-      lead_ = 0;
-      if (s == cap_) return;
-    }
-    if (lead_ >= scout_lead) return;
-    const uint32_t next = nodes_[s].next;
-    __builtin_prefetch(&nodes_[next]);
-    index_.prefetch(nodes_[s].key());
-    scout_ = next;
-    ++lead_;
+    scout_.step(
+        nodes_.get(), order_,
+        [this](uint32_t id) { return nodes_[id].ref != block_node::dead_ref; },
+        [this](uint32_t id) { index_.prefetch(nodes_[id].key()); });
   }
 
   uint32_t cap_;
   std::unique_ptr<block_node[]> nodes_;  ///< [0, cap): slots; cap: list sentinel
-  uint32_t scout_ = cap_;  ///< the scout's next node (cap_: restart at the front)
-  uint32_t lead_ = 0;      ///< nodes the scout walked past the front (an estimate)
+  list_scout<block_node> scout_;
   uint32_t inserts_ = 0;
   index_list<block_node> order_;
   key_index<block_node> index_;
