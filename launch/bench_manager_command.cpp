@@ -132,8 +132,10 @@ struct bench_options {
   uint32_t window = 8;
 };
 
-/// Loads and stores complete `window` jobs later, oldest first: a fixed ring of job slots, each
-/// with room for the longest request, so pushing a job is one copy and never allocates.
+/// Loads and stores complete `window` jobs later, oldest first: a fixed ring of job slots.
+/// A load's keys are a prefix of a trace request, which does not change during the run, so the
+/// job only points at them; a store's keys (the manager's buffer, reused by its next call) are
+/// copied into the slot, which has room for the longest request. Pushing never allocates.
 class job_fifo {
  public:
   job_fifo(size_t window, size_t max_keys)
@@ -141,24 +143,30 @@ class job_fifo {
     jobs_.resize(slots_);
   }
   size_t size() const { return size_; }
-  void push(bool store, std::span<const block_key> keys) {
+  /// `keys` must stay valid until the job is popped.
+  void push_load(std::span<const block_key> keys) {
+    jobs_[(head_ + size_) % slots_] = {false, keys.data(), keys.size()};
+    ++size_;
+  }
+  void push_store(std::span<const block_key> keys) {
     const size_t at = (head_ + size_) % slots_;
-    jobs_[at] = {store, keys.size()};
-    std::copy(keys.begin(), keys.end(), keys_.begin() + at * width_);
+    block_key* copy = keys_.data() + at * width_;
+    std::copy(keys.begin(), keys.end(), copy);
+    jobs_[at] = {true, copy, keys.size()};
     ++size_;
   }
   template <class Fn>
   void pop(Fn&& fn) {
     const job j = jobs_[head_];
-    const block_key* keys = keys_.data() + head_ * width_;
     head_ = (head_ + 1) % slots_;
     --size_;
-    fn(j.store, std::span<const block_key>{keys, j.count});
+    fn(j.store, std::span<const block_key>{j.keys, j.count});
   }
 
  private:
   struct job {
     bool store = false;
+    const block_key* keys = nullptr;
     size_t count = 0;
   };
   size_t slots_;
@@ -191,6 +199,11 @@ int run_manager_bench(const bench_options& o) {
   const auto start = std::chrono::steady_clock::now();
   for (size_t r = 0; r < t.requests(); ++r) {
     const std::span<const block_key> keys = t.request(r);
+    if (r + 2 < t.requests()) {  // the trace is read once: fetch a later request's keys ahead
+      const std::span<const block_key> later = t.request(r + 2);
+      for (size_t b = 0; b < later.size_bytes(); b += 64)
+        __builtin_prefetch(reinterpret_cast<const char*>(later.data()) + b);
+    }
     m.touch(keys);
     key_ops += keys.size();
     const uint32_t hits = m.lookup_prefix(keys);
@@ -200,7 +213,7 @@ int run_manager_bench(const bench_options& o) {
       const auto loaded = keys.first(hits);
       load_error |= !m.prepare_load(loaded).ok();
       key_ops += hits;
-      fifo.push(false, loaded);
+      fifo.push_load(loaded);  // a prefix of the trace's request
     }
     const auto rest = keys.subspan(hits);
     const auto plan = m.prepare_store(rest);
@@ -210,7 +223,7 @@ int run_manager_bench(const bench_options& o) {
     } else if (!plan->keys.empty()) {
       stored += plan->keys.size();
       evicted += plan->evicted.size();
-      fifo.push(true, plan->keys);  // copy before the next call reuses the buffer
+      fifo.push_store(plan->keys);  // copied: the next call reuses the buffer
       m.touch(keys);
       key_ops += keys.size();
     }
