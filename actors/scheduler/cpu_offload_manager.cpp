@@ -13,8 +13,9 @@ namespace kvc::scheduler {
 
 namespace {
 
-/// keys == [other, other + keys.size()), byte for byte (block_key has no padding).
-static_assert(std::has_unique_object_representations_v<block_key>);
+static_assert(std::has_unique_object_representations_v<block_key>);  // no padding bytes
+
+/// keys == [other, other + keys.size()), byte for byte.
 bool same_keys(std::span<const block_key> keys, const block_key* other) noexcept {
   return std::memcmp(keys.data(), other, keys.size_bytes()) == 0;
 }

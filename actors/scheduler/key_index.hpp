@@ -39,7 +39,7 @@ class key_index {
       : nodes_(nodes),
         size_(max_entries + max_entries * 3 / 4 + 8),
         phys_(size_ + 32 + size_ / 64) {
-    slots_.reset(static_cast<uint64_t*>(std::calloc(phys_ + 1, sizeof(uint64_t))));
+    slots_.reset(static_cast<uint64_t*>(std::calloc(phys_ + pad, sizeof(uint64_t))));
     if (!slots_) throw std::bad_alloc{};
   }
 
@@ -170,11 +170,13 @@ class key_index {
 
   size_t size() const noexcept { return count_; }
   /// Heap bytes of the table.
-  size_t memory_bytes() const noexcept { return (phys_ + 1) * sizeof(uint64_t); }
+  size_t memory_bytes() const noexcept { return (phys_ + pad) * sizeof(uint64_t); }
 
  private:
   static constexpr uint64_t empty_value = UINT64_MAX;  ///< value() of an empty slot
   static constexpr size_t npos_pos = SIZE_MAX;
+  /// Always-empty slots past the table, so that a probe may read one slot ahead.
+  static constexpr size_t pad = 1;
   struct free_deleter {
     void operator()(uint64_t* p) const noexcept { std::free(p); }
   };
@@ -184,7 +186,7 @@ class key_index {
   }
   /// The first slot at or after i whose value is not below `first` (the sorted position of a
   /// tag, from its home). Runs are short, so the first two slots are compared without a branch
-  /// (a loop exit that depends on the data mispredicts often); slot phys_ exists and is empty.
+  /// (a loop exit that depends on the data mispredicts often); see pad.
   static const uint64_t* skip_smaller(const uint64_t* p, uint64_t first) noexcept {
     const size_t n = size_t{~p[0] < first} + size_t{~p[1] < first};
     p += n;
@@ -211,11 +213,11 @@ class key_index {
   void grow_tail() {
     const size_t more = 32 + phys_ / 8;
     auto* p =
-        static_cast<uint64_t*>(std::realloc(slots_.get(), (phys_ + more + 1) * sizeof(uint64_t)));
+        static_cast<uint64_t*>(std::realloc(slots_.get(), (phys_ + more + pad) * sizeof(uint64_t)));
     if (!p) throw std::bad_alloc{};
     (void)slots_.release();
     slots_.reset(p);
-    std::memset(p + phys_, 0, (more + 1) * sizeof(uint64_t));
+    std::memset(p + phys_, 0, (more + pad) * sizeof(uint64_t));
     phys_ += more;
   }
 

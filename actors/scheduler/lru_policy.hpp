@@ -57,7 +57,7 @@ class lru_policy {
     n.ref = -1;
     n.mark = 0;
     const uint32_t old = index_.insert_or_replace(k, slot);
-    if (++inserts_ & 1) scout_step();
+    if (++inserts_ & 1) scout();
     if (old == npos) {
       order_.push_back(slot);
       return true;
@@ -76,7 +76,7 @@ class lru_policy {
   /// Slots of many keys at once (npos for absent ones), with overlapped cache misses.
   /// The scout steps between find_all's passes, where its cache misses overlap the batch's.
   void find_all(std::span<const block_key> keys, uint32_t* slots) {
-    index_.find_all(keys, slots, [this] { scout_step(); });
+    index_.find_all(keys, slots, [this] { scout(); });
   }
 
   /// Version of the key -> slot mapping (see key_index::version).
@@ -89,22 +89,23 @@ class lru_policy {
   /// list as it is when the run starts, so moving it whole (splice) is the same as moving its
   /// nodes one by one. Repeated ids cannot extend a run (a run is a path in the list).
   void touch_ids(std::span<const uint32_t> ids) {
-    scout_step();
+    scout();
+    const uint32_t scout_at = scout_.at();
     size_t i = ids.size();
     while (i > 0) {
       const uint32_t first = ids[--i];
       if (first == npos) continue;
       uint32_t last = first;
-      bool moves_scout = first == scout_.at();
+      bool moves_scout = first == scout_at;
       for (; i > 0; --i) {
         const uint32_t id = ids[i - 1];
         if (id == npos) continue;
         if (nodes_[last].next != id) break;
         last = id;
-        moves_scout |= id == scout_.at();
+        moves_scout |= id == scout_at;
       }
       order_.splice_to_back(first, last);
-      if (moves_scout) scout_.moved(scout_.at());
+      if (moves_scout) scout_.moved(scout_at);
     }
   }
 
@@ -118,9 +119,10 @@ class lru_policy {
     uint32_t found = 0;
     uint32_t skipped = 0;
     bool met_scout = false;
+    const uint32_t scout_at = scout_.at();
     uint32_t i = order_.front();
     for (; i != order_.end(); i = order_.next(i)) {
-      met_scout |= i == scout_.at();
+      met_scout |= i == scout_at;
       if (!nodes_[i].evictable(epoch)) {
         ++skipped;
         continue;
@@ -148,9 +150,17 @@ class lru_policy {
     return true;
   }
 
-  /// One step of the scout (below): the manager calls it once per call that works on a batch,
-  /// so that its cache misses spread over the whole request.
-  void scout() noexcept { scout_step(); }
+  /// One step of the scout: evict() walks the list's least-recent end, a chain of dependent
+  /// loads; the scout (list_scout) walks it ahead, fetching each node and its index slot. It
+  /// steps once per other insert, per find_all pass, per touch and per manager call (the
+  /// manager calls this once per call that works on a batch): places where its cache misses
+  /// overlap other work.
+  void scout() noexcept {
+    scout_.step(
+        nodes_.get(), order_,
+        [this](uint32_t id) { return nodes_[id].ref != block_node::dead_ref; },
+        [this](uint32_t id) { index_.prefetch(nodes_[id].key()); });
+  }
 
   /// Resets the protection epochs of slots [0, used) (the manager's epoch counter wrapped).
   void clear_epochs(uint32_t used) noexcept;
@@ -161,16 +171,6 @@ class lru_policy {
   size_t memory_bytes() const noexcept;
 
  private:
-  /// The scout (list_scout) runs ahead of evict() on the recency list, fetching each node and
-  /// its index slot (both evict's), one step per other insert, per find_all pass and per
-  /// manager call (scout()): places where its cache misses overlap other work.
-  void scout_step() noexcept {
-    scout_.step(
-        nodes_.get(), order_,
-        [this](uint32_t id) { return nodes_[id].ref != block_node::dead_ref; },
-        [this](uint32_t id) { index_.prefetch(nodes_[id].key()); });
-  }
-
   uint32_t cap_;
   std::unique_ptr<block_node[]> nodes_;  ///< [0, cap): slots; cap: list sentinel
   list_scout<block_node> scout_;
