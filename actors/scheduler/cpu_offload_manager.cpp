@@ -191,7 +191,6 @@ template <class Policy>
 std::optional<store_plan> cpu_offload_manager<Policy>::store(std::span<const block_key> keys) {
   const uint32_t epoch = next_epoch();
   to_store_.clear();
-  evicted_.clear();
   store_slots_.clear();
   absent_at_.clear();
   const std::span<const uint32_t> ids = resolve(keys);
@@ -209,15 +208,16 @@ std::optional<store_plan> cpu_offload_manager<Policy>::store(std::span<const blo
   for (const block_key& k : to_store_) policy_.prefetch(k);
 
   const int64_t need = static_cast<int64_t>(to_store_.size()) - free_slots();
+  std::span<const block_key> evicted;
   if (need > 0) {
     if (need > policy_.size()) return std::nullopt;  // evict could not find that many
-    if (!policy_.evict(static_cast<uint32_t>(need), epoch, victims_, evicted_))
-      return std::nullopt;
-    for (uint32_t s : victims_) free_slot(s);
+    const auto n = static_cast<uint32_t>(need);
+    if (!policy_.evict(n, epoch, victims_, evicted_)) return std::nullopt;
+    for (uint32_t v = 0; v < n; ++v) free_slot(victims_[v]);
+    evicted = std::span<const block_key>{evicted_}.first(n);
     if (events_on_) {
-      events_.push_back({kv_event_kind::removed, static_cast<uint32_t>(event_keys_.size()),
-                         static_cast<uint32_t>(evicted_.size())});
-      event_keys_.insert(event_keys_.end(), evicted_.begin(), evicted_.end());
+      events_.push_back({kv_event_kind::removed, static_cast<uint32_t>(event_keys_.size()), n});
+      event_keys_.insert(event_keys_.end(), evicted.begin(), evicted.end());
     }
   }
   bool duplicates = false;
@@ -228,7 +228,7 @@ std::optional<store_plan> cpu_offload_manager<Policy>::store(std::span<const blo
   }
   patch_memo(duplicates);
   remember(to_store_, store_slots_);
-  return store_plan{to_store_, store_slots_, evicted_};
+  return store_plan{to_store_, store_slots_, evicted};
 }
 
 template <class Policy>

@@ -91,20 +91,19 @@ class key_index {
   }
 
   /// Removes the entry of `k` (which must exist), shifting displaced successors back.
-  void erase(const block_key& k) {
-    size_t i = position(k);
-    for (;;) {
-      const uint64_t next = slots_[i + 1];
-      if (next == 0 || home(static_cast<uint32_t>(~next >> 32)) == i + 1) break;
-      slots_[i] = next;
-      ++i;
-    }
-    slots_[i] = 0;
-    --count_;
-    ++version_;
+  void erase(const block_key& k) { erase_at(position(k)); }
+
+  /// Removes the entry of node `id`, whose key has tag `tag` (tag_of(key); the entry must
+  /// exist). Cheaper than erase(key) when the caller knows both: no key compare.
+  void erase_id(uint32_t tag, uint32_t id) {
+    const uint64_t entry = ~((uint64_t{tag} << 32) | id);
+    const uint64_t* p = skip_smaller(slots_.get() + home(tag), uint64_t{tag} << 32);
+    while (*p != entry) ++p;
+    erase_at(static_cast<size_t>(p - slots_.get()));
   }
 
-  void prefetch(const block_key& k) const { __builtin_prefetch(&slots_[home(tag_of(k))]); }
+  void prefetch(const block_key& k) const { prefetch_tag(tag_of(k)); }
+  void prefetch_tag(uint32_t tag) const { __builtin_prefetch(&slots_[home(tag)]); }
 
   /// out[i] = find(keys[i]) for every key (out has room for keys.size()), in chunks of 16
   /// keys and three passes so that the cache misses of a chunk overlap in two waves: hash and
@@ -209,6 +208,19 @@ class key_index {
       if (has_key(static_cast<uint32_t>(value(i)), k)) return i;
     return npos_pos;
   }
+  /// Empties slot i and shifts displaced successors back by one.
+  void erase_at(size_t i) {
+    for (;;) {
+      const uint64_t next = slots_[i + 1];
+      if (next == 0 || home(static_cast<uint32_t>(~next >> 32)) == i + 1) break;
+      slots_[i] = next;
+      ++i;
+    }
+    slots_[i] = 0;
+    --count_;
+    ++version_;
+  }
+
   /// Lengthens the overflow tail (a run reached it); entries keep their positions.
   void grow_tail() {
     const size_t more = 32 + phys_ / 8;

@@ -110,8 +110,9 @@ class lru_policy {
   }
 
   /// Picks n victims (n >= 1) among idle blocks not protected under `epoch`, least recent
-  /// first, and forgets them. Fills `slots` / `keys` (replacing their contents) in eviction
-  /// order. false: fewer than n candidates, nothing changed.
+  /// first, and forgets them. Writes them in eviction order to the first n entries of `slots`
+  /// and `keys` (which it sizes to n, or grows to at least n). false: fewer than n candidates,
+  /// nothing changed.
   bool evict(uint32_t n, uint32_t epoch, std::vector<uint32_t>& slots,
              std::vector<block_key>& keys) {
     slots.resize(n);  // no allocation once warm; written through a pointer below
@@ -135,12 +136,17 @@ class lru_policy {
       keys.clear();
       return false;
     }
-    keys.resize(n);
+    // The victims' index entries are cold: fetch them all, then erase (by tag and id).
+    if (keys.size() < n) keys.resize(n);  // grows only: no per-call zero fill
+    if (tags_.size() < n) tags_.resize(n);
     block_key* const k = keys.data();
+    uint32_t* const tags = tags_.data();
     for (uint32_t v = 0; v < n; ++v) {
       k[v] = nodes_[out[v]].key();
-      index_.erase(k[v]);
+      tags[v] = key_index<block_node>::tag_of(k[v]);
+      index_.prefetch_tag(tags[v]);
     }
+    for (uint32_t v = 0; v < n; ++v) index_.erase_id(tags[v], out[v]);
     if (skipped == 0) {
       order_.pop_front_through(i, n);  // the victims are the list's first n nodes
     } else {
@@ -175,6 +181,7 @@ class lru_policy {
   std::unique_ptr<block_node[]> nodes_;  ///< [0, cap): slots; cap: list sentinel
   list_scout<block_node> scout_;
   uint32_t inserts_ = 0;
+  std::vector<uint32_t> tags_;  ///< evict(): the victims' index tags
   index_list<block_node> order_;
   key_index<block_node> index_;
 };

@@ -46,7 +46,11 @@ TEST(KeyIndexTest, MatchesUnorderedMapUnderRandomOps) {
       ASSERT_EQ(idx.insert_or_replace(k, id), index::npos);
       ref[k] = id;
     } else if (op == 1 && it != ref.end()) {
-      idx.erase(k);
+      if (rng() % 2) {
+        idx.erase(k);
+      } else {
+        idx.erase_id(index::tag_of(k), it->second);
+      }
       free_ids.push_back(it->second);
       ref.erase(it);
     } else if (op == 2 && it != ref.end() && !free_ids.empty()) {  // move to another node
@@ -106,6 +110,14 @@ TEST(KeyIndexTest, EqualTagsAreToldApartByKey) {
   idx.erase(a);
   EXPECT_EQ(idx.find(a), index::npos);
   EXPECT_EQ(idx.find(b), 1u);
+  // erase_id goes by the node id among entries of one tag: b (inserted after a) first.
+  EXPECT_EQ(idx.insert_or_replace(a, 0), index::npos);
+  idx.erase_id(index::tag_of(b), 1);
+  EXPECT_EQ(idx.find(b), index::npos);
+  EXPECT_EQ(idx.find(a), 0u);
+  idx.erase_id(index::tag_of(a), 0);
+  EXPECT_EQ(idx.find(a), index::npos);
+  EXPECT_EQ(idx.size(), 0u);
 }
 
 TEST(KeyIndexTest, RunsAtTheEndSpillIntoAGrowingTail) {
@@ -124,6 +136,9 @@ TEST(KeyIndexTest, RunsAtTheEndSpillIntoAGrowingTail) {
   for (uint32_t i = 0; i < max_entries; i += 2) idx.erase(keys[i]);
   for (uint32_t i = 0; i < max_entries; ++i)
     ASSERT_EQ(idx.find(keys[i]), i % 2 ? i : index::npos);
+  for (uint32_t i = 1; i < max_entries; i += 4) idx.erase_id(index::tag_of(keys[i]), i);
+  for (uint32_t i = 0; i < max_entries; ++i)
+    ASSERT_EQ(idx.find(keys[i]), i % 4 == 3 ? i : index::npos);
 }
 
 TEST(KeyIndexTest, VersionChangesOnEveryMutationOnly) {
@@ -143,6 +158,10 @@ TEST(KeyIndexTest, VersionChangesOnEveryMutationOnly) {
   const uint64_t v2 = idx.version();
   idx.erase(k);
   EXPECT_NE(idx.version(), v2);
+  (void)idx.insert_or_replace(k, 0);
+  const uint64_t v3 = idx.version();
+  idx.erase_id(index::tag_of(k), 0);
+  EXPECT_NE(idx.version(), v3);
 }
 
 }  // namespace
