@@ -1,6 +1,11 @@
 // vLLM R1 CPUOffloadingManager + LRUCachePolicy scenarios (reference spec §9 items 1, 2, 15, 16).
 #include "actors/scheduler/cpu_offload_manager.hpp"
 
+#include <algorithm>
+#include <random>
+#include <span>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include "tests/scheduler/manager_test_util.hpp"
@@ -91,6 +96,36 @@ TEST(LruManagerTest, EvictionSkipsPinnedAtColdEnd) {
   EXPECT_EQ(pl(*m, {1, 2}), (u32s{0, 1}));
   EXPECT_EQ(ps(*m, {5, 6}), (plan{{5, 6}, {3, 2}, {3, 4}}));
   EXPECT_EQ(ids(m->policy().keys()), (u64s{1, 2, 5, 6}));
+}
+
+// touch() moves runs of keys at once (in list order or against it); key-by-key touches in
+// reverse order are R1's definition. Random key lists built from stretches of the list.
+TEST(LruManagerTest, TouchOfRunsMatchesKeyByKeyTouch) {
+  constexpr uint32_t cap = 64;
+  auto batch = make_lru(cap);
+  auto single = make_lru(cap);
+  for (uint64_t i = 0; i < cap; ++i) {
+    ps_cs(*batch, {i});
+    ps_cs(*single, {i});
+  }
+  std::mt19937_64 rng{7};
+  for (int round = 0; round < 2000; ++round) {
+    const std::vector<block_key> order = batch->policy().keys();
+    ASSERT_EQ(order, single->policy().keys());
+    std::vector<block_key> touched;
+    while (touched.size() < 24) {
+      const size_t at = rng() % order.size();
+      const size_t len = 1 + rng() % 6;
+      std::vector<block_key> run;
+      for (size_t j = at; j < order.size() && run.size() < len; ++j) run.push_back(order[j]);
+      if (rng() % 2) std::reverse(run.begin(), run.end());
+      touched.insert(touched.end(), run.begin(), run.end());
+      if (rng() % 4 == 0) touched.push_back(k(1000 + rng() % 8));  // untracked
+    }
+    batch->touch(touched);
+    for (size_t j = touched.size(); j-- > 0;) single->touch(std::span{&touched[j], 1});
+  }
+  EXPECT_EQ(batch->policy().keys(), single->policy().keys());
 }
 
 }  // namespace
