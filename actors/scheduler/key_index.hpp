@@ -54,8 +54,9 @@ class key_index {
   }
 
   /// Indexes `k` at node `id`. If `k` is already indexed, its entry is re-pointed to `id` and
-  /// the previous id is returned; else npos.
-  uint32_t insert_or_replace(const block_key& k, uint32_t id) {
+  /// the previous id is returned; else npos. Always inlined: GCC kept it out of line, and the
+  /// call cost ~16 instructions per insert (callgrind), a fifth of the insert itself.
+  [[gnu::always_inline]] uint32_t insert_or_replace(const block_key& k, uint32_t id) {
     const uint32_t tag = tag_of(k);
     const uint64_t first = uint64_t{tag} << 32;
     size_t i = static_cast<size_t>(skip_smaller(slots_.get() + home(tag), first) - slots_.get());
