@@ -204,8 +204,6 @@ std::optional<store_plan> cpu_offload_manager<Policy>::store(std::span<const blo
     }
   }
   if (to_store_.empty()) return store_plan{};
-  // The index slots the inserts below will write: fetch them while evict walks the list.
-  for (const block_key& k : to_store_) policy_.prefetch(k);
 
   const int64_t need = static_cast<int64_t>(to_store_.size()) - free_slots();
   std::span<const block_key> evicted;
