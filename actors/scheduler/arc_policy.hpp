@@ -53,7 +53,8 @@ class arc_policy {
   }
   /// Node id of any key, ghosts included (>= capacity()), or npos.
   uint32_t find_id(const block_key& k) const { return index_.find(k); }
-  void prefetch(const block_key& k) const { index_.prefetch(k); }
+  /// Always inlined, see key_index::prefetch.
+  [[gnu::always_inline]] void prefetch(const block_key& k) const { index_.prefetch(k); }
   block_node& node(uint32_t slot) noexcept { return nodes_[slot]; }
   const block_node& node(uint32_t slot) const noexcept { return nodes_[slot]; }
 

@@ -1,7 +1,7 @@
 #pragma once
 /// list_scout: a cursor that walks an index_list from its least-recent end ahead of the code
 /// that consumes that end (an eviction walk, a ghost-list trim), one node per step, prefetching
-/// each node it reaches and whatever else the caller names for it (its key's index slot).
+/// each node it reaches and whatever else the caller names for it (e.g. its key's index slot).
 ///
 /// Walking a list is a chain of dependent loads: each node's `next` is known only once the
 /// node is in cache, so an eviction walk over cold nodes costs one full cache miss per node.

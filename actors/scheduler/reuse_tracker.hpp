@@ -60,7 +60,8 @@ class reuse_tracker {
     return i == npos ? 0 : nodes_[i].count;
   }
 
-  void prefetch(const block_key& k) const { index_.prefetch(k); }
+  /// Always inlined, see key_index::prefetch.
+  [[gnu::always_inline]] void prefetch(const block_key& k) const { index_.prefetch(k); }
 
   uint32_t size() const noexcept { return order_.size(); }
   uint32_t max_size() const noexcept { return max_; }
