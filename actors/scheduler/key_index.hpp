@@ -18,6 +18,7 @@
 /// Slots are stored complemented so that an empty slot is 0: a fresh table is untouched zero
 /// pages. find_all() resolves a batch in passes (prefetch every home slot, find tags and
 /// prefetch nodes, compare keys) so that the cache misses of a batch overlap. Not thread-safe.
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -99,7 +100,7 @@ class key_index {
   void erase_id(uint32_t tag, uint32_t id) {
     const uint64_t entry = ~((uint64_t{tag} << 32) | id);
     const uint64_t* p = skip_smaller(slots_.get() + home(tag), uint64_t{tag} << 32);
-    while (*p != entry) ++p;
+    for (; *p != entry; ++p) assert((~*p >> 32) == tag && "erase_id: no such entry");
     erase_at(static_cast<size_t>(p - slots_.get()));
   }
 

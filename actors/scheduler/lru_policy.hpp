@@ -111,9 +111,9 @@ class lru_policy {
   }
 
   /// Picks n victims (n >= 1) among idle blocks not protected under `epoch`, least recent
-  /// first, and forgets them. Writes them in eviction order to the first n entries of `slots`
-  /// and `keys` (which it sizes to n, or grows to at least n). false: fewer than n candidates,
-  /// nothing changed.
+  /// first, and forgets them. Writes their slots to `slots` (sized to n) and their keys to the
+  /// first n entries of `keys` (grown to at least n; entries past n are stale), in eviction
+  /// order. false: fewer than n candidates, nothing changed.
   bool evict(uint32_t n, uint32_t epoch, std::vector<uint32_t>& slots,
              std::vector<block_key>& keys) {
     slots.resize(n);  // no allocation once warm; written through a pointer below
@@ -160,14 +160,13 @@ class lru_policy {
   /// One step of the scout: evict() walks the list's least-recent end, a chain of dependent
   /// loads; the scout (list_scout) walks it ahead, fetching each node. (Not the nodes' index
   /// slots: evict() fetches its victims' slots all at once before erasing, and fetching them
-  /// here as well measured no faster.) It steps once per other insert, per find_all pass, per touch and per manager call (the
-  /// manager calls this once per call that works on a batch): places where its cache misses
-  /// overlap other work.
+  /// here as well measured no faster.) It steps once per other insert, per find_all pass, per
+  /// touch and per manager call (the manager calls this once per call that works on a batch):
+  /// places where its cache misses overlap other work.
   void scout() noexcept {
     scout_.step(
         nodes_.get(), order_,
-        [this](uint32_t id) { return nodes_[id].ref != block_node::dead_ref; },
-        [](uint32_t) {});
+        [this](uint32_t id) { return nodes_[id].ref != block_node::dead_ref; }, [](uint32_t) {});
   }
 
   /// Resets the protection epochs of slots [0, used) (the manager's epoch counter wrapped).
