@@ -345,8 +345,13 @@ step_report engine_model::step() {
     ++i;
   }
 
-  // 1b. Waiting requests, unless somebody was preempted in this step.
+  // 1b. Waiting requests, unless somebody was preempted in this step. New requests start in
+  // order: once one cannot get its blocks, no later one starts. Requests whose load is done
+  // are promoted whenever their remaining blocks are free, whatever waits ahead of them: they
+  // hold blocks that only running can give back (stopping at the first blocked request
+  // deadlocked when those requests held the blocks the one ahead needed).
   if (rep.preempted.empty()) {
+    bool new_blocked = false;
     for (auto it = waiting_.begin(); it != waiting_.end();) {
       request& q = **it;
       if (q.st == request_state::waiting_for_remote_kvs) {
@@ -359,7 +364,10 @@ step_report engine_model::step() {
         if (computed == q.num_tokens()) --computed;
         const uint32_t need = cdiv(q.num_tokens(), bs) - static_cast<uint32_t>(q.blocks.size());
         auto got = pool_.allocate(need);
-        if (!got) break;
+        if (!got) {  // it keeps its loaded blocks and waits
+          ++it;
+          continue;
+        }
         q.blocks.insert(q.blocks.end(), got->begin(), got->end());
         stats_.tokens_loaded += q.load_valid - q.load_local;
         stats_.tokens_invalidated += q.load_target - q.load_valid;
@@ -367,6 +375,10 @@ step_report engine_model::step() {
         q.load_done = false;
         cache_full_blocks(q);
       } else {
+        if (new_blocked) {
+          ++it;
+          continue;
+        }
         std::vector<gpu_block> hits;
         if (cfg_.enable_prefix_caching) {
           hits = pool_.cached_prefix(q.hashes, (q.num_tokens() - 1) / bs);
@@ -384,7 +396,9 @@ step_report engine_model::step() {
         auto got = pool_.allocate(cdiv(total, bs) - static_cast<uint32_t>(hits.size()));
         if (!got) {
           pool_.free(hits);
-          break;
+          new_blocked = true;
+          ++it;
+          continue;
         }
         q.blocks = hits;
         q.blocks.insert(q.blocks.end(), got->begin(), got->end());
