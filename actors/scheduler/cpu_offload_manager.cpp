@@ -362,11 +362,17 @@ void cpu_offload_manager<Policy>::patch_memo(bool had_duplicates) {
     memo_ids_[memo_offset_ + absent_at_[j]] = store_slots_[j];
   // Entries outside this call's keys may have been evicted (slot freed or reused) or, if
   // absent, inserted by it: confirm residents by their node, resolve the others again.
+  // A node whose key this call changed is a victim it freed and handed to one of its inserts
+  // (ref -1, epoch 0); a node with ref >= 0, or pending with an epoch, kept its key (the memo
+  // was valid when the call began), so only the others need their key compared.
   auto revalidate = [this](size_t from, size_t to) {
     for (size_t i = from; i < to; ++i) {
       const uint32_t id = memo_ids_[i];
-      const block_node* n = id < cap_ ? &policy_.node(id) : nullptr;
-      if (n && n->ref != free_ref && n->has_key(memo_keys_[i])) continue;
+      if (id < cap_) {
+        const block_node& n = policy_.node(id);
+        if (n.ref >= 0 || (n.ref == -1 && (n.mark & block_node::epoch_mask) != 0)) continue;
+        if (n.ref != free_ref && n.has_key(memo_keys_[i])) continue;
+      }
       memo_ids_[i] = policy_.find_id(memo_keys_[i]);
     }
   };
