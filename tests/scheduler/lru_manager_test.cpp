@@ -98,8 +98,9 @@ TEST(LruManagerTest, EvictionSkipsPinnedAtColdEnd) {
   EXPECT_EQ(ids(m->policy().keys()), (u64s{1, 2, 5, 6}));
 }
 
-// touch() moves runs of keys at once (in list order or against it); key-by-key touches in
-// reverse order are R1's definition. Random key lists built from stretches of the list.
+// touch() splices runs of keys that already follow each other in the list at once; key-by-key
+// touches in reverse order are R1's definition. Random key lists built from stretches of the
+// list, in list order or reversed, with untracked keys between them.
 TEST(LruManagerTest, TouchOfRunsMatchesKeyByKeyTouch) {
   constexpr uint32_t cap = 64;
   auto batch = make_lru(cap);
