@@ -26,7 +26,7 @@ result<pool_plan> derive_pool(const topology_options& topo, const pool_options& 
                         "--instance may only hold letters, digits, '-', '_' and '.'");
     }
   }
-  if (auto st = worker::validate(pool.kv); !st) return st;
+  if (auto st = validate(pool.kv); !st) return st;
   pool_plan plan;
   plan.segment = shm::segment_name(::getuid(), pool.instance, topo.node);
   plan.geometry = {topo.world_size(), pool.slots, pool.kv.slot_bytes()};
@@ -35,11 +35,13 @@ result<pool_plan> derive_pool(const topology_options& topo, const pool_options& 
   return plan;
 }
 
-runtime::runtime_options network_options::runtime() const {
-  runtime::runtime_options r;
-  r.heartbeat_interval = std::chrono::milliseconds{heartbeat_ms};
-  r.connection_timeout = std::chrono::milliseconds{connection_timeout_ms};
-  return r;
+embed::network_config network_options::facade(const std::string& host, uint16_t port) const {
+  embed::network_config n;
+  n.host = host;
+  n.port = port;
+  n.heartbeat_interval = std::chrono::milliseconds{heartbeat_ms};
+  n.connection_timeout = std::chrono::milliseconds{connection_timeout_ms};
+  return n;
 }
 
 void add_topology_flags(CLI::App& cmd, topology_options& topo) {

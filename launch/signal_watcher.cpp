@@ -64,6 +64,12 @@ int signal_watcher::wait() {
   return signal_;
 }
 
+int signal_watcher::wait_for(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, timeout, [this] { return signal_ != 0; });
+  return signal_;
+}
+
 int signal_watcher::signalled() const {
   std::lock_guard<std::mutex> lock(mu_);
   return signal_;

@@ -8,6 +8,7 @@
 /// Thread-safe. The callback runs on the watcher's thread under the watcher's lock: on_signal()
 /// (also with nullptr, to clear it before what it touches goes away) waits for a running
 /// callback to finish. The destructor stops the thread and restores the signal mask.
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
@@ -28,6 +29,8 @@ class signal_watcher {
   void on_signal(std::function<void(int)> callback);
   /// Blocks until a signal arrived; returns its number.
   int wait();
+  /// Blocks until a signal arrived or `timeout` passed; the signal, 0 if none.
+  int wait_for(std::chrono::milliseconds timeout);
   /// The signal received so far, 0 if none.
   int signalled() const;
   /// False when the signalfd could not be set up (then signals keep their default action).

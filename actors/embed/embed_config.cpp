@@ -43,12 +43,6 @@ std::string segment_name_for(const pool_config& pool, const topology_config& top
 }
 
 status validate(const scheduler_connector_config& cfg) {
-  if (cfg.mode == connection_mode::connect && cfg.network.port == 0) {
-    return invalid("embed: connect mode needs the scheduler process's network.port");
-  }
-  if (cfg.mode == connection_mode::connect && cfg.register_timeout.count() <= 0) {
-    return invalid("embed: register_timeout must be > 0");
-  }
   if (auto st = validate_common(cfg.token, cfg.topology, cfg.pool); !st) return st;
   if (auto g = scheduler::make_geometry(cfg.planner); !g) return g.error();
   scheduler::manager_config m = cfg.planner.manager;
@@ -60,8 +54,11 @@ status validate(const scheduler_connector_config& cfg) {
   m.capacity = cfg.pool.slots_per_rank;
   if (auto st = scheduler::validate(m); !st) return st;
   if (cfg.job_timeout.count() < 0) return invalid("embed: job_timeout must be >= 0");
-  if (cfg.data_plane != data_plane_kind::zmq && cfg.data_plane != data_plane_kind::caf) {
-    return invalid("embed: data_plane must be zmq or caf");
+  if (cfg.transport != step_transport::zmq && cfg.transport != step_transport::memory) {
+    return invalid("embed: transport must be zmq or memory");
+  }
+  if (cfg.transport == step_transport::memory && cfg.listen) {
+    return invalid("embed: the memory transport serves this process only: set listen = false");
   }
   if (cfg.network.actor_threads == 0) return invalid("embed: network.actor_threads must be >= 1");
   return {};
@@ -74,7 +71,7 @@ status validate(const worker_connector_config& cfg) {
                    std::to_string(cfg.topology.world_size()) + " ranks");
   }
   if (cfg.block_size_factor == 0) return invalid("embed: block_size_factor must be >= 1");
-  if (cfg.backend.empty()) return invalid("embed: backend is empty (\"sim\" or \"cuda\")");
+  if (cfg.backend.empty() && !cfg.make_copy_engine) return invalid("embed: backend is empty (\"sim\" or \"cuda\")");
   if (cfg.mode == connection_mode::connect && cfg.network.port == 0) {
     return invalid("embed: connect mode needs the scheduler's network.port");
   }

@@ -22,7 +22,9 @@ namespace kvc::runtime {
 /// whenever a message or its meaning changes; peers of another version are refused.
 /// 2: the registration reply carries the data-plane endpoint; the engine's connect-mode
 ///    messages (kvc_engine, kvc_submit, kvc_ready).
-inline constexpr uint32_t protocol_version = 2;
+/// 3: a step's messages travel only on the step channel (no CAF metadata, reports, expect or
+///    connect mode); workers are stopped with kvc_stop.
+inline constexpr uint32_t protocol_version = 3;
 
 /// Largest TP x PP world a scheduler accepts (the coordinator's bitsets hold 256 ranks).
 inline constexpr uint32_t max_world_size = 256;

@@ -14,19 +14,10 @@ namespace kvc::runtime {
 
 void add_message_types(caf::actor_system_config& cfg) {
   // Each call also registers std::vector<T> (and stream<T>) as "std::vector<NAME>".
-  cfg.add_message_type<transfer_job>("kvc::transfer_job");
-  cfg.add_message_type<connector_metadata>("kvc::connector_metadata");
-  cfg.add_message_type<completion_event>("kvc::completion_event");
-  cfg.add_message_type<job_result>("kvc::job_result");
-  cfg.add_message_type<connector_output>("kvc::connector_output");
   cfg.add_message_type<worker_registration>("kvc::worker_registration");
-  // Job id lists: CAF has no built-in vector<uint64_t>.
-  cfg.add_message_type<std::vector<uint64_t>>("std::vector<uint64_t>");
-  cfg.add_message_type<output_sink_actor>("kvc::output_sink_actor");
   cfg.add_message_type<worker_actor>("kvc::worker_actor");
   cfg.add_message_type<coordinator_actor>("kvc::coordinator_actor");
   cfg.add_message_type<scheduler_actor>("kvc::scheduler_actor");
-  cfg.add_message_type<scheduler_service_actor>("kvc::scheduler_service_actor");
   // CAF 0.17.6's add_error_category<T>(atom) builds a renderer of the wrong signature and does
   // not compile; register an explicit one.
   cfg.add_error_category(error_category,

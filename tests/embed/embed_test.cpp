@@ -50,14 +50,14 @@ struct rank_kv {
   }
 };
 
-/// Every test runs with both data planes: ZeroMQ (inproc, the engine thread coordinates) and CAF
-/// messages through the scheduler and coordinator actors.
+/// Every test runs over both step-channel transports of one process: ZeroMQ inproc and the
+/// in-process memory queues.
 class EmbedTest : public shm::testing::ShmTest,
-                  public ::testing::WithParamInterface<data_plane_kind> {
+                  public ::testing::WithParamInterface<step_transport> {
  protected:
   scheduler_connector_config sched_cfg(uint32_t tp) const {
     scheduler_connector_config c;
-    c.data_plane = GetParam();
+    c.transport = GetParam();
     c.listen = false;
     c.token = "secret";
     c.topology.tp_size = tp;
@@ -210,6 +210,7 @@ TEST_P(EmbedTest, StoreThenLoadAcrossTwoRanksIsByteExact) {
 TEST_P(EmbedTest, WorkerOverLoopbackTcpRegistersAndReportsEachStep) {
   auto cfg = sched_cfg(1);
   cfg.listen = true;
+  cfg.transport = step_transport::zmq;  // tcp: the worker has an actor system of its own
   auto sc = scheduler_connector::create(cfg);
   ASSERT_TRUE(sc.ok()) << sc.error().to_string();
   ASSERT_NE((*sc)->port(), 0);
@@ -354,12 +355,10 @@ TEST(EmbedConfigTest, BadConfigsAreRefusedBeforeAnythingStarts) {
   s.pool = {.instance = "cfg", .slots_per_rank = 4, .slot_bytes = 64};
   EXPECT_TRUE(validate(s).ok());
   auto bad = s;
-  bad.mode = connection_mode::connect;  // without the scheduler process's port
+  bad.transport = step_transport::memory;  // serves this process only, but listen is on
   EXPECT_EQ(validate(bad).code(), errc::invalid_argument);
-  bad.network.port = 4242;
+  bad.listen = false;
   EXPECT_TRUE(validate(bad).ok());
-  bad.register_timeout = std::chrono::milliseconds{0};
-  EXPECT_EQ(validate(bad).code(), errc::invalid_argument);
   bad = s;
   bad.token.clear();
   EXPECT_EQ(validate(bad).code(), errc::invalid_argument);
@@ -393,10 +392,10 @@ TEST(EmbedConfigTest, BadConfigsAreRefusedBeforeAnythingStarts) {
   EXPECT_EQ(validate(wb).code(), errc::invalid_argument);
 }
 
-INSTANTIATE_TEST_SUITE_P(DataPlanes, EmbedTest,
-                         ::testing::Values(data_plane_kind::zmq, data_plane_kind::caf),
-                         [](const ::testing::TestParamInfo<data_plane_kind>& info) {
-                           return std::string{info.param == data_plane_kind::zmq ? "zmq" : "caf"};
+INSTANTIATE_TEST_SUITE_P(Transports, EmbedTest,
+                         ::testing::Values(step_transport::zmq, step_transport::memory),
+                         [](const ::testing::TestParamInfo<step_transport>& info) {
+                           return std::string{info.param == step_transport::zmq ? "zmq" : "memory"};
                          });
 
 }  // namespace

@@ -158,12 +158,18 @@ TEST_F(RolesMultiprocTest, AWrongTokenIsRefusedOnBothSides) {
   stop_scheduler(sched, 0);
 }
 
-TEST_F(RolesMultiprocTest, AnotherPoolLayoutIsRefusedOnBothSides) {
+TEST_F(RolesMultiprocTest, AnotherPoolLayoutIsRefusedBeforeTheWorkerRegisters) {
   child_process& sched = start_scheduler(1);
-  // Twice the slots: another geometry, so another layout checksum for the same segment name.
+  // Twice the slots: another geometry for the same segment name. The worker attaches the pool
+  // before it registers, so it refuses the segment itself and never uses up its incarnation.
   child_process& w = start_worker(1, 0, {}, "", /*slots=*/16);
-  expect_refused(sched, w, "layout checksum");
-  stop_scheduler(sched, 0);
+  EXPECT_EQ(w.wait_exit(patience), 2) << w.stderr_text();
+  EXPECT_THAT(w.stderr_text(), HasSubstr("layout_mismatch"));
+  EXPECT_THAT(w.stderr_text(), HasSubstr("num_slots 8"));
+  child_process& ok = start_worker(1, 0);  // the same incarnation, configured right
+  ASSERT_TRUE(ok.wait_stdout("\"registered\"", patience)) << ok.stderr_text();
+  stop_scheduler(sched, 1);
+  EXPECT_EQ(ok.wait_exit(patience), 0) << ok.stderr_text();
 }
 
 TEST_F(RolesMultiprocTest, ADuplicateRankIsRefusedAndALostRankReturnsWithAHigherIncarnation) {
@@ -194,7 +200,7 @@ TEST_F(RolesMultiprocTest, AWorkerEndsWhenItsSchedulerDies) {
   sched.signal(SIGKILL);
   EXPECT_EQ(sched.wait_exit(patience), 128 + SIGKILL);
   EXPECT_EQ(w.wait_exit(patience), 1) << w.stderr_text();
-  EXPECT_THAT(w.stderr_text(), HasSubstr("remote_link_unreachable"));
+  EXPECT_THAT(w.stderr_text(), HasSubstr("the scheduler is gone"));
   // A SIGKILLed creator cannot remove its segment: the next create() of the name would replace
   // it as stale. Remove it here, as a launcher's cleanup would.
   const auto left = leftover_segments();

@@ -102,17 +102,31 @@ TEST(WorkerRegistryTest, RefusesABadHandshakeWithoutChangingAnything) {
   EXPECT_TRUE(r.admit(reg(0, 0)).ok());
 }
 
-TEST(WorkerRegistryTest, StepsMustIncrease) {
+TEST(WorkerRegistryTest, AStopTellsTheLiveRanksOnceAndRefusesNewRegistrations) {
   worker_registry r = make();
-  EXPECT_EQ(r.last_step(), std::nullopt);
-  EXPECT_TRUE(r.begin_step(0).ok());
-  EXPECT_TRUE(r.begin_step(5).ok());
-  EXPECT_EQ(r.begin_step(5).code(), errc::invalid_argument);
-  status s = r.begin_step(3);
-  EXPECT_EQ(s.code(), errc::invalid_argument);
-  EXPECT_THAT(s.message(), HasSubstr("step 3 is not above the last step 5"));
-  EXPECT_EQ(r.last_step(), 5u);
-  EXPECT_TRUE(r.begin_step(6).ok());
+  ASSERT_TRUE(r.admit(reg(0)).ok());
+  ASSERT_TRUE(r.admit(reg(1)).ok());
+  EXPECT_FALSE(r.stopping());
+  EXPECT_FALSE(r.stop_complete());
+  EXPECT_EQ(r.begin_stop(), (std::vector<rank_id>{0, 1}));
+  EXPECT_TRUE(r.stopping());
+  EXPECT_EQ(r.stopped(), 2u);
+  EXPECT_TRUE(r.begin_stop().empty());  // told once
+  ASSERT_TRUE(r.remove(1).ok());
+  status s = r.admit(reg(1, 1));
+  EXPECT_EQ(s.code(), errc::not_ready);
+  EXPECT_THAT(s.message(), HasSubstr("stopping"));
+  EXPECT_FALSE(r.is_live(1));
+  EXPECT_FALSE(r.stop_complete());
+  ASSERT_TRUE(r.remove(0).ok());
+  EXPECT_TRUE(r.stop_complete());
+}
+
+TEST(WorkerRegistryTest, AStopWithNoLiveRankIsCompleteAtOnce) {
+  worker_registry r = make();
+  EXPECT_TRUE(r.begin_stop().empty());
+  EXPECT_TRUE(r.stop_complete());
+  EXPECT_EQ(r.stopped(), 0u);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "actors/runtime/wire_codec.hpp"
+#include "actors/channel/wire_codec.hpp"
 
 #include <cstdlib>
 #include <string>
@@ -8,7 +8,7 @@
 #include <caf/error.hpp>
 #include <caf/sec.hpp>
 
-namespace kvc::runtime {
+namespace kvc::channel {
 
 namespace {
 
@@ -25,22 +25,27 @@ wire_bytes encode_as(wire_kind kind, const T& value) {
 
 template <class T>
 result<T> decode_as(wire_kind want, const char* what, std::span<const char> frame) {
+  if (frame.size() > max_frame_bytes) {
+    return make_error(errc::protocol_mismatch, std::string{"step channel: a "} + what +
+                                                   " frame of " + std::to_string(frame.size()) +
+                                                   " bytes is above the limit");
+  }
   auto k = kind_of(frame);
   if (!k) return k.error();
   if (*k != want) {
     return make_error(errc::protocol_mismatch,
-                      std::string{"data plane: expected a "} + what + " frame, got tag " +
+                      std::string{"step channel: expected a "} + what + " frame, got tag " +
                           std::to_string(static_cast<unsigned>(*k)));
   }
   T value{};
   caf::binary_deserializer src{nullptr, frame.data() + 1, frame.size() - 1};
   if (auto err = src(value)) {
     return make_error(errc::protocol_mismatch,
-                      std::string{"data plane: malformed "} + what + " frame (" +
+                      std::string{"step channel: malformed "} + what + " frame (" +
                           std::to_string(frame.size()) + " bytes)");
   }
   if (src.remaining() != 0) {
-    return make_error(errc::protocol_mismatch, std::string{"data plane: "} + what + " frame has " +
+    return make_error(errc::protocol_mismatch, std::string{"step channel: "} + what + " frame has " +
                                                    std::to_string(src.remaining()) +
                                                    " trailing bytes");
   }
@@ -62,11 +67,11 @@ wire_bytes encode(const step_report& x) {
 }
 
 result<wire_kind> kind_of(std::span<const char> frame) {
-  if (frame.empty()) return make_error(errc::protocol_mismatch, "data plane: empty frame");
+  if (frame.empty()) return make_error(errc::protocol_mismatch, "step channel: empty frame");
   const auto tag = static_cast<uint8_t>(frame[0]);
   if (tag < static_cast<uint8_t>(wire_kind::hello) || tag > static_cast<uint8_t>(wire_kind::report)) {
     return make_error(errc::protocol_mismatch,
-                      "data plane: unknown frame tag " + std::to_string(tag));
+                      "step channel: unknown frame tag " + std::to_string(tag));
   }
   return static_cast<wire_kind>(tag);
 }
@@ -83,4 +88,4 @@ result<step_report> decode_report(std::span<const char> frame) {
   return decode_as<step_report>(wire_kind::report, "report", frame);
 }
 
-}  // namespace kvc::runtime
+}  // namespace kvc::channel
