@@ -9,9 +9,8 @@
 
 #include "actors/embed/local_endpoint.hpp"
 #include "actors/embed/rank_host.hpp"
-#include "actors/embed/report_sequencer.hpp"
 #include "actors/embed/scheduler_connector.hpp"
-#include "actors/worker/completion_stamper.hpp"
+#include "actors/worker/report_sequencer.hpp"
 
 namespace kvc::embed {
 
@@ -30,17 +29,15 @@ struct worker_connector::impl {
   // Declaration order = reverse destruction order: the worker before the engine it borrows.
   std::unique_ptr<rank_host> host;
   std::optional<worker::connector_worker> worker;
-  std::optional<worker::completion_stamper> stamper;
   std::optional<connector_metadata> next;   // arrived, not bound (asked for another step)
   std::optional<connector_metadata> bound;  // the bound step's metadata
-  report_sequencer reports;
+  std::optional<worker::report_sequencer> reports;
 
-  void send(report_sequencer::batch b) {
+  void send(const step_report& rep) {
     if (host->gone()) return;  // the scheduler is gone: nobody to report to
-    const step_report rep{cfg.rank, cfg.incarnation, b.step, stamper->stamp(b.step, b.jobs)};
     if (auto st = host->channel().send_report(rep); !st) {
       spdlog::error("worker_connector: rank {}: the report of step {} was not sent: {}", cfg.rank,
-                    b.step, st.to_string());
+                    rep.step, st.to_string());
     }
   }
 
@@ -86,7 +83,7 @@ result<std::unique_ptr<worker_connector>> worker_connector::create(
   if (!w) return w.error();
   p->worker.emplace(std::move(w).value());
   if (auto st = p->host->register_rank(); !st) return st;
-  p->stamper.emplace(cfg.rank, cfg.incarnation);
+  p->reports.emplace(cfg.rank, cfg.incarnation);
   return std::unique_ptr<worker_connector>{new worker_connector(std::move(p))};
 }
 
@@ -117,9 +114,9 @@ result<step_id> worker_connector::bind_next_connector_metadata(std::chrono::nano
 
 status worker_connector::bind_connector_metadata(step_id step, std::chrono::nanoseconds timeout) {
   impl& m = *impl_;
-  if (m.reports.is_open()) {
+  if (m.reports->is_open()) {
     return make_error(errc::precondition_failed,
-                      "embed: step " + std::to_string(*m.reports.last_step()) +
+                      "embed: step " + std::to_string(*m.reports->last_step()) +
                           " is still bound; clear_connector_metadata first");
   }
   if (!m.next) {
@@ -137,7 +134,7 @@ status worker_connector::bind_connector_metadata(step_id step, std::chrono::nano
                                                   std::to_string(m.next->step) + ", not step " +
                                                   std::to_string(step));
   }
-  if (auto st = m.reports.open(step); !st) return st;
+  if (auto st = m.reports->open(step); !st) return st;
   m.bound = std::move(m.next);
   m.next.reset();
   return m.worker->bind_connector_metadata(*m.bound);
@@ -167,7 +164,7 @@ status worker_connector::finish_transfers(const cuda::submit_options& opts) {
 finished_requests worker_connector::get_finished(std::span<const std::string> finished_req_ids) {
   impl& m = *impl_;
   worker::worker_output out = m.worker->get_finished(finished_req_ids);
-  if (auto b = m.reports.add(out.jobs)) m.send(std::move(*b));
+  if (auto r = m.reports->add(out.jobs)) m.send(*r);
   return {std::move(out.finished_sending), std::move(out.finished_recving), std::move(out.jobs)};
 }
 
@@ -179,7 +176,7 @@ void worker_connector::clear_connector_metadata() {
   impl& m = *impl_;
   m.worker->clear_connector_metadata();
   m.bound.reset();
-  if (auto b = m.reports.close()) m.send(std::move(*b));
+  if (auto r = m.reports->close()) m.send(*r);
 }
 
 rank_id worker_connector::rank() const noexcept {

@@ -1,9 +1,9 @@
-#include "actors/embed/report_sequencer.hpp"
+#include "actors/worker/report_sequencer.hpp"
 
 #include <string>
 #include <utility>
 
-namespace kvc::embed {
+namespace kvc::worker {
 
 status report_sequencer::open(step_id step) {
   if (open_) {
@@ -21,21 +21,27 @@ status report_sequencer::open(step_id step) {
   return {};
 }
 
-std::optional<report_sequencer::batch> report_sequencer::add(std::vector<job_result> jobs) {
+std::optional<step_report> report_sequencer::add(std::vector<job_result> jobs) {
   held_.insert(held_.end(), std::make_move_iterator(jobs.begin()),
                std::make_move_iterator(jobs.end()));
   if (!open_ || sent_) return std::nullopt;
   sent_ = true;
-  return batch{*open_, std::exchange(held_, {})};
+  return release(*open_);
 }
 
-std::optional<report_sequencer::batch> report_sequencer::close() {
+step_report report_sequencer::release(step_id step) {
+  step_report r{stamper_.rank(), stamper_.incarnation(), step, stamper_.stamp(step, held_)};
+  held_.clear();
+  return r;
+}
+
+std::optional<step_report> report_sequencer::close() {
   if (!open_) return std::nullopt;
   const step_id step = *open_;
   open_.reset();
   if (sent_) return std::nullopt;
   sent_ = true;
-  return batch{step, std::exchange(held_, {})};
+  return release(step);
 }
 
-}  // namespace kvc::embed
+}  // namespace kvc::worker
