@@ -4,18 +4,15 @@
 
 #include <chrono>
 
-#include "actors/runtime/handshake.hpp"
+#include "actors/scheduler/handshake.hpp"
 #include "shm/segment.hpp"
 #include "shm/segment_header.hpp"
 
 namespace kvc::launch {
 
 result<pool_plan> derive_pool(const topology_options& topo, const pool_options& pool) {
-  if (topo.tp_size == 0 || topo.pp_size == 0 ||
-      uint64_t{topo.tp_size} * topo.pp_size > runtime::max_world_size) {
-    return make_error(errc::invalid_argument,
-                      "--tp-size and --pp-size must be >= 1 with tp * pp <= " +
-                          std::to_string(runtime::max_world_size));
+  if (auto st = validate(topo); !st) {
+    return make_error(errc::invalid_argument, "--tp-size / --pp-size: " + st.message());
   }
   if (pool.instance.empty()) return make_error(errc::invalid_argument, "--instance is empty");
   for (char c : pool.instance) {

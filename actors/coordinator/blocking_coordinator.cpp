@@ -40,8 +40,8 @@ blocking_coordinator::blocking_coordinator(caf::actor_system& sys, step_coordina
                                            std::unique_ptr<channel::scheduler_channel> channel)
     : self_(sys), core_(std::move(core)), channel_(std::move(channel)) {}
 
-runtime::coordinator_actor blocking_coordinator::handle() {
-  return caf::actor_cast<runtime::coordinator_actor>(caf::actor{self_});
+control::coordinator_actor blocking_coordinator::handle() {
+  return caf::actor_cast<control::coordinator_actor>(caf::actor{self_});
 }
 
 void blocking_coordinator::watch(const caf::actor& peer) {
@@ -59,11 +59,11 @@ void blocking_coordinator::send_step(const connector_metadata& meta) {
 bool blocking_coordinator::receive_control(std::chrono::nanoseconds timeout) {
   bool got = true;
   self_->receive(
-      [&](runtime::rank_up_atom, rank_id rank, uint32_t incarnation) {
+      [&](control::rank_up_atom, rank_id rank, uint32_t incarnation) {
         core_.rank_up(rank, incarnation);
         channel_->rank_up(rank, incarnation);
       },
-      [&](runtime::rank_down_atom, rank_id rank) {
+      [&](control::rank_down_atom, rank_id rank) {
         core_.rank_down(rank);
         channel_->rank_down(rank);
       },

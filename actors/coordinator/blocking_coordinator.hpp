@@ -24,7 +24,7 @@
 
 #include "actors/channel/scheduler_channel.hpp"
 #include "actors/coordinator/step_coordinator.hpp"
-#include "actors/runtime/interfaces.hpp"
+#include "actors/control/interfaces.hpp"
 #include "proto/completion.hpp"
 #include "proto/connector_metadata.hpp"
 #include "proto/status.hpp"
@@ -42,7 +42,7 @@ class blocking_coordinator {
   blocking_coordinator& operator=(const blocking_coordinator&) = delete;
 
   /// This actor's handle, for the scheduler actor's rank_up / rank_down.
-  runtime::coordinator_actor handle();
+  control::coordinator_actor handle();
   /// gone() turns true when `peer` ends (the scheduler actor).
   void watch(const caf::actor& peer);
 

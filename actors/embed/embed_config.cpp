@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "actors/runtime/handshake.hpp"
+#include "actors/scheduler/handshake.hpp"
 #include "shm/pool_geometry.hpp"
 #include "shm/segment.hpp"
 
@@ -19,11 +19,7 @@ status invalid(std::string what) {
 status validate_common(const std::string& token, const topology_config& topo,
                        const pool_config& pool) {
   if (token.empty()) return invalid("embed: the token is empty");
-  if (topo.tp_size == 0 || topo.pp_size == 0 ||
-      uint64_t{topo.tp_size} * topo.pp_size > runtime::max_world_size) {
-    return invalid("embed: tp_size and pp_size must be >= 1 with tp_size * pp_size <= " +
-                   std::to_string(runtime::max_world_size));
-  }
+  if (auto st = validate(topo); !st) return invalid("embed: " + st.message());
   if (pool.instance.empty()) return invalid("embed: pool.instance is empty");
   for (char c : pool.instance) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||

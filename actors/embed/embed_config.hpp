@@ -20,6 +20,7 @@
 #include "cuda/copy_engine.hpp"
 #include "proto/ids.hpp"
 #include "proto/status.hpp"
+#include "proto/topology.hpp"
 
 namespace kvc::embed {
 
@@ -29,12 +30,8 @@ namespace kvc::embed {
 /// listens there).
 enum class connection_mode : uint8_t { in_process = 0, connect = 1 };
 
-struct topology_config {
-  uint32_t tp_size = 1;
-  uint32_t pp_size = 1;
-  uint32_t node = 0;
-  uint32_t world_size() const noexcept { return tp_size * pp_size; }
-};
+/// The deployment's shape (proto/topology.hpp).
+using topology_config = kvc::topology;
 
 /// The node's CPU pool: one shm segment named "/kvc-<uid>-<instance>-node<node>", rank-major,
 /// `slots_per_rank` slots of `slot_bytes` per rank (shm/pool_geometry.hpp). The scheduler side
@@ -46,7 +43,7 @@ struct pool_config {
   bool prefault = false;  ///< fault the pages in up front (creator: all; worker: its rank)
 };
 
-/// Network and actor-system settings (the CAF runtime preset, actors/runtime/system_config.hpp).
+/// Network and actor-system settings (the CAF system preset, actors/control/system_config.hpp).
 struct network_config {
   /// Scheduler: the address to listen on. Worker (connect): the scheduler's address.
   std::string host = "127.0.0.1";

@@ -9,13 +9,13 @@
 
 #include "actors/channel/transport.hpp"
 #include "actors/embed/actor_host.hpp"
-#include "actors/runtime/interfaces.hpp"
+#include "actors/control/interfaces.hpp"
 
 namespace kvc::embed {
 
 struct local_endpoint {
   std::shared_ptr<actor_host> host;
-  runtime::scheduler_actor scheduler;  ///< invalid once the scheduler connector shut down
+  control::scheduler_actor scheduler;  ///< invalid once the scheduler connector shut down
   channel::server_transport* transport = nullptr;
 };
 

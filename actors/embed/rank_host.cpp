@@ -16,8 +16,8 @@
 #include <caf/system_messages.hpp>
 
 #include "actors/channel/zmq_transport.hpp"
-#include "actors/runtime/error_bridge.hpp"
-#include "actors/runtime/tcp_probe.hpp"
+#include "actors/control/error_bridge.hpp"
+#include "actors/control/tcp_probe.hpp"
 #include "cuda/engine_factory.hpp"
 #include "shm/segment_header.hpp"
 
@@ -51,7 +51,7 @@ caf::actor make_rank_actor(caf::actor_system& sys, std::shared_ptr<std::atomic<u
     if (!ptr) return;
     caf::type_erased_tuple& content = ptr->content();
     const bool lost = content.match_elements<caf::down_msg>();
-    if (!lost && !content.match_elements<runtime::stop_atom>() &&
+    if (!lost && !content.match_elements<control::stop_atom>() &&
         !content.match_elements<caf::exit_msg>()) {
       return;  // nothing else is sent to a rank
     }
@@ -89,12 +89,12 @@ result<std::unique_ptr<rank_host>> rank_host::open(const worker_connector_config
   } else {
     // CAF's connect has no limit of its own: find out first whether anything answers. In
     // connect mode the scheduler's process created the pool before it started listening.
-    if (auto st = runtime::probe_tcp(cfg.network.host, cfg.network.port, cfg.register_timeout);
+    if (auto st = control::probe_tcp(cfg.network.host, cfg.network.port, cfg.register_timeout);
         !st) {
       return make_error(st.code(), "embed: cannot reach the scheduler at " + st.message());
     }
     h->host_ = actor_host::start(cfg.network, /*network=*/true);
-    auto s = caf::io::remote_actor<runtime::scheduler_actor>(h->host_->system(), cfg.network.host,
+    auto s = caf::io::remote_actor<control::scheduler_actor>(h->host_->system(), cfg.network.host,
                                                              cfg.network.port);
     if (!s) {
       return make_error(errc::io_error, "embed: cannot reach the scheduler at " + cfg.network.host +
@@ -138,16 +138,13 @@ worker::cpu_pool_region rank_host::region() const noexcept {
 }
 
 status rank_host::register_rank() {
-  const runtime::handshake_expectation want{
-      .tp_size = cfg_.topology.tp_size,
-      .pp_size = cfg_.topology.pp_size,
-      .node = cfg_.topology.node,
+  const scheduler::handshake_expectation want{
+      .topology = cfg_.topology,
       .segment = segment_name_,
       .layout_checksum = segment_->layout_checksum(),
       .token = cfg_.token};
-  const runtime::worker_registration reg =
-      runtime::make_registration(want, cfg_.rank % cfg_.topology.tp_size,
-                                 cfg_.rank / cfg_.topology.tp_size, cfg_.incarnation, ::getpid());
+  const worker_registration reg =
+      scheduler::make_registration(want, cfg_.rank, cfg_.incarnation, ::getpid());
   caf::actor_system& sys = host_->system();
   rank_actor_ = make_rank_actor(sys, ending_);
   as_companion(rank_actor_)->monitor(scheduler_);
@@ -155,10 +152,10 @@ status rank_host::register_rank() {
   std::string endpoint;
   {
     caf::scoped_actor self{sys};
-    self->request(scheduler_, cfg_.register_timeout, runtime::hello_atom::value, reg,
-                  caf::actor_cast<runtime::worker_actor>(rank_actor_))
-        .receive([&](runtime::coordinator_actor&, std::string& ep) { endpoint = std::move(ep); },
-                 [&](caf::error& e) { outcome = runtime::to_status(e); });
+    self->request(scheduler_, cfg_.register_timeout, control::hello_atom::value, reg,
+                  caf::actor_cast<control::worker_actor>(rank_actor_))
+        .receive([&](control::coordinator_actor&, std::string& ep) { endpoint = std::move(ep); },
+                 [&](caf::error& e) { outcome = control::to_status(e); });
   }
   if (!outcome) return outcome;
   if (!local_transport_ && endpoint.empty()) {

@@ -21,7 +21,7 @@
 #include "actors/embed/actor_host.hpp"
 #include "actors/embed/embed_config.hpp"
 #include "actors/embed/local_endpoint.hpp"
-#include "actors/runtime/interfaces.hpp"
+#include "actors/control/interfaces.hpp"
 #include "actors/worker/connector_worker.hpp"
 #include "cuda/copy_engine.hpp"
 #include "proto/status.hpp"
@@ -65,7 +65,7 @@ class rank_host {
   worker_connector_config cfg_;
   std::string segment_name_;
   channel::server_transport* local_transport_ = nullptr;  // in_process
-  runtime::scheduler_actor scheduler_;
+  control::scheduler_actor scheduler_;
   // Declaration order = reverse destruction order: the engine before the pool mapping it
   // registered; the rank's actor before the actor system.
   std::optional<shm::segment> segment_;

@@ -11,7 +11,7 @@
 
 #include "actors/channel/memory_transport.hpp"
 #include "actors/channel/zmq_transport.hpp"
-#include "actors/runtime/error_bridge.hpp"
+#include "actors/control/error_bridge.hpp"
 #include "shm/segment_header.hpp"
 
 namespace kvc::embed {
@@ -58,9 +58,7 @@ result<std::unique_ptr<scheduler_host>> scheduler_host::start(
   h->coordinator_ = std::move(coord).value();
 
   scheduler::scheduler_options so;
-  so.handshake = {.tp_size = cfg.topology.tp_size,
-                  .pp_size = cfg.topology.pp_size,
-                  .node = cfg.topology.node,
+  so.handshake = {.topology = cfg.topology,
                   .segment = h->segment_name_,
                   .layout_checksum = h->segment_->layout_checksum(),
                   .token = cfg.token};
@@ -70,7 +68,7 @@ result<std::unique_ptr<scheduler_host>> scheduler_host::start(
   h->scheduler_ = std::move(actor).value();
   h->coordinator_->watch(caf::actor_cast<caf::actor>(h->scheduler_));
   if (cfg.listen) {
-    auto port = caf::io::publish(caf::actor_cast<runtime::scheduler_actor>(h->scheduler_),
+    auto port = caf::io::publish(caf::actor_cast<control::scheduler_actor>(h->scheduler_),
                                  cfg.network.port, cfg.network.host.c_str());
     if (!port) {
       return make_error(errc::io_error, "embed: cannot listen on " + cfg.network.host + ":" +
@@ -90,7 +88,7 @@ scheduler_host::~scheduler_host() {
 
 local_endpoint scheduler_host::endpoint() const {
   if (!scheduler_) return {};
-  return {host_, caf::actor_cast<runtime::scheduler_actor>(scheduler_),
+  return {host_, caf::actor_cast<control::scheduler_actor>(scheduler_),
           &coordinator_->channel_transport()};
 }
 
@@ -100,8 +98,8 @@ status scheduler_host::wait_ready(std::chrono::milliseconds timeout) {
   status st;
   {
     caf::scoped_actor self{host_->system()};
-    self->request(scheduler_, timeout, runtime::ready_atom::value)
-        .receive([](uint32_t) {}, [&](caf::error& e) { st = runtime::to_status(e); });
+    self->request(scheduler_, timeout, control::ready_atom::value)
+        .receive([](uint32_t) {}, [&](caf::error& e) { st = control::to_status(e); });
   }
   if (!st) return st;
   // Every rank registered; their hellos on the step channel may still be on their way.
@@ -125,9 +123,9 @@ result<uint32_t> scheduler_host::stop(std::chrono::milliseconds timeout) {
   status st;
   if (scheduler_) {
     caf::scoped_actor self{host_->system()};
-    self->request(scheduler_, timeout, runtime::stop_atom::value)
+    self->request(scheduler_, timeout, control::stop_atom::value)
         .receive([&](uint32_t n) { stopped = n; },
-                 [&](caf::error& e) { st = runtime::to_status(e); });
+                 [&](caf::error& e) { st = control::to_status(e); });
     caf::anon_send_exit(scheduler_, caf::exit_reason::user_shutdown);
     scheduler_ = nullptr;
   }

@@ -66,7 +66,7 @@ class worker_connector {
   /// answer up to register_timeout: a refusal comes back as the scheduler's error
   /// (errc::protocol_mismatch, layout_mismatch, ...), no answer as errc::timeout, an
   /// unreachable scheduler as errc::io_error (errc::timeout when nothing answers at host:port
-  /// within register_timeout: CAF's own connect has no limit, runtime/tcp_probe.hpp).
+  /// within register_timeout: CAF's own connect has no limit, control/tcp_probe.hpp).
   static result<std::unique_ptr<worker_connector>> create(const worker_connector_config& cfg,
                                                           scheduler_connector* local = nullptr);
 

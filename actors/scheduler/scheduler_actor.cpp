@@ -9,7 +9,7 @@
 #include <caf/system_messages.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
-#include "actors/runtime/error_bridge.hpp"
+#include "actors/control/error_bridge.hpp"
 
 namespace kvc::scheduler {
 
@@ -22,19 +22,19 @@ void deliver_all(std::vector<caf::typed_response_promise<uint32_t>>& waiters, ui
   waiters.clear();
 }
 
-caf::result<runtime::coordinator_actor, std::string> admit(self_pointer self,
-                                                           const runtime::worker_registration& reg,
-                                                           const runtime::worker_actor& worker) {
+caf::result<control::coordinator_actor, std::string> admit(self_pointer self,
+                                                           const worker_registration& reg,
+                                                           const control::worker_actor& worker) {
   scheduler_state& st = self->state;
   status s = worker ? st.registry->admit(reg)
                     : make_error(errc::invalid_argument, "registration without a worker");
   if (!s) {
     spdlog::warn("scheduler: {}", s.to_string());
-    return runtime::to_caf_error(s);
+    return control::to_caf_error(s);
   }
   st.workers[reg.rank] = worker;
   self->monitor(worker);
-  self->send(st.coordinator, runtime::rank_up_atom::value, reg.rank, reg.incarnation);
+  self->send(st.coordinator, control::rank_up_atom::value, reg.rank, reg.incarnation);
   spdlog::info(
       "scheduler: registered rank {} (tp_rank {}, pp_rank {}, incarnation {}, pid {}); "
       "{}/{} ranks live",
@@ -48,9 +48,9 @@ void on_down(self_pointer self, const caf::down_msg& dm) {
   scheduler_state& st = self->state;
   for (rank_id r = 0; r < st.workers.size(); ++r) {
     if (!st.workers[r] || st.workers[r].address() != dm.source) continue;
-    st.workers[r] = runtime::worker_actor{};
+    st.workers[r] = control::worker_actor{};
     (void)st.registry->remove(r);  // live by construction: workers[r] was set
-    self->send(st.coordinator, runtime::rank_down_atom::value, r);
+    self->send(st.coordinator, control::rank_down_atom::value, r);
     if (st.registry->stopping()) {
       spdlog::info("scheduler: rank {} stopped", r);
     } else {
@@ -64,7 +64,7 @@ void on_down(self_pointer self, const caf::down_msg& dm) {
 caf::typed_response_promise<uint32_t> stop(self_pointer self) {
   scheduler_state& st = self->state;
   auto rp = self->make_response_promise<uint32_t>();
-  for (rank_id r : st.registry->begin_stop()) self->send(st.workers[r], runtime::stop_atom::value);
+  for (rank_id r : st.registry->begin_stop()) self->send(st.workers[r], control::stop_atom::value);
   if (st.registry->stop_complete()) {
     rp.deliver(st.registry->stopped());
   } else {
@@ -85,7 +85,7 @@ caf::typed_response_promise<uint32_t> ready(self_pointer self) {
 }
 
 scheduler_impl::behavior_type scheduler(self_pointer self, worker_registry registry,
-                                        runtime::coordinator_actor coordinator,
+                                        control::coordinator_actor coordinator,
                                         std::string channel_endpoint) {
   scheduler_state& st = self->state;
   st.workers.resize(registry.world_size());
@@ -94,17 +94,17 @@ scheduler_impl::behavior_type scheduler(self_pointer self, worker_registry regis
   st.channel_endpoint = std::move(channel_endpoint);
   self->set_down_handler([self](caf::down_msg& dm) { on_down(self, dm); });
   return {
-      [self](runtime::hello_atom, const runtime::worker_registration& reg,
-             const runtime::worker_actor& worker) { return admit(self, reg, worker); },
-      [self](runtime::ready_atom) { return ready(self); },
-      [self](runtime::stop_atom) { return stop(self); },
+      [self](control::hello_atom, const worker_registration& reg,
+             const control::worker_actor& worker) { return admit(self, reg, worker); },
+      [self](control::ready_atom) { return ready(self); },
+      [self](control::stop_atom) { return stop(self); },
   };
 }
 
 }  // namespace
 
 result<scheduler_impl> spawn_scheduler(caf::actor_system& sys, const scheduler_options& opts,
-                                       runtime::coordinator_actor coordinator) {
+                                       control::coordinator_actor coordinator) {
   if (!coordinator) return make_error(errc::invalid_argument, "scheduler: no coordinator");
   auto registry = worker_registry::create(opts.handshake);
   if (!registry) return registry.error();

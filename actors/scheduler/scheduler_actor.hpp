@@ -3,7 +3,7 @@
 /// step's message passes through it: the planner runs in the engine's scheduler thread and a
 /// step's messages travel on the step channel (actors/channel/). What it does (handlers of a few
 /// lines; worker_registry decides):
-///   * registration (hello): admits or refuses a worker (runtime/handshake.hpp); an admitted
+///   * registration (hello): admits or refuses a worker (handshake.hpp); an admitted
 ///     worker is monitored, announced to the coordinator (rank_up) and answered with the
 ///     coordinator's handle and the step channel's endpoint; a refusal is logged and answered
 ///     with the reason as a kvc error.
@@ -24,28 +24,28 @@
 #include <caf/fwd.hpp>
 #include <caf/typed_response_promise.hpp>
 
-#include "actors/runtime/handshake.hpp"
-#include "actors/runtime/interfaces.hpp"
+#include "actors/scheduler/handshake.hpp"
+#include "actors/control/interfaces.hpp"
 #include "actors/scheduler/worker_registry.hpp"
 #include "proto/status.hpp"
 
 namespace kvc::scheduler {
 
 /// The implementation's interface: the workers' (published) plus the hosting process's.
-using scheduler_impl = runtime::scheduler_actor::extend<
-    caf::replies_to<runtime::ready_atom>::with<uint32_t>,  // every rank registered
-    caf::replies_to<runtime::stop_atom>::with<uint32_t>>;  // every worker stopped
+using scheduler_impl = control::scheduler_actor::extend<
+    caf::replies_to<control::ready_atom>::with<uint32_t>,  // every rank registered
+    caf::replies_to<control::stop_atom>::with<uint32_t>>;  // every worker stopped
 
 struct scheduler_options {
-  runtime::handshake_expectation handshake;
+  scheduler::handshake_expectation handshake;
   /// The step channel's endpoint for ranks in other processes (registration replies carry it).
   std::string channel_endpoint;
 };
 
 struct scheduler_state {
   std::optional<worker_registry> registry;     // engaged by the behavior function
-  std::vector<runtime::worker_actor> workers;  // by rank; invalid when not live
-  runtime::coordinator_actor coordinator;
+  std::vector<control::worker_actor> workers;  // by rank; invalid when not live
+  control::coordinator_actor coordinator;
   std::string channel_endpoint;
   std::vector<caf::typed_response_promise<uint32_t>> ready_waiters;
   std::vector<caf::typed_response_promise<uint32_t>> stop_waiters;
@@ -53,9 +53,9 @@ struct scheduler_state {
 };
 
 /// Spawns the scheduler; rank_up / rank_down go to `coordinator`. Error (invalid_argument),
-/// nothing spawned: an invalid handshake expectation (runtime::validate_expectation) or no
+/// nothing spawned: an invalid handshake expectation (scheduler::validate_expectation) or no
 /// coordinator.
 result<scheduler_impl> spawn_scheduler(caf::actor_system& sys, const scheduler_options& opts,
-                                       runtime::coordinator_actor coordinator);
+                                       control::coordinator_actor coordinator);
 
 }  // namespace kvc::scheduler

@@ -5,16 +5,16 @@
 
 namespace kvc::scheduler {
 
-result<worker_registry> worker_registry::create(runtime::handshake_expectation want) {
-  if (auto st = runtime::validate_expectation(want); !st) return st;
+result<worker_registry> worker_registry::create(scheduler::handshake_expectation want) {
+  if (auto st = scheduler::validate_expectation(want); !st) return st;
   return worker_registry{std::move(want)};
 }
 
-worker_registry::worker_registry(runtime::handshake_expectation want)
+worker_registry::worker_registry(scheduler::handshake_expectation want)
     : want_(std::move(want)), ranks_(want_.world_size()) {}
 
-status worker_registry::admit(const runtime::worker_registration& reg) {
-  if (auto st = runtime::validate_registration(want_, reg); !st) return st;
+status worker_registry::admit(const worker_registration& reg) {
+  if (auto st = scheduler::validate_registration(want_, reg); !st) return st;
   rank_state& rs = ranks_[reg.rank];
   const std::string who = "registration of rank " + std::to_string(reg.rank) + " (pid " +
                           std::to_string(reg.pid) + ", incarnation " +

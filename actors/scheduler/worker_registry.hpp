@@ -3,7 +3,7 @@
 /// worker may register, and where a stop stands. The pure core of the scheduler actor's
 /// decisions; the actor keeps the worker handles, calls it, and sends or logs what it answers.
 ///
-/// Admission. A registration is admitted when runtime::validate_registration accepts it (version,
+/// Admission. A registration is admitted when scheduler::validate_registration accepts it (version,
 /// token, node, topology, rank range, segment, layout checksum), the registry is not stopping,
 /// and its rank has no live worker. A rank that was live before and was lost may come back only
 /// with a higher incarnation than the last one admitted (the coordinator treats the current
@@ -18,7 +18,7 @@
 #include <optional>
 #include <vector>
 
-#include "actors/runtime/handshake.hpp"
+#include "actors/scheduler/handshake.hpp"
 #include "proto/ids.hpp"
 #include "proto/status.hpp"
 
@@ -26,14 +26,14 @@ namespace kvc::scheduler {
 
 class worker_registry {
  public:
-  /// errc::invalid_argument when runtime::validate_expectation refuses `want`.
-  static result<worker_registry> create(runtime::handshake_expectation want);
+  /// errc::invalid_argument when scheduler::validate_expectation refuses `want`.
+  static result<worker_registry> create(scheduler::handshake_expectation want);
 
   /// Admits the worker (its rank becomes live with its incarnation) or says why not: the
   /// handshake's own errors; errc::not_ready while stopping; errc::protocol_mismatch for a rank
   /// that is live already or an incarnation not above the rank's last one. Nothing changes on
   /// error.
-  status admit(const runtime::worker_registration& reg);
+  status admit(const worker_registration& reg);
 
   /// The rank's worker is gone. errc::not_found when the rank is not live (unknown or lost).
   status remove(rank_id rank);
@@ -53,7 +53,7 @@ class worker_registry {
   uint32_t live_count() const noexcept { return live_; }
   /// Every rank has a live worker.
   bool complete() const noexcept { return live_ == ranks_.size(); }
-  const runtime::handshake_expectation& expectation() const noexcept { return want_; }
+  const scheduler::handshake_expectation& expectation() const noexcept { return want_; }
 
  private:
   struct rank_state {
@@ -61,9 +61,9 @@ class worker_registry {
     std::optional<uint32_t> incarnation;
   };
 
-  explicit worker_registry(runtime::handshake_expectation want);
+  explicit worker_registry(scheduler::handshake_expectation want);
 
-  runtime::handshake_expectation want_;
+  scheduler::handshake_expectation want_;
   std::vector<rank_state> ranks_;
   uint32_t live_ = 0;
   bool stopping_ = false;

@@ -13,7 +13,7 @@
 
 #include "actors/channel/memory_transport.hpp"
 #include "actors/channel/rank_channel.hpp"
-#include "tests/runtime/deterministic_fixture.hpp"
+#include "tests/control/deterministic_fixture.hpp"
 
 namespace kvc::coordinator {
 namespace {
@@ -52,7 +52,7 @@ class BlockingCoordinatorTest : public test_support::deterministic_actor_test {
 
   /// Registers rank r (rank_up from "the scheduler actor") and connects its channel.
   void join(rank_id r) {
-    caf::anon_send(coord_->handle(), runtime::rank_up_atom::value, r, uint32_t{0});
+    caf::anon_send(coord_->handle(), control::rank_up_atom::value, r, uint32_t{0});
     auto t = server_->connect_local(channel::peer_id(r, 0));
     ASSERT_TRUE(t.ok());
     auto rc = channel::rank_channel::open(std::move(t).value(), {r, 0, "t"});
@@ -103,7 +103,7 @@ TEST_F(BlockingCoordinatorTest, ALostRankFailsItsJobsAndStopsBeingWaitedFor) {
   join(1);
   coord_->send_step(step_with_load(1, 10));  // takes the rank_ups and hellos first
   ASSERT_TRUE(rank(0).send_report(report(0, 1, {10})).ok());
-  caf::anon_send(coord_->handle(), runtime::rank_down_atom::value, rank_id{1});
+  caf::anon_send(coord_->handle(), control::rank_down_atom::value, rank_id{1});
   coord_->take_arrived();
   auto out = coord_->poll_output();
   ASSERT_TRUE(out.has_value());

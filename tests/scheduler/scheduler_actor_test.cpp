@@ -18,15 +18,14 @@
 #include <caf/system_messages.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
-#include "actors/runtime/error_bridge.hpp"
-#include "tests/runtime/deterministic_fixture.hpp"
+#include "actors/control/error_bridge.hpp"
+#include "tests/control/deterministic_fixture.hpp"
 
 namespace kvc::scheduler {
 namespace {
 
-using runtime::coordinator_actor;
-using runtime::worker_actor;
-using runtime::worker_registration;
+using control::coordinator_actor;
+using control::worker_actor;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -36,10 +35,10 @@ using event_log = std::vector<std::string>;
 coordinator_actor::behavior_type recording_coordinator(coordinator_actor::pointer,
                                                        std::shared_ptr<event_log> log) {
   return {
-      [log](runtime::rank_up_atom, rank_id r, uint32_t inc) {
+      [log](control::rank_up_atom, rank_id r, uint32_t inc) {
         log->push_back("rank_up " + std::to_string(r) + " " + std::to_string(inc));
       },
-      [log](runtime::rank_down_atom, rank_id r) {
+      [log](control::rank_down_atom, rank_id r) {
         log->push_back("rank_down " + std::to_string(r));
       },
   };
@@ -54,11 +53,11 @@ struct registration_outcome {
 };
 
 /// A fake worker: registers on start; a stop is logged as "stop r<rank>" and ends it.
-worker_actor::behavior_type fake_worker(worker_actor::pointer self, runtime::scheduler_actor sched,
+worker_actor::behavior_type fake_worker(worker_actor::pointer self, control::scheduler_actor sched,
                                         worker_registration reg,
                                         std::shared_ptr<registration_outcome> out,
                                         std::shared_ptr<event_log> log) {
-  self->request(sched, caf::infinite, runtime::hello_atom::value, reg,
+  self->request(sched, caf::infinite, control::hello_atom::value, reg,
                 caf::actor_cast<worker_actor>(self))
       .then(
           [out](coordinator_actor c, std::string channel_endpoint) {
@@ -68,9 +67,9 @@ worker_actor::behavior_type fake_worker(worker_actor::pointer self, runtime::sch
           },
           [out](caf::error& e) {
             out->answered = true;
-            out->error = runtime::to_status(e);
+            out->error = control::to_status(e);
           });
-  return {[self, log, rank = reg.rank](runtime::stop_atom) {
+  return {[self, log, rank = reg.rank](control::stop_atom) {
     log->push_back("stop r" + std::to_string(rank));
     self->quit(caf::exit_reason::user_shutdown);
   }};
@@ -78,10 +77,8 @@ worker_actor::behavior_type fake_worker(worker_actor::pointer self, runtime::sch
 
 class SchedulerActorTest : public test_support::deterministic_actor_test {
  protected:
-  runtime::handshake_expectation expectation(uint32_t tp) {
-    return {.tp_size = tp,
-            .pp_size = 1,
-            .node = 0,
+  scheduler::handshake_expectation expectation(uint32_t tp) {
+    return {.topology = {tp, 1, 0},
             .segment = "/kvc-test-seg",
             .layout_checksum = 0xfeed,
             .token = "tok"};
@@ -99,14 +96,14 @@ class SchedulerActorTest : public test_support::deterministic_actor_test {
   }
 
   worker_registration reg(rank_id rank, uint32_t incarnation = 0) {
-    return runtime::make_registration(want_, rank, 0, incarnation, 1000 + rank);
+    return scheduler::make_registration(want_, rank, incarnation, 1000 + rank);
   }
 
   /// Spawns a fake worker that registers with `r`; returns its handle and outcome.
   std::pair<worker_actor, std::shared_ptr<registration_outcome>> join_worker(
       const worker_registration& r) {
     auto out = std::make_shared<registration_outcome>();
-    worker_actor w = spawn(fake_worker, runtime::scheduler_actor{sched_}, r, out, log_);
+    worker_actor w = spawn(fake_worker, control::scheduler_actor{sched_}, r, out, log_);
     run();
     EXPECT_TRUE(out->answered);
     return {w, out};
@@ -132,7 +129,7 @@ class SchedulerActorTest : public test_support::deterministic_actor_test {
     return out;
   }
 
-  runtime::handshake_expectation want_;
+  scheduler::handshake_expectation want_;
   std::shared_ptr<event_log> log_ = std::make_shared<event_log>();  // coordinator and workers
   coordinator_actor fake_coord_;
   scheduler_impl sched_;
@@ -140,7 +137,7 @@ class SchedulerActorTest : public test_support::deterministic_actor_test {
 
 TEST_F(SchedulerActorTest, RegistersEveryRankAndAnnouncesEachToTheCoordinator) {
   start(2, "tcp://127.0.0.1:4242");
-  auto ready = ask<runtime::ready_atom>();
+  auto ready = ask<control::ready_atom>();
   run();
   auto [w1, out1] = join_worker(reg(1, 4));
   EXPECT_FALSE(ready->has_value());  // rank 0 still missing
@@ -152,7 +149,7 @@ TEST_F(SchedulerActorTest, RegistersEveryRankAndAnnouncesEachToTheCoordinator) {
   EXPECT_EQ(out1->coordinator, fake_coord_);
   EXPECT_EQ(out0->channel_endpoint, "tcp://127.0.0.1:4242");
   EXPECT_THAT(coord_lines("rank_up"), ElementsAre("rank_up 1 4", "rank_up 0 0"));
-  auto again = ask<runtime::ready_atom>();  // complete: answered at once
+  auto again = ask<control::ready_atom>();  // complete: answered at once
   run();
   EXPECT_EQ(*again, 2u);
 }
@@ -169,7 +166,7 @@ TEST_F(SchedulerActorTest, RefusesRegistrationsThatDoNotMatchAndLiveDuplicates) 
   bad.token = "nope";
   refused(bad, errc::protocol_mismatch, "wrong token");
   bad = reg(0);
-  bad.protocol_version = runtime::protocol_version + 1;
+  bad.protocol_version = protocol_version + 1;
   refused(bad, errc::protocol_mismatch, "protocol version");
   bad = reg(0);
   bad.layout_checksum = 0xbeef;
@@ -204,7 +201,7 @@ TEST_F(SchedulerActorTest, AWorkerDeathIsReportedAndItsRankReturnsOnlyWithAHighe
   EXPECT_TRUE(fresh->error.ok()) << fresh->error.to_string();
   EXPECT_THAT(coord_lines("rank_"), ElementsAre("rank_up 0 2", "rank_down 0", "rank_up 0 3"));
 
-  auto ready = ask<runtime::ready_atom>();
+  auto ready = ask<control::ready_atom>();
   run();
   EXPECT_EQ(*ready, 1u);
 }
@@ -216,7 +213,7 @@ TEST_F(SchedulerActorTest, StopEndsEveryWorkerAndAnswersOnceAllAreDown) {
   auto down0 = watch(w0);
   auto down1 = watch(w1);
   run();
-  auto stopped = ask<runtime::stop_atom>();
+  auto stopped = ask<control::stop_atom>();
   run();
   EXPECT_EQ(*stopped, 2u);
   EXPECT_THAT(coord_lines("stop"), ElementsAre("stop r0", "stop r1"));
@@ -228,14 +225,14 @@ TEST_F(SchedulerActorTest, StopEndsEveryWorkerAndAnswersOnceAllAreDown) {
   auto [late, refused] = join_worker(reg(0, 1));
   EXPECT_EQ(refused->error.code(), errc::not_ready);
   EXPECT_THAT(refused->error.message(), HasSubstr("the scheduler is stopping"));
-  auto again = ask<runtime::stop_atom>();  // nothing left to stop: answered at once
+  auto again = ask<control::stop_atom>();  // nothing left to stop: answered at once
   run();
   EXPECT_EQ(*again, 2u);
 }
 
 TEST_F(SchedulerActorTest, AStopWithoutWorkersIsAnsweredAtOnce) {
   start(2);
-  auto stopped = ask<runtime::stop_atom>();
+  auto stopped = ask<control::stop_atom>();
   run();
   EXPECT_EQ(*stopped, 0u);
 }
@@ -244,7 +241,7 @@ TEST_F(SchedulerActorTest, SpawnRejectsBadOptions) {
   auto coord = spawn(recording_coordinator, log_);
   auto no_coordinator = spawn_scheduler(sys(), {.handshake = expectation(1)}, coordinator_actor{});
   EXPECT_EQ(no_coordinator.code(), errc::invalid_argument);
-  runtime::handshake_expectation e = expectation(1);
+  scheduler::handshake_expectation e = expectation(1);
   e.token.clear();
   EXPECT_EQ(spawn_scheduler(sys(), {.handshake = e}, coord).code(), errc::invalid_argument);
 }

@@ -6,22 +6,19 @@
 namespace kvc::scheduler {
 namespace {
 
-using runtime::handshake_expectation;
-using runtime::make_registration;
-using runtime::worker_registration;
+using scheduler::handshake_expectation;
+using scheduler::make_registration;
 using ::testing::HasSubstr;
 
 handshake_expectation expectation() {
-  return {.tp_size = 2,
-          .pp_size = 1,
-          .node = 0,
+  return {.topology = {2, 1, 0},
           .segment = "/kvc-seg",
           .layout_checksum = 99,
           .token = "t"};
 }
 
 worker_registration reg(rank_id rank, uint32_t incarnation = 0) {
-  return make_registration(expectation(), rank, 0, incarnation, 100 + rank);
+  return make_registration(expectation(), rank, incarnation, 100 + rank);
 }
 
 worker_registry make() {

@@ -4,7 +4,7 @@
 /// (actors/channel/). One alias per role; each actor is handed only what it sends to.
 ///
 /// Across processes CAF compares these interfaces by the *registered names* of their types:
-/// both sides must have called kvc::runtime::add_message_types (system_config.hpp), and a
+/// both sides must have called kvc::control::add_message_types (system_config.hpp), and a
 /// client's interface must be a subset of the published actor's.
 #include <cstdint>
 #include <string>
@@ -12,11 +12,11 @@
 #include <caf/replies_to.hpp>
 #include <caf/typed_actor.hpp>
 
-#include "actors/runtime/atoms.hpp"
-#include "actors/runtime/handshake.hpp"
+#include "actors/control/atoms.hpp"
+#include "actors/scheduler/handshake.hpp"
 #include "proto/ids.hpp"
 
-namespace kvc::runtime {
+namespace kvc::control {
 
 /// One rank's actor (its identity on the control plane): the scheduler monitors it and stops
 /// it when the deployment stops.
@@ -37,4 +37,4 @@ using scheduler_actor = caf::typed_actor<
     caf::replies_to<hello_atom, worker_registration, worker_actor>::with<coordinator_actor,
                                                                           std::string>>;
 
-}  // namespace kvc::runtime
+}  // namespace kvc::control

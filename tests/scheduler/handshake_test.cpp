@@ -1,11 +1,11 @@
-#include "actors/runtime/handshake.hpp"
+#include "actors/scheduler/handshake.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <string>
 
-namespace kvc::runtime {
+namespace kvc::scheduler {
 namespace {
 
 using ::testing::AllOf;
@@ -13,9 +13,7 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 handshake_expectation expectation() {
-  return {.tp_size = 2,
-          .pp_size = 2,
-          .node = 0,
+  return {.topology = {2, 2, 0},
           .segment = "/kvc-1000-demo-node0",
           .layout_checksum = 0x1234abcd5678ef00ull,
           .token = "s3cret-token"};
@@ -23,7 +21,7 @@ handshake_expectation expectation() {
 
 /// A registration of (tp_rank 1, pp_rank 1) = rank 3 that matches expectation().
 worker_registration good() {
-  return make_registration(expectation(), 1, 1, 0, 4242);
+  return make_registration(expectation(), 3, 0, 4242);
 }
 
 TEST(HandshakeTest, MakeRegistrationDerivesTheGlobalRankAndMatches) {
@@ -34,7 +32,9 @@ TEST(HandshakeTest, MakeRegistrationDerivesTheGlobalRankAndMatches) {
   EXPECT_TRUE(validate_registration(expectation(), r).ok());
   for (uint32_t pp = 0; pp < 2; ++pp) {
     for (uint32_t tp = 0; tp < 2; ++tp) {
-      auto r = make_registration(expectation(), tp, pp, 7, 1);
+      auto r = make_registration(expectation(), pp * 2 + tp, 7, 1);
+      EXPECT_EQ(r.tp_rank, tp);
+      EXPECT_EQ(r.pp_rank, pp);
       EXPECT_TRUE(validate_registration(expectation(), r).ok());
     }
   }
@@ -72,9 +72,9 @@ TEST(HandshakeTest, RefusesAnotherNodeOrTopology) {
 
   // A worker of a tp=4 x pp=1 deployment: same world size, another topology.
   handshake_expectation other = expectation();
-  other.tp_size = 4;
-  other.pp_size = 1;
-  status s = validate_registration(expectation(), make_registration(other, 3, 0, 0, 1));
+  other.topology.tp_size = 4;
+  other.topology.pp_size = 1;
+  status s = validate_registration(expectation(), make_registration(other, 3, 0, 1));
   EXPECT_EQ(s.code(), errc::protocol_mismatch);
   EXPECT_THAT(s.message(), HasSubstr("tp=4 pp=1, the scheduler runs tp=2 pp=2"));
 }
@@ -139,21 +139,21 @@ TEST(HandshakeTest, ValidatesTheExpectation) {
     EXPECT_EQ(s.code(), errc::invalid_argument) << what;
     EXPECT_THAT(s.message(), HasSubstr(what));
   };
-  bad([](auto& e) { e.tp_size = 0; }, "tp_size and pp_size");
-  bad([](auto& e) { e.pp_size = 0; }, "tp_size and pp_size");
+  bad([](auto& e) { e.topology.tp_size = 0; }, "tp_size and pp_size");
+  bad([](auto& e) { e.topology.pp_size = 0; }, "tp_size and pp_size");
   bad(
       [](auto& e) {
-        e.tp_size = 16;
-        e.pp_size = 17;
+        e.topology.tp_size = 16;
+        e.topology.pp_size = 17;
       },
-      "exceeds the maximum world size 256");
+      "tp_size * pp_size <= 256");
   bad([](auto& e) { e.segment.clear(); }, "segment");
   bad([](auto& e) { e.token.clear(); }, "token");
   handshake_expectation biggest = expectation();
-  biggest.tp_size = 256;
-  biggest.pp_size = 1;
+  biggest.topology.tp_size = 256;
+  biggest.topology.pp_size = 1;
   EXPECT_TRUE(validate_expectation(biggest).ok());
 }
 
 }  // namespace
-}  // namespace kvc::runtime
+}  // namespace kvc::scheduler

@@ -5,7 +5,7 @@
 /// "kvc_" so that it can never collide with CAF's own atoms ("tick", "join", "get", ...).
 #include <caf/atom.hpp>
 
-namespace kvc::runtime {
+namespace kvc::control {
 
 /// (rank_up, rank, incarnation): a rank (re)started with this incarnation.
 using rank_up_atom = caf::atom_constant<caf::atom("kvc_rankup")>;
@@ -21,4 +21,4 @@ using stop_atom = caf::atom_constant<caf::atom("kvc_stop")>;
 /// The category of kvc::errc inside a caf::error (see error_bridge.hpp).
 inline constexpr caf::atom_value error_category = caf::atom("kvc");
 
-}  // namespace kvc::runtime
+}  // namespace kvc::control

@@ -1,4 +1,4 @@
-#include "actors/runtime/error_bridge.hpp"
+#include "actors/control/error_bridge.hpp"
 
 #include <string>
 
@@ -6,7 +6,7 @@
 #include <caf/message.hpp>
 #include <caf/sec.hpp>
 
-namespace kvc::runtime {
+namespace kvc::control {
 
 namespace {
 
@@ -88,4 +88,4 @@ std::string render_kvc_error(uint8_t code, const caf::message& context) {
   return with_context("kvc: " + std::string(to_string(static_cast<errc>(code))), context);
 }
 
-}  // namespace kvc::runtime
+}  // namespace kvc::control

@@ -13,11 +13,11 @@
 
 #include "proto/status.hpp"
 
-namespace kvc::runtime {
+namespace kvc::control {
 
 /// Success when a connection to host:port (an IPv4/IPv6 literal or a name) was established
 /// within `timeout`. errc::timeout when it was not; errc::io_error when it was refused, the name
 /// does not resolve or the network is unreachable (the message says which).
 status probe_tcp(const std::string& host, uint16_t port, std::chrono::milliseconds timeout);
 
-}  // namespace kvc::runtime
+}  // namespace kvc::control

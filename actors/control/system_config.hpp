@@ -1,12 +1,12 @@
 #pragma once
 /// How every kvconnect process configures its CAF actor system: the message types it can
 /// send across processes (registered under the same names everywhere), the "kvc" error
-/// category, and the runtime preset (work-sharing scheduler with 2 threads, middleman
+/// category, and the system preset (work-sharing scheduler with 2 threads, middleman
 /// heartbeats + connection timeout, CAF's log file off). Call before constructing the
 /// caf::actor_system:
 ///
 ///   caf::actor_system_config cfg;
-///   kvc::runtime::configure(cfg, {}, /*network=*/true);
+///   kvc::control::configure(cfg, {}, /*network=*/true);
 ///   caf::actor_system sys{cfg};
 ///
 /// The preset sets values with cfg.set, so a later cfg.parse(argc, argv) can still override
@@ -17,9 +17,9 @@
 
 #include <caf/fwd.hpp>
 
-namespace kvc::runtime {
+namespace kvc::control {
 
-struct runtime_options {
+struct system_options {
   /// Scheduler threads. The work-sharing policy wakes a thread in microseconds, where the
   /// default work-stealing one takes ~80-210 us to pick up a message from outside (primer §3).
   size_t max_threads = 2;
@@ -40,12 +40,12 @@ void add_message_types(caf::actor_system_config& cfg);
 
 /// Applies the preset: scheduler.policy = sharing, scheduler.max-threads, middleman
 /// heartbeat-interval, connection-timeout, app-identifiers, CAF's file log off.
-void apply_preset(caf::actor_system_config& cfg, const runtime_options& opts);
+void apply_preset(caf::actor_system_config& cfg, const system_options& opts);
 
 /// Loads caf::io::middleman (needed to publish or reach actors of other processes).
 void load_network(caf::actor_system_config& cfg);
 
 /// add_message_types + apply_preset, and load_network when `network`.
-void configure(caf::actor_system_config& cfg, const runtime_options& opts, bool network);
+void configure(caf::actor_system_config& cfg, const system_options& opts, bool network);
 
-}  // namespace kvc::runtime
+}  // namespace kvc::control

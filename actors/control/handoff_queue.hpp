@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-namespace kvc::runtime {
+namespace kvc::control {
 
 template <class T>
 class handoff_queue {
@@ -86,4 +86,4 @@ class handoff_queue {
   bool closed_ = false;
 };
 
-}  // namespace kvc::runtime
+}  // namespace kvc::control

@@ -28,7 +28,7 @@
 #include <caf/scheduler/test_coordinator.hpp>
 #include <caf/send.hpp>
 
-#include "actors/runtime/system_config.hpp"
+#include "actors/control/system_config.hpp"
 
 namespace kvc::test_support {
 
@@ -91,7 +91,7 @@ class deterministic_actor_test : public ::testing::Test {
 
  private:
   static caf::actor_system_config& init(caf::actor_system_config& cfg) {
-    runtime::add_message_types(cfg);
+    control::add_message_types(cfg);
     cfg.set("scheduler.policy", caf::atom("testing"));
     cfg.set("logger.file-verbosity", caf::atom("quiet"));
     cfg.set("logger.console", caf::atom("none"));

@@ -1,4 +1,4 @@
-#include "actors/runtime/system_config.hpp"
+#include "actors/control/system_config.hpp"
 
 #include <cstdint>
 #include <string>
@@ -7,10 +7,10 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/io/middleman.hpp>
 
-#include "actors/runtime/error_bridge.hpp"
-#include "actors/runtime/interfaces.hpp"
+#include "actors/control/error_bridge.hpp"
+#include "actors/control/interfaces.hpp"
 
-namespace kvc::runtime {
+namespace kvc::control {
 
 void add_message_types(caf::actor_system_config& cfg) {
   // Each call also registers std::vector<T> (and stream<T>) as "std::vector<NAME>".
@@ -26,7 +26,7 @@ void add_message_types(caf::actor_system_config& cfg) {
                          });
 }
 
-void apply_preset(caf::actor_system_config& cfg, const runtime_options& opts) {
+void apply_preset(caf::actor_system_config& cfg, const system_options& opts) {
   cfg.set("scheduler.policy", caf::atom("sharing"));
   cfg.set("scheduler.max-threads", opts.max_threads);
   cfg.set("middleman.heartbeat-interval", caf::timespan{opts.heartbeat_interval});
@@ -40,10 +40,10 @@ void load_network(caf::actor_system_config& cfg) {
   cfg.load<caf::io::middleman>();
 }
 
-void configure(caf::actor_system_config& cfg, const runtime_options& opts, bool network) {
+void configure(caf::actor_system_config& cfg, const system_options& opts, bool network) {
   add_message_types(cfg);
   apply_preset(cfg, opts);
   if (network) load_network(cfg);
 }
 
-}  // namespace kvc::runtime
+}  // namespace kvc::control

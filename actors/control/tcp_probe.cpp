@@ -1,4 +1,4 @@
-#include "actors/runtime/tcp_probe.hpp"
+#include "actors/control/tcp_probe.hpp"
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -10,7 +10,7 @@
 #include <cstring>
 #include <memory>
 
-namespace kvc::runtime {
+namespace kvc::control {
 
 namespace {
 
@@ -75,4 +75,4 @@ status probe_tcp(const std::string& host, uint16_t port, std::chrono::millisecon
   return make_error(errc::io_error, where + ": " + std::strerror(last));
 }
 
-}  // namespace kvc::runtime
+}  // namespace kvc::control

@@ -1,9 +1,9 @@
-#include "actors/runtime/handshake.hpp"
+#include "actors/scheduler/handshake.hpp"
 
 #include <cinttypes>
 #include <cstdio>
 
-namespace kvc::runtime {
+namespace kvc::scheduler {
 
 namespace {
 
@@ -30,15 +30,7 @@ std::string who(const worker_registration& r) {
 }  // namespace
 
 status validate_expectation(const handshake_expectation& want) {
-  if (want.tp_size == 0 || want.pp_size == 0) {
-    return make_error(errc::invalid_argument, "tp_size and pp_size must be >= 1");
-  }
-  if (uint64_t{want.tp_size} * want.pp_size > max_world_size) {
-    return make_error(
-        errc::invalid_argument,
-        "tp_size * pp_size = " + std::to_string(uint64_t{want.tp_size} * want.pp_size) +
-            " exceeds the maximum world size " + std::to_string(max_world_size));
-  }
+  if (auto st = validate(want.topology); !st) return st;
   if (want.segment.empty()) return make_error(errc::invalid_argument, "no shm segment name");
   if (want.token.empty()) return make_error(errc::invalid_argument, "no shared token");
   return status::success();
@@ -54,16 +46,17 @@ status validate_registration(const handshake_expectation& want, const worker_reg
                       ", the scheduler speaks " + std::to_string(protocol_version));
   }
   if (!same_secret(got.token, want.token)) return refuse(errc::protocol_mismatch, "wrong token");
-  if (got.node != want.node) {
+  const kvc::topology& t = want.topology;
+  if (got.node != t.node) {
     return refuse(errc::protocol_mismatch, "node " + std::to_string(got.node) +
                                                ", the scheduler serves node " +
-                                               std::to_string(want.node));
+                                               std::to_string(t.node));
   }
-  if (got.tp_size != want.tp_size || got.pp_size != want.pp_size) {
+  if (got.tp_size != t.tp_size || got.pp_size != t.pp_size) {
     return refuse(errc::protocol_mismatch,
                   "topology tp=" + std::to_string(got.tp_size) +
                       " pp=" + std::to_string(got.pp_size) + ", the scheduler runs tp=" +
-                      std::to_string(want.tp_size) + " pp=" + std::to_string(want.pp_size));
+                      std::to_string(t.tp_size) + " pp=" + std::to_string(t.pp_size));
   }
   if (got.tp_rank >= got.tp_size || got.pp_rank >= got.pp_size || got.rank >= want.world_size() ||
       got.rank != got.pp_rank * got.tp_size + got.tp_rank) {
@@ -84,15 +77,16 @@ status validate_registration(const handshake_expectation& want, const worker_reg
   return status::success();
 }
 
-worker_registration make_registration(const handshake_expectation& want, uint32_t tp_rank,
-                                      uint32_t pp_rank, uint32_t incarnation, int64_t pid) {
+worker_registration make_registration(const handshake_expectation& want, rank_id rank,
+                                      uint32_t incarnation, int64_t pid) {
+  const kvc::topology& t = want.topology;
   return {.protocol_version = protocol_version,
-          .rank = pp_rank * want.tp_size + tp_rank,
-          .tp_size = want.tp_size,
-          .pp_size = want.pp_size,
-          .tp_rank = tp_rank,
-          .pp_rank = pp_rank,
-          .node = want.node,
+          .rank = rank,
+          .tp_size = t.tp_size,
+          .pp_size = t.pp_size,
+          .tp_rank = t.tp_rank(rank),
+          .pp_rank = t.pp_rank(rank),
+          .node = t.node,
           .incarnation = incarnation,
           .segment = want.segment,
           .layout_checksum = want.layout_checksum,
@@ -100,4 +94,4 @@ worker_registration make_registration(const handshake_expectation& want, uint32_
           .pid = pid};
 }
 
-}  // namespace kvc::runtime
+}  // namespace kvc::scheduler

@@ -9,13 +9,13 @@
 #include <caf/make_message.hpp>
 #include <caf/message.hpp>
 
-#include "actors/runtime/atoms.hpp"
+#include "actors/control/atoms.hpp"
 #include "proto/errc.hpp"
 #include "proto/status.hpp"
 
 CAF_ERROR_CODE_ENUM(kvc::errc, "kvc")
 
-namespace kvc::runtime {
+namespace kvc::control {
 
 /// caf::none for a success; otherwise a "kvc" error whose context holds the message.
 caf::error to_caf_error(const status& s);
@@ -28,4 +28,4 @@ status to_status(const caf::error& e);
 /// Text of an error of category "kvc", as registered with the actor system (system.render()).
 std::string render_kvc_error(uint8_t code, const caf::message& context);
 
-}  // namespace kvc::runtime
+}  // namespace kvc::control

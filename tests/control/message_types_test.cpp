@@ -1,7 +1,7 @@
 // Proves that every control-plane message crosses a process boundary intact: each goes
 // through CAF's binary serializer and back inside a caf::message (which is what the
 // middleman sends: type *names* plus payload, rebuilt from the names on the receiving side).
-#include "actors/runtime/system_config.hpp"
+#include "actors/control/system_config.hpp"
 
 #include <gtest/gtest.h>
 
@@ -20,12 +20,12 @@
 #include <caf/scheduler/coordinator.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
-#include "actors/runtime/atoms.hpp"
-#include "actors/runtime/error_bridge.hpp"
-#include "actors/runtime/interfaces.hpp"
-#include "tests/runtime/deterministic_fixture.hpp"
+#include "actors/control/atoms.hpp"
+#include "actors/control/error_bridge.hpp"
+#include "actors/control/interfaces.hpp"
+#include "tests/control/deterministic_fixture.hpp"
 
-namespace kvc::runtime {
+namespace kvc::control {
 namespace {
 
 class MessageTypesTest : public test_support::deterministic_actor_test {
@@ -126,7 +126,7 @@ TEST_F(MessageTypesTest, CafErrorsMapToTheNearestErrc) {
 
 TEST(RuntimePresetTest, SetsSchedulerAndMiddlemanOptions) {
   caf::actor_system_config cfg;
-  runtime_options opts;
+  system_options opts;
   opts.max_threads = 3;
   opts.connection_timeout = std::chrono::milliseconds{750};
   apply_preset(cfg, opts);
@@ -152,4 +152,4 @@ TEST(RuntimePresetTest, SystemStartsWithNetworkLoaded) {
 }
 
 }  // namespace
-}  // namespace kvc::runtime
+}  // namespace kvc::control

@@ -1,6 +1,6 @@
 // probe_tcp against real loopback sockets: a listener answers, a closed port refuses, a full
 // accept queue never answers (Linux drops the SYN), a bad name does not resolve.
-#include "actors/runtime/tcp_probe.hpp"
+#include "actors/control/tcp_probe.hpp"
 
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -9,7 +9,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-namespace kvc::runtime {
+namespace kvc::control {
 namespace {
 
 using namespace std::chrono_literals;
@@ -71,4 +71,4 @@ TEST(TcpProbeTest, ANameThatDoesNotResolveIsAnIoError) {
 }
 
 }  // namespace
-}  // namespace kvc::runtime
+}  // namespace kvc::control
