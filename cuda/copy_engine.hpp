@@ -1,7 +1,9 @@
 #pragma once
 /// copy_engine: moves KV bytes between one GPU's memory and the rank's region of the pinned CPU
 /// pool. Implementations: sim (always built; host memory stands in for GPU memory, copies run
-/// on one copy thread per direction), cuda (built when nvcc is found), and the faulty decorator.
+/// on one copy thread per direction), manual (always built; like sim but without threads:
+/// transfers complete only when the owner waits or advances it), cuda (built when nvcc is
+/// found), and the faulty decorator.
 ///
 /// Life cycle of a transfer (NIXL-style): submit() returns at once with an id; poll() never
 /// blocks ("pending" is a state, not an error); wait() blocks until given transfers finished;

@@ -1,6 +1,7 @@
 // Contract suite of copy_engine: written once, instantiated for every backend built into this
-// binary plus the faulty decorator (empty plan) around sim. The cuda instance skips, saying why,
-// when there is no device.
+// binary (sim, manual, cuda) plus the faulty decorator (empty plan) around sim. No test relies on
+// a transfer finishing by itself: each one waits, which is the contract (the manual backend
+// completes transfers only then). The cuda instance skips, saying why, when there is no device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
