@@ -1,7 +1,9 @@
 // Contract suite of copy_engine: written once, instantiated for every backend built into this
 // binary (sim, manual, cuda) plus the faulty decorator (empty plan) around sim. No test relies on
 // a transfer finishing by itself: each one waits, which is the contract (the manual backend
-// completes transfers only then). The cuda instance skips, saying why, when there is no device.
+// completes transfers only then). The cuda instance exists in every build and carries CTest label
+// `gpu`: it skips, saying why, when the backend is not built or there is no device, and fails
+// instead when the environment sets KVC_REQUIRE_GPU=1 (a machine that must have a GPU).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cuda/copy_engine.hpp"
@@ -26,8 +29,14 @@ constexpr const char* k_faulty_sim = "faulty(sim)";
 
 std::vector<std::string> engine_kinds() {
   std::vector<std::string> kinds = built_backends();
+  if (std::find(kinds.begin(), kinds.end(), "cuda") == kinds.end()) kinds.push_back("cuda");
   kinds.push_back(k_faulty_sim);
   return kinds;
+}
+
+bool gpu_required() {
+  const char* v = std::getenv("KVC_REQUIRE_GPU");
+  return v != nullptr && std::string_view(v) == "1";
 }
 
 /// Page-aligned host memory standing for the rank's pool region (cudaHostRegister wants pages).
@@ -76,8 +85,12 @@ class CopyEngineContract : public testing::TestWithParam<std::string> {
     }
     auto e = make_copy_engine({.backend = GetParam(), .device = 0});
     if (e.code() == errc::device_unavailable) {
-      GTEST_SKIP() << "backend \"" << GetParam()
-                   << "\" is built but cannot run here: " << e.error().to_string();
+      if (gpu_required()) {
+        FAIL() << "KVC_REQUIRE_GPU=1 but backend \"" << GetParam()
+               << "\" cannot run here: " << e.error().to_string();
+      }
+      GTEST_SKIP() << "backend \"" << GetParam() << "\" cannot run here (KVC_REQUIRE_GPU=1 makes "
+                   << "this a failure): " << e.error().to_string();
     }
     ASSERT_TRUE(e.ok()) << e.error().to_string();
     engine_ = std::move(e).value();
