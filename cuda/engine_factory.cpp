@@ -17,7 +17,7 @@ result<std::unique_ptr<copy_engine>> make_copy_engine(const engine_options& opts
   if (opts.backend == "manual") return std::unique_ptr<copy_engine>(new manual_copy_engine());
   if (opts.backend == "cuda") {
 #ifdef KVC_HAVE_CUDA_BACKEND
-    return cuda_copy_engine::create(opts.device);
+    return cuda_copy_engine::create(opts);
 #else
     return make_error(errc::device_unavailable,
                       "copy engine: backend \"cuda\" is not built into this binary "

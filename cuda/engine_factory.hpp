@@ -7,11 +7,13 @@
 ///             and soaks; a run that only polls would never see a transfer finish.
 ///   "cuda"    built when nvcc is found; needs a device.
 /// Stateless, thread-safe.
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "cuda/copy_engine.hpp"
+#include "cuda/device_health.hpp"
 #include "proto/status.hpp"
 
 namespace kvc::cuda {
@@ -19,6 +21,10 @@ namespace kvc::cuda {
 struct engine_options {
   std::string backend = "sim";  ///< "sim", "manual" or "cuda"
   int device = 0;  ///< CUDA device ordinal (the sim backend checks only that it is >= 0)
+  /// cuda: the longest one wait() blocks before answering errc::timeout.
+  std::chrono::milliseconds wait_timeout{60'000};
+  /// cuda, tests only: simulates CUDA failures (see device_health); empty in real runs.
+  device_health::failure_hook failure_hook{};
 };
 
 /// "sim" and "manual" always; "cuda" when built and a device is present, else

@@ -7,8 +7,12 @@
 
 namespace kvc::cuda {
 
-status manual_copy_engine::register_host(void* base, size_t bytes) {
+status manual_copy_engine::register_host(void* base, size_t bytes, size_t /*slot_stride*/) {
   return memory_.register_host(base, bytes);
+}
+
+status manual_copy_engine::register_device(const void* base, size_t bytes) {
+  return memory_.register_device(base, bytes);
 }
 
 result<device_buffer> manual_copy_engine::allocate_device(size_t bytes) {

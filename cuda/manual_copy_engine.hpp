@@ -26,7 +26,8 @@ namespace kvc::cuda {
 class manual_copy_engine final : public copy_engine {
  public:
   std::string_view name() const noexcept override { return "manual"; }
-  status register_host(void* base, size_t bytes) override;
+  status register_host(void* base, size_t bytes, size_t slot_stride = 0) override;
+  status register_device(const void* base, size_t bytes) override;
   result<device_buffer> allocate_device(size_t bytes) override;
   status upload(void* device_dst, const void* host_src, size_t bytes) override;
   status download(void* host_dst, const void* device_src, size_t bytes) override;

@@ -52,8 +52,12 @@ void sim_copy_engine::run_lane(direction dir) {
   }
 }
 
-status sim_copy_engine::register_host(void* base, size_t bytes) {
+status sim_copy_engine::register_host(void* base, size_t bytes, size_t /*slot_stride*/) {
   return memory_.register_host(base, bytes);
+}
+
+status sim_copy_engine::register_device(const void* base, size_t bytes) {
+  return memory_.register_device(base, bytes);
 }
 
 result<device_buffer> sim_copy_engine::allocate_device(size_t bytes) {

@@ -40,7 +40,8 @@ class sim_copy_engine final : public copy_engine {
 
   std::string_view name() const noexcept override { return "sim"; }
   /// Records the range; a range overlapping one already registered is errc::invalid_argument.
-  status register_host(void* base, size_t bytes) override;
+  status register_host(void* base, size_t bytes, size_t slot_stride = 0) override;
+  status register_device(const void* base, size_t bytes) override;
   /// Memory is filled with 0xCD so that reading it before writing shows up in tests.
   result<device_buffer> allocate_device(size_t bytes) override;
   status upload(void* device_dst, const void* host_src, size_t bytes) override;

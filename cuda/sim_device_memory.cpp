@@ -52,6 +52,14 @@ status sim_device_memory::register_host(void* base, size_t bytes) {
   return {};
 }
 
+status sim_device_memory::register_device(const void* base, size_t bytes) const {
+  if (!device_.contains(base, bytes)) {
+    return make_error(errc::invalid_argument,
+                      "register_device: range is not inside one allocated device buffer");
+  }
+  return {};
+}
+
 status sim_device_memory::check_ops(direction dir, std::span<const copy_op> ops) const {
   if (status s = validate_ops(ops); !s) return s;
   for (size_t k = 0; k < ops.size(); ++k) {

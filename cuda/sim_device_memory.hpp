@@ -29,6 +29,9 @@ class sim_device_memory {
   /// Records a host range; a null base, zero bytes or an overlap with a range already
   /// registered is errc::invalid_argument.
   status register_host(void* base, size_t bytes);
+  /// ok when [base, base + bytes) lies inside one allocated buffer (a KV tensor carved out of
+  /// it); errc::invalid_argument otherwise.
+  status register_device(const void* base, size_t bytes) const;
   /// validate_ops, then the placement checks above; errc::invalid_argument naming the op.
   status check_ops(direction dir, std::span<const copy_op> ops) const;
 
