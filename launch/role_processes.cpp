@@ -100,10 +100,12 @@ status run_steps(embed::worker_connector& wc, signal_watcher& signals) {
       if (step.error().code() == errc::timeout) continue;
       return step.error();
     }
-    status first = wc.handle_preemptions();
-    if (auto st = wc.start_load_kv(); first && !st) first = st;
+    // No forward pass, no compute stream: the copies depend on nothing (cuda::submit_options).
+    const cuda::submit_options no_compute{.no_dependency = true};
+    status first = wc.handle_preemptions(no_compute);
+    if (auto st = wc.start_load_kv(no_compute); first && !st) first = st;
     if (auto st = wc.wait_for_save(); first && !st) first = st;
-    if (auto st = wc.finish_transfers(); first && !st) first = st;
+    if (auto st = wc.finish_transfers(no_compute); first && !st) first = st;
     wc.get_finished({});
     wc.get_block_ids_with_load_errors();  // the job results say which loads failed
     wc.clear_connector_metadata();

@@ -27,7 +27,9 @@ result<connector_worker> connector_worker::create(const worker_config& cfg,
   if (bytes / cfg.pool.num_slots != cfg.pool.slot_stride) {
     return make_error(errc::invalid_argument, "connector_worker: CPU pool region size overflows");
   }
-  if (auto st = engine.register_host(cfg.pool.base, bytes); !st.ok()) return st;
+  if (auto st = engine.register_host(cfg.pool.base, bytes, cfg.pool.slot_stride); !st.ok()) {
+    return st;
+  }
   return connector_worker(cfg, engine);
 }
 
@@ -62,6 +64,14 @@ status connector_worker::adopt_layout(result<cuda::kv_layout> layout) {
                           std::to_string(layout->gpu_block_bytes()) +
                           " bytes) but a CPU slot holds only " +
                           std::to_string(cfg_.pool.slot_stride) + " bytes");
+  }
+  // The engine checks every op's GPU side against the KV memory registered here (the cuda
+  // backend asks the driver once that each range is device memory).
+  for (const cuda::kv_region& r : layout->regions()) {
+    const uint64_t bytes = (layout->num_blocks() - 1) * r.block_stride + r.page_bytes;
+    if (auto st = engine_->register_device(reinterpret_cast<const void*>(r.base), bytes); !st) {
+      return st;
+    }
   }
   layout_ = std::move(layout).value();
   return {};
