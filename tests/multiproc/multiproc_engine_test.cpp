@@ -9,8 +9,8 @@
 //
 // Synchronisation is by messages only: each step the engine waits for every worker's answer
 // line (poll with a deadline) and for the step's aggregated output (a queue with a deadline).
-#include <sys/wait.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -26,9 +26,9 @@
 #include "actors/embed/scheduler_connector.hpp"
 #include "tests/connector/gpu_block_pool.hpp"
 #include "tests/connector/recording_manager.hpp"
-#include "tests/multiproc/child_process.hpp"
 #include "tests/multiproc/mp_protocol.hpp"
 #include "tests/shm/shm_entries.hpp"
+#include "tests/support/child_process.hpp"
 
 namespace kvc::mp {
 namespace {
@@ -330,21 +330,25 @@ worker_totals quit_workers(std::vector<child_process>& workers) {
   worker_totals t;
   for (rank_id r = 0; r < world_size; ++r) {
     EXPECT_TRUE(workers[r].write_line("Q").ok());
-    auto status = workers[r].wait(60s);
+    auto status = workers[r].wait_exit(60s);
     if (!status.ok()) {
       ADD_FAILURE() << "rank " << r << ": " << status.error().to_string();
       continue;
     }
-    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "rank " << r;
-    if (workers[r].trailing_lines().empty()) {
+    EXPECT_EQ(*status, 0) << "rank " << r;
+    std::vector<std::string> trailing;  // the lines after the last step's answer
+    for (auto line = workers[r].read_line(0s); line.ok(); line = workers[r].read_line(0s)) {
+      trailing.push_back(std::move(line).value());
+    }
+    if (trailing.empty()) {
       ADD_FAILURE() << "rank " << r << " printed no totals";
       continue;
     }
-    std::istringstream d(workers[r].trailing_lines().back());
+    std::istringstream d(trailing.back());
     std::string tag;
     uint64_t v = 0, slots = 0, ls = 0, ss = 0;
     if (!(d >> tag >> v >> slots >> ls >> ss) || tag != "D") {
-      ADD_FAILURE() << workers[r].trailing_lines().back();
+      ADD_FAILURE() << trailing.back();
       continue;
     }
     t.verified += v;
@@ -406,9 +410,8 @@ TEST(MultiProcessEngineTest, FourWorkerProcessesRunThreeHundredStepsByteExact) {
 
   std::vector<child_process> workers;
   for (rank_id r = 0; r < world_size; ++r) {
-    auto c =
-        child_process::spawn(KVC_MP_WORKER_EXE, {"--port", std::to_string((*sc)->port()), "--rank",
-                                                 std::to_string(r), "--instance", instance});
+    auto c = child_process::start({KVC_MP_WORKER_EXE, "--port", std::to_string((*sc)->port()),
+                                   "--rank", std::to_string(r), "--instance", instance});
     ASSERT_TRUE(c.ok()) << c.error().to_string();
     workers.push_back(std::move(c).value());
   }
