@@ -1,6 +1,6 @@
 #pragma once
 /// rank_host: the process set-up behind a worker_connector, everything it runs besides the
-/// pure connector_worker: the rank's copy engine, its mapping of the node's CPU pool, the actor
+/// pure transfer_executor: the rank's copy engine, its mapping of the node's CPU pool, the actor
 /// system (its own, or the one of a scheduler_connector of the same process), the rank's actor
 /// (its identity on the control plane: registered with and monitored by the scheduler actor,
 /// stopped by it) and the rank's end of the step channel. Internal to actors/embed (not
@@ -22,7 +22,7 @@
 #include "actors/embed/embed_config.hpp"
 #include "actors/embed/local_endpoint.hpp"
 #include "actors/control/interfaces.hpp"
-#include "actors/worker/connector_worker.hpp"
+#include "actors/worker/transfer_executor.hpp"
 #include "cuda/copy_engine.hpp"
 #include "proto/status.hpp"
 #include "shm/segment.hpp"

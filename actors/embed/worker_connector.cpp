@@ -28,7 +28,7 @@ struct worker_connector::impl {
   worker_connector_config cfg;
   // Declaration order = reverse destruction order: the worker before the engine it borrows.
   std::unique_ptr<rank_host> host;
-  std::optional<worker::connector_worker> worker;
+  std::optional<worker::transfer_executor> worker;
   std::optional<connector_metadata> next;   // arrived, not bound (asked for another step)
   std::optional<connector_metadata> bound;  // the bound step's metadata
   std::optional<worker::report_sequencer> reports;
@@ -77,7 +77,7 @@ result<std::unique_ptr<worker_connector>> worker_connector::create(
   auto host = rank_host::open(cfg, ep ? &*ep : nullptr);
   if (!host) return host.error();
   p->host = std::move(host).value();
-  auto w = worker::connector_worker::create(
+  auto w = worker::transfer_executor::create(
       {.rank = cfg.rank, .block_size_factor = cfg.block_size_factor, .pool = p->host->region()},
       p->host->engine());
   if (!w) return w.error();

@@ -3,7 +3,7 @@
 /// of vLLM's KVConnectorBase_V1 with role WORKER), called from the engine's worker thread.
 ///
 /// It owns the rank's copy engine ("sim" or "cuda", chosen by the config), its mapping of the
-/// node's shm pool, the pure connector_worker that turns each step's jobs into transfers, the
+/// node's shm pool, the pure transfer_executor that turns each step's jobs into transfers, the
 /// rank's actor, which registers the rank with the scheduler (in this process or at host:port),
 /// and the rank's end of the step channel (actors/channel/), on which this thread receives each
 /// step's metadata and sends the rank's reports: a step crosses no thread of kvconnect's (the
@@ -49,7 +49,7 @@ class scheduler_connector;
 
 /// What one get_finished call reports.
 struct finished_requests {
-  /// R1 request-level sets (connector_worker.hpp): requests whose stores all finished after the
+  /// R1 request-level sets (transfer_executor.hpp): requests whose stores all finished after the
   /// request did, and requests whose load finished.
   std::vector<std::string> finished_sending;
   std::vector<std::string> finished_recving;

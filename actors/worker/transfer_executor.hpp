@@ -1,9 +1,10 @@
 #pragma once
-/// connector_worker: the worker side of the offloading connector for one rank (vLLM's
+/// transfer_executor: the worker side of the offloading connector for one rank (vLLM's
 /// OffloadingConnectorWorker at R1, reference §6, with R2's per-job completion §5b). It turns
 /// the jobs of each step's connector_metadata into copy_engine transfers between this rank's
 /// GPU KV cache and this rank's region of the node's CPU pool, and reports every job's outcome
-/// exactly once. It makes every decision of the worker actor; the actor only forwards messages.
+/// exactly once. It makes every decision of a rank's worker; worker_connector forwards the
+/// engine's calls to it.
 ///
 /// Per engine step, in this order (mirroring vLLM's KVConnector worker calls):
 ///   bind_connector_metadata(meta)
@@ -33,8 +34,8 @@
 ///
 /// Ownership: the copy engine and the CPU pool region are borrowed and must outlive the worker
 /// (the shm segment or a test's heap buffer owns the region; the engine owns the GPU memory).
-/// Not thread-safe: one owner (the worker actor) calls everything. It starts no threads; it only
-/// blocks inside copy_engine::wait (handle_preemptions, wait_in_flight).
+/// Not thread-safe: one owner (the rank's worker thread) calls everything. It starts no threads;
+/// it only blocks inside copy_engine::wait (handle_preemptions, wait_in_flight).
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -60,7 +61,7 @@ struct cpu_pool_region {
   uint32_t num_slots = 0;
 };
 
-struct worker_config {
+struct executor_config {
   rank_id rank = 0;
   uint32_t block_size_factor = 1;  ///< GPU blocks per offloaded block, >= 1
   cpu_pool_region pool;
@@ -68,8 +69,8 @@ struct worker_config {
 
 /// What one get_finished call reports.
 struct worker_output {
-  /// This rank's finished jobs since the last call, each exactly once (the actor turns them into
-  /// completion_events by adding rank, incarnation, seq and step).
+  /// This rank's finished jobs since the last call, each exactly once (report_sequencer turns
+  /// them into completion_events by adding rank, incarnation, seq and step).
   std::vector<job_result> jobs;
   /// R1 request-level sets (see the file comment).
   std::vector<std::string> finished_sending;
@@ -85,17 +86,17 @@ enum class job_phase : uint8_t {
   bound = 4,      ///< in the bound metadata; not submitted or queued yet
 };
 
-class connector_worker {
+class transfer_executor {
  public:
   /// Checks the config (factor >= 1, a non-null region with num_slots >= 1 and slot_stride >= 1)
   /// and registers the region with the engine (the cuda backend pins it). errc::invalid_argument
   /// for a bad config; the engine's error when registration fails.
-  static result<connector_worker> create(const worker_config& cfg, cuda::copy_engine& engine);
+  static result<transfer_executor> create(const executor_config& cfg, cuda::copy_engine& engine);
 
-  connector_worker(connector_worker&&) noexcept = default;
-  connector_worker& operator=(connector_worker&&) = delete;
-  connector_worker(const connector_worker&) = delete;
-  connector_worker& operator=(const connector_worker&) = delete;
+  transfer_executor(transfer_executor&&) noexcept = default;
+  transfer_executor& operator=(transfer_executor&&) = delete;
+  transfer_executor(const transfer_executor&) = delete;
+  transfer_executor& operator=(const transfer_executor&) = delete;
 
   /// Canonicalises the rank's GPU KV tensors (cuda::kv_layout). errc::layout_mismatch when one
   /// offloaded block (factor GPU blocks of every region) does not fit a CPU slot; the layout's
@@ -157,7 +158,7 @@ class connector_worker {
     std::vector<gpu_block> gpu_blocks;  ///< loads only: reported on failure
   };
 
-  connector_worker(const worker_config& cfg, cuda::copy_engine& engine);
+  transfer_executor(const executor_config& cfg, cuda::copy_engine& engine);
 
   status adopt_layout(result<cuda::kv_layout> layout);
   /// Builds the ops of `job` and submits them; a failure becomes a finished, failed job.
@@ -167,7 +168,7 @@ class connector_worker {
                   worker_output& out);
   void flush_deferred(const cuda::submit_options& opts);
 
-  worker_config cfg_;
+  executor_config cfg_;
   cuda::copy_engine* engine_;
   std::optional<cuda::kv_layout> layout_;
   std::optional<connector_metadata> meta_;

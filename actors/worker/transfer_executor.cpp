@@ -1,4 +1,4 @@
-#include "actors/worker/connector_worker.hpp"
+#include "actors/worker/transfer_executor.hpp"
 
 #include <algorithm>
 #include <utility>
@@ -13,52 +13,52 @@ cuda::direction direction_of(transfer_kind k) noexcept {
 
 }  // namespace
 
-result<connector_worker> connector_worker::create(const worker_config& cfg,
+result<transfer_executor> transfer_executor::create(const executor_config& cfg,
                                                   cuda::copy_engine& engine) {
   if (cfg.block_size_factor == 0) {
-    return make_error(errc::invalid_argument, "connector_worker: block_size_factor must be >= 1");
+    return make_error(errc::invalid_argument, "transfer_executor: block_size_factor must be >= 1");
   }
   if (cfg.pool.base == nullptr || cfg.pool.num_slots == 0 || cfg.pool.slot_stride == 0) {
     return make_error(errc::invalid_argument,
-                      "connector_worker: the CPU pool region of rank " + std::to_string(cfg.rank) +
+                      "transfer_executor: the CPU pool region of rank " + std::to_string(cfg.rank) +
                           " is empty (base, num_slots and slot_stride must be non-zero)");
   }
   const uint64_t bytes = uint64_t{cfg.pool.num_slots} * cfg.pool.slot_stride;
   if (bytes / cfg.pool.num_slots != cfg.pool.slot_stride) {
-    return make_error(errc::invalid_argument, "connector_worker: CPU pool region size overflows");
+    return make_error(errc::invalid_argument, "transfer_executor: CPU pool region size overflows");
   }
   if (auto st = engine.register_host(cfg.pool.base, bytes, cfg.pool.slot_stride); !st.ok()) {
     return st;
   }
-  return connector_worker(cfg, engine);
+  return transfer_executor(cfg, engine);
 }
 
-connector_worker::connector_worker(const worker_config& cfg, cuda::copy_engine& engine)
+transfer_executor::transfer_executor(const executor_config& cfg, cuda::copy_engine& engine)
     : cfg_(cfg), engine_(&engine) {}
 
-status connector_worker::register_kv_caches(std::span<const cuda::kv_tensor_desc> tensors) {
+status transfer_executor::register_kv_caches(std::span<const cuda::kv_tensor_desc> tensors) {
   if (layout_) {
     return make_error(errc::precondition_failed,
-                      "connector_worker: kv caches are already registered");
+                      "transfer_executor: kv caches are already registered");
   }
   return adopt_layout(cuda::kv_layout::from_tensors(tensors));
 }
 
-status connector_worker::register_kv_regions(std::vector<cuda::kv_region> regions,
+status transfer_executor::register_kv_regions(std::vector<cuda::kv_region> regions,
                                              uint64_t num_gpu_blocks) {
   if (layout_) {
     return make_error(errc::precondition_failed,
-                      "connector_worker: kv caches are already registered");
+                      "transfer_executor: kv caches are already registered");
   }
   return adopt_layout(cuda::kv_layout::from_regions(std::move(regions), num_gpu_blocks));
 }
 
-status connector_worker::adopt_layout(result<cuda::kv_layout> layout) {
+status transfer_executor::adopt_layout(result<cuda::kv_layout> layout) {
   if (!layout.ok()) return layout.error();
   const uint64_t need = layout->bytes_per_slot(cfg_.block_size_factor);
   if (need > cfg_.pool.slot_stride) {
     return make_error(errc::layout_mismatch,
-                      "connector_worker: rank " + std::to_string(cfg_.rank) + " needs " +
+                      "transfer_executor: rank " + std::to_string(cfg_.rank) + " needs " +
                           std::to_string(need) + " bytes per offloaded block (" +
                           std::to_string(cfg_.block_size_factor) + " GPU blocks of " +
                           std::to_string(layout->gpu_block_bytes()) +
@@ -77,10 +77,10 @@ status connector_worker::adopt_layout(result<cuda::kv_layout> layout) {
   return {};
 }
 
-status connector_worker::bind_connector_metadata(const connector_metadata& meta) {
+status transfer_executor::bind_connector_metadata(const connector_metadata& meta) {
   if (meta_) {
     return make_error(errc::precondition_failed,
-                      "connector_worker: metadata of step " + std::to_string(meta_->step) +
+                      "transfer_executor: metadata of step " + std::to_string(meta_->step) +
                           " is still bound (clear_connector_metadata first)");
   }
   std::unordered_set<job_id> ids;
@@ -88,7 +88,7 @@ status connector_worker::bind_connector_metadata(const connector_metadata& meta)
   for (const auto* jobs : {&meta.loads, &meta.stores}) {
     for (const auto& j : *jobs) {
       if (!ids.insert(j.id).second || known_.contains(j.id)) {
-        return make_error(errc::invalid_argument, "connector_worker: step " +
+        return make_error(errc::invalid_argument, "transfer_executor: step " +
                                                       std::to_string(meta.step) + " repeats job " +
                                                       std::to_string(j.id));
       }
@@ -102,7 +102,7 @@ status connector_worker::bind_connector_metadata(const connector_metadata& meta)
   return {};
 }
 
-void connector_worker::clear_connector_metadata() {
+void transfer_executor::clear_connector_metadata() {
   if (!meta_) return;
   if (!loads_started_) {
     for (const auto& j : meta_->loads) {
@@ -117,21 +117,21 @@ void connector_worker::clear_connector_metadata() {
   meta_.reset();
 }
 
-void connector_worker::flush_deferred(const cuda::submit_options& opts) {
+void transfer_executor::flush_deferred(const cuda::submit_options& opts) {
   if (deferred_submitted_) return;
   deferred_submitted_ = true;
   submit_deferred_stores(opts);
 }
 
-void connector_worker::submit_deferred_stores(const cuda::submit_options& opts) {
+void transfer_executor::submit_deferred_stores(const cuda::submit_options& opts) {
   auto queued = std::move(deferred_);
   deferred_.clear();
   for (const auto& job : queued) submit_job(job, opts);
 }
 
-status connector_worker::handle_preemptions(const cuda::submit_options& opts) {
+status transfer_executor::handle_preemptions(const cuda::submit_options& opts) {
   if (!meta_) {
-    return make_error(errc::precondition_failed, "connector_worker: no metadata bound");
+    return make_error(errc::precondition_failed, "transfer_executor: no metadata bound");
   }
   flush_deferred(opts);
   std::vector<cuda::transfer_id> ids;
@@ -142,14 +142,14 @@ status connector_worker::handle_preemptions(const cuda::submit_options& opts) {
   return engine_->wait(ids);
 }
 
-status connector_worker::start_load_kv(const cuda::submit_options& opts) {
+status transfer_executor::start_load_kv(const cuda::submit_options& opts) {
   if (!meta_) {
-    return make_error(errc::precondition_failed, "connector_worker: no metadata bound");
+    return make_error(errc::precondition_failed, "transfer_executor: no metadata bound");
   }
   if (loads_started_) {
     return make_error(
         errc::precondition_failed,
-        "connector_worker: loads of step " + std::to_string(meta_->step) + " were already started");
+        "transfer_executor: loads of step " + std::to_string(meta_->step) + " were already started");
   }
   loads_started_ = true;
   flush_deferred(opts);
@@ -157,14 +157,14 @@ status connector_worker::start_load_kv(const cuda::submit_options& opts) {
   return {};
 }
 
-status connector_worker::wait_for_save() {
+status transfer_executor::wait_for_save() {
   if (!meta_) {
-    return make_error(errc::precondition_failed, "connector_worker: no metadata bound");
+    return make_error(errc::precondition_failed, "transfer_executor: no metadata bound");
   }
   if (stores_queued_) {
     return make_error(
         errc::precondition_failed,
-        "connector_worker: stores of step " + std::to_string(meta_->step) + " were already queued");
+        "transfer_executor: stores of step " + std::to_string(meta_->step) + " were already queued");
   }
   stores_queued_ = true;
   for (const auto& job : meta_->stores) {
@@ -174,11 +174,11 @@ status connector_worker::wait_for_save() {
   return {};
 }
 
-void connector_worker::fail_job(job_entry entry, errc error) {
+void transfer_executor::fail_job(job_entry entry, errc error) {
   failed_early_.emplace_back(std::move(entry), error);
 }
 
-void connector_worker::submit_job(const transfer_job& job, const cuda::submit_options& opts) {
+void transfer_executor::submit_job(const transfer_job& job, const cuda::submit_options& opts) {
   job_entry entry{job.id, job.kind, job.request_id, {}};
   if (job.kind == transfer_kind::load) entry.gpu_blocks = job.gpu_blocks;
   if (!layout_) {
@@ -213,7 +213,7 @@ void connector_worker::submit_job(const transfer_job& job, const cuda::submit_op
   in_flight_.emplace(*tid, std::move(entry));
 }
 
-void connector_worker::finish_job(const job_entry& entry, bool ok, errc error, uint64_t bytes,
+void transfer_executor::finish_job(const job_entry& entry, bool ok, errc error, uint64_t bytes,
                                   double seconds, worker_output& out) {
   out.jobs.push_back({entry.id, entry.kind, ok, ok ? errc::ok : error, bytes, seconds});
   known_.erase(entry.id);
@@ -232,7 +232,7 @@ void connector_worker::finish_job(const job_entry& entry, bool ok, errc error, u
   }
 }
 
-worker_output connector_worker::get_finished(std::span<const std::string> finished_req_ids) {
+worker_output transfer_executor::get_finished(std::span<const std::string> finished_req_ids) {
   worker_output out;
   auto early = std::move(failed_early_);
   failed_early_.clear();
@@ -262,11 +262,11 @@ worker_output connector_worker::get_finished(std::span<const std::string> finish
   return out;
 }
 
-std::vector<gpu_block> connector_worker::get_block_ids_with_load_errors() {
+std::vector<gpu_block> transfer_executor::get_block_ids_with_load_errors() {
   return std::exchange(load_errors_, {});
 }
 
-status connector_worker::wait_in_flight() {
+status transfer_executor::wait_in_flight() {
   if (in_flight_.empty()) return {};
   std::vector<cuda::transfer_id> ids;
   ids.reserve(in_flight_.size());
@@ -274,7 +274,7 @@ status connector_worker::wait_in_flight() {
   return engine_->wait(ids);
 }
 
-job_phase connector_worker::phase(job_id id) {
+job_phase transfer_executor::phase(job_id id) {
   if (!known_.contains(id)) return job_phase::unknown;
   if (auto it = transfer_of_.find(id); it != transfer_of_.end()) {
     const auto st = engine_->poll(it->second);

@@ -1,4 +1,4 @@
-#include "actors/worker/connector_worker.hpp"
+#include "actors/worker/transfer_executor.hpp"
 
 #include <gtest/gtest.h>
 
@@ -48,7 +48,7 @@ struct rank_fixture {
       EXPECT_TRUE(engine->upload(buf->data, init.data(), init.size()).ok());
     }
     auto w =
-        connector_worker::create({/*rank=*/0, factor, {pool.data(), k_stride, k_slots}}, *engine);
+        transfer_executor::create({/*rank=*/0, factor, {pool.data(), k_stride, k_slots}}, *engine);
     EXPECT_TRUE(w.ok()) << w.error().to_string();
     worker.emplace(std::move(w).value());
     std::vector<cuda::kv_tensor_desc> descs;
@@ -98,7 +98,7 @@ struct rank_fixture {
   cuda::faulty_copy_engine* faulty = nullptr;
   std::vector<cuda::device_buffer> layers;
   std::vector<std::byte> pool;
-  std::optional<connector_worker> worker;
+  std::optional<transfer_executor> worker;
 };
 
 transfer_job store_job(job_id id, std::string req, std::vector<cpu_slot> slots,
@@ -125,25 +125,25 @@ const job_result* find_job(const worker_output& out, job_id id) {
 
 using strings = std::vector<std::string>;
 
-TEST(ConnectorWorkerTest, CreateRejectsBadConfig) {
+TEST(TransferExecutorTest, CreateRejectsBadConfig) {
   cuda::sim_copy_engine engine;
   std::vector<std::byte> pool(k_slots * k_stride);
-  auto no_factor = connector_worker::create({0, 0, {pool.data(), k_stride, k_slots}}, engine);
+  auto no_factor = transfer_executor::create({0, 0, {pool.data(), k_stride, k_slots}}, engine);
   ASSERT_FALSE(no_factor.ok());
   EXPECT_EQ(no_factor.code(), errc::invalid_argument);
-  auto no_pool = connector_worker::create({0, 1, {nullptr, k_stride, k_slots}}, engine);
+  auto no_pool = transfer_executor::create({0, 1, {nullptr, k_stride, k_slots}}, engine);
   ASSERT_FALSE(no_pool.ok());
   EXPECT_EQ(no_pool.code(), errc::invalid_argument);
-  auto no_slots = connector_worker::create({0, 1, {pool.data(), k_stride, 0}}, engine);
+  auto no_slots = transfer_executor::create({0, 1, {pool.data(), k_stride, 0}}, engine);
   EXPECT_EQ(no_slots.code(), errc::invalid_argument);
   // A rejected config registered nothing: the region can still be registered.
-  EXPECT_TRUE(connector_worker::create({0, 1, {pool.data(), k_stride, k_slots}}, engine).ok());
+  EXPECT_TRUE(transfer_executor::create({0, 1, {pool.data(), k_stride, k_slots}}, engine).ok());
 }
 
-TEST(ConnectorWorkerTest, RegisterRejectsBlocksThatDoNotFitASlot) {
+TEST(TransferExecutorTest, RegisterRejectsBlocksThatDoNotFitASlot) {
   cuda::sim_copy_engine engine;
   std::vector<std::byte> pool(k_slots * 256);
-  auto w = connector_worker::create({3, /*factor=*/3, {pool.data(), 256, k_slots}}, engine);
+  auto w = transfer_executor::create({3, /*factor=*/3, {pool.data(), 256, k_slots}}, engine);
   ASSERT_TRUE(w.ok());
   auto buf = engine.allocate_device(k_blocks * k_page);
   ASSERT_TRUE(buf.ok());
@@ -160,7 +160,7 @@ TEST(ConnectorWorkerTest, RegisterRejectsBlocksThatDoNotFitASlot) {
   EXPECT_EQ(w->register_kv_regions(two, k_blocks).code(), errc::precondition_failed);
 }
 
-TEST(ConnectorWorkerTest, StoreIsSubmittedInTheNextStepAndPacksSubBlocks) {
+TEST(TransferExecutorTest, StoreIsSubmittedInTheNextStepAndPacksSubBlocks) {
   rank_fixture f{/*factor=*/2};
   connector_metadata m1{1, {}, {store_job(7, "a", {3}, {5, 9})}, {}};
   auto out1 = f.step(m1);
@@ -185,7 +185,7 @@ TEST(ConnectorWorkerTest, StoreIsSubmittedInTheNextStepAndPacksSubBlocks) {
   EXPECT_TRUE(f.step({3, {}, {}, {}}).jobs.empty());  // reported exactly once
 }
 
-TEST(ConnectorWorkerTest, LoadStartingMidOffloadedBlockSkipsLeadingSubBlocks) {
+TEST(TransferExecutorTest, LoadStartingMidOffloadedBlockSkipsLeadingSubBlocks) {
   rank_fixture f{/*factor=*/3};
   for (cpu_slot s = 1; s <= 2; ++s) {
     for (uint32_t j = 0; j < 3; ++j) {
@@ -214,7 +214,7 @@ TEST(ConnectorWorkerTest, LoadStartingMidOffloadedBlockSkipsLeadingSubBlocks) {
   EXPECT_TRUE(f.worker->get_block_ids_with_load_errors().empty());
 }
 
-TEST(ConnectorWorkerTest, DeferredStoresAreSubmittedBeforeTheStepsLoads) {
+TEST(TransferExecutorTest, DeferredStoresAreSubmittedBeforeTheStepsLoads) {
   // The injector numbers transfers in submission order: fail the very first one.
   fault_plan plan{
       1, {{fault_target::any, fault_trigger::nth, 0, 0.0, fault_action::fail_at_submit, 0, 0}}};
@@ -234,7 +234,7 @@ TEST(ConnectorWorkerTest, DeferredStoresAreSubmittedBeforeTheStepsLoads) {
   EXPECT_TRUE(find_job(out, 2)->ok);
 }
 
-TEST(ConnectorWorkerTest, SubmitFailureIsAFailedJobReportedOnce) {
+TEST(TransferExecutorTest, SubmitFailureIsAFailedJobReportedOnce) {
   fault_plan plan{
       1, {{fault_target::load, fault_trigger::nth, 0, 0.0, fault_action::fail_at_submit, 0, 0}}};
   rank_fixture f{2, plan};
@@ -253,7 +253,7 @@ TEST(ConnectorWorkerTest, SubmitFailureIsAFailedJobReportedOnce) {
   EXPECT_TRUE(f.step({2, {}, {}, {}}).jobs.empty());
 }
 
-TEST(ConnectorWorkerTest, FailureAtCompletionIsReportedWithItsError) {
+TEST(TransferExecutorTest, FailureAtCompletionIsReportedWithItsError) {
   fault_plan plan{
       1,
       {{fault_target::store, fault_trigger::nth, 1, 0.0, fault_action::fail_at_completion, 0, 0}}};
@@ -267,7 +267,7 @@ TEST(ConnectorWorkerTest, FailureAtCompletionIsReportedWithItsError) {
   EXPECT_TRUE(f.worker->get_block_ids_with_load_errors().empty());  // stores never count
 }
 
-TEST(ConnectorWorkerTest, JobsThatCannotBeBuiltFailInsteadOfCrashing) {
+TEST(TransferExecutorTest, JobsThatCannotBeBuiltFailInsteadOfCrashing) {
   rank_fixture f{2};
   auto out = f.step({1,
                      {load_job(1, "r", {k_slots}, {1, 2}),       // slot out of range
@@ -287,7 +287,7 @@ TEST(ConnectorWorkerTest, JobsThatCannotBeBuiltFailInsteadOfCrashing) {
   // Jobs before register_kv_caches fail with precondition_failed.
   cuda::sim_copy_engine engine;
   std::vector<std::byte> pool(k_slots * k_stride);
-  auto w = connector_worker::create({0, 1, {pool.data(), k_stride, k_slots}}, engine);
+  auto w = transfer_executor::create({0, 1, {pool.data(), k_stride, k_slots}}, engine);
   ASSERT_TRUE(w.ok());
   ASSERT_TRUE(w->bind_connector_metadata({1, {load_job(9, "r", {0}, {1})}, {}, {}}).ok());
   ASSERT_TRUE(w->start_load_kv().ok());
@@ -296,7 +296,7 @@ TEST(ConnectorWorkerTest, JobsThatCannotBeBuiltFailInsteadOfCrashing) {
   EXPECT_EQ(o.jobs[0].error, errc::precondition_failed);
 }
 
-TEST(ConnectorWorkerTest, MisuseIsRefusedAndChangesNothing) {
+TEST(TransferExecutorTest, MisuseIsRefusedAndChangesNothing) {
   rank_fixture f{1};
   auto& w = *f.worker;
   EXPECT_EQ(w.handle_preemptions().code(), errc::precondition_failed);
@@ -322,7 +322,7 @@ TEST(ConnectorWorkerTest, MisuseIsRefusedAndChangesNothing) {
   EXPECT_EQ(w.queued_stores(), 1u);
 }
 
-TEST(ConnectorWorkerTest, ClearingUnstartedJobsFailsThemSoEachIsReported) {
+TEST(TransferExecutorTest, ClearingUnstartedJobsFailsThemSoEachIsReported) {
   rank_fixture f{1};
   auto& w = *f.worker;
   ASSERT_TRUE(w.bind_connector_metadata(
@@ -338,7 +338,7 @@ TEST(ConnectorWorkerTest, ClearingUnstartedJobsFailsThemSoEachIsReported) {
   EXPECT_EQ(w.jobs_known(), 0u);
 }
 
-TEST(ConnectorWorkerTest, HandlePreemptionsWaitsOnlyForFlushJobs) {
+TEST(TransferExecutorTest, HandlePreemptionsWaitsOnlyForFlushJobs) {
   // Every store's completion is held back until it is waited on (or released).
   fault_plan plan{
       1, {{fault_target::store, fault_trigger::probability, 0, 1.0, fault_action::delay, 0, 0}}};
@@ -359,7 +359,7 @@ TEST(ConnectorWorkerTest, HandlePreemptionsWaitsOnlyForFlushJobs) {
   f.worker->clear_connector_metadata();
 }
 
-TEST(ConnectorWorkerTest, HandlePreemptionsSubmitsDeferredStoresBeforeFlushing) {
+TEST(TransferExecutorTest, HandlePreemptionsSubmitsDeferredStoresBeforeFlushing) {
   rank_fixture f{1};
   f.sim->pause(cuda::direction::gpu_to_cpu);
   f.step({1, {}, {store_job(1, "a", {0}, {3})}, {}});
@@ -375,7 +375,7 @@ TEST(ConnectorWorkerTest, HandlePreemptionsSubmitsDeferredStoresBeforeFlushing) 
   f.worker->clear_connector_metadata();
 }
 
-TEST(ConnectorWorkerTest, RequestLevelSetsFollowR1) {
+TEST(TransferExecutorTest, RequestLevelSetsFollowR1) {
   rank_fixture f{1};
   // Step 1: stores for a (two jobs) and b (one job); c has none.
   f.step({1,
@@ -402,7 +402,7 @@ TEST(ConnectorWorkerTest, RequestLevelSetsFollowR1) {
   EXPECT_TRUE(f.step({6, {}, {}, {}}, {"b"}).finished_sending.empty());
 }
 
-TEST(ConnectorWorkerTest, ForeignTransfersOnTheEngineAreIgnored) {
+TEST(TransferExecutorTest, ForeignTransfersOnTheEngineAreIgnored) {
   rank_fixture f{1};
   std::vector<std::byte> host(k_page);
   cuda::copy_op op{host.data(), f.layers[0].data, k_page};
