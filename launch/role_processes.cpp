@@ -5,6 +5,7 @@
 // stderr. The scheduler's connector creates the node's pool and removes it when it shuts down.
 #include "launch/role_options.hpp"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -38,9 +39,16 @@ void use_stderr_logging(const std::string& role) {
   spdlog::set_default_logger(std::move(logger));
 }
 
-/// One machine-readable line on stdout, flushed (readers wait for it).
+/// One machine-readable line on stdout, flushed (readers wait for it). A reader that went away
+/// is logged once; the process goes on (SIGPIPE is ignored, see main.cpp).
 void emit(const nlohmann::json& line) {
+  static bool reported = false;
   std::cout << line.dump() << std::endl;
+  if (!std::cout && !reported) {
+    reported = true;
+    spdlog::warn("stdout is gone (its reader closed it): JSON lines are dropped from here on");
+  }
+  std::cout.clear();
 }
 
 int fail(const std::string& who, int code, const std::string& message) {
@@ -137,6 +145,8 @@ int run_scheduler_process(const scheduler_process_options& o) {
   cfg.job_timeout = milliseconds{o.job_timeout_ms};
   auto sc = embed::scheduler_connector::create(cfg);
   if (!sc) return fail("scheduler", 1, "cannot start: " + sc.error().to_string());
+  // A second signal exits at once; the pool's name must not outlive the process.
+  signals.on_second_signal([name = plan->segment] { ::shm_unlink(name.c_str()); });
   emit({{"event", "listening"},
         {"port", (*sc)->port()},
         {"segment", plan->segment},
@@ -150,11 +160,11 @@ int run_scheduler_process(const scheduler_process_options& o) {
   const int code = engine ? smoke(**sc, *engine, o, signals) : serve(**sc, signals);
   if (int sig = signals.signalled()) spdlog::info("scheduler: signal {}: shutting down", sig);
   auto stopped = (*sc)->shutdown(milliseconds{o.stop_timeout_ms});
-  if (stopped) {
-    emit({{"event", "stopped"}, {"workers", *stopped}});
-  } else {
-    spdlog::warn("scheduler: stopping the workers: {}", stopped.error().to_string());
+  if (!stopped) {
+    spdlog::error("scheduler: stopping the workers: {}", stopped.error().to_string());
+    return 1;  // the pool is removed anyway; the run did not end cleanly
   }
+  emit({{"event", "stopped"}, {"workers", *stopped}});
   return code;
 }
 

@@ -1,5 +1,6 @@
 #include "actors/scheduler/worker_registry.hpp"
 
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -20,6 +21,11 @@ status worker_registry::admit(const worker_registration& reg) {
                           std::to_string(reg.pid) + ", incarnation " +
                           std::to_string(reg.incarnation) + ") refused: ";
   if (stopping_) return make_error(errc::not_ready, who + "the scheduler is stopping");
+  if (!rs.incarnation && reg.incarnation == UINT32_MAX) {
+    return make_error(errc::invalid_argument,
+                      who + "a first registration with incarnation 4294967295 is reserved: no "
+                            "restart could follow it");
+  }
   if (rs.live) {
     return make_error(errc::protocol_mismatch,
                       who + "the rank is already registered and alive (incarnation " +

@@ -8,7 +8,8 @@
 /// and its rank has no live worker. A rank that was live before and was lost may come back only
 /// with a higher incarnation than the last one admitted (the coordinator treats the current
 /// incarnation of a lost rank as stale). A rank registered for the first time may use any
-/// incarnation. Every refusal is returned as one status and changes nothing.
+/// incarnation but the largest (which would leave its restarts nowhere to go). Every refusal is
+/// returned as one status and changes nothing.
 ///
 /// Stop. begin_stop() marks the registry stopping (no more admissions) and returns the ranks
 /// whose workers must be told to stop, once; the stop is complete when no rank is live.

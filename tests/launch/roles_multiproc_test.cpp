@@ -5,12 +5,15 @@
 // share one shm segment and checks the bytes. Synchronisation reads the processes' output lines
 // and waits for their exits (no sleeps); every test ends with no child and no segment left.
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -235,6 +238,68 @@ TEST_F(RolesMultiprocTest, AWorkerWithoutASchedulerExitsWithAClearError) {
   EXPECT_EQ(exit_code(w), 1) << w.stderr_text();
   EXPECT_THAT(w.stderr_text(),
               HasSubstr("cannot reach the scheduler at 127.0.0.1:" + std::to_string(port_)));
+}
+
+TEST_F(RolesMultiprocTest, ASchedulerWhoseStdoutReaderIsGoneStopsCleanlyOnSigterm) {
+  // `kvconnect scheduler | <read one line>`: the reader closes the pipe before it passes the
+  // line on, so once the test has the line nobody reads the scheduler's stdout any more.
+  auto argv = common("scheduler", 1);
+  argv.insert(argv.end(), {"--token", token_});
+  argv.insert(argv.begin(),
+              {"/bin/bash", "-c",
+               "set -o pipefail; \"$0\" \"$@\" | { read -r line; exec 0<&-; echo \"$line\"; }"});
+  child_process& pipeline = start(argv);
+  auto line = pipeline.find_stdout("\"listening\"", patience);
+  ASSERT_TRUE(line.ok()) << pipeline.stderr_text();
+  const auto pid = nlohmann::json::parse(*line).at("pid").get<pid_t>();
+  ASSERT_EQ(::kill(pid, SIGTERM), 0);
+  // pipefail: the pipeline's status is the scheduler's, which wrote "stopped" into a closed pipe.
+  EXPECT_EQ(exit_code(pipeline), 0) << pipeline.stderr_text();
+  EXPECT_THAT(pipeline.stderr_text(), HasSubstr("stdout is gone"));
+  EXPECT_TRUE(leftover_segments().empty());
+}
+
+// In the next two tests the scheduler's one worker is frozen (SIGSTOP), so stopping it takes
+// until the stop timeout: nothing else tells the scheduler the worker is gone (its connection
+// timeout is 60 s).
+
+/// Sends SIGSTOP and returns once the kernel has stopped the child (waitid, not reaping it).
+::testing::AssertionResult freeze(child_process& c) {
+  if (!c.signal(SIGSTOP).ok()) return ::testing::AssertionFailure() << "kill(SIGSTOP) failed";
+  siginfo_t info{};
+  if (::waitid(P_PID, static_cast<id_t>(c.pid()), &info, WSTOPPED | WNOWAIT) != 0) {
+    return ::testing::AssertionFailure() << "waitid: " << std::strerror(errno);
+  }
+  return ::testing::AssertionSuccess();
+}
+TEST_F(RolesMultiprocTest, ASecondSignalEndsTheSchedulerAtOnceAndRemovesItsPool) {
+  child_process& sched =
+      start_scheduler(1, {"--connection-timeout-ms", "60000", "--stop-timeout-ms", "60000"});
+  child_process& w = start_worker(1, 0);
+  ASSERT_TRUE(w.find_stdout("\"registered\"", patience).ok()) << w.stderr_text();
+  ASSERT_TRUE(freeze(w));
+  ASSERT_TRUE(sched.signal(SIGTERM).ok());
+  ASSERT_TRUE(sched.find_stderr("shutting down", patience).ok()) << sched.stderr_text();
+  ASSERT_TRUE(sched.signal(SIGTERM).ok());  // it is waiting for the frozen worker
+  EXPECT_EQ(exit_code(sched), 128 + SIGTERM) << sched.stderr_text();
+  EXPECT_TRUE(leftover_segments().empty());
+  ASSERT_TRUE(w.signal(SIGKILL).ok());
+  EXPECT_EQ(exit_code(w), 128 + SIGKILL);
+}
+
+TEST_F(RolesMultiprocTest, AStopThatTimesOutExitsWithFailureAndStillRemovesThePool) {
+  child_process& sched =
+      start_scheduler(1, {"--connection-timeout-ms", "60000", "--stop-timeout-ms", "300"});
+  child_process& w = start_worker(1, 0);
+  ASSERT_TRUE(w.find_stdout("\"registered\"", patience).ok()) << w.stderr_text();
+  ASSERT_TRUE(freeze(w));
+  ASSERT_TRUE(sched.signal(SIGTERM).ok());
+  EXPECT_EQ(exit_code(sched), 1) << sched.stderr_text();
+  EXPECT_THAT(sched.stderr_text(), HasSubstr("stopping the workers"));
+  EXPECT_THAT(sched.stdout_text(), ::testing::Not(HasSubstr("\"stopped\"")));
+  EXPECT_TRUE(leftover_segments().empty());
+  ASSERT_TRUE(w.signal(SIGKILL).ok());
+  EXPECT_EQ(exit_code(w), 128 + SIGKILL);
 }
 
 }  // namespace

@@ -239,11 +239,12 @@ TEST_F(SchedulerActorTest, AStopWithoutWorkersIsAnsweredAtOnce) {
 
 TEST_F(SchedulerActorTest, SpawnRejectsBadOptions) {
   auto coord = spawn(recording_coordinator, log_);
-  auto no_coordinator = spawn_scheduler(sys(), {.handshake = expectation(1)}, coordinator_actor{});
+  auto no_coordinator = spawn_scheduler(sys(), {.handshake = expectation(1), .channel_endpoint = {}},
+                                        coordinator_actor{});
   EXPECT_EQ(no_coordinator.code(), errc::invalid_argument);
   scheduler::handshake_expectation e = expectation(1);
   e.token.clear();
-  EXPECT_EQ(spawn_scheduler(sys(), {.handshake = e}, coord).code(), errc::invalid_argument);
+  EXPECT_EQ(spawn_scheduler(sys(), {.handshake = e, .channel_endpoint = {}}, coord).code(), errc::invalid_argument);
 }
 
 }  // namespace

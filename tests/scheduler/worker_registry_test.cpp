@@ -76,6 +76,17 @@ TEST(WorkerRegistryTest, ALostRankReturnsOnlyWithAHigherIncarnation) {
   EXPECT_EQ(r.incarnation(1), 3u);
 }
 
+TEST(WorkerRegistryTest, AFirstRegistrationCannotTakeTheLargestIncarnation) {
+  worker_registry r = make();
+  status s = r.admit(reg(0, UINT32_MAX));
+  EXPECT_EQ(s.code(), errc::invalid_argument);
+  EXPECT_THAT(s.message(), HasSubstr("reserved"));
+  EXPECT_FALSE(r.is_live(0));
+  ASSERT_TRUE(r.admit(reg(0, 5)).ok());  // the refusal used up nothing
+  ASSERT_TRUE(r.remove(0).ok());
+  EXPECT_TRUE(r.admit(reg(0, UINT32_MAX)).ok());  // a restart may go up to it
+}
+
 TEST(WorkerRegistryTest, RemovingARankThatIsNotLiveIsNotFound) {
   worker_registry r = make();
   EXPECT_EQ(r.remove(0).code(), errc::not_found);
