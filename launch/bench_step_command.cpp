@@ -16,6 +16,8 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -38,6 +40,7 @@
 #include "actors/embed/scheduler_connector.hpp"
 #include "actors/embed/worker_connector.hpp"
 #include "launch/commands.hpp"
+#include "launch/signal_watcher.hpp"
 
 extern char** environ;
 
@@ -128,8 +131,15 @@ class children {
   std::vector<pid_t> pids_;
 };
 
+/// A child of bench step ends with its parent, whatever ends the parent (SIGKILL included).
+bool follow_parent() {
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) return false;
+  return ::getppid() != 1;  // the parent may have died before the prctl
+}
+
 /// A worker process of the kvconnect path: an engine worker that runs empty steps as they come.
 int run_kvc_worker(const worker_options& o) {
+  if (!follow_parent()) return 1;
   embed::worker_connector_config cfg;
   cfg.mode = embed::connection_mode::connect;
   cfg.network.port = o.port;
@@ -167,6 +177,7 @@ int run_kvc_worker(const worker_options& o) {
 
 /// A worker process of the ZeroMQ baseline: a DEALER echoing every message until "quit".
 int run_zmq_worker(const worker_options& o) {
+  if (!follow_parent()) return 1;
   zmq::context_t ctx{1};
   zmq::socket_t d{ctx, zmq::socket_type::dealer};
   d.set(zmq::sockopt::routing_id, "w" + std::to_string(o.rank));
@@ -230,6 +241,10 @@ double cpu_us(const std::vector<pid_t>& pids) {
 }
 
 int run_bench(const step_options& o) {
+  // SIGINT / SIGTERM end the run between steps, and the normal clean-up runs: the workers are
+  // stopped and reaped, the pool removed; a second signal exits at once after removing the
+  // pool's name (the children follow through PR_SET_PDEATHSIG). Before any thread starts.
+  signal_watcher signals;
   spdlog::set_level(spdlog::level::warn);  // the scheduler logs each registration at info
   const std::string instance = "bench-step" + std::to_string(::getpid());
   const std::string token = "bench-" + std::to_string(::getpid());
@@ -308,7 +323,10 @@ int run_bench(const step_options& o) {
     return since_us(t0);
   };
 
-  for (uint32_t i = 0; i < o.warmup; ++i) {
+  signals.on_second_signal([name = (*sc)->segment_name()] { ::shm_unlink(name.c_str()); });
+  std::cerr << "kvconnect bench step: " << o.tp << " + " << o.tp
+            << " worker processes connected; running" << std::endl;
+  for (uint32_t i = 0; i < o.warmup && !signals.signalled(); ++i) {
     kvc_step();
     zmq_step();
   }
@@ -318,15 +336,16 @@ int run_bench(const step_options& o) {
   double kvc_cpu = 0;  // CPU time of this process + the path's children while the path ran
   double zmq_cpu = 0;
   const uint32_t per_round = std::max<uint32_t>(1, o.steps / o.rounds);
-  for (uint32_t round = 0; round < o.rounds && error.empty(); ++round) {
+  for (uint32_t round = 0; round < o.rounds && error.empty() && !signals.signalled(); ++round) {
     std::vector<double> c;
     std::vector<double> z;
     double cpu0 = cpu_us(kvc_kids.pids());
-    for (uint32_t i = 0; i < per_round; ++i) c.push_back(kvc_step());
+    for (uint32_t i = 0; i < per_round && !signals.signalled(); ++i) c.push_back(kvc_step());
     kvc_cpu += cpu_us(kvc_kids.pids()) - cpu0;
     cpu0 = cpu_us(zmq_kids.pids());
-    for (uint32_t i = 0; i < per_round; ++i) z.push_back(zmq_step());
+    for (uint32_t i = 0; i < per_round && !signals.signalled(); ++i) z.push_back(zmq_step());
     zmq_cpu += cpu_us(zmq_kids.pids()) - cpu0;
+    if (c.empty() || z.empty()) break;  // interrupted
     round_ratios.push_back(summarize(c).p50 / summarize(z).p50);
     kvc_us.insert(kvc_us.end(), c.begin(), c.end());
     zmq_us.insert(zmq_us.end(), z.begin(), z.end());
@@ -346,6 +365,11 @@ int run_bench(const step_options& o) {
                                  : std::to_string(bad) + " worker processes failed")
               << "\n";
     return 1;
+  }
+  if (const int sig = signals.signalled()) {
+    std::cerr << "kvconnect bench step: interrupted by signal " << sig
+              << "; workers stopped, pool removed\n";
+    return 128 + sig;
   }
 
   const percentiles c = summarize(kvc_us);

@@ -14,6 +14,9 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -300,6 +303,33 @@ TEST_F(RolesMultiprocTest, AStopThatTimesOutExitsWithFailureAndStillRemovesThePo
   EXPECT_TRUE(leftover_segments().empty());
   ASSERT_TRUE(w.signal(SIGKILL).ok());
   EXPECT_EQ(exit_code(w), 128 + SIGKILL);
+}
+
+/// Processes whose command line mentions `needle` (reads /proc; only our own user's matter).
+std::vector<pid_t> processes_mentioning(const std::string& needle) {
+  std::vector<pid_t> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(e.path() / "cmdline", std::ios::binary);
+    const std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (cmd.find(needle) != std::string::npos) out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+TEST_F(RolesMultiprocTest, AnInterruptedStepBenchmarkStopsItsWorkersAndRemovesItsPool) {
+  child_process& bench =
+      start({KVC_BINARY, "bench", "step", "--tp", "2", "--steps", "10000000", "--warmup", "1"});
+  ASSERT_TRUE(bench.find_stderr("running", patience).ok()) << bench.stderr_text();
+  const std::string instance = "bench-step" + std::to_string(bench.pid());
+  EXPECT_EQ(processes_mentioning(instance).size(), 4u);  // 2 kvconnect + 2 ZeroMQ workers
+  EXPECT_EQ(shm::testing::shm_entries(instance + "-").size(), 1u);
+  ASSERT_TRUE(bench.signal(SIGINT).ok());
+  EXPECT_EQ(exit_code(bench), 128 + SIGINT) << bench.stderr_text();
+  EXPECT_THAT(bench.stderr_text(), HasSubstr("interrupted by signal 2"));
+  EXPECT_TRUE(processes_mentioning(instance).empty());
+  EXPECT_TRUE(shm::testing::shm_entries(instance + "-").empty());
 }
 
 }  // namespace
