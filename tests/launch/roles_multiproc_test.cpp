@@ -246,6 +246,19 @@ TEST_F(RolesMultiprocTest, AWorkerWithoutASchedulerExitsWithAClearError) {
               HasSubstr("cannot reach the scheduler at 127.0.0.1:" + std::to_string(port_)));
 }
 
+TEST_F(RolesMultiprocTest, AFlagThatDoesNotParseIsAUsageErrorWithExitCode2) {
+  child_process& bad_number = start({KVC_BINARY, "worker", "--port", "many", "--rank", "0",
+                                     "--token", token_});
+  EXPECT_EQ(exit_code(bad_number), 2);
+  EXPECT_THAT(bad_number.stderr_text(), HasSubstr("--port"));
+  child_process& unknown = start({KVC_BINARY, "scheduler", "--token", token_, "--tp", "2"});
+  EXPECT_EQ(exit_code(unknown), 2);
+  EXPECT_THAT(unknown.stderr_text(), HasSubstr("--tp"));
+  child_process& help = start({KVC_BINARY, "scheduler", "--help"});
+  EXPECT_EQ(exit_code(help), 0);
+  EXPECT_TRUE(leftover_segments().empty());
+}
+
 TEST_F(RolesMultiprocTest, ASchedulerWhoseStdoutReaderIsGoneStopsCleanlyOnSigterm) {
   // `kvconnect scheduler | <read one line>`: the reader closes the pipe before it passes the
   // line on, so once the test has the line nobody reads the scheduler's stdout any more.
