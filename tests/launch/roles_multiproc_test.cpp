@@ -254,6 +254,9 @@ TEST_F(RolesMultiprocTest, AFlagThatDoesNotParseIsAUsageErrorWithExitCode2) {
   child_process& unknown = start({KVC_BINARY, "scheduler", "--token", token_, "--tp", "2"});
   EXPECT_EQ(exit_code(unknown), 2);
   EXPECT_THAT(unknown.stderr_text(), HasSubstr("--tp"));
+  child_process& dir = start({KVC_BINARY, "bench", "manager", "--trace", "/tmp"});
+  EXPECT_EQ(exit_code(dir), 2);
+  EXPECT_THAT(dir.stderr_text(), HasSubstr("directory"));
   child_process& help = start({KVC_BINARY, "scheduler", "--help"});
   EXPECT_EQ(exit_code(help), 0);
   EXPECT_TRUE(leftover_segments().empty());
