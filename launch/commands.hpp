@@ -30,5 +30,7 @@ void add_scheduler_command(CLI::App& app, int& exit_code);
 void add_worker_command(CLI::App& app, int& exit_code);
 /// `config show [FILE]` / `config check FILE`, with `--set key.path=value` (docs/config.md).
 void add_config_command(CLI::App& app, int& exit_code);
+/// `launch [FILE] [--node N]`: starts and supervises a node's processes (node_launcher.hpp).
+void add_launch_command(CLI::App& app, int& exit_code);
 
 }  // namespace kvc::launch

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "launch/config_loader.hpp"
+#include "launch/node_processes.hpp"
 
 namespace kvc::launch {
 namespace {
@@ -122,6 +123,48 @@ TEST(LaunchPlanTest, NoPlanWithoutOffloadOrForAnInvalidConfig) {
   auto invalid = make_plan(bad, "inst", "secret");
   ASSERT_FALSE(invalid.ok());
   EXPECT_THAT(invalid.error().message(), ::testing::HasSubstr("offload.block_size"));
+}
+
+TEST(LaunchPlanTest, TheNodesProcessesGetTheSameTopologyAndPoolFlags) {
+  const auto c = loaded(tp4pp2, {"runtime.port=0", "workload.steps=30"});
+  auto plan = make_plan(c, "inst", "secret");
+  ASSERT_TRUE(plan.ok()) << plan.error().to_string();
+  const std::vector<std::string> shared = {"--tp-size",
+                                           "4",
+                                           "--pp-size",
+                                           "2",
+                                           "--node",
+                                           "0",
+                                           "--instance",
+                                           "inst",
+                                           "--slots",
+                                           "256",
+                                           "--kv-layers",
+                                           "8",
+                                           "--kv-page-bytes",
+                                           "16384",
+                                           "--gpu-blocks",
+                                           "32",
+                                           "--block-factor",
+                                           "2",
+                                           "--heartbeat-ms",
+                                           "100",
+                                           "--connection-timeout-ms",
+                                           "1000"};
+  std::vector<std::string> want{"scheduler"};
+  want.insert(want.end(), shared.begin(), shared.end());
+  want.insert(want.end(), {"--port", "0", "--job-timeout-ms", "250", "--smoke-steps", "30",
+                           "--ready-timeout-ms", "30000", "--step-timeout-ms", "10000",
+                           "--stop-timeout-ms", "5000"});
+  EXPECT_EQ(scheduler_arguments(c, *plan), want);
+
+  want = {"worker"};
+  want.insert(want.end(), shared.begin(), shared.end());
+  want.insert(want.end(), {"--host", "127.0.0.1", "--port", "4242", "--rank", "5", "--backend",
+                           "sim", "--device", "5", "--register-timeout-ms", "700"});
+  EXPECT_EQ(worker_arguments(c, *plan, 5, 4242), want);
+  // The token is never on a command line.
+  for (const auto& a : worker_arguments(c, *plan, 0, 1)) EXPECT_NE(a, "secret");
 }
 
 }  // namespace
