@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <chrono>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -137,6 +138,22 @@ TEST_F(LaunchMultiprocTest, AWorkerKilledEndsTheLaunchAtOnce) {
   ASSERT_EQ(::kill(s.at("worker_pids")[1].get<pid_t>(), SIGKILL), 0);
   EXPECT_EQ(exit_code(), 1) << launcher_.stderr_text();
   EXPECT_EQ(summary().at("reason"), "worker 1 exited with code 137 before the smoke run ended");
+}
+
+TEST_F(LaunchMultiprocTest, TheOneNodeExamplesLaunchAndPass) {
+  // tp2.yaml: 2 ranks, 60 steps; tp4pp2.yaml: 8 ranks, 30 steps of 2-GPU-block offloaded blocks.
+  for (const auto& [name, ranks, steps, slot] :
+       {std::tuple{"tp2", 2, 60, 8u * 16384}, std::tuple{"tp4pp2", 8, 30, 2u * 8 * 16384}}) {
+    SCOPED_TRACE(name);
+    launch({KVC_SOURCE_DIR "/launch/examples/" + std::string(name) + ".yaml"});
+    started();
+    ASSERT_EQ(exit_code(), 0) << launcher_.stderr_text();
+    auto j = summary();
+    EXPECT_EQ(j.at("ranks"), ranks);
+    EXPECT_EQ(j.at("jobs_ok"), steps);
+    EXPECT_EQ(j.at("bytes").get<uint64_t>(), uint64_t{slot} * ranks * steps);
+    EXPECT_TRUE(leftover_segments().empty());
+  }
 }
 
 TEST_F(LaunchMultiprocTest, ABadConfigExitsTwoAndStartsNothing) {
