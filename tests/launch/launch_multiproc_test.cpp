@@ -3,8 +3,12 @@
 // run, or a worker killed, ends the launch with no child and no segment left; a bad config
 // exits 2 and starts nothing. Synchronisation reads the launcher's JSON lines and waits for
 // its exit (no sleeps).
+#include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gmock/gmock.h>
@@ -12,6 +16,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -154,6 +159,30 @@ TEST_F(LaunchMultiprocTest, TheOneNodeExamplesLaunchAndPass) {
     EXPECT_EQ(j.at("bytes").get<uint64_t>(), uint64_t{slot} * ranks * steps);
     EXPECT_TRUE(leftover_segments().empty());
   }
+}
+
+TEST_F(LaunchMultiprocTest, AKilledLauncherTakesItsChildrenWithIt) {
+  // The launcher's children become this process's when it dies, so that this test reaps them.
+  ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  launch({"--set", "workload.steps=4000000000"});
+  started();
+  ASSERT_TRUE(launcher_.find_stdout("\"ready\"", patience).ok()) << launcher_.stderr_text();
+  ASSERT_TRUE(launcher_.signal(SIGKILL).ok());
+  EXPECT_EQ(exit_code(), 128 + SIGKILL);
+  // PR_SET_PDEATHSIG: the kernel kills every child with the launcher.
+  for (pid_t pid : children_) {
+    const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+    ASSERT_GE(fd, 0) << "child " << pid << ": " << std::strerror(errno);
+    pollfd p{fd, POLLIN, 0};
+    EXPECT_EQ(::poll(&p, 1, static_cast<int>(patience / 1ms)), 1) << "child " << pid << " lives";
+    ::close(fd);
+    int st = 0;
+    EXPECT_EQ(::waitpid(pid, &st, 0), pid);
+    EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) << "child " << pid;
+  }
+  ::prctl(PR_SET_CHILD_SUBREAPER, 0);
+  // Nobody was left to remove the segment: the next create of the name replaces it as stale.
+  for (const auto& n : leftover_segments()) ::shm_unlink(n.c_str());
 }
 
 TEST_F(LaunchMultiprocTest, ABadConfigExitsTwoAndStartsNothing) {
