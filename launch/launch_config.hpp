@@ -71,7 +71,7 @@ struct runtime_section {
   std::string token;
   /// Names the shm segments (/kvc-<uid>-<instance>-node<n>); empty: chosen by the launcher.
   std::string instance;
-  std::string log_level = "info";  ///< trace | debug | info | warn | error | off
+  std::string log_level = "info";  ///< trace | debug | info | warn | error | off; every process
   uint32_t heartbeat_ms = 100;
   uint32_t connection_timeout_ms = 1000;
   uint32_t register_timeout_ms = 5000;

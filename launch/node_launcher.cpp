@@ -13,6 +13,7 @@
 #include <optional>
 #include <random>
 
+#include <spdlog/common.h>
 #include <nlohmann/json.hpp>
 
 #include "launch/config_file.hpp"
@@ -52,13 +53,17 @@ std::string generate_token() {
   return buf;
 }
 
-/// The launcher's environment with KVCONNECT_TOKEN set to `token`.
-std::vector<std::string> child_environment(const std::string& token) {
+/// The launcher's environment with KVCONNECT_TOKEN and SPDLOG_LEVEL (runtime.log_level) set.
+std::vector<std::string> child_environment(const std::string& token, const std::string& level) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
-    if (std::strncmp(*e, "KVCONNECT_TOKEN=", 16) != 0) env.emplace_back(*e);
+    if (std::strncmp(*e, "KVCONNECT_TOKEN=", 16) != 0 &&
+        std::strncmp(*e, "SPDLOG_LEVEL=", 13) != 0) {
+      env.emplace_back(*e);
+    }
   }
   env.push_back("KVCONNECT_TOKEN=" + token);
+  env.push_back("SPDLOG_LEVEL=" + level);
   return env;
 }
 
@@ -104,6 +109,16 @@ class node_run {
   const std::optional<json>& smoke() const { return smoke_; }
 
  private:
+  /// A message of the launcher's own at `level`, shown unless runtime.log_level is above it.
+  void tell(spdlog::level::level_enum level, const std::string& message, bool own = true) const {
+    if (level < spdlog::level::from_str(config_.runtime.log_level)) return;
+    if (own) {
+      say(message);
+    } else {
+      std::cerr << (message + "\n") << std::flush;  // one write
+    }
+  }
+
   static std::vector<std::string> names(const std::vector<rank_id>& ranks) {
     std::vector<std::string> out{"scheduler"};
     for (rank_id r : ranks) out.push_back("worker " + std::to_string(r));
@@ -158,7 +173,8 @@ class node_run {
       uint64_t n;
       (void)!::read(wake_, &n, sizeof n);
       if (int sig = signals.signalled()) {
-        say("signal " + std::to_string(sig) + ": stopping the node's processes");
+        tell(spdlog::level::info,
+             "signal " + std::to_string(sig) + ": stopping the node's processes");
         apply(sup_.on_signal(sig, clock::now()));
       }
     }
@@ -171,8 +187,8 @@ class node_run {
       }
       read_output(child, true);  // what it wrote before it ended comes first
       const int code = children_[child].reap();
-      say(role(child) + " (pid " + std::to_string(children_[child].pid()) + ") exited with code " +
-          std::to_string(code));
+      tell(spdlog::level::info, role(child) + " (pid " + std::to_string(children_[child].pid()) +
+                                    ") exited with code " + std::to_string(code));
       apply(sup_.on_exit(child, code, clock::now()));
     }
     apply(sup_.on_time(clock::now()));
@@ -201,7 +217,7 @@ class node_run {
   }
 
   void on_line(size_t child, const std::string& line) {
-    std::cerr << ("[" + role(child) + "] " + line + "\n") << std::flush;  // one write
+    tell(spdlog::level::info, "[" + role(child) + "] " + line, false);
     if (child != 0) return;
     const json j = json::parse(line, nullptr, false);
     if (!j.is_object() || !j.contains("event")) return;
@@ -295,14 +311,15 @@ int run_launch(const launch_options& o) {
   const std::string segment = shm::segment_name(::getuid(), instance, o.node);
 
   signal_watcher signals;  // before any child: they must not inherit a half-set-up state
-  node_run run(c, *plan, ranks, o.binary, child_environment(token));
+  node_run run(c, *plan, ranks, o.binary, child_environment(token, c.runtime.log_level));
   const int code = run.run(signals);
 
   // A scheduler that was killed cannot remove its segment: the launch does.
   bool segment_left = false;
   if (auto exists = shm::segment::exists(segment); exists && *exists) {
     segment_left = true;
-    say("removing " + segment + ", left behind by the scheduler");
+    if (spdlog::level::from_str(c.runtime.log_level) <= spdlog::level::warn)
+      say("removing " + segment + ", left behind by the scheduler");
     (void)shm::segment::remove(segment);
   }
   const auto wall = std::chrono::duration<double>(clock::now() - t0).count();

@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 
+#include <spdlog/cfg/env.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
@@ -36,6 +37,7 @@ void use_stderr_logging(const std::string& role) {
       std::make_shared<spdlog::logger>("kvc", std::make_shared<spdlog::sinks::stderr_sink_mt>());
   logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [" + role + "] [%l] %v");
   spdlog::set_default_logger(std::move(logger));
+  spdlog::cfg::load_env_levels();  // $SPDLOG_LEVEL: kvconnect launch passes runtime.log_level
 }
 
 /// One machine-readable line on stdout, flushed (readers wait for it).

@@ -185,6 +185,16 @@ TEST_F(LaunchMultiprocTest, AKilledLauncherTakesItsChildrenWithIt) {
   for (const auto& n : leftover_segments()) ::shm_unlink(n.c_str());
 }
 
+TEST_F(LaunchMultiprocTest, LogLevelReachesEveryProcess) {
+  launch({"--set", "workload.steps=10", "--set", "runtime.log_level=warn"});
+  started();
+  EXPECT_EQ(exit_code(), 0) << launcher_.stderr_text();
+  EXPECT_EQ(summary().at("jobs_ok"), 10);
+  // The children log "[info]" lines at info (registrations, stops); none passed the level.
+  EXPECT_THAT(launcher_.stderr_text(), ::testing::Not(HasSubstr("[info]")));
+  EXPECT_THAT(launcher_.stderr_text(), ::testing::Not(HasSubstr("[scheduler] {")));
+}
+
 TEST_F(LaunchMultiprocTest, ABadConfigExitsTwoAndStartsNothing) {
   launch({"--set", "topology.tensor_parallel=0", "--set", "offload.block_size=24"});
   EXPECT_EQ(exit_code(), 2);
