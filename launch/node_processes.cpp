@@ -45,10 +45,10 @@ std::vector<std::string> scheduler_arguments(const launch_config& c, const launc
   std::vector<std::string> args{"scheduler"};
   append(args, shared_flags(c, p, 0));
   const auto& r = c.runtime;
-  append(args,
-         {"--port", str(r.port), "--job-timeout-ms", str(r.job_timeout_ms), "--smoke-steps",
-          str(c.workload.steps), "--ready-timeout-ms", str(r.ready_timeout_ms), "--step-timeout-ms",
-          str(r.step_timeout_ms), "--stop-timeout-ms", str(r.stop_timeout_ms)});
+  append(args, {"--host", r.host, "--port", str(r.port), "--job-timeout-ms", str(r.job_timeout_ms),
+                "--smoke-steps", str(c.workload.steps), "--ready-timeout-ms",
+                str(r.ready_timeout_ms), "--step-timeout-ms", str(r.step_timeout_ms),
+                "--stop-timeout-ms", str(r.stop_timeout_ms)});
   return args;
 }
 

@@ -130,7 +130,7 @@ int run_scheduler_process(const scheduler_process_options& o) {
   }
   signal_watcher signals;  // before any thread starts
   embed::scheduler_connector_config cfg;
-  cfg.network = o.network.facade("127.0.0.1", o.port);
+  cfg.network = o.network.facade(o.host, o.port);
   cfg.token = o.token;
   cfg.topology = o.topology;
   cfg.pool = pool_of(o.pool, o.prefault);
@@ -145,10 +145,10 @@ int run_scheduler_process(const scheduler_process_options& o) {
         {"layout_checksum", plan->layout_checksum},
         {"world_size", plan->geometry.world_size},
         {"pid", ::getpid()}});
-  spdlog::info("scheduler: listening on 127.0.0.1:{} for {} ranks; segment {} ({} slots of {} "
+  spdlog::info("scheduler: listening on {}:{} for {} ranks; segment {} ({} slots of {} "
                "bytes per rank)",
-               (*sc)->port(), plan->geometry.world_size, plan->segment, plan->geometry.num_slots,
-               plan->geometry.slot_bytes);
+               o.host, (*sc)->port(), plan->geometry.world_size, plan->segment,
+               plan->geometry.num_slots, plan->geometry.slot_bytes);
   const int code = engine ? smoke(**sc, *engine, o, signals) : serve(**sc, signals);
   if (int sig = signals.signalled()) spdlog::info("scheduler: signal {}: shutting down", sig);
   auto stopped = (*sc)->shutdown(milliseconds{o.stop_timeout_ms});

@@ -153,9 +153,9 @@ TEST(LaunchPlanTest, TheNodesProcessesGetTheSameTopologyAndPoolFlags) {
                                            "1000"};
   std::vector<std::string> want{"scheduler"};
   want.insert(want.end(), shared.begin(), shared.end());
-  want.insert(want.end(), {"--port", "0", "--job-timeout-ms", "250", "--smoke-steps", "30",
-                           "--ready-timeout-ms", "30000", "--step-timeout-ms", "10000",
-                           "--stop-timeout-ms", "5000"});
+  want.insert(want.end(), {"--host", "127.0.0.1", "--port", "0", "--job-timeout-ms", "250",
+                           "--smoke-steps", "30", "--ready-timeout-ms", "30000",
+                           "--step-timeout-ms", "10000", "--stop-timeout-ms", "5000"});
   EXPECT_EQ(scheduler_arguments(c, *plan), want);
 
   want = {"worker"};
