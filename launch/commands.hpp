@@ -28,5 +28,9 @@ void add_bench_step_command(CLI::App& app, int& exit_code);
 void add_scheduler_command(CLI::App& app, int& exit_code);
 /// `worker --rank R --port P`: one rank's worker process (registers, executes steps).
 void add_worker_command(CLI::App& app, int& exit_code);
+/// `config show [FILE]` / `config check FILE`, with `--set key.path=value` (docs/config.md).
+void add_config_command(CLI::App& app, int& exit_code);
+/// `launch [FILE] [--node N]`: starts and supervises a node's processes (node_launcher.hpp).
+void add_launch_command(CLI::App& app, int& exit_code);
 
 }  // namespace kvc::launch

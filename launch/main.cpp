@@ -20,6 +20,8 @@ int main(int argc, char** argv) {
   kvc::launch::add_bench_step_command(app, exit_code);
   kvc::launch::add_scheduler_command(app, exit_code);
   kvc::launch::add_worker_command(app, exit_code);
+  kvc::launch::add_config_command(app, exit_code);
+  kvc::launch::add_launch_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

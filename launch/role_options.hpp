@@ -46,6 +46,7 @@ struct scheduler_process_options {
   pool_options pool;
   network_options network;
   std::string token;
+  std::string host = "127.0.0.1";  ///< the address to listen on
   uint16_t port = 0;  ///< 0: any free port (printed in the "listening" line)
   bool prefault = false;
   uint32_t job_timeout_ms = 0;  ///< 0: jobs never time out at the coordinator

@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 
+#include <spdlog/cfg/env.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
@@ -37,6 +38,7 @@ void use_stderr_logging(const std::string& role) {
       std::make_shared<spdlog::logger>("kvc", std::make_shared<spdlog::sinks::stderr_sink_mt>());
   logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [" + role + "] [%l] %v");
   spdlog::set_default_logger(std::move(logger));
+  spdlog::cfg::load_env_levels();  // $SPDLOG_LEVEL: kvconnect launch passes runtime.log_level
 }
 
 /// One machine-readable line on stdout, flushed (readers wait for it). A reader that went away
@@ -136,7 +138,7 @@ int run_scheduler_process(const scheduler_process_options& o) {
   }
   signal_watcher signals;  // before any thread starts
   embed::scheduler_connector_config cfg;
-  cfg.network = o.network.facade("127.0.0.1", o.port);
+  cfg.network = o.network.facade(o.host, o.port);
   cfg.token = o.token;
   cfg.topology = o.topology;
   cfg.pool = pool_of(o.pool, o.prefault);
@@ -153,10 +155,10 @@ int run_scheduler_process(const scheduler_process_options& o) {
         {"layout_checksum", plan->layout_checksum},
         {"world_size", plan->geometry.world_size},
         {"pid", ::getpid()}});
-  spdlog::info("scheduler: listening on 127.0.0.1:{} for {} ranks; segment {} ({} slots of {} "
+  spdlog::info("scheduler: listening on {}:{} for {} ranks; segment {} ({} slots of {} "
                "bytes per rank)",
-               (*sc)->port(), plan->geometry.world_size, plan->segment, plan->geometry.num_slots,
-               plan->geometry.slot_bytes);
+               o.host, (*sc)->port(), plan->geometry.world_size, plan->segment,
+               plan->geometry.num_slots, plan->geometry.slot_bytes);
   const int code = engine ? smoke(**sc, *engine, o, signals) : serve(**sc, signals);
   if (int sig = signals.signalled()) spdlog::info("scheduler: signal {}: shutting down", sig);
   auto stopped = (*sc)->shutdown(milliseconds{o.stop_timeout_ms});

@@ -1,5 +1,5 @@
 // `kvconnect scheduler`: the scheduler and the coordinator of one node, in one process. Creates
-// the node's shm segment, publishes the scheduler on 127.0.0.1 and prints
+// the node's shm segment, publishes the scheduler on --host (127.0.0.1) and prints
 // {"event":"listening","port":N,...}; serves until SIGINT/SIGTERM, or drives --smoke-steps.
 #include <memory>
 
@@ -15,7 +15,8 @@ void add_scheduler_command(CLI::App& app, int& exit_code) {
   add_topology_flags(*cmd, o->topology);
   add_pool_flags(*cmd, o->pool);
   add_network_flags(*cmd, o->token, o->network);
-  cmd->add_option("--port", o->port, "TCP port on 127.0.0.1; 0 picks a free one (printed)")
+  cmd->add_option("--host", o->host, "The address to listen on")->capture_default_str();
+  cmd->add_option("--port", o->port, "TCP port on --host; 0 picks a free one (printed)")
       ->capture_default_str();
   cmd->add_flag("--prefault", o->prefault, "Fault the whole pool in at creation");
   cmd->add_option("--job-timeout-ms", o->job_timeout_ms,

@@ -1,0 +1,18 @@
+#pragma once
+/// The edge between a config file on disk and the pure loader (config_loader.hpp): reads the
+/// file and loads it with the --set overrides. An empty path loads the embedded default (one
+/// node, TP=2, PP=1, sim; errors then name "<default>"). An unreadable file is one
+/// config_error naming it. Used by `kvconnect config` and `kvconnect launch`.
+#include <span>
+#include <string>
+
+#include "launch/config_loader.hpp"
+
+namespace kvc::launch {
+
+loaded_config load_config_file(const std::string& path, std::span<const std::string> overrides);
+
+/// Prints every error of `loaded` on stderr, one line each ("kvconnect <who>: " first).
+void print_config_errors(const loaded_config& loaded, const std::string& who);
+
+}  // namespace kvc::launch

@@ -1,0 +1,129 @@
+#pragma once
+/// launch_config: what `kvconnect launch` starts, as one plain struct with every section of the
+/// config file (docs/config.md) and its built-in defaults. The offload section keeps vLLM's
+/// `kv_connector_extra_config` names for the OffloadingConnector (cpu_bytes_to_use, block_size,
+/// eviction_policy, store_threshold, max_tracker_size).
+///
+/// A default-constructed launch_config is the embedded default: one node (`node0` on
+/// 127.0.0.1), TP=2, PP=1, the sim backend. Two fields are resolved by the loader
+/// (config_loader.hpp) once every source is merged, so that a loaded config is always explicit:
+/// an empty `topology.placement` becomes "fill the nodes in order" and `offload.block_size` 0
+/// becomes `kv_cache.gpu_block_size`.
+///
+/// Plain data: no I/O, thread-safe to copy and read.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvc::launch {
+
+struct node_config {
+  std::string name = "node0";
+  std::string host = "127.0.0.1";
+  uint64_t shm_bytes = 0;  ///< the node's shm budget for its segment; 0: not checked
+  friend bool operator==(const node_config&, const node_config&) = default;
+};
+
+struct restart_config {
+  std::string policy = "never";  ///< never | on-failure
+  uint32_t limit = 3;            ///< restarts per rank
+  friend bool operator==(const restart_config&, const restart_config&) = default;
+};
+
+struct topology_section {
+  std::vector<node_config> nodes{node_config{}};
+  uint32_t tensor_parallel = 2;
+  uint32_t pipeline_parallel = 1;
+  /// Node name of every global rank (rank = pp_rank * tensor_parallel + tp_rank).
+  std::vector<std::string> placement;
+  std::string backend = "sim";  ///< sim | cuda
+  restart_config restart;
+  friend bool operator==(const topology_section&, const topology_section&) = default;
+};
+
+/// The model's KV cache on the GPUs: the bytes of one GPU block follow from it.
+struct kv_cache_section {
+  uint32_t layers = 8;
+  uint32_t kv_heads = 8;  ///< split over tensor_parallel ranks (replicated when fewer)
+  uint32_t head_dim = 64;
+  uint32_t dtype_bytes = 2;
+  uint32_t gpu_block_size = 16;       ///< tokens per GPU block
+  uint32_t gpu_blocks = 64;           ///< GPU blocks per rank
+  std::string layout = "flash_attn";  ///< flash_attn | flashinfer | cross_layer
+  friend bool operator==(const kv_cache_section&, const kv_cache_section&) = default;
+};
+
+/// vLLM's kv_connector_extra_config of the OffloadingConnector.
+struct offload_section {
+  bool enabled = true;                      ///< false: no connector, no pool
+  uint64_t cpu_bytes_to_use = 64ull << 20;  ///< the CPU pool, total over all ranks
+  uint32_t block_size = 0;                  ///< tokens per offloaded block; 0: gpu_block_size
+  std::string eviction_policy = "lru";      ///< lru | arc
+  uint32_t store_threshold = 0;             ///< 0: reuse filter off; >= 2 enables it
+  uint32_t max_tracker_size = 64000;        ///< the reuse filter's tracker capacity
+  friend bool operator==(const offload_section&, const offload_section&) = default;
+};
+
+struct runtime_section {
+  std::string host = "127.0.0.1";  ///< where the scheduler listens
+  uint32_t port = 0;               ///< 0: a free port
+  /// Shared secret; empty: $KVCONNECT_TOKEN, else generated for a one-node launch.
+  std::string token;
+  /// Names the shm segments (/kvc-<uid>-<instance>-node<n>); empty: chosen by the launcher.
+  std::string instance;
+  std::string log_level = "info";  ///< trace | debug | info | warn | error | off; every process
+  uint32_t heartbeat_ms = 100;
+  uint32_t connection_timeout_ms = 1000;
+  uint32_t register_timeout_ms = 5000;
+  uint32_t ready_timeout_ms = 30000;
+  uint32_t step_timeout_ms = 10000;
+  uint32_t stop_timeout_ms = 5000;
+  uint32_t job_timeout_ms = 0;  ///< 0: jobs never time out
+  friend bool operator==(const runtime_section&, const runtime_section&) = default;
+};
+
+struct token_range {
+  uint32_t min = 0;
+  uint32_t max = 0;
+  friend bool operator==(const token_range&, const token_range&) = default;
+};
+
+struct multi_turn_config {
+  double probability = 0.0;  ///< chance that a finished request comes back with a next turn
+  uint32_t max_turns = 4;
+  friend bool operator==(const multi_turn_config&, const multi_turn_config&) = default;
+};
+
+/// The simulated engine's workload. Today `kvconnect launch` drives only the smoke run
+/// (`steps` store/load steps); the other keys are parsed and checked for the simulated engine.
+struct workload_section {
+  uint32_t requests = 1000;
+  double arrival_rate = 4.0;  ///< requests per step (Poisson); 0: all arrive at step 0
+  token_range prompt_tokens{128, 2048};
+  /// Prompts start with a prefix of one of `documents` shared documents, chosen with Zipf
+  /// popularity of exponent `zipf`.
+  uint32_t documents = 4000;
+  double zipf = 1.1;
+  token_range shared_prefix_tokens{64, 1024};
+  multi_turn_config multi_turn;
+  token_range output_tokens{16, 256};
+  uint32_t max_running = 64;
+  uint64_t seed = 0;
+  uint32_t steps = 200;
+  friend bool operator==(const workload_section&, const workload_section&) = default;
+};
+
+struct launch_config {
+  topology_section topology;
+  kv_cache_section kv_cache;
+  offload_section offload;
+  runtime_section runtime;
+  workload_section workload;
+  friend bool operator==(const launch_config&, const launch_config&) = default;
+};
+
+/// The config as YAML, every key in file order (what `kvconnect config show` prints); loading
+/// it back gives the same config.
+std::string to_yaml(const launch_config& config);
+
+}  // namespace kvc::launch

@@ -1,0 +1,258 @@
+#include "launch/launch_plan.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+
+#include "actors/scheduler/manager_config.hpp"
+
+namespace kvc::launch {
+
+namespace {
+
+std::string str(uint64_t v) {
+  return std::to_string(v);
+}
+
+std::string node_path(size_t i) {
+  return "topology.nodes[" + str(i) + "]";
+}
+
+}  // namespace
+
+kv_geometry derive_geometry(const launch_config& c) {
+  const auto& t = c.topology;
+  const auto& k = c.kv_cache;
+  kv_geometry g;
+  g.world_size = t.tensor_parallel * t.pipeline_parallel;
+  g.kv_heads_per_rank = std::max<uint32_t>(1, k.kv_heads / t.tensor_parallel);
+  g.layers_per_rank = (k.layers + t.pipeline_parallel - 1) / t.pipeline_parallel;
+  const uint32_t block = c.offload.block_size == 0 ? k.gpu_block_size : c.offload.block_size;
+  g.factor = std::max<uint32_t>(1, block / k.gpu_block_size);
+  g.page_bytes = 2ull * k.gpu_block_size * g.kv_heads_per_rank * k.head_dim * k.dtype_bytes;
+  g.slot_bytes = uint64_t{g.factor} * g.layers_per_rank * g.page_bytes;
+  return g;
+}
+
+std::vector<uint32_t> rank_nodes(const topology_section& t) {
+  const uint32_t world = t.tensor_parallel * t.pipeline_parallel;
+  const auto nodes = static_cast<uint32_t>(t.nodes.size());
+  std::vector<uint32_t> out;
+  if (t.placement.empty()) {
+    const uint32_t per_node = nodes == 0 ? world : (world + nodes - 1) / nodes;
+    for (uint32_t r = 0; r < world; ++r) out.push_back(per_node == 0 ? 0 : r / per_node);
+    return out;
+  }
+  for (const auto& name : t.placement) {
+    uint32_t i = 0;
+    while (i < nodes && t.nodes[i].name != name) ++i;
+    out.push_back(i);
+  }
+  return out;
+}
+
+std::vector<config_problem> check_config(const launch_config& c) {
+  std::vector<config_problem> out;
+  auto problem = [&out](std::string path, std::string message) {
+    out.push_back({std::move(path), std::move(message)});
+  };
+  const auto& t = c.topology;
+  const auto& k = c.kv_cache;
+  const auto& o = c.offload;
+  const uint64_t world = uint64_t{t.tensor_parallel} * t.pipeline_parallel;
+
+  // topology
+  std::set<std::string> names;
+  for (size_t i = 0; i < t.nodes.size(); ++i) {
+    if (!names.insert(t.nodes[i].name).second) {
+      problem(node_path(i) + ".name", "\"" + t.nodes[i].name + "\" names two nodes");
+    }
+  }
+  if (world > max_world_size) {
+    problem("topology.tensor_parallel", "tensor_parallel x pipeline_parallel = " + str(world) +
+                                            " ranks, more than the " + str(max_world_size) +
+                                            " kvconnect serves");
+  }
+  const auto nodes_of = rank_nodes(t);
+  if (!t.placement.empty()) {
+    for (size_t r = 0; r < t.placement.size(); ++r) {
+      if (nodes_of[r] >= t.nodes.size()) {
+        problem("topology.placement[" + str(r) + "]",
+                "\"" + t.placement[r] + "\" is not a node of topology.nodes");
+      }
+    }
+    if (t.placement.size() != world) {
+      problem("topology.placement", "places " + str(t.placement.size()) +
+                                        " ranks, but tensor_parallel x " +
+                                        "pipeline_parallel = " + str(t.tensor_parallel) + " x " +
+                                        str(t.pipeline_parallel) + " = " + str(world));
+    }
+  }
+  if (world <= max_world_size) {
+    for (size_t i = 0; i < t.nodes.size(); ++i) {
+      if (std::find(nodes_of.begin(), nodes_of.end(), i) == nodes_of.end()) {
+        problem(node_path(i), "node \"" + t.nodes[i].name + "\" has no rank (" + str(world) +
+                                  " ranks over " + str(t.nodes.size()) + " nodes)");
+      }
+    }
+  }
+
+  // kv_cache
+  if (k.kv_heads % t.tensor_parallel != 0 && t.tensor_parallel % k.kv_heads != 0) {
+    problem("kv_cache.kv_heads", str(k.kv_heads) + " heads cannot be split over tensor_parallel " +
+                                     str(t.tensor_parallel) + " ranks (one must divide the other)");
+  }
+  if (k.layers < t.pipeline_parallel) {
+    problem("kv_cache.layers", str(k.layers) + " layers are fewer than pipeline_parallel " +
+                                   str(t.pipeline_parallel) + " stages");
+  }
+
+  // offload
+  const uint32_t block = o.block_size == 0 ? k.gpu_block_size : o.block_size;
+  const bool block_ok = block % k.gpu_block_size == 0;
+  if (!block_ok) {
+    problem("offload.block_size", str(block) + " tokens is not a multiple of " +
+                                      "kv_cache.gpu_block_size " + str(k.gpu_block_size));
+  }
+  if (o.enabled && block_ok && world <= max_world_size) {
+    const auto g = derive_geometry(c);
+    auto pool = shm::size_pool(o.cpu_bytes_to_use, g.world_size, g.slot_bytes);
+    if (!pool) {
+      problem("offload.cpu_bytes_to_use",
+              str(o.cpu_bytes_to_use) + " bytes hold no offloaded block per rank: one block " +
+                  "takes " + str(g.slot_bytes) + " bytes on each of " + str(g.world_size) +
+                  " ranks (needs >= " + str(g.slot_bytes * g.world_size) + ")");
+    } else {
+      for (size_t i = 0; i < t.nodes.size(); ++i) {
+        if (t.nodes[i].shm_bytes != 0 && pool->segment_bytes() > t.nodes[i].shm_bytes) {
+          problem(node_path(i) + ".shm_bytes",
+                  "the node's segment takes " + str(pool->segment_bytes()) +
+                      " bytes (pool of offload.cpu_bytes_to_use plus a 2 MiB header), more " +
+                      "than " + str(t.nodes[i].shm_bytes));
+        }
+      }
+      if (pool->num_slots > scheduler::max_manager_capacity) {
+        problem("offload.cpu_bytes_to_use", str(pool->num_slots) + " slots per rank, more than " +
+                                                "the offload manager's " +
+                                                str(scheduler::max_manager_capacity));
+      }
+      // The smoke run stores a source group and loads it into a destination group.
+      if (pool->num_slots < 2) {
+        problem("offload.cpu_bytes_to_use", "holds " + str(pool->num_slots) +
+                                                " slot per rank; the smoke run needs 2 (>= " +
+                                                str(2 * g.slot_bytes * g.world_size) + " bytes)");
+      }
+      if (uint64_t{k.gpu_blocks} < 2ull * g.factor + 1) {
+        problem(
+            "kv_cache.gpu_blocks",
+            str(k.gpu_blocks) + " GPU blocks are too few for the smoke run: needs >= 2 x " +
+                "(offload.block_size / kv_cache.gpu_block_size) + 1 = " + str(2ull * g.factor + 1));
+      }
+    }
+  }
+
+  // workload
+  const auto& w = c.workload;
+  if (w.prompt_tokens.min > w.prompt_tokens.max) {
+    problem("workload.prompt_tokens",
+            "min " + str(w.prompt_tokens.min) + " > max " + str(w.prompt_tokens.max));
+  }
+  if (w.shared_prefix_tokens.min > w.shared_prefix_tokens.max) {
+    problem("workload.shared_prefix_tokens",
+            "min " + str(w.shared_prefix_tokens.min) + " > max " + str(w.shared_prefix_tokens.max));
+  }
+  if (w.shared_prefix_tokens.max > w.prompt_tokens.max) {
+    problem("workload.shared_prefix_tokens.max", str(w.shared_prefix_tokens.max) +
+                                                     " tokens exceed workload.prompt_tokens.max " +
+                                                     str(w.prompt_tokens.max));
+  }
+  if (w.output_tokens.min > w.output_tokens.max) {
+    problem("workload.output_tokens",
+            "min " + str(w.output_tokens.min) + " > max " + str(w.output_tokens.max));
+  }
+  return out;
+}
+
+std::vector<rank_id> launch_plan::ranks_on(uint32_t node) const {
+  std::vector<rank_id> out;
+  for (rank_id r = 0; r < rank_node.size(); ++r) {
+    if (rank_node[r] == node) out.push_back(r);
+  }
+  return out;
+}
+
+result<launch_plan> make_plan(const launch_config& c, const std::string& instance,
+                              const std::string& token) {
+  if (auto problems = check_config(c); !problems.empty()) {
+    return make_error(errc::invalid_argument, problems[0].key_path + ": " + problems[0].message);
+  }
+  if (!c.offload.enabled) {
+    return make_error(errc::invalid_argument, "offload.enabled: false: no pool to plan");
+  }
+  using std::chrono::milliseconds;
+  const auto& r = c.runtime;
+  launch_plan p;
+  p.kv = derive_geometry(c);
+  p.synthetic = {.layers = p.kv.layers_per_rank,
+                 .page_bytes = p.kv.page_bytes,
+                 .gpu_blocks = c.kv_cache.gpu_blocks,
+                 .block_factor = p.kv.factor};
+  auto pool = shm::size_pool(c.offload.cpu_bytes_to_use, p.kv.world_size, p.kv.slot_bytes);
+  if (!pool) return pool.error();
+  p.pool = *pool;
+  p.rank_node = rank_nodes(c.topology);
+
+  embed::network_config net;
+  net.host = r.host;
+  net.port = static_cast<uint16_t>(r.port);
+  net.heartbeat_interval = milliseconds{r.heartbeat_ms};
+  net.connection_timeout = milliseconds{r.connection_timeout_ms};
+  const embed::pool_config pool_cfg{.instance = instance,
+                                    .slots_per_rank = p.pool.num_slots,
+                                    .slot_bytes = p.pool.slot_bytes,
+                                    .prefault = false};
+  const topology topo{c.topology.tensor_parallel, c.topology.pipeline_parallel, 0};
+
+  auto& s = p.scheduler;
+  s.network = net;
+  s.token = token;
+  s.topology = topo;
+  s.pool = pool_cfg;
+  s.planner.gpu_block_size = c.kv_cache.gpu_block_size;
+  s.planner.offloaded_block_size = p.kv.factor * c.kv_cache.gpu_block_size;
+  auto policy = scheduler::parse_eviction_policy(c.offload.eviction_policy);
+  if (!policy) return policy.error();
+  s.planner.manager.capacity = p.pool.num_slots;
+  s.planner.manager.policy = *policy;
+  s.planner.manager.store_threshold = c.offload.store_threshold;
+  s.planner.manager.max_tracker_size = c.offload.max_tracker_size;
+  s.job_timeout = milliseconds{r.job_timeout_ms};
+  if (auto st = embed::validate(s); !st) return st;
+
+  // Workers connect to the scheduler, which runs on the first node.
+  std::vector<int> next_device(c.topology.nodes.size(), 0);
+  for (rank_id rank = 0; rank < p.kv.world_size; ++rank) {
+    const uint32_t node = p.rank_node[rank];
+    embed::worker_connector_config w;
+    w.mode = embed::connection_mode::connect;
+    w.network = net;
+    w.network.host = c.topology.nodes.size() > 1 ? c.topology.nodes[0].host : r.host;
+    w.token = token;
+    w.topology = topo;
+    w.topology.node = node;
+    w.pool = pool_cfg;
+    w.pool.prefault = true;
+    w.rank = rank;
+    w.backend = c.topology.backend;
+    w.device = next_device[node]++;
+    w.block_size_factor = p.kv.factor;
+    w.register_timeout = milliseconds{r.register_timeout_ms};
+    if (r.port != 0) {
+      if (auto st = embed::validate(w); !st) return st;
+    }
+    p.workers.push_back(std::move(w));
+  }
+  return p;
+}
+
+}  // namespace kvc::launch

@@ -1,0 +1,344 @@
+#include "launch/node_launcher.hpp"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <optional>
+#include <random>
+
+#include <spdlog/common.h>
+#include <nlohmann/json.hpp>
+
+#include "launch/config_file.hpp"
+#include "launch/launch_plan.hpp"
+#include "launch/node_processes.hpp"
+#include "launch/signal_watcher.hpp"
+#include "launch/spawned_process.hpp"
+#include "launch/supervision.hpp"
+#include "shm/segment.hpp"
+
+extern char** environ;
+
+namespace kvc::launch {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+const std::string who = "kvconnect launch";
+
+void emit(const json& line) {
+  std::cout << line.dump() << std::endl;
+}
+
+void say(const std::string& message) {
+  std::cerr << (who + ": " + message + "\n") << std::flush;
+}
+
+std::string generate_token() {
+  std::random_device rd;
+  const uint64_t v = (uint64_t{rd()} << 32) ^ rd();
+  const uint64_t w = (uint64_t{rd()} << 32) ^ rd();
+  char buf[33];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(v),
+                static_cast<unsigned long long>(w));
+  return buf;
+}
+
+/// The launcher's environment with KVCONNECT_TOKEN and SPDLOG_LEVEL (runtime.log_level) set.
+std::vector<std::string> child_environment(const std::string& token, const std::string& level) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::strncmp(*e, "KVCONNECT_TOKEN=", 16) != 0 &&
+        std::strncmp(*e, "SPDLOG_LEVEL=", 13) != 0) {
+      env.emplace_back(*e);
+    }
+  }
+  env.push_back("KVCONNECT_TOKEN=" + token);
+  env.push_back("SPDLOG_LEVEL=" + level);
+  return env;
+}
+
+/// One node's processes and what they said.
+class node_run {
+ public:
+  node_run(const launch_config& config, const launch_plan& plan, std::vector<rank_id> ranks,
+           std::string binary, std::vector<std::string> env)
+      : config_(config),
+        plan_(plan),
+        ranks_(std::move(ranks)),
+        binary_(std::move(binary)),
+        env_(std::move(env)),
+        children_(1 + ranks_.size()),
+        buffers_(children_.size()),
+        sup_(names(ranks_), std::chrono::milliseconds{config.runtime.stop_timeout_ms}) {}
+
+  /// Runs until every child is gone; the launch's exit code.
+  int run(signal_watcher& signals) {
+    wake_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (wake_ < 0) {
+      say(std::string("eventfd: ") + std::strerror(errno));
+      return 1;
+    }
+    signals.on_signal([fd = wake_](int) {
+      const uint64_t one = 1;
+      (void)!::write(fd, &one, sizeof one);
+    });
+    std::vector<std::string> argv{binary_};
+    for (auto& a : scheduler_arguments(config_, plan_)) argv.push_back(std::move(a));
+    if (!start(0, argv)) {
+      signals.on_signal(nullptr);
+      ::close(wake_);
+      return 1;
+    }
+    while (!sup_.finished()) step(signals);
+    signals.on_signal(nullptr);
+    ::close(wake_);
+    return sup_.exit_code();
+  }
+
+  const supervision& outcome() const { return sup_; }
+  const std::optional<json>& smoke() const { return smoke_; }
+
+ private:
+  /// A message of the launcher's own at `level`, shown unless runtime.log_level is above it.
+  void tell(spdlog::level::level_enum level, const std::string& message, bool own = true) const {
+    if (level < spdlog::level::from_str(config_.runtime.log_level)) return;
+    if (own) {
+      say(message);
+    } else {
+      std::cerr << (message + "\n") << std::flush;  // one write
+    }
+  }
+
+  static std::vector<std::string> names(const std::vector<rank_id>& ranks) {
+    std::vector<std::string> out{"scheduler"};
+    for (rank_id r : ranks) out.push_back("worker " + std::to_string(r));
+    return out;
+  }
+
+  std::string role(size_t child) const {
+    return child == 0 ? "scheduler" : "worker " + std::to_string(ranks_[child - 1]);
+  }
+
+  bool start(size_t child, const std::vector<std::string>& argv) {
+    auto p = spawned_process::start(argv, env_);
+    if (!p) {
+      say("cannot start the " + role(child) + ": " + p.error().to_string());
+      return false;
+    }
+    children_[child] = std::move(p).value();
+    sup_.on_started(child);
+    return true;
+  }
+
+  void apply(const std::vector<supervision::order>& orders) {
+    for (const auto& o : orders) {
+      if (children_[o.child].running()) (void)children_[o.child].signal(o.signal);
+    }
+  }
+
+  /// One poll() round: signals, output lines, exits, deadlines.
+  void step(signal_watcher& signals) {
+    std::vector<pollfd> fds{{wake_, POLLIN, 0}};
+    std::vector<std::pair<size_t, bool>> what;  // child, true: its exit
+    for (size_t i = 0; i < children_.size(); ++i) {
+      if (!children_[i].running()) continue;
+      if (children_[i].stdout_fd() >= 0) {
+        fds.push_back({children_[i].stdout_fd(), POLLIN, 0});
+        what.emplace_back(i, false);
+      }
+      fds.push_back({children_[i].exit_fd(), POLLIN, 0});
+      what.emplace_back(i, true);
+    }
+    int timeout = -1;
+    if (auto d = sup_.deadline()) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(*d - clock::now());
+      timeout = static_cast<int>(std::max<int64_t>(0, left.count()));
+    }
+    if (::poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR) {
+      say(std::string("poll: ") + std::strerror(errno));
+      apply(sup_.on_signal(SIGTERM, clock::now()));
+      return;
+    }
+    if (fds[0].revents) {
+      uint64_t n;
+      (void)!::read(wake_, &n, sizeof n);
+      if (int sig = signals.signalled()) {
+        tell(spdlog::level::info,
+             "signal " + std::to_string(sig) + ": stopping the node's processes");
+        apply(sup_.on_signal(sig, clock::now()));
+      }
+    }
+    for (size_t k = 0; k < what.size(); ++k) {
+      if (!fds[k + 1].revents) continue;
+      const auto [child, is_exit] = what[k];
+      if (!is_exit) {
+        read_output(child, false);
+        continue;
+      }
+      read_output(child, true);  // what it wrote before it ended comes first
+      const int code = children_[child].reap();
+      tell(spdlog::level::info, role(child) + " (pid " + std::to_string(children_[child].pid()) +
+                                    ") exited with code " + std::to_string(code));
+      apply(sup_.on_exit(child, code, clock::now()));
+    }
+    apply(sup_.on_time(clock::now()));
+  }
+
+  /// Reads what the child wrote (all of it up to the end when `to_end`) and handles its lines.
+  void read_output(size_t child, bool to_end) {
+    auto& p = children_[child];
+    char buf[4096];
+    while (p.stdout_fd() >= 0) {
+      const ssize_t n = ::read(p.stdout_fd(), buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        p.close_stdout();
+        break;
+      }
+      buffers_[child].append(buf, static_cast<size_t>(n));
+      size_t nl;
+      while ((nl = buffers_[child].find('\n')) != std::string::npos) {
+        const std::string line = buffers_[child].substr(0, nl);
+        buffers_[child].erase(0, nl + 1);
+        on_line(child, line);
+      }
+      if (!to_end) break;
+    }
+  }
+
+  void on_line(size_t child, const std::string& line) {
+    tell(spdlog::level::info, "[" + role(child) + "] " + line, false);
+    if (child != 0) return;
+    const json j = json::parse(line, nullptr, false);
+    if (!j.is_object() || !j.contains("event")) return;
+    const std::string event = j.value("event", "");
+    if (event == "listening") {
+      on_listening(j);
+    } else if (event == "ready") {
+      emit({{"event", "ready"}, {"world_size", j.value("world_size", 0)}});
+    } else if (event == "smoke") {
+      smoke_ = j;
+      sup_.on_smoke(true);  // the scheduler prints it only when every job and check passed
+    }
+  }
+
+  void on_listening(const json& j) {
+    if (!sup_.start_workers()) return;
+    port_ = j.value("port", 0);
+    json pids = json::array();
+    for (size_t k = 0; k < ranks_.size(); ++k) {
+      std::vector<std::string> argv{binary_};
+      for (auto& a : worker_arguments(config_, plan_, ranks_[k], static_cast<uint16_t>(port_))) {
+        argv.push_back(std::move(a));
+      }
+      if (!start(k + 1, argv)) {
+        apply(sup_.on_exit(k + 1, 127, clock::now()));  // as if it had failed at once
+        return;
+      }
+      pids.push_back(children_[k + 1].pid());
+    }
+    emit({{"event", "started"},
+          {"node", plan_.workers.empty() ? 0 : plan_.workers[ranks_[0]].topology.node},
+          {"port", port_},
+          {"segment", j.value("segment", "")},
+          {"scheduler_pid", children_[0].pid()},
+          {"ranks", ranks_},
+          {"worker_pids", pids}});
+  }
+
+  const launch_config& config_;
+  const launch_plan& plan_;
+  std::vector<rank_id> ranks_;
+  std::string binary_;
+  std::vector<std::string> env_;
+  std::vector<spawned_process> children_;  ///< 0: the scheduler; k + 1: ranks_[k]
+  std::vector<std::string> buffers_;       ///< a partial stdout line per child
+  supervision sup_;
+  int wake_ = -1;
+  int port_ = 0;
+  std::optional<json> smoke_;
+};
+
+}  // namespace
+
+int run_launch(const launch_options& o) {
+  const auto t0 = clock::now();
+  auto loaded = load_config_file(o.file, o.overrides);
+  if (!loaded.ok()) {
+    print_config_errors(loaded, "launch");
+    say("nothing started");
+    return 2;
+  }
+  const launch_config& c = loaded.config;
+  const size_t nodes = c.topology.nodes.size();
+  auto refuse = [](const std::string& why) {
+    say(why + "; nothing started");
+    return 2;
+  };
+  if (o.node >= nodes) {
+    return refuse("--node " + std::to_string(o.node) + ": topology.nodes has " +
+                  std::to_string(nodes) + (nodes == 1 ? " node" : " nodes"));
+  }
+  if (nodes > 1) {
+    return refuse("topology.nodes has " + std::to_string(nodes) +
+                  " nodes: a multi-node launch is not implemented yet");
+  }
+  if (!c.offload.enabled) {
+    return refuse(
+        "offload.enabled is false: the launch runs the smoke engine over the pool "
+        "(the simulated engine without offloading is not implemented yet)");
+  }
+  std::string token = c.runtime.token;
+  if (token.empty()) {
+    if (const char* env = std::getenv("KVCONNECT_TOKEN"); env != nullptr) token = env;
+  }
+  if (token.empty()) token = generate_token();  // one node: nobody else needs to know it
+  const std::string instance =
+      c.runtime.instance.empty() ? "launch-" + std::to_string(::getpid()) : c.runtime.instance;
+  auto plan = make_plan(c, instance, token);
+  if (!plan) return refuse(plan.error().to_string());
+  const auto ranks = plan->ranks_on(o.node);
+  const std::string segment = shm::segment_name(::getuid(), instance, o.node);
+
+  signal_watcher signals;  // before any child: they must not inherit a half-set-up state
+  node_run run(c, *plan, ranks, o.binary, child_environment(token, c.runtime.log_level));
+  const int code = run.run(signals);
+
+  // A scheduler that was killed cannot remove its segment: the launch does.
+  bool segment_left = false;
+  if (auto exists = shm::segment::exists(segment); exists && *exists) {
+    segment_left = true;
+    if (spdlog::level::from_str(c.runtime.log_level) <= spdlog::level::warn)
+      say("removing " + segment + ", left behind by the scheduler");
+    (void)shm::segment::remove(segment);
+  }
+  const auto wall = std::chrono::duration<double>(clock::now() - t0).count();
+  json summary{{"event", "summary"},
+               {"ok", code == 0},
+               {"exit_code", code},
+               {"reason", run.outcome().reason()},
+               {"node", o.node},
+               {"ranks", ranks.size()},
+               {"world_size", plan->kv.world_size},
+               {"restarts", 0},
+               {"segment", segment},
+               {"segment_left", segment_left},
+               {"wall_seconds", std::round(wall * 1000) / 1000}};
+  for (const char* k : {"steps", "jobs_ok", "slots_checked", "bytes"}) {
+    summary[k] = run.smoke() ? run.smoke()->value(k, json()) : json();
+  }
+  emit(summary);
+  return code;
+}
+
+}  // namespace kvc::launch

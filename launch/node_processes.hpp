@@ -1,0 +1,26 @@
+#pragma once
+/// node_processes: the command lines `kvconnect launch` starts on one node, derived from the
+/// config and its plan: the scheduler process (`kvconnect scheduler`, on the first node, with
+/// --smoke-steps = workload.steps) and one `kvconnect worker` per rank placed on the node. Both
+/// get the same topology and pool flags, so the worker's layout checksum matches the segment.
+/// The token is not on the command line (other users can read it there): the launcher passes
+/// it as $KVCONNECT_TOKEN.
+///
+/// Pure: argument lists only (without the binary's path).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "launch/launch_config.hpp"
+#include "launch/launch_plan.hpp"
+
+namespace kvc::launch {
+
+/// `scheduler ...` for the node that runs the scheduler.
+std::vector<std::string> scheduler_arguments(const launch_config& config, const launch_plan& plan);
+
+/// `worker ...` for `rank`, registering with the scheduler at its host and `port`.
+std::vector<std::string> worker_arguments(const launch_config& config, const launch_plan& plan,
+                                          rank_id rank, uint16_t port);
+
+}  // namespace kvc::launch

@@ -1,0 +1,106 @@
+// `kvconnect config show` / `config check` as a user runs them: the built binary, its output
+// and its exit codes (0 valid, 2 a config error, with one line per error on stderr).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tests/support/child_process.hpp"
+
+namespace kvc::launch {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::child_process;
+using ::testing::HasSubstr;
+
+/// Safety net for a single wait: only a broken run ever reaches it.
+constexpr auto patience = 20s;
+
+struct run_result {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+run_result run(std::vector<std::string> args) {
+  args.insert(args.begin(), KVC_BINARY);
+  auto c = child_process::start(args);
+  EXPECT_TRUE(c.ok()) << c.error().to_string();
+  if (!c) return {};
+  auto code = c->wait_exit(patience);
+  EXPECT_TRUE(code.ok());
+  return {code.ok() ? *code : -1, c->stdout_text(), c->stderr_text()};
+}
+
+/// A file in the test's working directory, named after the test.
+std::string write_file(const std::string& text) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::string path = std::string(info->name()) + "-" + std::to_string(::getpid()) + ".yaml";
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(ConfigCliTest, ShowWithoutAFilePrintsTheEmbeddedDefault) {
+  auto r = run({"config", "show"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("tensor_parallel: 2"));
+  EXPECT_THAT(r.out, HasSubstr("pipeline_parallel: 1"));
+  EXPECT_THAT(r.out, HasSubstr("backend: \"sim\""));
+  EXPECT_THAT(r.out, HasSubstr("placement: [\"node0\", \"node0\"]"));
+  EXPECT_THAT(r.out, HasSubstr("block_size: 16"));
+}
+
+TEST(ConfigCliTest, ShowAppliesSetAndItsOutputChecksClean) {
+  auto r = run({"config", "show", "--set", "topology.tensor_parallel=4", "--set",
+                "offload.eviction_policy=arc"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("tensor_parallel: 4"));
+  EXPECT_THAT(r.out, HasSubstr("eviction_policy: \"arc\""));
+  const std::string path = write_file(r.out);
+  auto check = run({"config", "check", path});
+  EXPECT_EQ(check.code, 0) << check.err;
+  EXPECT_THAT(check.out, HasSubstr(path + ": ok: 4 ranks (tp 4 x pp 1) on 1 node"));
+  ::unlink(path.c_str());
+}
+
+TEST(ConfigCliTest, CheckExitsTwoWithOneLinePerError) {
+  const std::string path = write_file(
+      "topology:\n"
+      "  tensor_paralel: 4\n"
+      "offload:\n"
+      "  block_size: 24\n");
+  auto r = run({"config", "check", path, "--set", "runtime.port=x"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(r.err, HasSubstr("kvconnect config check: " + path +
+                               ":2: topology.tensor_paralel: unknown key \"tensor_paralel\"; "
+                               "did you mean \"tensor_parallel\"?\n"));
+  EXPECT_THAT(r.err, HasSubstr(path + ":4: offload.block_size: 24 tokens is not a multiple of "
+                                      "kv_cache.gpu_block_size 16\n"));
+  EXPECT_THAT(r.err, HasSubstr("--set: runtime.port: \"x\" is not an unsigned integer\n"));
+  EXPECT_THAT(r.err, HasSubstr("3 errors in the config"));
+  ::unlink(path.c_str());
+}
+
+TEST(ConfigCliTest, AMissingFileIsAConfigError) {
+  auto r = run({"config", "check", "no-such-file.yaml"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("no-such-file.yaml: cannot read the file"));
+  auto show = run({"config", "show", "no-such-file.yaml"});
+  EXPECT_EQ(show.code, 2);
+}
+
+TEST(ConfigCliTest, CheckNeedsAFile) {
+  auto r = run({"config", "check"});
+  EXPECT_NE(r.code, 0);  // a usage error
+  EXPECT_THAT(r.err, HasSubstr("file is required"));
+}
+
+}  // namespace
+}  // namespace kvc::launch

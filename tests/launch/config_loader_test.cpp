@@ -1,0 +1,294 @@
+// The launch config loader: defaults, precedence (--set > file > defaults), every error class
+// with its file, line and key path, "did you mean", all errors reported at once, the YAML
+// printed by to_yaml reading back as the same config, and the example files.
+#include "launch/config_loader.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace kvc::launch {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+loaded_config load(const std::string& text, std::vector<std::string> overrides = {}) {
+  return load_config(text, "tp4.yaml", overrides);
+}
+
+/// Every error as "location: key_path: message".
+std::vector<std::string> errors_of(const loaded_config& l) {
+  std::vector<std::string> out;
+  for (const auto& e : l.errors) out.push_back(e.to_string());
+  return out;
+}
+
+TEST(ConfigLoaderTest, EmptyTextGivesTheEmbeddedDefaultWithEveryDefaultResolved) {
+  auto l = load("");
+  ASSERT_TRUE(l.ok()) << ::testing::PrintToString(errors_of(l));
+  const auto& c = l.config;
+  ASSERT_EQ(c.topology.nodes.size(), 1u);
+  EXPECT_EQ(c.topology.nodes[0].name, "node0");
+  EXPECT_EQ(c.topology.nodes[0].host, "127.0.0.1");
+  EXPECT_EQ(c.topology.tensor_parallel, 2u);
+  EXPECT_EQ(c.topology.pipeline_parallel, 1u);
+  EXPECT_EQ(c.topology.backend, "sim");
+  EXPECT_EQ(c.topology.restart.policy, "never");
+  EXPECT_EQ(c.topology.restart.limit, 3u);
+  EXPECT_THAT(c.topology.placement, ElementsAre("node0", "node0"));  // filled in order
+  EXPECT_EQ(c.kv_cache.gpu_block_size, 16u);
+  EXPECT_EQ(c.offload.block_size, 16u);  // vLLM: the GPU block size
+  EXPECT_EQ(c.offload.eviction_policy, "lru");
+  EXPECT_EQ(c.offload.store_threshold, 0u);
+  EXPECT_EQ(c.offload.max_tracker_size, 64000u);
+  EXPECT_EQ(c.runtime.port, 0u);
+  EXPECT_EQ(c.runtime.token, "");
+  EXPECT_EQ(c.workload.steps, 200u);
+  // Only the two resolved fields differ from a default-constructed config.
+  launch_config expected;
+  expected.topology.placement = {"node0", "node0"};
+  expected.offload.block_size = 16;
+  EXPECT_EQ(c, expected);
+}
+
+TEST(ConfigLoaderTest, SetBeatsTheFileAndTheFileBeatsTheDefaults) {
+  const std::string file =
+      "topology:\n"
+      "  tensor_parallel: 4\n"
+      "offload:\n"
+      "  eviction_policy: arc\n"
+      "  cpu_bytes_to_use: 1GiB\n";
+  auto from_file = load(file);
+  ASSERT_TRUE(from_file.ok()) << ::testing::PrintToString(errors_of(from_file));
+  EXPECT_EQ(from_file.config.topology.tensor_parallel, 4u);
+  EXPECT_EQ(from_file.config.offload.cpu_bytes_to_use, 1ull << 30);
+  EXPECT_EQ(from_file.config.kv_cache.layers, 8u);  // default
+
+  auto with_set = load(file, {"topology.tensor_parallel=8", "offload.eviction_policy=lru",
+                              "offload.eviction_policy=arc", "kv_cache.layers=16"});
+  ASSERT_TRUE(with_set.ok()) << ::testing::PrintToString(errors_of(with_set));
+  EXPECT_EQ(with_set.config.topology.tensor_parallel, 8u);
+  EXPECT_EQ(with_set.config.topology.placement.size(), 8u);
+  EXPECT_EQ(with_set.config.offload.eviction_policy, "arc");  // the later --set wins
+  EXPECT_EQ(with_set.config.kv_cache.layers, 16u);            // a section the file lacks
+}
+
+TEST(ConfigLoaderTest, SetReachesIntoListsAndTakesYamlValues) {
+  auto l = load("", {"topology.nodes=[{name: a}, {name: b}]", "topology.nodes[1].host=10.0.0.2",
+                     "topology.nodes.0.shm_bytes=1GiB", "topology.tensor_parallel=4"});
+  ASSERT_TRUE(l.ok()) << ::testing::PrintToString(errors_of(l));
+  ASSERT_EQ(l.config.topology.nodes.size(), 2u);
+  EXPECT_EQ(l.config.topology.nodes[0].shm_bytes, 1ull << 30);
+  EXPECT_EQ(l.config.topology.nodes[1].host, "10.0.0.2");
+  EXPECT_THAT(l.config.topology.placement, ElementsAre("a", "a", "b", "b"));
+}
+
+TEST(ConfigLoaderTest, UnknownKeysAreNamedWithLineAndASuggestion) {
+  auto l = load(
+      "topology:\n"
+      "  tensor_paralel: 4\n"
+      "offlaod:\n"
+      "  block_size: 16\n"
+      "runtime:\n"
+      "  zzz: 1\n");
+  EXPECT_THAT(errors_of(l),
+              ElementsAre("tp4.yaml:2: topology.tensor_paralel: unknown key \"tensor_paralel\"; "
+                          "did you mean \"tensor_parallel\"?",
+                          "tp4.yaml:3: offlaod: unknown key \"offlaod\"; did you mean "
+                          "\"offload\"?",
+                          HasSubstr("tp4.yaml:6: runtime.zzz: unknown key \"zzz\" (known: host, "
+                                    "port, token")));
+}
+
+TEST(ConfigLoaderTest, WrongTypesAreNamed) {
+  auto l = load(
+      "topology:\n"
+      "  nodes: node0\n"
+      "  tensor_parallel: four\n"
+      "kv_cache: 16\n"
+      "offload:\n"
+      "  enabled: maybe\n"
+      "  cpu_bytes_to_use: 8GB\n"
+      "workload:\n"
+      "  zipf: steep\n");
+  EXPECT_THAT(errors_of(l),
+              ElementsAre(HasSubstr("tp4.yaml:2: topology.nodes: expected a non-empty list of "
+                                    "nodes"),
+                          "tp4.yaml:3: topology.tensor_parallel: \"four\" is not an unsigned "
+                          "integer",
+                          HasSubstr("tp4.yaml:4: kv_cache: expected a map with keys layers, "),
+                          "tp4.yaml:6: offload.enabled: \"maybe\" is not true or false",
+                          "tp4.yaml:7: offload.cpu_bytes_to_use: \"8GB\" is not a byte count (an "
+                          "integer, or one with a KiB, MiB, GiB or TiB suffix)",
+                          "tp4.yaml:9: workload.zipf: \"steep\" is not a number"));
+}
+
+TEST(ConfigLoaderTest, ValuesOutOfRangeAreNamed) {
+  auto l = load(
+      "topology:\n"
+      "  tensor_parallel: 0\n"
+      "  backend: cdua\n"
+      "offload:\n"
+      "  eviction_policy: lfu\n"
+      "  store_threshold: 1\n"
+      "runtime:\n"
+      "  port: 70000\n"
+      "  instance: a/b\n"
+      "workload:\n"
+      "  multi_turn: {probability: 1.5}\n");
+  EXPECT_THAT(
+      errors_of(l),
+      ElementsAre("tp4.yaml:2: topology.tensor_parallel: 0 is out of range: must be in [1, 256]",
+                  "tp4.yaml:3: topology.backend: \"cdua\" is not one of sim, cuda; did you mean "
+                  "\"cuda\"?",
+                  "tp4.yaml:5: offload.eviction_policy: \"lfu\" is not one of lru, arc; did you "
+                  "mean \"lru\"?",
+                  "tp4.yaml:6: offload.store_threshold: 1 is out of range: must be 0 (reuse "
+                  "filter off) or >= 2",
+                  "tp4.yaml:8: runtime.port: 70000 is out of range: must be in [0, 65535]",
+                  "tp4.yaml:9: runtime.instance: \"a/b\" may only hold letters, digits, '-', '_' "
+                  "and '.'",
+                  "tp4.yaml:11: workload.multi_turn.probability: 1.5 is out of range: must be in "
+                  "[0, 1]"));
+}
+
+TEST(ConfigLoaderTest, ImpossibleGeometryIsNamedAtTheKeyToChange) {
+  auto block = load(
+      "kv_cache:\n"
+      "  gpu_block_size: 16\n"
+      "offload:\n"
+      "  block_size: 24\n");
+  EXPECT_THAT(errors_of(block),
+              ElementsAre("tp4.yaml:4: offload.block_size: 24 tokens is not a multiple of "
+                          "kv_cache.gpu_block_size 16"));
+
+  // Default KV shape, TP=2: one offloaded block is 8 layers x 2 x 16 x 4 x 64 x 2 = 128 KiB
+  // on each rank.
+  auto pool = load("offload:\n  cpu_bytes_to_use: 200KiB\n");
+  EXPECT_THAT(errors_of(pool),
+              ElementsAre("tp4.yaml:2: offload.cpu_bytes_to_use: 204800 bytes hold no offloaded "
+                          "block per rank: one block takes 131072 bytes on each of 2 ranks "
+                          "(needs >= 262144)"));
+
+  auto placed = load(
+      "topology:\n"
+      "  nodes: [{name: a}, {name: b}]\n"
+      "  tensor_parallel: 4\n"
+      "  placement: [a, a, a]\n");
+  EXPECT_THAT(errors_of(placed),
+              ElementsAre("tp4.yaml:2: topology.nodes[1]: node \"b\" has no rank (4 ranks over "
+                          "2 nodes)",
+                          "tp4.yaml:4: topology.placement: places 3 ranks, but tensor_parallel x "
+                          "pipeline_parallel = 4 x 1 = 4"));
+
+  auto unknown_node = load(
+      "topology:\n"
+      "  nodes: [{name: a}]\n"
+      "  placement: [a, c]\n");
+  EXPECT_THAT(errors_of(unknown_node),
+              ElementsAre("tp4.yaml:3: topology.placement[1]: \"c\" is not a node of "
+                          "topology.nodes"));
+
+  auto shm = load("topology:\n  nodes: [{name: a, shm_bytes: 32MiB}]\n");
+  EXPECT_THAT(errors_of(shm), ElementsAre(HasSubstr("tp4.yaml:2: topology.nodes[0].shm_bytes: "
+                                                    "the node's segment takes 69206016 bytes")));
+}
+
+TEST(ConfigLoaderTest, CrossKeyProblemsNameWhereTheValueCameFrom) {
+  // From --set; 4 GPU blocks cannot hold the smoke run's source and destination groups of 2 blocks
+  // each.
+  auto l = load("offload:\n  block_size: 32\n", {"kv_cache.gpu_blocks=4"});
+  EXPECT_THAT(errors_of(l), ElementsAre("--set: kv_cache.gpu_blocks: 4 GPU blocks are too few "
+                                        "for the smoke run: needs >= 2 x (offload.block_size / "
+                                        "kv_cache.gpu_block_size) + 1 = 5"));
+  auto d = load("kv_cache:\n  kv_heads: 3\n");
+  EXPECT_THAT(errors_of(d), ElementsAre("tp4.yaml:2: kv_cache.kv_heads: 3 heads cannot be split "
+                                        "over tensor_parallel 2 ranks (one must divide the "
+                                        "other)"));
+  auto layers = load("kv_cache:\n  layers: 1\n", {"topology.pipeline_parallel=2"});
+  EXPECT_THAT(errors_of(layers), ElementsAre("tp4.yaml:2: kv_cache.layers: 1 layers are fewer "
+                                             "than pipeline_parallel 2 stages"));
+  auto dflt = load("workload:\n  prompt_tokens: {max: 32}\n");
+  EXPECT_THAT(errors_of(dflt),
+              ElementsAre("tp4.yaml:2: workload.prompt_tokens: min 128 > max 32",
+                          "tp4.yaml: workload.shared_prefix_tokens.max: 1024 tokens exceed "
+                          "workload.prompt_tokens.max 32"));
+}
+
+TEST(ConfigLoaderTest, EveryErrorIsReportedInFileOrderAndSetErrorsLast) {
+  auto l = load(
+      "workload:\n"
+      "  steps: 0\n"
+      "topology:\n"
+      "  tensor_parallel: x\n",
+      {"runtime.prot=5", "nonsense", "topology.tensor_parallel.deeper=1"});
+  EXPECT_THAT(errors_of(l),
+              ElementsAre("tp4.yaml:2: workload.steps: 0 is out of range: must be >= 1",
+                          "tp4.yaml:4: topology.tensor_parallel: \"x\" is not an unsigned integer",
+                          "--set: runtime.prot: unknown key \"prot\"; did you mean \"port\"?",
+                          "--set: \"nonsense\" is not key.path=value",
+                          "--set: topology.tensor_parallel.deeper: topology.tensor_parallel is a "
+                          "value, not a map"));
+  EXPECT_FALSE(l.ok());
+}
+
+TEST(ConfigLoaderTest, ASyntaxErrorNamesItsLine) {
+  auto l = load("topology:\n  tensor_parallel: 2\n  nodes: [a, b\n");
+  ASSERT_EQ(l.errors.size(), 1u);
+  EXPECT_EQ(l.errors[0].location.substr(0, 9), "tp4.yaml:");
+  EXPECT_GT(l.errors[0].line, 2);
+  EXPECT_THAT(l.errors[0].message, HasSubstr("not valid YAML"));
+  auto scalar = load("just a string\n");
+  EXPECT_THAT(errors_of(scalar), ElementsAre(HasSubstr("tp4.yaml:1: expected a map of sections")));
+}
+
+TEST(ConfigLoaderTest, ToYamlReadsBackAsTheSameConfig) {
+  auto base = load(
+      "topology:\n"
+      "  nodes: [{name: a, host: h1, shm_bytes: 1GiB}, {name: b, host: h2}]\n"
+      "  tensor_parallel: 4\n"
+      "  pipeline_parallel: 2\n"
+      "  restart: {policy: on-failure, limit: 5}\n"
+      "offload: {block_size: 32, eviction_policy: arc, store_threshold: 2}\n"
+      "runtime: {token: \"0123\", instance: demo, log_level: debug}\n"
+      "workload: {zipf: 0.9, arrival_rate: 2.5, seed: 18446744073709551615}\n");
+  ASSERT_TRUE(base.ok()) << ::testing::PrintToString(errors_of(base));
+  const std::string yaml = to_yaml(base.config);
+  auto again = load_config(yaml, "shown.yaml", {});
+  ASSERT_TRUE(again.ok()) << yaml << ::testing::PrintToString(errors_of(again));
+  EXPECT_EQ(again.config, base.config) << yaml;
+  EXPECT_EQ(to_yaml(again.config), yaml);
+  EXPECT_THAT(yaml, HasSubstr("token: \"0123\""));  // a string stays a string
+}
+
+TEST(ConfigLoaderTest, EditDistanceAndSuggestions) {
+  EXPECT_EQ(edit_distance("", "abc"), 3u);
+  EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
+  EXPECT_EQ(edit_distance("port", "port"), 0u);
+  const std::vector<std::string_view> keys = {"tensor_parallel", "pipeline_parallel", "nodes"};
+  EXPECT_EQ(closest_name("tensor_paralel", keys), "tensor_parallel");
+  EXPECT_EQ(closest_name("pipeline_paralell", keys), "pipeline_parallel");
+  EXPECT_EQ(closest_name("node", keys), "nodes");
+  EXPECT_EQ(closest_name("Tensor_Parallel", keys), "tensor_parallel");
+  EXPECT_EQ(closest_name("backend", keys), "");  // nothing close: no suggestion
+}
+
+TEST(ConfigLoaderTest, EveryExampleLoads) {
+  for (const char* name : {"tp2.yaml", "tp4pp2.yaml", "two-nodes.yaml", "no-offload.yaml"}) {
+    const std::string path = std::string(KVC_SOURCE_DIR) + "/launch/examples/" + name;
+    std::ifstream in(path);
+    ASSERT_TRUE(in) << path;
+    std::stringstream text;
+    text << in.rdbuf();
+    auto l = load_config(text.str(), name, {});
+    EXPECT_TRUE(l.ok()) << name << ": " << ::testing::PrintToString(errors_of(l));
+  }
+}
+
+}  // namespace
+}  // namespace kvc::launch

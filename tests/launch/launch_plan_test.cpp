@@ -1,0 +1,171 @@
+// The plan derived from a launch config: KV geometry per rank, vLLM's pool sizing
+// (cpu_bytes_to_use over all ranks), the rank → node placement, and the facade configs the
+// scheduler and every rank get (checked by embed::validate).
+#include "launch/launch_plan.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "launch/config_loader.hpp"
+#include "launch/node_processes.hpp"
+
+namespace kvc::launch {
+namespace {
+
+using ::testing::ElementsAre;
+
+launch_config loaded(const std::string& text, std::vector<std::string> overrides = {}) {
+  auto l = load_config(text, "plan.yaml", overrides);
+  EXPECT_TRUE(l.ok()) << (l.errors.empty() ? "" : l.errors[0].to_string());
+  return l.config;
+}
+
+const char* tp4pp2 =
+    "topology: {tensor_parallel: 4, pipeline_parallel: 2}\n"
+    "kv_cache: {layers: 16, kv_heads: 8, head_dim: 128, dtype_bytes: 2, gpu_block_size: 16,\n"
+    "           gpu_blocks: 32}\n"
+    "offload: {cpu_bytes_to_use: 512MiB, block_size: 32, eviction_policy: arc,\n"
+    "          store_threshold: 2, max_tracker_size: 1000}\n"
+    "runtime: {port: 5710, job_timeout_ms: 250, register_timeout_ms: 700}\n";
+
+TEST(LaunchPlanTest, GeometrySplitsHeadsOverTpAndLayersOverPp) {
+  const auto g = derive_geometry(loaded(tp4pp2));
+  EXPECT_EQ(g.world_size, 8u);
+  EXPECT_EQ(g.kv_heads_per_rank, 2u);
+  EXPECT_EQ(g.layers_per_rank, 8u);
+  EXPECT_EQ(g.factor, 2u);
+  EXPECT_EQ(g.page_bytes, 2u * 16 * 2 * 128 * 2);             // K and V of one GPU block
+  EXPECT_EQ(g.slot_bytes, 2u * 8 * (2u * 16 * 2 * 128 * 2));  // factor x layers x page
+}
+
+TEST(LaunchPlanTest, FewerHeadsThanRanksAreReplicatedAndUnevenStagesTakeTheLargest) {
+  const auto g =
+      derive_geometry(loaded("topology: {tensor_parallel: 8, pipeline_parallel: 3}\n"
+                             "kv_cache: {layers: 7, kv_heads: 2}\n"
+                             "offload: {cpu_bytes_to_use: 1GiB}\n"));
+  EXPECT_EQ(g.kv_heads_per_rank, 1u);
+  EXPECT_EQ(g.layers_per_rank, 3u);  // stages of 3, 2, 2 layers: slots fit the largest
+}
+
+TEST(LaunchPlanTest, PoolFollowsVllmSizingOverAllRanks) {
+  auto plan = make_plan(loaded(tp4pp2), "inst", "secret");
+  ASSERT_TRUE(plan.ok()) << plan.error().to_string();
+  const uint64_t slot = 2u * 8 * (2u * 16 * 2 * 128 * 2);
+  EXPECT_EQ(plan->pool.world_size, 8u);
+  EXPECT_EQ(plan->pool.slot_bytes, slot);
+  EXPECT_EQ(plan->pool.num_slots, (512ull << 20) / 8 / slot);  // 256
+  EXPECT_EQ(plan->synthetic.slot_bytes(), slot);
+  EXPECT_EQ(plan->synthetic.layers, 8u);
+  EXPECT_EQ(plan->synthetic.block_factor, 2u);
+  EXPECT_EQ(plan->synthetic.gpu_blocks, 32u);
+}
+
+TEST(LaunchPlanTest, SchedulerConfigCarriesTheOffloadSection) {
+  auto plan = make_plan(loaded(tp4pp2), "inst", "secret");
+  ASSERT_TRUE(plan.ok()) << plan.error().to_string();
+  const auto& s = plan->scheduler;
+  EXPECT_TRUE(embed::validate(s).ok());
+  EXPECT_EQ(s.token, "secret");
+  EXPECT_EQ(s.topology, (topology{4, 2, 0}));
+  EXPECT_EQ(s.network.port, 5710);
+  EXPECT_EQ(s.pool.instance, "inst");
+  EXPECT_EQ(s.pool.slots_per_rank, 256u);
+  EXPECT_EQ(s.pool.slot_bytes, plan->pool.slot_bytes);
+  EXPECT_EQ(s.planner.gpu_block_size, 16u);
+  EXPECT_EQ(s.planner.offloaded_block_size, 32u);
+  EXPECT_EQ(s.planner.manager.capacity, 256u);
+  EXPECT_EQ(s.planner.manager.policy, scheduler::eviction_policy::arc);
+  EXPECT_EQ(s.planner.manager.store_threshold, 2u);
+  EXPECT_EQ(s.planner.manager.max_tracker_size, 1000u);
+  EXPECT_EQ(s.job_timeout, std::chrono::milliseconds{250});
+  EXPECT_THAT(embed::segment_name_for(s.pool, s.topology), ::testing::EndsWith("-inst-node0"));
+}
+
+TEST(LaunchPlanTest, EveryRankGetsAWorkerConfigOnItsNode) {
+  auto plan = make_plan(
+      loaded(tp4pp2, {"topology.nodes=[{name: a, host: 10.0.0.1}, {name: b, host: 10.0.0.2}]"}),
+      "inst", "secret");
+  ASSERT_TRUE(plan.ok()) << plan.error().to_string();
+  EXPECT_THAT(plan->rank_node, ElementsAre(0, 0, 0, 0, 1, 1, 1, 1));
+  EXPECT_THAT(plan->ranks_on(1), ElementsAre(4, 5, 6, 7));
+  ASSERT_EQ(plan->workers.size(), 8u);
+  for (rank_id r = 0; r < 8; ++r) {
+    const auto& w = plan->workers[r];
+    EXPECT_TRUE(embed::validate(w).ok()) << r;
+    EXPECT_EQ(w.rank, r);
+    EXPECT_EQ(w.topology.node, r / 4);
+    EXPECT_EQ(w.device, static_cast<int>(r % 4));  // the rank's GPU on its node
+    EXPECT_EQ(w.network.host, "10.0.0.1");         // the scheduler runs on the first node
+    EXPECT_EQ(w.network.port, 5710);
+    EXPECT_EQ(w.block_size_factor, 2u);
+    EXPECT_EQ(w.backend, "sim");
+    EXPECT_EQ(w.register_timeout, std::chrono::milliseconds{700});
+    EXPECT_EQ(w.pool.slots_per_rank, plan->scheduler.pool.slots_per_rank);
+  }
+}
+
+TEST(LaunchPlanTest, DefaultPlacementFillsNodesInOrder) {
+  topology_section t;
+  t.nodes = {{"a", "h", 0}, {"b", "h", 0}, {"c", "h", 0}};
+  t.tensor_parallel = 4;
+  t.pipeline_parallel = 2;
+  EXPECT_THAT(rank_nodes(t), ElementsAre(0, 0, 0, 1, 1, 1, 2, 2));
+  t.placement = {"c", "b", "a", "zz"};
+  EXPECT_THAT(rank_nodes(t), ElementsAre(2, 1, 0, 3));  // 3: not a node
+}
+
+TEST(LaunchPlanTest, NoPlanWithoutOffloadOrForAnInvalidConfig) {
+  auto off = make_plan(loaded("offload: {enabled: false}\n"), "inst", "secret");
+  ASSERT_FALSE(off.ok());
+  EXPECT_EQ(off.error().code(), errc::invalid_argument);
+  launch_config bad;
+  bad.offload.block_size = 24;
+  auto invalid = make_plan(bad, "inst", "secret");
+  ASSERT_FALSE(invalid.ok());
+  EXPECT_THAT(invalid.error().message(), ::testing::HasSubstr("offload.block_size"));
+}
+
+TEST(LaunchPlanTest, TheNodesProcessesGetTheSameTopologyAndPoolFlags) {
+  const auto c = loaded(tp4pp2, {"runtime.port=0", "workload.steps=30"});
+  auto plan = make_plan(c, "inst", "secret");
+  ASSERT_TRUE(plan.ok()) << plan.error().to_string();
+  const std::vector<std::string> shared = {"--tp-size",
+                                           "4",
+                                           "--pp-size",
+                                           "2",
+                                           "--node",
+                                           "0",
+                                           "--instance",
+                                           "inst",
+                                           "--slots",
+                                           "256",
+                                           "--kv-layers",
+                                           "8",
+                                           "--kv-page-bytes",
+                                           "16384",
+                                           "--gpu-blocks",
+                                           "32",
+                                           "--block-factor",
+                                           "2",
+                                           "--heartbeat-ms",
+                                           "100",
+                                           "--connection-timeout-ms",
+                                           "1000"};
+  std::vector<std::string> want{"scheduler"};
+  want.insert(want.end(), shared.begin(), shared.end());
+  want.insert(want.end(), {"--host", "127.0.0.1", "--port", "0", "--job-timeout-ms", "250",
+                           "--smoke-steps", "30", "--ready-timeout-ms", "30000",
+                           "--step-timeout-ms", "10000", "--stop-timeout-ms", "5000"});
+  EXPECT_EQ(scheduler_arguments(c, *plan), want);
+
+  want = {"worker"};
+  want.insert(want.end(), shared.begin(), shared.end());
+  want.insert(want.end(), {"--host", "127.0.0.1", "--port", "4242", "--rank", "5", "--backend",
+                           "sim", "--device", "5", "--register-timeout-ms", "700"});
+  EXPECT_EQ(worker_arguments(c, *plan, 5, 4242), want);
+  // The token is never on a command line.
+  for (const auto& a : worker_arguments(c, *plan, 0, 1)) EXPECT_NE(a, "secret");
+}
+
+}  // namespace
+}  // namespace kvc::launch
