@@ -9,6 +9,11 @@
 /// moved (a load that starts mid offloaded block, or a store whose leading GPU blocks are null),
 /// so gpu_blocks.size() == slots.size() * factor - skip.
 ///
+/// group_sizes and block_indices are vLLM's GPULoadStoreSpec fields, one entry per KV-cache
+/// group (one group today): gpu_blocks is the groups' block ids concatenated, group_sizes[g] of
+/// them for group g, and block_indices[g] is the position in the request's block table (of
+/// group g) of that group's first block, so skip == block_indices[0] % factor.
+///
 /// The inspect overloads let CAF serialise these plain structs without proto/ depending on CAF.
 #include <cstdint>
 #include <string>
@@ -27,6 +32,8 @@ struct transfer_job {
   std::vector<cpu_slot> slots;
   std::vector<gpu_block> gpu_blocks;
   uint32_t skip = 0;
+  std::vector<uint32_t> group_sizes;    ///< per KV-cache group: its share of gpu_blocks
+  std::vector<uint32_t> block_indices;  ///< per KV-cache group: block-table index of its first
 
   friend bool operator==(const transfer_job&, const transfer_job&) = default;
 };
@@ -41,18 +48,22 @@ struct connector_metadata {
   /// Jobs that must have finished before this step overwrites GPU blocks (preempted requests):
   /// workers submit deferred stores, then wait for these in handle_preemptions.
   std::vector<job_id> flush;
+  /// The requests preempted in this step, in the engine's order, whether or not they have jobs
+  /// (vLLM's reqs_to_flush); `flush` lists their jobs.
+  std::vector<std::string> flush_requests;
 
   friend bool operator==(const connector_metadata&, const connector_metadata&) = default;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, transfer_job& x) {
-  return f(x.id, x.request_id, x.kind, x.slots, x.gpu_blocks, x.skip);
+  return f(x.id, x.request_id, x.kind, x.slots, x.gpu_blocks, x.skip, x.group_sizes,
+           x.block_indices);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, connector_metadata& x) {
-  return f(x.step, x.loads, x.stores, x.flush);
+  return f(x.step, x.loads, x.stores, x.flush, x.flush_requests);
 }
 
 }  // namespace kvc
