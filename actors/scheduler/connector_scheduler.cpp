@@ -54,7 +54,6 @@ class connector_scheduler::impl {
     std::vector<job_id> jobs;           ///< every job in flight, oldest first (for flush)
     std::optional<job_id> load_job;     ///< recorded or in flight
     uint32_t local_computed = 0;  ///< num_computed at the last get_num_new_matched_tokens
-    uint32_t stores_in_flight = 0;
     bool finished = false;     ///< request_finished was called; kept for its jobs
     bool delay_free = false;   ///< request_finished returned true: owe finished_sending
     bool store_entry = false;  ///< a store job was planned (R1: in _reqs_being_stored)
@@ -63,10 +62,34 @@ class connector_scheduler::impl {
   struct job_state {
     uint32_t slot = 0;  ///< the request's slot
     transfer_kind kind = transfer_kind::load;
-    /// A store job has one key or two per decode step: kept inline, no allocation per job.
+    /// The job's keys are usually a run of its request's keys (which only grow while the request
+    /// has jobs): then [first_key, first_key + num_keys) of them, nothing copied. Otherwise
+    /// (a store that skipped stored or null blocks) `keys`, inline for one key or two.
+    bool key_run = false;
+    uint32_t first_key = 0;
+    uint32_t num_keys = 0;
     absl::InlinedVector<block_key, 2> keys;
-    std::vector<gpu_block> gpu_blocks;  ///< loads: destinations, reported invalid on failure
+    /// Loads: the destinations, [first_block, end_block) of the request's block ids (kept from
+    /// update_state_after_alloc until the load completes), reported invalid on failure.
+    uint32_t first_block = 0;
+    uint32_t end_block = 0;
   };
+  using job_map = absl::flat_hash_map<job_id, job_state>;
+  std::span<const block_key> keys_of(const job_state& js) const {
+    if (!js.key_run) return {js.keys.data(), js.keys.size()};
+    return std::span<const block_key>(states_[js.slot].keys).subspan(js.first_key, js.num_keys);
+  }
+  /// Records the job's keys: the run [first, first + keys.size()) of the request's keys, or
+  /// (first == npos) a copy.
+  static void set_keys(job_state& js, std::span<const block_key> keys, uint64_t first) {
+    if (first != npos) {
+      js.key_run = true;
+      js.first_key = static_cast<uint32_t>(first);
+      js.num_keys = static_cast<uint32_t>(keys.size());
+    } else {
+      js.keys.assign(keys.begin(), keys.end());
+    }
+  }
   /// Transparent std::string_view hashing (Debian's absl::string_view is its own type).
   struct id_hash {
     using is_transparent = void;
@@ -103,7 +126,7 @@ class connector_scheduler::impl {
   void release(uint32_t slot) {
     auto& st = states_[slot];
     index_.erase(std::string_view(st.id));
-    st.cursor = st.local_computed = st.stores_in_flight = 0;
+    st.cursor = st.local_computed = 0;
     next_cached_[slot] = npos;
     st.finished = st.delay_free = st.store_entry = st.owed = false;
     st.load_job.reset();
@@ -121,7 +144,13 @@ class connector_scheduler::impl {
     if (block_hashes.size() < (st.keys.size() + 1) * hf) return;
     const size_t want = block_hashes.size() / hf;
     st.keys.reserve(std::max(want, 2 * st.keys.size()));
-    for (size_t i = st.keys.size(); i < want; ++i) st.keys.push_back(block_hashes[i * hf + hf - 1]);
+    if (hf == 1) {  // one hash per offloaded block: a plain copy
+      st.keys.insert(st.keys.end(), block_hashes.begin() + static_cast<ptrdiff_t>(st.keys.size()),
+                     block_hashes.begin() + static_cast<ptrdiff_t>(want));
+    } else {
+      for (size_t i = st.keys.size(); i < want; ++i)
+        st.keys.push_back(block_hashes[i * hf + hf - 1]);
+    }
     st.slot_hints.resize(want, UINT32_MAX);
   }
   /// False when plan_stores(st, sr) would change nothing: extend_keys adds no key and the
@@ -129,20 +158,24 @@ class connector_scheduler::impl {
   bool may_store(const request_state& st, const scheduled_request& sr) const noexcept {
     const uint64_t offloadable =
         std::min<uint64_t>(uint64_t{sr.num_computed} + sr.num_scheduled, sr.req.num_tokens);
-    const uint64_t at_cursor = uint64_t{st.cursor} * geo_.offloaded_block_size;
+    // One unsigned compare for "at least one block past the cursor, or below it" (wraps).
+    const uint64_t past_cursor = offloadable - uint64_t{st.cursor} * geo_.offloaded_block_size;
     return sr.req.block_hashes.size() >= (st.keys.size() + 1) * geo_.hash_factor ||
-           offloadable >= at_cursor + geo_.offloaded_block_size || offloadable < at_cursor;
+           past_cursor >= geo_.offloaded_block_size;
   }
   /// R1's touch of all of a request's keys, with the slots it saw last time as hints.
   void touch_all(request_state& st) { manager_->touch_hinted(st.keys, st.slot_hints); }
   void plan_stores(uint32_t slot, const scheduled_request& sr, bool replace_blocks,
                    connector_metadata& meta);
+  /// first_key: the request-key index of keys[0] when keys are a run of the request's keys,
+  /// else npos.
   void emit_store_job(uint32_t slot, std::span<const block_key> keys,
                       std::span<const cpu_slot> slots, std::span<const gpu_block> gpu_ids,
-                      uint32_t first_block, connector_metadata& meta);
+                      uint32_t first_block, uint32_t first_key, connector_metadata& meta);
   /// Completes a job in flight with the manager (ok or not). `report`: record the request-level
   /// outcome (finished_recving, invalid blocks, finished_sending) for take_request_completions.
-  void complete_job(job_id id, bool ok, bool report, std::string& rejected, errc& first_error);
+  void complete_job(job_map::iterator jit, bool ok, bool report, std::string& rejected,
+                    errc& first_error);
   /// The job is over: drop it from its request, releasing a finished request's last job.
   void forget_job(uint32_t slot, job_id id, bool report);
   void drop_owed(uint32_t slot) {
@@ -156,7 +189,7 @@ class connector_scheduler::impl {
   absl::flat_hash_map<std::string, uint32_t, id_hash, id_eq> index_;
   std::vector<request_state> states_;
   std::vector<uint32_t> free_slots_;
-  absl::flat_hash_map<job_id, job_state> jobs_;
+  job_map jobs_;
   /// Load jobs recorded or in flight (their keys are pinned in the manager).
   size_t loads_in_flight_ = 0;
   std::vector<transfer_job> pending_loads_;  ///< recorded by update_state_after_alloc
@@ -256,7 +289,7 @@ std::span<const transfer_job> connector_scheduler::pending_loads() const noexcep
 std::span<const block_key> connector_scheduler::job_keys(job_id id) const {
   auto it = impl_->jobs_.find(id);
   if (it == impl_->jobs_.end()) return {};
-  return {it->second.keys.data(), it->second.keys.size()};
+  return impl_->keys_of(it->second);
 }
 const offload_manager& connector_scheduler::manager() const noexcept {
   return *impl_->manager_;
@@ -268,7 +301,7 @@ const offload_manager& connector_scheduler::manager() const noexcept {
 match_result connector_scheduler::impl::get_num_new_matched_tokens(const request_view& req,
                                                                    uint32_t num_computed) {
   auto& st = states_[find_or_create(req.id)];
-  st.block_ids.clear();
+  if (!st.load_job) st.block_ids.clear();  // a loading request keeps its load's destinations
   extend_keys(st, req.block_hashes);
   st.local_computed = num_computed;
   touch_all(st);
@@ -371,8 +404,10 @@ status connector_scheduler::impl::update_state_after_alloc(const request_view& r
   job_state js;
   js.slot = slot;
   js.kind = transfer_kind::load;
-  js.keys.assign(keys.begin(), keys.end());
-  js.gpu_blocks = job.gpu_blocks;
+  set_keys(js, keys, first_key);
+  js.first_block = static_cast<uint32_t>(first);
+  js.end_block = static_cast<uint32_t>(ngpu);
+  st->block_ids.assign(block_ids.begin(), block_ids.end());
   ++loads_in_flight_;
   jobs_.emplace(id, std::move(js));
   pending_loads_.push_back(std::move(job));
@@ -404,8 +439,9 @@ result<connector_metadata> connector_scheduler::impl::build_connector_meta(const
   // by its id, the map being the fallback. The links are only hints, rewritten as seen.
   const size_t fresh_count = scratch_slots_.size();
   uint32_t guess = first_cached_;
+  scratch_slots_.resize(fresh_count + in.cached_requests.size());
   for (size_t i = 0; i < in.cached_requests.size(); ++i) {
-    scratch_slots_.push_back(guess);
+    scratch_slots_[fresh_count + i] = guess;
     if (guess < states_.size()) {
       __builtin_prefetch(&states_[guess]);
       guess = next_cached_[guess];
@@ -470,9 +506,9 @@ void connector_scheduler::impl::plan_stores(uint32_t slot, const scheduled_reque
   // Usually the complete blocks end at the cursor: decide that without dividing (see
   // extend_keys).
   const uint64_t cursor = st.cursor;
-  if (offloadable >= cursor * obs && offloadable < (cursor + 1) * obs && st.keys.size() >= cursor &&
+  if (offloadable - cursor * obs < obs && st.keys.size() >= cursor &&
       st.block_ids.size() >= cursor * f)
-    return;
+    return;  // (the subtraction wraps when offloadable is below the cursor)
   const uint64_t nb =
       std::min<uint64_t>({offloadable / obs, st.keys.size(), st.block_ids.size() / f});
   if (nb <= cursor) {
@@ -515,34 +551,44 @@ void connector_scheduler::impl::plan_stores(uint32_t slot, const scheduled_reque
   size_t c = 0;
   size_t job_begin = 0;
   uint32_t first_block = 0;  // block-table index of the job's first GPU block
+  uint32_t first_key = 0;    // request-key index of the job's first key, npos: not a run
+  uint32_t next_key = 0;
   for (size_t j = 0; j < plan->keys.size(); ++j) {
     while (c < scratch_keys_.size() && scratch_keys_[c] != plan->keys[j]) ++c;
     if (c == scratch_keys_.size()) break;  // not a candidate: the manager broke its contract
-    const uint64_t block = uint64_t{scratch_idx_[c]} * f;
+    const uint32_t idx = scratch_idx_[c];
+    const uint64_t block = uint64_t{idx} * f;
     const gpu_block* ids = st.block_ids.data() + block;
-    st.slot_hints[scratch_idx_[c]] = plan->slots[j];  // the touch below finds it there
+    st.slot_hints[idx] = plan->slots[j];  // the touch below finds it there
     ++c;
     uint32_t lead = 0;
     while (ids[lead] == 0) ++lead;
     if (lead > 0 && j > job_begin) {
       emit_store_job(slot, plan->keys.subspan(job_begin, j - job_begin),
                      plan->slots.subspan(job_begin, j - job_begin), scratch_gpu_, first_block,
-                     meta);
+                     first_key, meta);
       scratch_gpu_.clear();
       job_begin = j;
     }
-    if (j == job_begin) first_block = static_cast<uint32_t>(block + lead);
+    if (j == job_begin) {
+      first_block = static_cast<uint32_t>(block + lead);
+      first_key = idx;
+    } else if (idx != next_key) {
+      first_key = npos;
+    }
+    next_key = idx + 1;
     scratch_gpu_.insert(scratch_gpu_.end(), ids + lead, ids + f);
   }
   emit_store_job(slot, plan->keys.subspan(job_begin), plan->slots.subspan(job_begin), scratch_gpu_,
-                 first_block, meta);
+                 first_block, first_key, meta);
   touch_all(st);
 }
 
 void connector_scheduler::impl::emit_store_job(uint32_t slot, std::span<const block_key> keys,
                                                std::span<const cpu_slot> slots,
                                                std::span<const gpu_block> gpu_ids,
-                                               uint32_t first_block, connector_metadata& meta) {
+                                               uint32_t first_block, uint32_t first_key,
+                                               connector_metadata& meta) {
   auto& st = states_[slot];
   const job_id id = next_job_++;
   transfer_job job;
@@ -558,12 +604,11 @@ void connector_scheduler::impl::emit_store_job(uint32_t slot, std::span<const bl
   job_state js;
   js.slot = slot;
   js.kind = transfer_kind::store;
-  js.keys.assign(keys.begin(), keys.end());
+  set_keys(js, keys, first_key);
   jobs_.emplace(id, std::move(js));
   meta.stores.push_back(std::move(job));
 
   st.jobs.push_back(id);
-  ++st.stores_in_flight;
   st.store_entry = true;
   ++stats_.stores_planned;
   stats_.store_blocks += keys.size();
@@ -575,6 +620,12 @@ void connector_scheduler::impl::emit_store_job(uint32_t slot, std::span<const bl
 status connector_scheduler::impl::update_connector_output(const connector_output& out) {
   errc first_error = errc::ok;
   std::string rejected;
+  // One allocation for this output's finished_recving (the vector starts empty each step).
+  const auto loads = std::count_if(out.jobs.begin(), out.jobs.end(), [](const job_result& r) {
+    return r.kind == transfer_kind::load;
+  });
+  if (loads > 0)
+    completions_.finished_recving.reserve(completions_.finished_recving.size() + loads);
   for (const auto& r : out.jobs) {
     auto jit = jobs_.find(r.job);
     if (jit == jobs_.end()) {
@@ -592,10 +643,12 @@ status connector_scheduler::impl::update_connector_output(const connector_output
       ++stats_.rejected_results;
       continue;
     }
-    complete_job(r.job, r.ok, /*report=*/true, rejected, first_error);
+    complete_job(jit, r.ok, /*report=*/true, rejected, first_error);
   }
   // Finished requests that owe finished_sending with nothing in flight (R1's worker reports
   // them on its next get_finished).
+  completions_.finished_sending.reserve(completions_.finished_sending.size() +
+                                        owed_sending_.size());
   for (uint32_t slot : owed_sending_) {
     completions_.finished_sending.push_back(states_[slot].id);
     states_[slot].owed = false;
@@ -621,33 +674,34 @@ status connector_scheduler::impl::update_connector_output(const request_output& 
       if (jobs_.find(j)->second.kind == transfer_kind::store) scratch_jobs_.push_back(j);
     }
     // The last job of a finished request releases it; otherwise release it here.
-    for (job_id j : scratch_jobs_) complete_job(j, true, /*report=*/false, rejected, first_error);
+    for (job_id j : scratch_jobs_)
+      complete_job(jobs_.find(j), true, /*report=*/false, rejected, first_error);
     slot = find(id);
     if (slot != npos && states_[slot].finished && states_[slot].jobs.empty()) release(slot);
   }
   for (std::string_view id : out.finished_recving) {
     const uint32_t slot = find(id);
     if (slot == npos || !states_[slot].load_job) continue;
-    complete_job(*states_[slot].load_job, true, /*report=*/false, rejected, first_error);
+    complete_job(jobs_.find(*states_[slot].load_job), true, /*report=*/false, rejected,
+                 first_error);
   }
   if (first_error == errc::ok) return {};
   return make_error(first_error, "update_connector_output: " + rejected);
 }
 
-void connector_scheduler::impl::complete_job(job_id id, bool ok, bool report,
+void connector_scheduler::impl::complete_job(job_map::iterator jit, bool ok, bool report,
                                              std::string& rejected, errc& first_error) {
-  auto jit = jobs_.find(id);
+  const job_id id = jit->first;
   job_state js = std::move(jit->second);
   jobs_.erase(jit);
   auto& st = states_[js.slot];
   if (js.kind == transfer_kind::store) {
-    manager_->complete_store(js.keys, ok);
+    manager_->complete_store(keys_of(js), ok);
     ++(ok ? stats_.stores_ok : stats_.stores_failed);
-    --st.stores_in_flight;
   } else {
     // The keys were pinned by this job's prepare_load, so unpinning cannot fail unless the
     // manager broke its contract; report that rather than hide it.
-    if (auto s = manager_->complete_load(js.keys); !s.ok()) {
+    if (auto s = manager_->complete_load(keys_of(js)); !s.ok()) {
       if (first_error == errc::ok) first_error = errc::internal;
       if (!rejected.empty()) rejected += "; ";
       rejected += "job " + std::to_string(id) + ": complete_load failed: " + s.message();
@@ -657,8 +711,9 @@ void connector_scheduler::impl::complete_job(job_id id, bool ok, bool report,
     ++(ok ? stats_.loads_ok : stats_.loads_failed);
     if (report) {
       if (!ok) {
-        for (gpu_block b : js.gpu_blocks) {
-          if (b != 0) completions_.invalid_block_ids.push_back(b);
+        const auto end = std::min<size_t>(js.end_block, st.block_ids.size());
+        for (size_t b = js.first_block; b < end; ++b) {
+          if (st.block_ids[b] != 0) completions_.invalid_block_ids.push_back(st.block_ids[b]);
         }
       }
       completions_.finished_recving.push_back(st.id);
