@@ -134,10 +134,10 @@ ojson keys_json(std::span<const block_key> keys) {
   return a;
 }
 
-template <class T>
-ojson ints_json(const std::vector<T>& v) {
+template <class List>
+ojson ints_json(const List& v) {
   ojson a = ojson::array();
-  for (T x : v) a.push_back(x);
+  for (auto x : v) a.push_back(x);
   return a;
 }
 

@@ -397,8 +397,8 @@ status connector_scheduler::impl::update_state_after_alloc(const request_view& r
   job.gpu_blocks.assign(block_ids.begin() + first, block_ids.begin() + ngpu);
   job.skip = first < ngpu ? static_cast<uint32_t>(first % geo_.factor) : 0;
   if (first < ngpu) {  // R1 describes an empty load with empty lists
-    job.group_sizes.assign(1, static_cast<uint32_t>(ngpu - first));
-    job.block_indices.assign(1, static_cast<uint32_t>(first));
+    job.group_sizes = {static_cast<uint32_t>(ngpu - first)};
+    job.block_indices = {static_cast<uint32_t>(first)};
   }
 
   job_state js;
@@ -598,8 +598,8 @@ void connector_scheduler::impl::emit_store_job(uint32_t slot, std::span<const bl
   job.slots.assign(slots.begin(), slots.end());
   job.gpu_blocks.assign(gpu_ids.begin(), gpu_ids.end());
   job.skip = first_block % geo_.factor;
-  job.group_sizes.assign(1, static_cast<uint32_t>(gpu_ids.size()));
-  job.block_indices.assign(1, first_block);
+  job.group_sizes = {static_cast<uint32_t>(gpu_ids.size())};
+  job.block_indices = {first_block};
 
   job_state js;
   js.slot = slot;

@@ -287,6 +287,19 @@ TEST(ConnectorGeometryTest, DerivesFactorsAndRejectsBadSizes) {
   EXPECT_EQ(connector_scheduler::create(bad, nullptr).code(), errc::invalid_argument);
 }
 
+// A job's per-KV-cache-group values are inline: up to max_kv_cache_groups, compared by value.
+TEST(PerGroupTest, HoldsUpToTheGroupLimitAndComparesByValue) {
+  per_group g;
+  EXPECT_TRUE(g.empty());
+  for (uint32_t i = 0; i < max_kv_cache_groups; ++i) EXPECT_TRUE(g.push_back(10 + i));
+  EXPECT_FALSE(g.push_back(99));  // full: unchanged
+  EXPECT_EQ(g.size(), max_kv_cache_groups);
+  EXPECT_EQ(g, (per_group{10, 11, 12, 13}));
+  EXPECT_NE(g, (per_group{10, 11, 12}));
+  EXPECT_EQ(std::vector<uint32_t>(g.begin(), g.end()), (std::vector<uint32_t>{10, 11, 12, 13}));
+  EXPECT_EQ(per_group{}, per_group{});
+}
+
 // --- lookups (§9 items 21, 22) ------------------------------------------------------------
 
 TEST_F(ConnectorSchedulerTest, NoLookupWhenLessThanOneOffloadedBlockIsNew) {
@@ -340,8 +353,8 @@ TEST_F(ConnectorSchedulerTest, StoreCursorFollowsPrepareStoreOutcomes) {
   EXPECT_EQ(m.stores[0].slots.size(), 1u);
   EXPECT_EQ(m.stores[0].skip, 0u);
   // vLLM's GPULoadStoreSpec: one group of 3 blocks starting at block-table index 3.
-  EXPECT_EQ(m.stores[0].group_sizes, std::vector<uint32_t>{3});
-  EXPECT_EQ(m.stores[0].block_indices, std::vector<uint32_t>{3});
+  EXPECT_EQ(m.stores[0].group_sizes, per_group{3});
+  EXPECT_EQ(m.stores[0].block_indices, per_group{3});
   EXPECT_TRUE(m.loads.empty());
   EXPECT_TRUE(m.flush.empty());
   complete(m.stores[0]);
@@ -465,8 +478,8 @@ TEST_F(ConnectorSchedulerTest, StoreJobCarriesTheGpuBlocksOfTheKeysActuallyStore
             (std::vector<gpu_block>{100, 101, 102, 106, 107, 108, 112, 113, 114, 115, 116, 117}));
   EXPECT_EQ(m.stores[0].slots.size(), 4u);
   // R1: the blocks need not be contiguous; the index is the first stored block's.
-  EXPECT_EQ(m.stores[0].group_sizes, std::vector<uint32_t>{12});
-  EXPECT_EQ(m.stores[0].block_indices, std::vector<uint32_t>{0});
+  EXPECT_EQ(m.stores[0].group_sizes, per_group{12});
+  EXPECT_EQ(m.stores[0].block_indices, per_group{0});
 }
 
 TEST_F(ConnectorSchedulerTest, NullBlocksAreSkippedOrBecomeTheJobsSkip) {
@@ -480,8 +493,8 @@ TEST_F(ConnectorSchedulerTest, NullBlocksAreSkippedOrBecomeTheJobsSkip) {
   ASSERT_EQ(m.stores.size(), 1u);
   EXPECT_EQ(m.stores[0].gpu_blocks, (std::vector<gpu_block>{5, 6, 7, 8, 9}));
   EXPECT_EQ(m.stores[0].skip, 1u);
-  EXPECT_EQ(m.stores[0].block_indices, std::vector<uint32_t>{4});  // block 1's first non-null
-  EXPECT_EQ(m.stores[0].group_sizes, std::vector<uint32_t>{5});
+  EXPECT_EQ(m.stores[0].block_indices, per_group{4});  // block 1's first non-null
+  EXPECT_EQ(m.stores[0].group_sizes, per_group{5});
   EXPECT_EQ(m.stores[0].slots.size(), 2u);
   EXPECT_EQ(m.stores[0].gpu_blocks.size(), m.stores[0].slots.size() * 3 - m.stores[0].skip);
 }
@@ -538,10 +551,10 @@ TEST_F(ConnectorSchedulerTest, LoadsFillTheBlocksAfterTheGpuCachedPrefix) {
   EXPECT_EQ(m.loads[2].gpu_blocks, (std::vector<gpu_block>{41, 42, 43, 44, 45}));
   EXPECT_EQ(m.loads[2].skip, 1u);
   EXPECT_EQ(m.loads[2].slots.size(), 2u);
-  EXPECT_EQ(m.loads[1].block_indices, std::vector<uint32_t>{6});
-  EXPECT_EQ(m.loads[1].group_sizes, std::vector<uint32_t>{3});
-  EXPECT_EQ(m.loads[2].block_indices, std::vector<uint32_t>{1});
-  EXPECT_EQ(m.loads[2].group_sizes, std::vector<uint32_t>{5});
+  EXPECT_EQ(m.loads[1].block_indices, per_group{6});
+  EXPECT_EQ(m.loads[1].group_sizes, per_group{3});
+  EXPECT_EQ(m.loads[2].block_indices, per_group{1});
+  EXPECT_EQ(m.loads[2].group_sizes, per_group{5});
   // Job ids come from one counter shared with the earlier store.
   EXPECT_LT(m.loads[0].id, m.loads[1].id);
   EXPECT_LT(m.loads[1].id, m.loads[2].id);
@@ -986,8 +999,8 @@ TEST_F(ConnectorSchedulerTest, LoadStartsAtTheFirstBlockWithoutAHash) {
   ASSERT_EQ(conn_->pending_loads().size(), 1u);
   const transfer_job job = conn_->pending_loads()[0];
   EXPECT_EQ(job.gpu_blocks, (std::vector<gpu_block>{14, 15, 16, 17, 18}));
-  EXPECT_EQ(job.block_indices, std::vector<uint32_t>{4});
-  EXPECT_EQ(job.group_sizes, std::vector<uint32_t>{5});
+  EXPECT_EQ(job.block_indices, per_group{4});
+  EXPECT_EQ(job.group_sizes, per_group{5});
   EXPECT_EQ(job.skip, 1u);
   EXPECT_EQ(job.slots.size(), 2u);
   EXPECT_EQ(std::vector<block_key>(conn_->job_keys(job.id).begin(), conn_->job_keys(job.id).end()),
@@ -1163,8 +1176,8 @@ TEST_F(ConnectorR1ReproTest, StoreCursorMovesBackAfterPreemption) {
   EXPECT_EQ(m.stores[0].request_id, "rA");
   EXPECT_EQ(m.stores[0].slots, std::vector<cpu_slot>{1});
   EXPECT_EQ(m.stores[0].gpu_blocks, std::vector<gpu_block>{6});
-  EXPECT_EQ(m.stores[0].group_sizes, std::vector<uint32_t>{1});
-  EXPECT_EQ(m.stores[0].block_indices, std::vector<uint32_t>{1});
+  EXPECT_EQ(m.stores[0].group_sizes, per_group{1});
+  EXPECT_EQ(m.stores[0].block_indices, per_group{1});
   EXPECT_EQ(std::vector<block_key>(conn_->job_keys(m.stores[0].id).begin(),
                                    conn_->job_keys(m.stores[0].id).end()),
             keys({102}));
@@ -1213,11 +1226,11 @@ TEST_F(ConnectorR1ReproTest, OneStoredEventPerJob) {
   auto m = step({{a.view(), a_blocks, 0, 4}}, {});
   ASSERT_EQ(m.stores.size(), 1u);
   EXPECT_EQ(m.stores[0].gpu_blocks, std::vector<gpu_block>{1});
-  EXPECT_EQ(m.stores[0].block_indices, std::vector<uint32_t>{0});
+  EXPECT_EQ(m.stores[0].block_indices, per_group{0});
   m = step({}, {{a.view(), {}, 4, 4}});
   ASSERT_EQ(m.stores.size(), 1u);
   EXPECT_EQ(m.stores[0].gpu_blocks, std::vector<gpu_block>{2});
-  EXPECT_EQ(m.stores[0].block_indices, std::vector<uint32_t>{1});
+  EXPECT_EQ(m.stores[0].block_indices, per_group{1});
   EXPECT_TRUE(step({}, {}).stores.empty());
   EXPECT_TRUE(conn_->request_finished("rA"));
   finished_sending({"rA"});
