@@ -39,9 +39,10 @@
 ///
 /// Store cursor (R1's next_stored_block_idx): each time a request is scheduled it is set to the
 /// number of offloaded blocks computable now (min(num_computed + num_scheduled, num_tokens) /
-/// offloaded_block_size) once the blocks between it and that number were offered to
-/// prepare_store. After a preemption the recomputed prefix can be shorter than the cursor: the
-/// cursor then moves back, and the blocks are offered again as they are recomputed (storing those
+/// offloaded_block_size), after the blocks from the cursor up to that number were offered to
+/// prepare_store (when prepare_store answers nullopt it stays, and they are offered again next
+/// step). After a preemption the recomputed prefix can be shorter than the cursor: the cursor
+/// then moves back, and the blocks are offered again as they are recomputed (storing those
 /// evicted meanwhile or refused by the reuse filter), as R1 does.
 ///
 /// Request state lives from the first get_num_new_matched_tokens (or the first scheduling) until
@@ -244,7 +245,8 @@ class connector_scheduler {
   bool load_in_flight(std::string_view req_id) const;
   /// Jobs handed out and not completed yet (loads recorded but not yet emitted included).
   size_t jobs_in_flight() const noexcept;
-  /// Requests with state (running, or finished with jobs still in flight).
+  /// Requests with state (running, or finished and still held: jobs in flight or
+  /// finished_sending owed).
   size_t tracked_requests() const noexcept;
   /// The loads recorded by update_state_after_alloc for the next build_connector_meta.
   std::span<const transfer_job> pending_loads() const noexcept;
