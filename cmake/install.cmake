@@ -11,10 +11,10 @@ include(CMakePackageConfigHelpers)
 set(KVC_EXPORTED_LIBS
   kvc_embed
   kvc_proto kvc_shm kvc_copy
-  kvc_handshake kvc_runtime kvc_data_plane
+  kvc_control kvc_channel
   kvc_coordinator_core kvc_coordinator
   kvc_scheduler_core kvc_scheduler_registry kvc_scheduler_actor
-  kvc_worker_core kvc_worker_runtime kvc_worker_actor)
+  kvc_worker_core)
 if(TARGET kvc_copy_cuda)
   list(APPEND KVC_EXPORTED_LIBS kvc_copy_cuda)
 endif()
@@ -46,7 +46,8 @@ set(KVC_PUBLIC_HEADERS
   proto/exact_double.hpp
   proto/ids.hpp
   proto/kv_event.hpp
-  proto/status.hpp)
+  proto/status.hpp
+  proto/topology.hpp)
 foreach(header IN LISTS KVC_PUBLIC_HEADERS)
   get_filename_component(dir ${header} DIRECTORY)
   install(FILES ${PROJECT_SOURCE_DIR}/${header}

@@ -1,7 +1,9 @@
 #pragma once
 /// copy_engine: moves KV bytes between one GPU's memory and the rank's region of the pinned CPU
 /// pool. Implementations: sim (always built; host memory stands in for GPU memory, copies run
-/// on one copy thread per direction), cuda (built when nvcc is found), and the faulty decorator.
+/// on one copy thread per direction), manual (always built; like sim but without threads:
+/// transfers complete only when the owner waits or advances it), cuda (built when nvcc is
+/// found), and the faulty decorator.
 ///
 /// Life cycle of a transfer (NIXL-style): submit() returns at once with an id; poll() never
 /// blocks ("pending" is a state, not an error); wait() blocks until given transfers finished;
@@ -48,11 +50,19 @@ struct transfer_report {
   double seconds = 0.0;  ///< from start of copying to completion
 };
 
-/// Options of one submit. `wait_event` is an opaque device event the copy must wait for before
-/// reading GPU memory (the CUDA backend takes a cudaEvent_t recorded on the compute stream);
-/// nullptr means no dependency. The sim backend ignores it.
+/// Options of one submit: how the copy is ordered against the work that writes or reads the same
+/// GPU blocks (the model's compute stream).
+///   wait_event     an opaque device event the copy waits for before touching GPU memory (the
+///                  CUDA backend takes a cudaEvent_t recorded on the compute stream after the
+///                  last kernel that writes the blocks to store / reads the blocks to overwrite).
+///   no_dependency  the caller states that no device work in flight touches these blocks (set-up,
+///                  benchmarks, tests, or after synchronising the device itself).
+/// The cuda backend refuses a submit with neither (errc::invalid_argument): without an event a
+/// store may read blocks a kernel is still writing, and a load may overwrite blocks a kernel is
+/// still reading, and nothing would report it. The sim and manual backends ignore both fields.
 struct submit_options {
   void* wait_event = nullptr;
+  bool no_dependency = false;
 };
 
 /// Memory standing for one GPU's KV cache, owned by the engine that allocated it.
@@ -68,9 +78,19 @@ class copy_engine {
   /// "sim", "cuda", or a decorator's name around its inner one.
   virtual std::string_view name() const noexcept = 0;
 
-  /// Registers (pins) a host range the engine will copy to/from: the rank's pool region.
-  /// The cuda backend calls cudaHostRegister in chunks of at most 64 GiB.
-  virtual status register_host(void* base, size_t bytes) = 0;
+  /// Registers (pins) a host range the engine will copy to/from: the rank's pool region, made of
+  /// slots of `slot_stride` bytes (0: the whole range is one slot). The cuda backend calls
+  /// cudaHostRegister in chunks of at most 64 GiB that hold whole slots, so that no copy of one
+  /// slot spans two registrations (a slot larger than a chunk is errc::invalid_argument), and
+  /// refuses ops whose CPU side is not inside one chunk. The sim and manual backends record the
+  /// range and check only that it overlaps no other.
+  virtual status register_host(void* base, size_t bytes, size_t slot_stride = 0) = 0;
+  /// Declares device memory not allocated by this engine that ops may touch: each KV tensor, once,
+  /// when the KV caches are registered. The cuda backend checks here (cudaPointerGetAttributes)
+  /// that the range is device memory of its device, and refuses ops whose GPU side is not inside
+  /// a declared or allocated range; the sim and manual backends require it to lie inside one
+  /// buffer from allocate_device. errc::invalid_argument otherwise.
+  virtual status register_device(const void* base, size_t bytes) = 0;
 
   /// Allocates device memory (sim: host memory) freed with the engine.
   virtual result<device_buffer> allocate_device(size_t bytes) = 0;
@@ -80,14 +100,18 @@ class copy_engine {
   virtual status download(void* host_dst, const void* device_src, size_t bytes) = 0;
 
   /// Submits all ops as one transfer in one direction; returns at once. An empty op list is a
-  /// valid transfer that completes in order.
+  /// valid transfer that completes in order. A refused submit (an error) leaves no copy of its ops
+  /// in flight. When a device call fails after some of the ops were already queued, the submit
+  /// still returns an id: the transfer stays pending until the queued copies finished, then reports
+  /// failed, so that the caller never reuses memory a copy is still touching.
   virtual result<transfer_id> submit(direction dir, std::span<const copy_op> ops,
                                      const submit_options& opts = {}) = 0;
   /// State of a transfer not yet taken; unknown for ids never submitted or already taken.
   virtual poll_state poll(transfer_id id) = 0;
   /// Blocks until every listed transfer has finished (done or failed). Unknown ids are an
   /// error (errc::not_found) once every known one has finished. A transfer that failed is not
-  /// an error of wait: poll / take_finished say how it ended.
+  /// an error of wait: poll / take_finished say how it ended. The cuda backend waits at most
+  /// engine_options::wait_timeout, then answers errc::timeout and the transfers stay pending.
   virtual status wait(std::span<const transfer_id> ids) = 0;
   /// Reports of finished transfers not yet taken, each exactly once, FIFO per direction.
   virtual std::vector<transfer_report> take_finished() = 0;

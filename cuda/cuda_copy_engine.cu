@@ -5,14 +5,36 @@
 #include <algorithm>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include "cuda/op_validator.hpp"
+#include "cuda/pin_chunk_plan.hpp"
 
 namespace kvc::cuda {
 
 namespace {
 
 constexpr size_t k_register_chunk = size_t{64} << 30;  // cudaHostRegister limit we respect
+
+// device_health lists the sticky codes by number; they must be the enum's.
+#define KVC_STICKY(e) static_assert(device_health::sticky_name(e) == #e, #e " moved")
+KVC_STICKY(cudaErrorECCUncorrectable);
+KVC_STICKY(cudaErrorNvlinkUncorrectable);
+KVC_STICKY(cudaErrorContained);
+KVC_STICKY(cudaErrorIllegalAddress);
+KVC_STICKY(cudaErrorLaunchTimeout);
+KVC_STICKY(cudaErrorAssert);
+KVC_STICKY(cudaErrorHardwareStackError);
+KVC_STICKY(cudaErrorIllegalInstruction);
+KVC_STICKY(cudaErrorMisalignedAddress);
+KVC_STICKY(cudaErrorInvalidAddressSpace);
+KVC_STICKY(cudaErrorInvalidPc);
+KVC_STICKY(cudaErrorLaunchFailure);
+KVC_STICKY(cudaErrorTensorMemoryLeak);
+KVC_STICKY(cudaErrorMpsClientTerminated);
+KVC_STICKY(cudaErrorExternalDevice);
+#undef KVC_STICKY
+static_assert(sticky_cuda_errors.size() == 15, "a sticky code without its static_assert above");
 
 bool means_no_device(cudaError_t e) {
   switch (e) {
@@ -33,16 +55,56 @@ std::string describe(cudaError_t e) {
   return std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")";
 }
 
-status cuda_error(cudaError_t e, std::string_view what) {
-  return make_error(means_no_device(e) ? errc::device_unavailable : errc::device_error,
-                    "cuda copy engine: " + std::string(what) + ": " + describe(e));
+errc errc_of(cudaError_t e) {
+  return means_no_device(e) ? errc::device_unavailable : errc::device_error;
 }
+
+status cuda_error(cudaError_t e, std::string_view what) {
+  return make_error(errc_of(e), "cuda copy engine: " + std::string(what) + ": " + describe(e));
+}
+
+/// Runs one CUDA call; when it fails with an error that is not sticky, clears CUDA's last error,
+/// which this very call set, so that the host's own cudaGetLastError never reports our failure.
+/// cudaErrorNotReady is a state, not an error, and sets nothing.
+template <class Fn>
+cudaError_t clearing(Fn&& fn) {
+  const cudaError_t e = fn();
+  if (e != cudaSuccess && e != cudaErrorNotReady && !device_health::is_sticky(e)) {
+    (void)cudaGetLastError();
+  }
+  return e;
+}
+
+/// Makes a device current for a scope and restores the caller's current device at its end, so
+/// that an engine on device 1 never leaves the host's thread on device 1.
+class device_guard {
+ public:
+  explicit device_guard(int device) {
+    int current = -1;
+    if (clearing([&] { return cudaGetDevice(&current); }) == cudaSuccess) previous_ = current;
+    if (previous_ != device) error_ = clearing([&] { return cudaSetDevice(device); });
+    switched_ = previous_ >= 0 && previous_ != device && error_ == cudaSuccess;
+  }
+  ~device_guard() {
+    if (switched_) (void)clearing([&] { return cudaSetDevice(previous_); });
+  }
+  device_guard(const device_guard&) = delete;
+  device_guard& operator=(const device_guard&) = delete;
+
+  /// cudaSuccess, or why the device could not be made current.
+  cudaError_t error() const noexcept { return error_; }
+
+ private:
+  int previous_ = -1;
+  bool switched_ = false;
+  cudaError_t error_ = cudaSuccess;
+};
 
 }  // namespace
 
-result<std::unique_ptr<copy_engine>> cuda_copy_engine::create(int device) {
+result<std::unique_ptr<copy_engine>> cuda_copy_engine::create(const engine_options& opts) {
   int n = 0;  // left unwritten when the call fails
-  const cudaError_t e = cudaGetDeviceCount(&n);
+  const cudaError_t e = clearing([&] { return cudaGetDeviceCount(&n); });
   if (e != cudaSuccess) {
     return make_error(errc::device_unavailable,
                       "cuda copy engine: no usable CUDA driver or device: cudaGetDeviceCount "
@@ -50,29 +112,31 @@ result<std::unique_ptr<copy_engine>> cuda_copy_engine::create(int device) {
                           describe(e));
   }
   if (n == 0) return make_error(errc::device_unavailable, "cuda copy engine: no CUDA device");
-  if (device < 0 || device >= n) {
-    return make_error(errc::device_unavailable, "cuda copy engine: device " +
-                                                    std::to_string(device) + " out of range (" +
-                                                    std::to_string(n) + " device(s))");
+  if (opts.device < 0 || opts.device >= n) {
+    return make_error(errc::device_unavailable,
+                      "cuda copy engine: device " + std::to_string(opts.device) +
+                          " out of range (" + std::to_string(n) + " device(s))");
   }
-  std::unique_ptr<cuda_copy_engine> engine(new cuda_copy_engine(device));
+  std::unique_ptr<cuda_copy_engine> engine(new cuda_copy_engine(opts));
   if (status s = engine->init(); !s) return s;
   return std::unique_ptr<copy_engine>(std::move(engine));
 }
 
-cuda_copy_engine::cuda_copy_engine(int device) : device_(device) {}
-
-status cuda_copy_engine::set_device() {
-  const cudaError_t e = cudaSetDevice(device_);
-  return e == cudaSuccess ? status{}
-                          : cuda_error(e, "cudaSetDevice(" + std::to_string(device_) + ")");
+cuda_copy_engine::cuda_copy_engine(const engine_options& opts)
+    : device_(opts.device), wait_timeout_(opts.wait_timeout) {
+  health_.set_failure_hook(opts.failure_hook);
 }
 
+#define KVC_CALL(name, expr) \
+  static_cast<cudaError_t>(health_.call(name, [&] { return clearing([&] { return expr; }); }))
+
 status cuda_copy_engine::init() {
-  if (status s = set_device(); !s) return s;
+  device_guard g(device_);
+  if (g.error() != cudaSuccess) return cuda_error(g.error(), "cudaSetDevice");
   for (lane& l : lanes_) {
     cudaStream_t stream = nullptr;
-    const cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    const cudaError_t e = KVC_CALL("cudaStreamCreateWithFlags",
+                                   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     if (e != cudaSuccess) return cuda_error(e, "cudaStreamCreateWithFlags");
     l.stream = stream;
   }
@@ -80,52 +144,101 @@ status cuda_copy_engine::init() {
 }
 
 cuda_copy_engine::~cuda_copy_engine() {
-  (void)cudaSetDevice(device_);
+  device_guard g(device_);
   for (lane& l : lanes_) {
     if (l.stream != nullptr) {
-      (void)cudaStreamSynchronize(l.stream);
-      (void)cudaStreamDestroy(l.stream);
+      if (!health_.latched()) (void)clearing([&] { return cudaStreamSynchronize(l.stream); });
+      (void)clearing([&] { return cudaStreamDestroy(l.stream); });
     }
     for (const inflight& f : l.queue) {
-      (void)cudaEventDestroy(f.start);
-      (void)cudaEventDestroy(f.end);
+      (void)clearing([&] { return cudaEventDestroy(f.start); });
+      (void)clearing([&] { return cudaEventDestroy(f.end); });
     }
   }
-  for (CUevent_st* ev : spare_events_) (void)cudaEventDestroy(ev);
-  for (void* p : device_allocs_) (void)cudaFree(p);
-  for (void* p : registered_chunks_) (void)cudaHostUnregister(p);
+  for (CUevent_st* ev : spare_events_) (void)clearing([&] { return cudaEventDestroy(ev); });
+  for (void* p : device_allocs_) (void)clearing([&] { return cudaFree(p); });
+  for (void* p : registered_chunks_) (void)clearing([&] { return cudaHostUnregister(p); });
 }
 
-status cuda_copy_engine::register_host(void* base, size_t bytes) {
+status cuda_copy_engine::register_host(void* base, size_t bytes, size_t slot_stride) {
   if (base == nullptr || bytes == 0) {
     return make_error(errc::invalid_argument, "register_host: null base or zero bytes");
   }
-  if (status s = set_device(); !s) return s;
+  auto plan = plan_pin_chunks(bytes, slot_stride == 0 ? bytes : slot_stride, k_register_chunk);
+  if (!plan) return make_error(plan.code(), "register_host: " + plan.error().message());
+  if (host_ranges_.overlaps(base, bytes)) {
+    return make_error(errc::invalid_argument,
+                      "register_host: range overlaps a range already registered");
+  }
+  if (status s = health_.admit(); !s) return s;
+  device_guard g(device_);
+  if (g.error() != cudaSuccess) return cuda_error(g.error(), "cudaSetDevice");
   const size_t first_new = registered_chunks_.size();
-  for (size_t off = 0; off < bytes; off += k_register_chunk) {
-    void* p = static_cast<std::byte*>(base) + off;
-    const size_t len = std::min(k_register_chunk, bytes - off);
-    const cudaError_t e = cudaHostRegister(p, len, cudaHostRegisterPortable);
+  for (const pin_chunk& c : *plan) {
+    void* p = static_cast<std::byte*>(base) + c.offset;
+    const cudaError_t e =
+        KVC_CALL("cudaHostRegister", cudaHostRegister(p, c.bytes, cudaHostRegisterPortable));
     if (e != cudaSuccess) {
       for (size_t i = first_new; i < registered_chunks_.size(); ++i) {
-        (void)cudaHostUnregister(registered_chunks_[i]);
+        (void)clearing([&] { return cudaHostUnregister(registered_chunks_[i]); });
+        host_ranges_.erase(reinterpret_cast<uintptr_t>(registered_chunks_[i]));
       }
       registered_chunks_.resize(first_new);
-      return cuda_error(e, "cudaHostRegister(" + std::to_string(len) + " bytes at offset " +
-                               std::to_string(off) + ")");
+      return cuda_error(e, "cudaHostRegister(" + std::to_string(c.bytes) + " bytes at offset " +
+                               std::to_string(c.offset) + ")");
     }
     registered_chunks_.push_back(p);
+    (void)host_ranges_.insert(reinterpret_cast<uintptr_t>(p), c.bytes);  // disjoint: checked
   }
   return {};
 }
 
+status cuda_copy_engine::register_device(const void* base, size_t bytes) {
+  if (base == nullptr || bytes == 0 || reinterpret_cast<uintptr_t>(base) > UINTPTR_MAX - bytes) {
+    return make_error(errc::invalid_argument,
+                      "register_device: null base, zero bytes or a wrapping range");
+  }
+  if (device_ranges_.contains(base, bytes)) return {};  // inside an allocation of ours
+  if (device_ranges_.overlaps(base, bytes)) {
+    return make_error(errc::invalid_argument,
+                      "register_device: range overlaps device memory already registered");
+  }
+  if (status s = health_.admit(); !s) return s;
+  device_guard g(device_);
+  if (g.error() != cudaSuccess) return cuda_error(g.error(), "cudaSetDevice");
+  const auto* first = static_cast<const std::byte*>(base);
+  for (const void* p :
+       {static_cast<const void*>(first), static_cast<const void*>(first + bytes - 1)}) {
+    cudaPointerAttributes attr{};
+    const cudaError_t e = KVC_CALL("cudaPointerGetAttributes", cudaPointerGetAttributes(&attr, p));
+    if (e == cudaErrorInvalidValue) {
+      return make_error(errc::invalid_argument,
+                        "register_device: CUDA does not know the pointer (cudaErrorInvalidValue)");
+    }
+    if (e != cudaSuccess) return cuda_error(e, "register_device: cudaPointerGetAttributes");
+    if (attr.type != cudaMemoryTypeDevice || attr.device != device_) {
+      return make_error(errc::invalid_argument,
+                        "register_device: range is not device memory of device " +
+                            std::to_string(device_) + " (memory type " +
+                            std::to_string(static_cast<int>(attr.type)) + ", device " +
+                            std::to_string(attr.device) + ")");
+    }
+  }
+  return device_ranges_.insert(reinterpret_cast<uintptr_t>(base), bytes);
+}
+
 result<device_buffer> cuda_copy_engine::allocate_device(size_t bytes) {
   if (bytes == 0) return make_error(errc::invalid_argument, "allocate_device: zero bytes");
-  if (status s = set_device(); !s) return s;
+  if (status s = health_.admit(); !s) return s;
+  device_guard g(device_);
+  if (g.error() != cudaSuccess) return cuda_error(g.error(), "cudaSetDevice");
   void* p = nullptr;
-  const cudaError_t e = cudaMalloc(&p, bytes);
+  const cudaError_t e = KVC_CALL("cudaMalloc", cudaMalloc(&p, bytes));
   if (e != cudaSuccess) return cuda_error(e, "cudaMalloc(" + std::to_string(bytes) + ")");
   device_allocs_.push_back(p);
+  if (status s = device_ranges_.insert(reinterpret_cast<uintptr_t>(p), bytes); !s) {
+    return make_error(errc::internal, "allocate_device: " + s.message());
+  }
   return device_buffer{p, bytes};
 }
 
@@ -133,8 +246,11 @@ status cuda_copy_engine::upload(void* device_dst, const void* host_src, size_t b
   if (device_dst == nullptr || host_src == nullptr) {
     return make_error(errc::invalid_argument, "upload: null pointer");
   }
-  if (status s = set_device(); !s) return s;
-  const cudaError_t e = cudaMemcpy(device_dst, host_src, bytes, cudaMemcpyHostToDevice);
+  if (status s = health_.admit(); !s) return s;
+  device_guard g(device_);
+  if (g.error() != cudaSuccess) return cuda_error(g.error(), "cudaSetDevice");
+  const cudaError_t e =
+      KVC_CALL("cudaMemcpy", cudaMemcpy(device_dst, host_src, bytes, cudaMemcpyHostToDevice));
   return e == cudaSuccess ? status{} : cuda_error(e, "upload: cudaMemcpy");
 }
 
@@ -142,8 +258,11 @@ status cuda_copy_engine::download(void* host_dst, const void* device_src, size_t
   if (host_dst == nullptr || device_src == nullptr) {
     return make_error(errc::invalid_argument, "download: null pointer");
   }
-  if (status s = set_device(); !s) return s;
-  const cudaError_t e = cudaMemcpy(host_dst, device_src, bytes, cudaMemcpyDeviceToHost);
+  if (status s = health_.admit(); !s) return s;
+  device_guard g(device_);
+  if (g.error() != cudaSuccess) return cuda_error(g.error(), "cudaSetDevice");
+  const cudaError_t e =
+      KVC_CALL("cudaMemcpy", cudaMemcpy(host_dst, device_src, bytes, cudaMemcpyDeviceToHost));
   return e == cudaSuccess ? status{} : cuda_error(e, "download: cudaMemcpy");
 }
 
@@ -154,15 +273,20 @@ result<CUevent_st*> cuda_copy_engine::take_event() {
     return ev;
   }
   cudaEvent_t ev = nullptr;
-  const cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDefault);  // timing enabled
+  const cudaError_t e =  // timing enabled
+      KVC_CALL("cudaEventCreateWithFlags", cudaEventCreateWithFlags(&ev, cudaEventDefault));
   if (e != cudaSuccess) return cuda_error(e, "cudaEventCreate");
   return ev;
 }
 
 result<transfer_id> cuda_copy_engine::submit(direction dir, std::span<const copy_op> ops,
                                              const submit_options& opts) {
+  if (status s = health_.admit(); !s) return s;
+  if (status s = check_ordering(opts); !s) return s;
   if (status s = validate_ops(ops); !s) return s;
-  if (status s = set_device(); !s) return s;
+  if (status s = check_placement(dir, ops, host_ranges_, device_ranges_); !s) return s;
+  device_guard g(device_);
+  if (g.error() != cudaSuccess) return cuda_error(g.error(), "cudaSetDevice");
   lane& l = lane_of(dir);
 
   auto start = take_event();
@@ -172,7 +296,8 @@ result<transfer_id> cuda_copy_engine::submit(direction dir, std::span<const copy
     spare_events_.push_back(*start);
     return end.error();
   }
-  auto fail = [&](cudaError_t e, std::string_view what) -> status {
+  // Refuses the submit; only valid while no copy of it is queued.
+  auto refuse = [&](cudaError_t e, std::string_view what) -> status {
     spare_events_.push_back(*start);
     spare_events_.push_back(*end);
     return cuda_error(
@@ -181,80 +306,120 @@ result<transfer_id> cuda_copy_engine::submit(direction dir, std::span<const copy
 
   cudaError_t e = cudaSuccess;
   if (opts.wait_event != nullptr) {
-    e = cudaStreamWaitEvent(l.stream, static_cast<cudaEvent_t>(opts.wait_event), 0);
-    if (e != cudaSuccess) return fail(e, "cudaStreamWaitEvent");
+    e = KVC_CALL("cudaStreamWaitEvent",
+                 cudaStreamWaitEvent(l.stream, static_cast<cudaEvent_t>(opts.wait_event), 0));
+    if (e != cudaSuccess) return refuse(e, "cudaStreamWaitEvent");
   }
-  e = cudaEventRecord(*start, l.stream);
-  if (e != cudaSuccess) return fail(e, "cudaEventRecord(start)");
+  e = KVC_CALL("cudaEventRecord", cudaEventRecord(*start, l.stream));
+  if (e != cudaSuccess) return refuse(e, "cudaEventRecord(start)");
 
   bool copied = ops.empty();
 #if CUDART_VERSION >= 12080
   if (!copied && use_batch_ && ops.size() > 1) {
-    std::vector<void*> dsts(ops.size());
-    std::vector<size_t> sizes(ops.size());
-#if CUDART_VERSION >= 13000
-    std::vector<const void*> srcs(ops.size());
-#else
-    std::vector<void*> srcs(ops.size());
-#endif
+    batch_dsts_.resize(ops.size());
+    batch_srcs_.resize(ops.size());
+    batch_sizes_.resize(ops.size());
     for (size_t k = 0; k < ops.size(); ++k) {
-      dsts[k] = ops[k].dst;
-      srcs[k] = const_cast<void*>(ops[k].src);
-      sizes[k] = ops[k].bytes;
+      batch_dsts_[k] = ops[k].dst;
+      batch_srcs_[k] = ops[k].src;
+      batch_sizes_[k] = ops[k].bytes;
     }
     cudaMemcpyAttributes attr{};
     attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
     attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+    // Hints only matter for managed memory; they say the direction all the same.
+    const cudaMemLocation gpu_loc{cudaMemLocationTypeDevice, device_};
+    const cudaMemLocation cpu_loc{cudaMemLocationTypeHost, 0};
+    attr.srcLocHint = dir == direction::gpu_to_cpu ? gpu_loc : cpu_loc;
+    attr.dstLocHint = dir == direction::gpu_to_cpu ? cpu_loc : gpu_loc;
     size_t attr_index = 0;
 #if CUDART_VERSION >= 13000
-    e = cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), ops.size(), &attr, &attr_index,
-                             1, l.stream);
+    e = KVC_CALL("cudaMemcpyBatchAsync",
+                 cudaMemcpyBatchAsync(batch_dsts_.data(), batch_srcs_.data(), batch_sizes_.data(),
+                                      ops.size(), &attr, &attr_index, 1, l.stream));
 #else
     size_t fail_index = SIZE_MAX;
-    e = cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), ops.size(), &attr, &attr_index,
-                             1, &fail_index, l.stream);
+    e = KVC_CALL(
+        "cudaMemcpyBatchAsync",
+        cudaMemcpyBatchAsync(batch_dsts_.data(), const_cast<void**>(batch_srcs_.data()),
+                             batch_sizes_.data(), ops.size(), &attr, &attr_index, 1, &fail_index,
+                             l.stream));
 #endif
     if (e == cudaSuccess) {
       copied = true;
-    } else {
-      // A refused batch enqueues nothing; the per-op path below surfaces a real error.
-      (void)cudaGetLastError();
-      if (e == cudaErrorNotSupported || e == cudaErrorCallRequiresNewerDriver) use_batch_ = false;
+      ++batched_;
+    } else if (device_health::is_sticky(e)) {
+      return refuse(e, "cudaMemcpyBatchAsync");  // the device is gone: nothing will run
+    } else if (e == cudaErrorNotSupported || e == cudaErrorCallRequiresNewerDriver) {
+      use_batch_ = false;  // a refused batch enqueues nothing; the per-op path below runs
     }
   }
 #endif
+  size_t queued = 0;
+  cudaError_t copy_error = cudaSuccess;
   if (!copied) {
+    const cudaMemcpyKind kind =
+        dir == direction::gpu_to_cpu ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice;
     for (const copy_op& op : ops) {
-      e = cudaMemcpyAsync(op.dst, op.src, op.bytes, cudaMemcpyDefault, l.stream);
-      if (e != cudaSuccess) return fail(e, "cudaMemcpyAsync");
+      copy_error =
+          KVC_CALL("cudaMemcpyAsync", cudaMemcpyAsync(op.dst, op.src, op.bytes, kind, l.stream));
+      if (copy_error != cudaSuccess) break;
+      ++queued;
     }
+    if (copy_error == cudaSuccess) ++per_op_;
+    if (copy_error != cudaSuccess && queued == 0) return refuse(copy_error, "cudaMemcpyAsync");
   }
-  e = cudaEventRecord(*end, l.stream);
-  if (e != cudaSuccess) return fail(e, "cudaEventRecord(end)");
+  e = KVC_CALL("cudaEventRecord", cudaEventRecord(*end, l.stream));
+  if (e != cudaSuccess) {
+    if (!copied && queued == 0) return refuse(e, "cudaEventRecord(end)");
+    // Copies are queued and no event marks their end: wait for the stream before refusing, so
+    // that the caller may reuse the memory. A sticky error means nothing runs any more.
+    if (!device_health::is_sticky(e)) {
+      (void)KVC_CALL("cudaStreamSynchronize", cudaStreamSynchronize(l.stream));
+    }
+    return refuse(e, "cudaEventRecord(end) after queuing copies");
+  }
 
   const transfer_id id = next_id_++;
-  l.queue.push_back(inflight{id, *start, *end, total_bytes(ops)});
+  l.queue.push_back(inflight{id, *start, *end, total_bytes(ops),
+                             copy_error == cudaSuccess ? errc::ok : errc_of(copy_error)});
   pending_.emplace(id, dir);
   return id;
 }
 
-void cuda_copy_engine::harvest(direction dir, transfer_id until) {
+status cuda_copy_engine::harvest(direction dir, transfer_id until,
+                                 std::chrono::steady_clock::time_point deadline) {
   lane& l = lane_of(dir);
   bool blocking = until != 0;
+  uint32_t idle_polls = 0;
   while (!l.queue.empty()) {
     const inflight f = l.queue.front();
-    const cudaError_t e = blocking ? cudaEventSynchronize(f.end) : cudaEventQuery(f.end);
-    if (e == cudaErrorNotReady) break;
+    const cudaError_t e = KVC_CALL("cudaEventQuery", cudaEventQuery(f.end));
+    if (e == cudaErrorNotReady) {
+      if (!blocking) break;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        return make_error(errc::timeout, "wait: transfer " + std::to_string(until) +
+                                             " not finished after " +
+                                             std::to_string(wait_timeout_.count()) + " ms");
+      }
+      // Poll the event instead of blocking in cudaEventSynchronize, which has no deadline.
+      if (++idle_polls > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
+      continue;
+    }
+    idle_polls = 0;
     transfer_report r;
     r.id = f.id;
     r.dir = dir;
     r.bytes = f.bytes;
-    r.ok = e == cudaSuccess;
+    r.ok = e == cudaSuccess && f.failed == errc::ok;
     if (r.ok) {
       float ms = 0.0f;
-      if (cudaEventElapsedTime(&ms, f.start, f.end) == cudaSuccess) r.seconds = ms / 1e3;
+      if (KVC_CALL("cudaEventElapsedTime", cudaEventElapsedTime(&ms, f.start, f.end)) ==
+          cudaSuccess) {
+        r.seconds = ms / 1e3;
+      }
     } else {
-      r.error = means_no_device(e) ? errc::device_unavailable : errc::device_error;
+      r.error = f.failed != errc::ok ? f.failed : errc_of(e);
     }
     finished_state_[f.id] = r.ok ? poll_state::done : poll_state::failed;
     finished_.push_back(r);
@@ -264,18 +429,24 @@ void cuda_copy_engine::harvest(direction dir, transfer_id until) {
     l.queue.pop_front();
     if (f.id == until) blocking = false;
   }
+  return {};
 }
+
+#undef KVC_CALL
 
 poll_state cuda_copy_engine::poll(transfer_id id) {
   if (auto it = finished_state_.find(id); it != finished_state_.end()) return it->second;
   auto it = pending_.find(id);
   if (it == pending_.end()) return poll_state::unknown;
-  harvest(it->second);
+  device_guard g(device_);
+  (void)harvest(it->second);
   auto done = finished_state_.find(id);
   return done == finished_state_.end() ? poll_state::pending : done->second;
 }
 
 status cuda_copy_engine::wait(std::span<const transfer_id> ids) {
+  device_guard g(device_);
+  const auto deadline = std::chrono::steady_clock::now() + wait_timeout_;
   std::string unknown;
   for (transfer_id id : ids) {
     if (finished_state_.count(id) != 0) continue;
@@ -284,7 +455,7 @@ status cuda_copy_engine::wait(std::span<const transfer_id> ids) {
       unknown += (unknown.empty() ? "" : ", ") + std::to_string(id);
       continue;
     }
-    harvest(it->second, id);
+    if (status s = harvest(it->second, id, deadline); !s) return s;
   }
   if (!unknown.empty()) {
     return make_error(errc::not_found, "wait: unknown transfer id(s) " + unknown);
@@ -293,8 +464,9 @@ status cuda_copy_engine::wait(std::span<const transfer_id> ids) {
 }
 
 std::vector<transfer_report> cuda_copy_engine::take_finished() {
-  harvest(direction::gpu_to_cpu);
-  harvest(direction::cpu_to_gpu);
+  device_guard g(device_);
+  (void)harvest(direction::gpu_to_cpu);
+  (void)harvest(direction::cpu_to_gpu);
   std::vector<transfer_report> out;
   out.swap(finished_);
   for (const transfer_report& r : out) finished_state_.erase(r.id);

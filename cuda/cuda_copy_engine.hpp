@@ -1,28 +1,44 @@
 #pragma once
 /// cuda_copy_engine: the CUDA backend. One non-blocking stream per direction, so completion is
 /// FIFO per direction and stores overlap loads. Each transfer records a start and an end event
-/// on its stream (timing and completion); poll() queries the end events without blocking. A
-/// transfer's ops go out as one cudaMemcpyBatchAsync (CUDA >= 12.8; the driver may refuse it,
-/// then per-op cudaMemcpyAsync is used from then on). A transfer may first wait on an event
-/// of the compute stream (submit_options::wait_event, a cudaEvent_t).
+/// on its stream (timing and completion); poll() queries the end events without blocking, wait()
+/// polls them up to engine_options::wait_timeout. A transfer's ops go out as one
+/// cudaMemcpyBatchAsync (CUDA >= 12.8; the driver may refuse it, then per-op cudaMemcpyAsync with
+/// an explicit kind, DeviceToHost or HostToDevice, is used from then on; never cudaMemcpyDefault).
 ///
-/// Every CUDA error is returned as errc::device_unavailable (no driver / device) or
-/// errc::device_error, with the CUDA error name and string. A copy that fails on the device
-/// (sticky error) makes its transfer and those after it report failed.
+/// Checks before any CUDA call, all host-side (op_validator, address_range_set):
+///   - ordering: a submit carries a wait_event (a cudaEvent_t of the compute stream) or states
+///     no_dependency; else errc::invalid_argument;
+///   - placement: the GPU side of each op lies in one range from allocate_device or
+///     register_device (checked once there with cudaPointerGetAttributes), the CPU side in one
+///     chunk pinned by register_host; swapped sides are named.
 ///
-/// Ownership: owns its streams, events and device allocations, and unregisters the host ranges
+/// Errors: every CUDA error is returned as errc::device_unavailable (no driver / device) or
+/// errc::device_error, with the CUDA error name and string. A sticky error (device_health)
+/// latches: every later submit answers errc::device_unavailable without calling CUDA, and
+/// transfers in flight report failed. CUDA's last error is cleared only after a call of this
+/// engine failed (so the host's own error checks never see ours), never before. A device call
+/// failing after copies of a transfer were queued leaves the transfer pending until those copies
+/// finished; it then reports failed.
+///
+/// Ownership: owns its streams, events and device allocations, and unregisters the host chunks
 /// it registered; the destructor first synchronises both streams. Thread-safety: one owner
-/// thread; it makes the engine's device current before each CUDA call that needs it.
-/// upload/download use cudaMemcpy, which does not synchronise with the non-blocking streams.
-/// This header needs no CUDA header: handles are the opaque CUDA driver structs.
+/// thread. Each public method makes the engine's device current for its calls and restores the
+/// caller's current device before returning. upload/download use cudaMemcpy, which does not
+/// synchronise with the non-blocking streams. This header needs no CUDA header: handles are the
+/// opaque CUDA driver structs.
 #include <array>
+#include <chrono>
 #include <deque>
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "cuda/address_range_set.hpp"
 #include "cuda/copy_engine.hpp"
+#include "cuda/device_health.hpp"
+#include "cuda/engine_factory.hpp"
 
 struct CUstream_st;
 struct CUevent_st;
@@ -31,17 +47,18 @@ namespace kvc::cuda {
 
 class cuda_copy_engine final : public copy_engine {
  public:
-  /// errc::device_unavailable when the driver is missing, no device exists or `device` is out of
-  /// range; errc::device_error when streams cannot be created.
-  static result<std::unique_ptr<copy_engine>> create(int device);
+  /// errc::device_unavailable when the driver is missing, no device exists or `opts.device` is
+  /// out of range; errc::device_error when streams cannot be created.
+  static result<std::unique_ptr<copy_engine>> create(const engine_options& opts);
   ~cuda_copy_engine() override;
   cuda_copy_engine(const cuda_copy_engine&) = delete;
   cuda_copy_engine& operator=(const cuda_copy_engine&) = delete;
 
   std::string_view name() const noexcept override { return "cuda"; }
-  /// cudaHostRegister(cudaHostRegisterPortable) in chunks of at most 64 GiB; on failure the
-  /// chunks registered by this call are unregistered again.
-  status register_host(void* base, size_t bytes) override;
+  /// cudaHostRegister(cudaHostRegisterPortable) per pin_chunk_plan chunk (whole slots, at most
+  /// 64 GiB); on failure the chunks registered by this call are unregistered again.
+  status register_host(void* base, size_t bytes, size_t slot_stride = 0) override;
+  status register_device(const void* base, size_t bytes) override;
   result<device_buffer> allocate_device(size_t bytes) override;
   status upload(void* device_dst, const void* host_src, size_t bytes) override;
   status download(void* host_dst, const void* device_src, size_t bytes) override;
@@ -52,14 +69,19 @@ class cuda_copy_engine final : public copy_engine {
   status wait(std::span<const transfer_id> ids) override;
   std::vector<transfer_report> take_finished() override;
 
+  /// Transfers whose ops went out as one cudaMemcpyBatchAsync / as per-op cudaMemcpyAsync.
+  uint64_t batched_transfers() const noexcept { return batched_; }
+  uint64_t per_op_transfers() const noexcept { return per_op_; }
+
  private:
-  explicit cuda_copy_engine(int device);
+  explicit cuda_copy_engine(const engine_options& opts);
 
   struct inflight {
     transfer_id id = 0;
     CUevent_st* start = nullptr;
     CUevent_st* end = nullptr;
     uint64_t bytes = 0;
+    errc failed = errc::ok;  ///< set when a call failed after copies were queued
   };
   struct lane {
     CUstream_st* stream = nullptr;
@@ -67,19 +89,28 @@ class cuda_copy_engine final : public copy_engine {
   };
 
   status init();
-  status set_device();
   result<CUevent_st*> take_event();
   /// Moves the finished head of the lane's queue to finished_ (FIFO). With `until` != 0 it
-  /// blocks on each end event up to and including that transfer's.
-  void harvest(direction dir, transfer_id until = 0);
+  /// polls until that transfer finished or `deadline` passed (errc::timeout).
+  status harvest(direction dir, transfer_id until = 0,
+                 std::chrono::steady_clock::time_point deadline = {});
   lane& lane_of(direction d) { return lanes_[static_cast<size_t>(d)]; }
 
   int device_ = 0;
+  std::chrono::milliseconds wait_timeout_;
+  device_health health_;
   bool use_batch_ = true;
+  uint64_t batched_ = 0;
+  uint64_t per_op_ = 0;
   std::array<lane, 2> lanes_;
   std::vector<CUevent_st*> spare_events_;
   std::vector<void*> device_allocs_;
   std::vector<void*> registered_chunks_;
+  address_range_set host_ranges_;    ///< pinned chunks
+  address_range_set device_ranges_;  ///< allocated or registered device memory
+  std::vector<void*> batch_dsts_;    ///< scratch of submit, reused
+  std::vector<const void*> batch_srcs_;
+  std::vector<size_t> batch_sizes_;
   std::unordered_map<transfer_id, direction> pending_;
   std::unordered_map<transfer_id, poll_state> finished_state_;
   std::vector<transfer_report> finished_;

@@ -26,8 +26,12 @@ faulty_copy_engine::faulty_copy_engine(std::unique_ptr<copy_engine> target, faul
       injector_(std::move(injector)),
       name_("faulty(" + std::string(target_->name()) + ")") {}
 
-status faulty_copy_engine::register_host(void* base, size_t bytes) {
-  return target_->register_host(base, bytes);
+status faulty_copy_engine::register_host(void* base, size_t bytes, size_t slot_stride) {
+  return target_->register_host(base, bytes, slot_stride);
+}
+
+status faulty_copy_engine::register_device(const void* base, size_t bytes) {
+  return target_->register_device(base, bytes);
 }
 
 result<device_buffer> faulty_copy_engine::allocate_device(size_t bytes) {

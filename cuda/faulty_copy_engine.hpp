@@ -1,7 +1,8 @@
 #pragma once
 /// faulty_copy_engine: a copy_engine decorator (leveldb EnvWrapper style) that injects the
-/// faults of a fault_plan into any engine. register_host, allocate_device, upload and download
-/// are forwarded unchanged; submit, poll, wait and take_finished apply the injector's decision:
+/// faults of a fault_plan into any engine. register_host, register_device, allocate_device, upload
+/// and download are forwarded unchanged; submit, poll, wait and take_finished apply the injector's
+/// decision:
 ///   fail_at_submit      submit returns errc::injected_fault; the target never sees the ops.
 ///   fail_at_completion  the copy runs on the target, but the report says failed
 ///                       (errc::injected_fault).
@@ -37,7 +38,8 @@ class faulty_copy_engine final : public copy_engine {
 
   /// "faulty(<target>)".
   std::string_view name() const noexcept override { return name_; }
-  status register_host(void* base, size_t bytes) override;
+  status register_host(void* base, size_t bytes, size_t slot_stride = 0) override;
+  status register_device(const void* base, size_t bytes) override;
   result<device_buffer> allocate_device(size_t bytes) override;
   status upload(void* device_dst, const void* host_src, size_t bytes) override;
   status download(void* host_dst, const void* device_src, size_t bytes) override;

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <numeric>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kvc::cuda {
@@ -14,24 +15,55 @@ uintptr_t addr(const void* p) noexcept {
   return reinterpret_cast<uintptr_t>(p);
 }
 
+// Error paths only: these build the message.
+status op_error(size_t k, std::string_view what) {
+  return make_error(errc::invalid_argument,
+                    "copy op " + std::to_string(k) + ": " + std::string(what));
+}
+
+status op_error(size_t k, direction dir, std::string_view what) {
+  return make_error(errc::invalid_argument, "copy op " + std::to_string(k) + " (" +
+                                                std::string(to_string(dir)) +
+                                                "): " + std::string(what));
+}
+
+status overlap_error(size_t a, size_t b) {
+  return make_error(errc::invalid_argument, "copy ops " + std::to_string(a) + " and " +
+                                                std::to_string(b) +
+                                                " write overlapping destinations");
+}
+
+bool dst_ascending(std::span<const copy_op> ops) noexcept {
+  for (size_t i = 1; i < ops.size(); ++i) {
+    if (addr(ops[i].dst) < addr(ops[i - 1].dst)) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 status validate_ops(std::span<const copy_op> ops) {
   for (size_t k = 0; k < ops.size(); ++k) {
     const copy_op& op = ops[k];
-    const std::string where = "copy op " + std::to_string(k) + ": ";
     if (op.src == nullptr || op.dst == nullptr) {
-      return make_error(errc::invalid_argument, where + "null source or destination pointer");
+      return op_error(k, "null source or destination pointer");
     }
-    if (op.bytes == 0) return make_error(errc::invalid_argument, where + "zero bytes");
+    if (op.bytes == 0) return op_error(k, "zero bytes");
     if (addr(op.src) > UINTPTR_MAX - op.bytes || addr(op.dst) > UINTPTR_MAX - op.bytes) {
-      return make_error(errc::invalid_argument, where + "range wraps the address space");
+      return op_error(k, "range wraps the address space");
     }
     if (addr(op.src) < addr(op.dst) + op.bytes && addr(op.dst) < addr(op.src) + op.bytes) {
-      return make_error(errc::invalid_argument, where + "source overlaps its destination");
+      return op_error(k, "source overlaps its destination");
     }
   }
   if (ops.size() < 2) return {};
+  if (dst_ascending(ops)) {
+    for (size_t i = 1; i < ops.size(); ++i) {
+      if (addr(ops[i].dst) < addr(ops[i - 1].dst) + ops[i - 1].bytes)
+        return overlap_error(i - 1, i);
+    }
+    return {};
+  }
   std::vector<size_t> order(ops.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::sort(order.begin(), order.end(),
@@ -39,13 +71,36 @@ status validate_ops(std::span<const copy_op> ops) {
   for (size_t i = 1; i < order.size(); ++i) {
     const copy_op& prev = ops[order[i - 1]];
     const copy_op& cur = ops[order[i]];
-    if (addr(cur.dst) < addr(prev.dst) + prev.bytes) {
-      return make_error(errc::invalid_argument, "copy ops " + std::to_string(order[i - 1]) +
-                                                    " and " + std::to_string(order[i]) +
-                                                    " write overlapping destinations");
-    }
+    if (addr(cur.dst) < addr(prev.dst) + prev.bytes) return overlap_error(order[i - 1], order[i]);
   }
   return {};
+}
+
+status check_placement(direction dir, std::span<const copy_op> ops, const address_range_set& host,
+                       const address_range_set& device) {
+  for (size_t k = 0; k < ops.size(); ++k) {
+    const copy_op& op = ops[k];
+    const void* gpu = dir == direction::gpu_to_cpu ? op.src : op.dst;
+    const void* cpu = dir == direction::gpu_to_cpu ? op.dst : op.src;
+    const bool gpu_ok = device.contains(gpu, op.bytes);
+    const bool cpu_ok = host.contains(cpu, op.bytes);
+    if (gpu_ok && cpu_ok) continue;
+    if (device.contains(cpu, op.bytes) && host.contains(gpu, op.bytes)) {
+      return op_error(k, dir, "source and destination are swapped for this direction");
+    }
+    if (!gpu_ok) {
+      return op_error(k, dir, "GPU side is not inside one allocated or registered device range");
+    }
+    return op_error(k, dir, "CPU side is not inside one registered (pinned) host chunk");
+  }
+  return {};
+}
+
+status check_ordering(const submit_options& opts) {
+  if (opts.wait_event != nullptr || opts.no_dependency) return {};
+  return make_error(errc::invalid_argument,
+                    "submit: no wait_event; pass the compute stream's event recorded after the "
+                    "kernels touching these blocks, or no_dependency when no device work does");
 }
 
 uint64_t total_bytes(std::span<const copy_op> ops) noexcept {

@@ -8,14 +8,6 @@
 
 namespace kvc::cuda {
 
-namespace {
-
-uintptr_t addr(const void* p) noexcept {
-  return reinterpret_cast<uintptr_t>(p);
-}
-
-}  // namespace
-
 sim_copy_engine::sim_copy_engine() {
   for (direction d : {direction::gpu_to_cpu, direction::cpu_to_gpu}) {
     lane_of(d).thread = std::thread([this, d] { run_lane(d); });
@@ -60,90 +52,29 @@ void sim_copy_engine::run_lane(direction dir) {
   }
 }
 
-bool sim_copy_engine::in_device(const void* p, size_t bytes) const {
-  auto it = buffer_sizes_.upper_bound(addr(p));
-  if (it == buffer_sizes_.begin()) return false;
-  --it;
-  const uintptr_t off = addr(p) - it->first;
-  return off <= it->second && bytes <= it->second - off;
+status sim_copy_engine::register_host(void* base, size_t bytes, size_t /*slot_stride*/) {
+  return memory_.register_host(base, bytes);
 }
 
-bool sim_copy_engine::touches_device(const void* p, size_t bytes) const {
-  const uintptr_t b = addr(p);
-  auto it = buffer_sizes_.upper_bound(b);
-  if (it != buffer_sizes_.end() && it->first < b + bytes) return true;
-  if (it == buffer_sizes_.begin()) return false;
-  --it;
-  return b < it->first + it->second;
-}
-
-status sim_copy_engine::register_host(void* base, size_t bytes) {
-  if (base == nullptr || bytes == 0) {
-    return make_error(errc::invalid_argument, "register_host: null base or zero bytes");
-  }
-  const uintptr_t b = addr(base);
-  auto it = host_ranges_.upper_bound(b);
-  const bool overlaps_next = it != host_ranges_.end() && it->first < b + bytes;
-  const bool overlaps_prev =
-      it != host_ranges_.begin() && b < std::prev(it)->first + std::prev(it)->second;
-  if (overlaps_next || overlaps_prev) {
-    return make_error(errc::invalid_argument,
-                      "register_host: range overlaps a range already registered");
-  }
-  host_ranges_.emplace(b, bytes);
-  return {};
+status sim_copy_engine::register_device(const void* base, size_t bytes) {
+  return memory_.register_device(base, bytes);
 }
 
 result<device_buffer> sim_copy_engine::allocate_device(size_t bytes) {
-  if (bytes == 0) return make_error(errc::invalid_argument, "allocate_device: zero bytes");
-  auto storage = std::unique_ptr<std::byte[]>(new (std::nothrow) std::byte[bytes]);
-  if (!storage) {
-    return make_error(errc::capacity_exhausted,
-                      "allocate_device: cannot allocate " + std::to_string(bytes) + " bytes");
-  }
-  std::memset(storage.get(), 0xCD, bytes);
-  device_buffer buf{storage.get(), bytes};
-  buffer_sizes_.emplace(addr(buf.data), bytes);
-  buffers_.emplace(addr(buf.data), std::move(storage));
-  return buf;
+  return memory_.allocate(bytes);
 }
 
 status sim_copy_engine::upload(void* device_dst, const void* host_src, size_t bytes) {
-  if (host_src == nullptr || !in_device(device_dst, bytes)) {
-    return make_error(errc::invalid_argument,
-                      "upload: destination is not inside one device buffer or source is null");
-  }
-  std::memcpy(device_dst, host_src, bytes);
-  return {};
+  return memory_.upload(device_dst, host_src, bytes);
 }
 
 status sim_copy_engine::download(void* host_dst, const void* device_src, size_t bytes) {
-  if (host_dst == nullptr || !in_device(device_src, bytes)) {
-    return make_error(errc::invalid_argument,
-                      "download: source is not inside one device buffer or destination is null");
-  }
-  std::memcpy(host_dst, device_src, bytes);
-  return {};
+  return memory_.download(host_dst, device_src, bytes);
 }
 
 result<transfer_id> sim_copy_engine::submit(direction dir, std::span<const copy_op> ops,
                                             const submit_options& /*opts*/) {
-  if (status s = validate_ops(ops); !s) return s;
-  for (size_t k = 0; k < ops.size(); ++k) {
-    const copy_op& op = ops[k];
-    const void* gpu = dir == direction::gpu_to_cpu ? op.src : op.dst;
-    const void* cpu = dir == direction::gpu_to_cpu ? op.dst : op.src;
-    if (!in_device(gpu, op.bytes)) {
-      return make_error(errc::invalid_argument,
-                        "copy op " + std::to_string(k) + " (" + std::string(to_string(dir)) +
-                            "): GPU side is not inside one allocated device buffer");
-    }
-    if (touches_device(cpu, op.bytes)) {
-      return make_error(errc::invalid_argument, "copy op " + std::to_string(k) + " (" +
-                                                    std::string(to_string(dir)) +
-                                                    "): CPU side points into device memory");
-    }
-  }
+  if (status s = memory_.check_ops(dir, ops); !s) return s;
   const transfer_id id = next_id_++;
   job j{id, std::vector<copy_op>(ops.begin(), ops.end()), total_bytes(ops)};
   {

@@ -3,9 +3,9 @@
 /// stands in for GPU memory; one copy thread per direction runs transfers in submission order, so
 /// completion is FIFO per direction while stores and loads overlap, as on two CUDA streams.
 ///
-/// Beyond the common checks (op_validator) the sim refuses ops whose GPU side is not inside one
-/// buffer from allocate_device, or whose CPU side points into one: on a GPU such an op would
-/// fault or silently corrupt memory, and the sim is where the op builders are tested.
+/// Device memory, upload/download and the op checks are sim_device_memory's (shared with the
+/// manual backend): ops whose GPU side is not inside one buffer from allocate_device, or whose
+/// CPU side points into one, are refused at submit.
 ///
 /// Test hook: pause(dir) closes a gate the copy thread checks before it starts the next
 /// transfer of that direction, so a test can observe `pending` without timing; resume(dir)
@@ -20,7 +20,6 @@
 #include <array>
 #include <condition_variable>
 #include <deque>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -28,6 +27,7 @@
 #include <vector>
 
 #include "cuda/copy_engine.hpp"
+#include "cuda/sim_device_memory.hpp"
 
 namespace kvc::cuda {
 
@@ -40,7 +40,8 @@ class sim_copy_engine final : public copy_engine {
 
   std::string_view name() const noexcept override { return "sim"; }
   /// Records the range; a range overlapping one already registered is errc::invalid_argument.
-  status register_host(void* base, size_t bytes) override;
+  status register_host(void* base, size_t bytes, size_t slot_stride = 0) override;
+  status register_device(const void* base, size_t bytes) override;
   /// Memory is filled with 0xCD so that reading it before writing shows up in tests.
   result<device_buffer> allocate_device(size_t bytes) override;
   status upload(void* device_dst, const void* host_src, size_t bytes) override;
@@ -75,15 +76,10 @@ class sim_copy_engine final : public copy_engine {
   };
 
   void run_lane(direction dir);
-  /// True iff [p, p+bytes) lies inside one device buffer.
-  bool in_device(const void* p, size_t bytes) const;
-  bool touches_device(const void* p, size_t bytes) const;
   lane& lane_of(direction d) { return lanes_[static_cast<size_t>(d)]; }
 
   // Owner-thread state (copy threads never read it).
-  std::map<uintptr_t, std::unique_ptr<std::byte[]>> buffers_;  ///< base -> storage
-  std::map<uintptr_t, size_t> buffer_sizes_;
-  std::map<uintptr_t, size_t> host_ranges_;
+  sim_device_memory memory_;
   transfer_id next_id_ = 1;
 
   // Shared with the copy threads.

@@ -134,7 +134,9 @@ class copy_bench {
     if (!seg) return seg.error();
     seg_.emplace(std::move(seg).value());
     const auto region = seg_->rank_region(0);
-    if (auto st = engine_->register_host(region.data(), region.size()); !st) return st;
+    if (auto st = engine_->register_host(region.data(), region.size(), geo.slot_stride()); !st) {
+      return st;
+    }
 
     for (auto* buf : {&src_, &dst_}) {
       auto b = engine_->allocate_device(working_set());
@@ -190,7 +192,9 @@ class copy_bench {
     const auto t0 = clock_type::now();
     for (uint64_t first = 0; first < n; first += opt_.batch) {
       const uint64_t count = std::min<uint64_t>(opt_.batch, n - first);
-      auto id = engine_->submit(d, std::span<const copy_op>(ops.data() + first, count));
+      // No compute stream here: the copies depend on nothing.
+      auto id = engine_->submit(d, std::span<const copy_op>(ops.data() + first, count),
+                                {.no_dependency = true});
       if (!id) return id.error();
       ids.push_back(*id);
     }

@@ -3,11 +3,10 @@
 //
 // kvconnect path (what is timed, per step, with steady_clock in the engine thread):
 //   scheduler_connector::build_connector_meta (an empty step) -> the metadata to N worker
-//   processes on the data plane (--data-plane zmq, the default: encoded once and sent from the
-//   engine thread over ZeroMQ; caf: through the scheduler actor as CAF messages) -> each
-//   worker's engine thread (bind_connector_metadata ... get_finished ... clear_connector_metadata,
-//   no jobs) -> its report to the coordinator (zmq: the engine thread itself; caf: the
-//   coordinator actor) -> the step's aggregated output -> update_connector_output(step) returns.
+//   processes on the step channel (encoded once, sent from the engine thread over ZeroMQ) ->
+//   each worker's engine thread (bind_connector_metadata ... get_finished ...
+//   clear_connector_metadata, no jobs) -> its report to the coordinator actor (blocking on the
+//   engine thread) -> the step's aggregated output -> update_connector_output(step) returns.
 // ZeroMQ baseline: a ROUTER in this process, one DEALER per worker process on tcp://127.0.0.1;
 // per step a 64-byte message to each, wait for every echo.
 //
@@ -17,6 +16,8 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -39,6 +40,7 @@
 #include "actors/embed/scheduler_connector.hpp"
 #include "actors/embed/worker_connector.hpp"
 #include "launch/commands.hpp"
+#include "launch/signal_watcher.hpp"
 
 extern char** environ;
 
@@ -58,11 +60,10 @@ struct step_options {
   uint32_t steps = 4000;  // timed steps per path
   uint32_t warmup = 400;  // per path
   uint32_t rounds = 4;
-  std::string data_plane = "zmq";
 };
 
 struct worker_options {
-  std::string mode;  // "caf" or "zmq"
+  std::string mode;  // "kvc" or "zmq"
   std::string endpoint;
   uint16_t port = 0;
   uint32_t rank = 0;
@@ -130,8 +131,15 @@ class children {
   std::vector<pid_t> pids_;
 };
 
+/// A child of bench step ends with its parent, whatever ends the parent (SIGKILL included).
+bool follow_parent() {
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) return false;
+  return ::getppid() != 1;  // the parent may have died before the prctl
+}
+
 /// A worker process of the kvconnect path: an engine worker that runs empty steps as they come.
-int run_caf_worker(const worker_options& o) {
+int run_kvc_worker(const worker_options& o) {
+  if (!follow_parent()) return 1;
   embed::worker_connector_config cfg;
   cfg.mode = embed::connection_mode::connect;
   cfg.network.port = o.port;
@@ -169,6 +177,7 @@ int run_caf_worker(const worker_options& o) {
 
 /// A worker process of the ZeroMQ baseline: a DEALER echoing every message until "quit".
 int run_zmq_worker(const worker_options& o) {
+  if (!follow_parent()) return 1;
   zmq::context_t ctx{1};
   zmq::socket_t d{ctx, zmq::socket_type::dealer};
   d.set(zmq::sockopt::routing_id, "w" + std::to_string(o.rank));
@@ -232,13 +241,15 @@ double cpu_us(const std::vector<pid_t>& pids) {
 }
 
 int run_bench(const step_options& o) {
+  // SIGINT / SIGTERM end the run between steps, and the normal clean-up runs: the workers are
+  // stopped and reaped, the pool removed; a second signal exits at once after removing the
+  // pool's name (the children follow through PR_SET_PDEATHSIG). Before any thread starts.
+  signal_watcher signals;
   spdlog::set_level(spdlog::level::warn);  // the scheduler logs each registration at info
   const std::string instance = "bench-step" + std::to_string(::getpid());
   const std::string token = "bench-" + std::to_string(::getpid());
   embed::scheduler_connector_config cfg;
   cfg.listen = true;
-  cfg.data_plane =
-      o.data_plane == "caf" ? embed::data_plane_kind::caf : embed::data_plane_kind::zmq;
   cfg.token = token;
   cfg.topology.tp_size = o.tp;
   cfg.pool = {.instance = instance, .slots_per_rank = slots, .slot_bytes = slot_bytes};
@@ -254,11 +265,11 @@ int run_bench(const step_options& o) {
   router.bind("tcp://127.0.0.1:*");
   const std::string endpoint = router.get(zmq::sockopt::last_endpoint);
 
-  children caf_kids;
+  children kvc_kids;
   children zmq_kids;
   for (uint32_t r = 0; r < o.tp; ++r) {
-    for (const char* mode : {"caf", "zmq"}) {
-      children& kids = mode[0] == 'c' ? caf_kids : zmq_kids;
+    for (const char* mode : {"kvc", "zmq"}) {
+      children& kids = mode[0] == 'k' ? kvc_kids : zmq_kids;
       if (auto st = kids.spawn({"bench", "step-worker", "--mode", mode, "--port",
                                 std::to_string((*sc)->port()), "--endpoint", endpoint, "--rank",
                                 std::to_string(r), "--tp", std::to_string(o.tp), "--instance",
@@ -286,7 +297,7 @@ int run_bench(const step_options& o) {
 
   step_id step = 0;
   std::string error;
-  auto caf_step = [&]() -> double {
+  auto kvc_step = [&]() -> double {
     const auto t0 = steady::now();
     ++step;
     auto meta = (*sc)->build_connector_meta({step, {}, {}, {}});
@@ -312,27 +323,31 @@ int run_bench(const step_options& o) {
     return since_us(t0);
   };
 
-  for (uint32_t i = 0; i < o.warmup; ++i) {
-    caf_step();
+  signals.on_second_signal([name = (*sc)->segment_name()] { ::shm_unlink(name.c_str()); });
+  std::cerr << "kvconnect bench step: " << o.tp << " + " << o.tp
+            << " worker processes connected; running" << std::endl;
+  for (uint32_t i = 0; i < o.warmup && !signals.signalled(); ++i) {
+    kvc_step();
     zmq_step();
   }
-  std::vector<double> caf_us;
+  std::vector<double> kvc_us;
   std::vector<double> zmq_us;
   std::vector<double> round_ratios;
-  double caf_cpu = 0;  // CPU time of this process + the path's children while the path ran
+  double kvc_cpu = 0;  // CPU time of this process + the path's children while the path ran
   double zmq_cpu = 0;
   const uint32_t per_round = std::max<uint32_t>(1, o.steps / o.rounds);
-  for (uint32_t round = 0; round < o.rounds && error.empty(); ++round) {
+  for (uint32_t round = 0; round < o.rounds && error.empty() && !signals.signalled(); ++round) {
     std::vector<double> c;
     std::vector<double> z;
-    double cpu0 = cpu_us(caf_kids.pids());
-    for (uint32_t i = 0; i < per_round; ++i) c.push_back(caf_step());
-    caf_cpu += cpu_us(caf_kids.pids()) - cpu0;
+    double cpu0 = cpu_us(kvc_kids.pids());
+    for (uint32_t i = 0; i < per_round && !signals.signalled(); ++i) c.push_back(kvc_step());
+    kvc_cpu += cpu_us(kvc_kids.pids()) - cpu0;
     cpu0 = cpu_us(zmq_kids.pids());
-    for (uint32_t i = 0; i < per_round; ++i) z.push_back(zmq_step());
+    for (uint32_t i = 0; i < per_round && !signals.signalled(); ++i) z.push_back(zmq_step());
     zmq_cpu += cpu_us(zmq_kids.pids()) - cpu0;
+    if (c.empty() || z.empty()) break;  // interrupted
     round_ratios.push_back(summarize(c).p50 / summarize(z).p50);
-    caf_us.insert(caf_us.end(), c.begin(), c.end());
+    kvc_us.insert(kvc_us.end(), c.begin(), c.end());
     zmq_us.insert(zmq_us.end(), z.begin(), z.end());
   }
 
@@ -342,7 +357,7 @@ int run_bench(const step_options& o) {
     router.send(zmq::buffer(id), zmq::send_flags::sndmore);
     router.send(zmq::str_buffer("quit"), zmq::send_flags::none);
   }
-  const size_t bad = caf_kids.reap(10s) + zmq_kids.reap(10s);
+  const size_t bad = kvc_kids.reap(10s) + zmq_kids.reap(10s);
   if (!error.empty() || !stopped || bad > 0) {
     std::cerr << "kvconnect bench step: "
               << (!error.empty() ? error
@@ -351,18 +366,23 @@ int run_bench(const step_options& o) {
               << "\n";
     return 1;
   }
+  if (const int sig = signals.signalled()) {
+    std::cerr << "kvconnect bench step: interrupted by signal " << sig
+              << "; workers stopped, pool removed\n";
+    return 128 + sig;
+  }
 
-  const percentiles c = summarize(caf_us);
+  const percentiles c = summarize(kvc_us);
   const percentiles z = summarize(zmq_us);
   std::printf(
       "engine step round trip to %u worker processes (empty jobs), %zu steps per path "
       "in %u alternating rounds after %u warm-up steps\n",
-      o.tp, caf_us.size(), o.rounds, o.warmup);
-  const double caf_cpu_step = caf_cpu / static_cast<double>(caf_us.size());
+      o.tp, kvc_us.size(), o.rounds, o.warmup);
+  const double kvc_cpu_step = kvc_cpu / static_cast<double>(kvc_us.size());
   const double zmq_cpu_step = zmq_cpu / static_cast<double>(zmq_us.size());
   std::printf("%-34s %10s %10s %14s\n", "path", "p50 us", "p99 us", "CPU us/step");
-  const std::string label = "kvconnect (embed API, " + o.data_plane + " data plane)";
-  std::printf("%-34s %10.1f %10.1f %14.1f\n", label.c_str(), c.p50, c.p99, caf_cpu_step);
+  const std::string label = "kvconnect (embed API)";
+  std::printf("%-34s %10.1f %10.1f %14.1f\n", label.c_str(), c.p50, c.p99, kvc_cpu_step);
   std::printf("%-34s %10.1f %10.1f %14.1f\n", "ZeroMQ ROUTER/DEALER tcp", z.p50, z.p99,
               zmq_cpu_step);
   std::string rounds;
@@ -372,11 +392,11 @@ int run_bench(const step_options& o) {
     rounds += b;
   }
   std::printf(
-      "{\"bench\":\"step\",\"tp\":%u,\"data_plane\":\"%s\",\"p50_us\":%.1f,\"p99_us\":%.1f,\"zmq_p50_us\":%.1f,"
+      "{\"bench\":\"step\",\"tp\":%u,\"p50_us\":%.1f,\"p99_us\":%.1f,\"zmq_p50_us\":%.1f,"
       "\"ratio\":%.2f,\"zmq_p99_us\":%.1f,\"cpu_us_per_step\":%.1f,"
       "\"zmq_cpu_us_per_step\":%.1f,\"steps\":%zu,\"round_ratios\":[%s]}\n",
-      o.tp, o.data_plane.c_str(), c.p50, c.p99, z.p50, c.p50 / z.p50, z.p99, caf_cpu_step,
-      zmq_cpu_step, caf_us.size(), rounds.c_str());
+      o.tp, c.p50, c.p99, z.p50, c.p50 / z.p50, z.p99, kvc_cpu_step,
+      zmq_cpu_step, kvc_us.size(), rounds.c_str());
   return 0;
 }
 
@@ -396,16 +416,12 @@ void add_bench_step_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--rounds", opt->rounds, "alternating blocks of the two paths")
       ->check(CLI::Range(1u, 1000u))
       ->capture_default_str();
-  cmd->add_option("--data-plane", opt->data_plane,
-                  "how the kvconnect path carries steps: zmq (the default) or caf (actors)")
-      ->check(CLI::IsMember({"zmq", "caf"}))
-      ->capture_default_str();
   cmd->callback([opt, &exit_code] { exit_code = run_bench(*opt); });
 
   auto wopt = std::make_shared<worker_options>();
   auto* w = bench_group(app).add_subcommand("step-worker", "(internal) a worker of bench step");
   w->group("");  // hidden from --help
-  w->add_option("--mode", wopt->mode)->required()->check(CLI::IsMember({"caf", "zmq"}));
+  w->add_option("--mode", wopt->mode)->required()->check(CLI::IsMember({"kvc", "zmq"}));
   w->add_option("--port", wopt->port);
   w->add_option("--endpoint", wopt->endpoint);
   w->add_option("--rank", wopt->rank)->required();
@@ -413,7 +429,7 @@ void add_bench_step_command(CLI::App& app, int& exit_code) {
   w->add_option("--instance", wopt->instance);
   w->add_option("--token", wopt->token);
   w->callback([wopt, &exit_code] {
-    exit_code = wopt->mode == "caf" ? run_caf_worker(*wopt) : run_zmq_worker(*wopt);
+    exit_code = wopt->mode == "kvc" ? run_kvc_worker(*wopt) : run_zmq_worker(*wopt);
   });
 }
 

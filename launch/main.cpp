@@ -1,10 +1,14 @@
 // kvconnect: one binary, one subcommand per role or tool.
+#include <csignal>
 #include <exception>
 #include <iostream>
 
 #include "launch/commands.hpp"
 
 int main(int argc, char** argv) {
+  // A reader of our stdout that went away (`kvconnect scheduler | head -1`) is a write error,
+  // handled where the line is written, not a death by SIGPIPE that leaves the segment behind.
+  std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"kvconnect: a KV-cache offload runtime (scheduler, workers, coordinator)"};
   app.require_subcommand(1);
   int exit_code = 0;

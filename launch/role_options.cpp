@@ -4,18 +4,15 @@
 
 #include <chrono>
 
-#include "actors/runtime/handshake.hpp"
+#include "actors/scheduler/handshake.hpp"
 #include "shm/segment.hpp"
 #include "shm/segment_header.hpp"
 
 namespace kvc::launch {
 
 result<pool_plan> derive_pool(const topology_options& topo, const pool_options& pool) {
-  if (topo.tp_size == 0 || topo.pp_size == 0 ||
-      uint64_t{topo.tp_size} * topo.pp_size > runtime::max_world_size) {
-    return make_error(errc::invalid_argument,
-                      "--tp-size and --pp-size must be >= 1 with tp * pp <= " +
-                          std::to_string(runtime::max_world_size));
+  if (auto st = validate(topo); !st) {
+    return make_error(errc::invalid_argument, "--tp-size / --pp-size: " + st.message());
   }
   if (pool.instance.empty()) return make_error(errc::invalid_argument, "--instance is empty");
   for (char c : pool.instance) {
@@ -26,7 +23,7 @@ result<pool_plan> derive_pool(const topology_options& topo, const pool_options& 
                         "--instance may only hold letters, digits, '-', '_' and '.'");
     }
   }
-  if (auto st = worker::validate(pool.kv); !st) return st;
+  if (auto st = validate(pool.kv); !st) return st;
   pool_plan plan;
   plan.segment = shm::segment_name(::getuid(), pool.instance, topo.node);
   plan.geometry = {topo.world_size(), pool.slots, pool.kv.slot_bytes()};
@@ -35,11 +32,13 @@ result<pool_plan> derive_pool(const topology_options& topo, const pool_options& 
   return plan;
 }
 
-runtime::runtime_options network_options::runtime() const {
-  runtime::runtime_options r;
-  r.heartbeat_interval = std::chrono::milliseconds{heartbeat_ms};
-  r.connection_timeout = std::chrono::milliseconds{connection_timeout_ms};
-  return r;
+embed::network_config network_options::facade(const std::string& host, uint16_t port) const {
+  embed::network_config n;
+  n.host = host;
+  n.port = port;
+  n.heartbeat_interval = std::chrono::milliseconds{heartbeat_ms};
+  n.connection_timeout = std::chrono::milliseconds{connection_timeout_ms};
+  return n;
 }
 
 void add_topology_flags(CLI::App& cmd, topology_options& topo) {

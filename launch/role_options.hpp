@@ -8,24 +8,19 @@
 
 #include <CLI/CLI.hpp>
 
-#include "actors/runtime/system_config.hpp"
-#include "actors/worker/rank_runtime.hpp"
+#include "actors/embed/embed_config.hpp"
+#include "launch/synthetic_kv.hpp"
 #include "proto/status.hpp"
 #include "shm/pool_geometry.hpp"
 
 namespace kvc::launch {
 
-struct topology_options {
-  uint32_t tp_size = 1;
-  uint32_t pp_size = 1;
-  uint32_t node = 0;
-  uint32_t world_size() const noexcept { return tp_size * pp_size; }
-};
+using topology_options = embed::topology_config;
 
 struct pool_options {
   std::string instance = "default";  ///< names the segment: /kvc-<uid>-<instance>-node<node>
   uint32_t slots = 64;               ///< CPU slots per rank
-  worker::synthetic_kv_spec kv;      ///< the shape of one offloaded block
+  synthetic_kv_spec kv;              ///< the shape of one offloaded block
 };
 
 /// What both sides derive from topology + pool flags.
@@ -42,7 +37,8 @@ result<pool_plan> derive_pool(const topology_options& topo, const pool_options& 
 struct network_options {
   uint32_t heartbeat_ms = 100;
   uint32_t connection_timeout_ms = 1000;
-  runtime::runtime_options runtime() const;
+  /// The facades' network settings for `host` and `port`.
+  embed::network_config facade(const std::string& host, uint16_t port) const;
 };
 
 struct scheduler_process_options {
@@ -75,7 +71,6 @@ struct worker_process_options {
   int device = 0;
   bool prefault = true;
   uint32_t register_timeout_ms = 5000;
-  uint32_t poll_us = 500;
 };
 
 /// --tp-size, --pp-size, --node.
@@ -85,7 +80,8 @@ void add_pool_flags(CLI::App& cmd, pool_options& pool);
 /// --token (or $KVCONNECT_TOKEN), --heartbeat-ms, --connection-timeout-ms.
 void add_network_flags(CLI::App& cmd, std::string& token, network_options& net);
 
-/// The role processes (role_processes.cpp, the one launch TU that includes CAF). They print
+/// The role processes (role_processes.cpp): command-line wrappers around the embedding API's
+/// facades, the same code path an engine links. They print
 /// machine-readable JSON lines on stdout and log to stderr. Exit codes: 0 clean; 1 failure;
 /// worker only: 2 when its registration failed (refused, timed out, or the rank could not be
 /// set up after acceptance).

@@ -45,7 +45,11 @@ void signal_watcher::run() {
     signalfd_siginfo info;
     if (::read(signal_fd_, &info, sizeof info) != sizeof info) continue;
     std::lock_guard<std::mutex> lock(mu_);
-    if (signal_ != 0) continue;  // only the first one counts
+    if (signal_ != 0) {  // a second signal: the orderly shutdown takes too long
+      const int sig = static_cast<int>(info.ssi_signo);
+      if (fast_exit_) fast_exit_();
+      ::_exit(128 + sig);
+    }
     signal_ = static_cast<int>(info.ssi_signo);
     cv_.notify_all();
     if (callback_) callback_(signal_);
@@ -58,9 +62,20 @@ void signal_watcher::on_signal(std::function<void(int)> callback) {
   if (callback_ && signal_ != 0) callback_(signal_);
 }
 
+void signal_watcher::on_second_signal(std::function<void()> cleanup) {
+  std::lock_guard<std::mutex> lock(mu_);
+  fast_exit_ = std::move(cleanup);
+}
+
 int signal_watcher::wait() {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [this] { return signal_ != 0; });
+  return signal_;
+}
+
+int signal_watcher::wait_for(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, timeout, [this] { return signal_ != 0; });
   return signal_;
 }
 

@@ -3,11 +3,14 @@
 /// constructor blocks both signals in the calling thread, so construct it in main before the
 /// actor system starts its threads (they inherit the mask and never see the signals); a thread
 /// of its own then reads them from a signalfd. The first signal sets signalled(), wakes wait()
-/// and runs the callback.
+/// and runs the callback. A second signal is a fast exit: the on_second_signal cleanup runs
+/// (remove what must not outlive the process, nothing that waits) and the process ends with
+/// 128 + the signal's number.
 ///
 /// Thread-safe. The callback runs on the watcher's thread under the watcher's lock: on_signal()
 /// (also with nullptr, to clear it before what it touches goes away) waits for a running
 /// callback to finish. The destructor stops the thread and restores the signal mask.
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
@@ -26,8 +29,12 @@ class signal_watcher {
 
   /// Sets the callback; runs it at once if a signal arrived already. nullptr clears it.
   void on_signal(std::function<void(int)> callback);
+  /// What a second signal runs before the process exits at once (nullptr: nothing).
+  void on_second_signal(std::function<void()> cleanup);
   /// Blocks until a signal arrived; returns its number.
   int wait();
+  /// Blocks until a signal arrived or `timeout` passed; the signal, 0 if none.
+  int wait_for(std::chrono::milliseconds timeout);
   /// The signal received so far, 0 if none.
   int signalled() const;
   /// False when the signalfd could not be set up (then signals keep their default action).
@@ -42,6 +49,7 @@ class signal_watcher {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::function<void(int)> callback_;
+  std::function<void()> fast_exit_;
   int signal_ = 0;
   std::thread thread_;
 };

@@ -27,8 +27,6 @@ void add_worker_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--register-timeout-ms", o->register_timeout_ms,
                   "How long the scheduler may take to answer the registration")
       ->capture_default_str();
-  cmd->add_option("--poll-us", o->poll_us, "Poll interval of a step waiting for its transfers")
-      ->capture_default_str();
   cmd->callback([o, &exit_code] { exit_code = run_worker_process(*o); });
 }
 

@@ -297,10 +297,15 @@ result<segment> segment::create(std::string_view name_view, const pool_geometry&
   if (!start) return fail(start.error());
   const auto id = id_of_fd(shm->get_mapping_handle().handle);
   if (!id) return fail(make_error(errc::shm_error, "cannot fstat segment " + name));
-  try {
-    shm->truncate(static_cast<bip::offset_t>(total));
-  } catch (const bip::interprocess_exception& e) {
-    return fail(from_boost(e, "cannot size segment", name));
+  // Sizes the segment and reserves its pages in /dev/shm now (tmpfs allocates them): a pool
+  // that does not fit is a clear error here, never a SIGBUS in a worker mid-run, also when
+  // another pool took the space after check_free_space.
+  if (const int err = ::posix_fallocate(shm->get_mapping_handle().handle, 0,
+                                        static_cast<off_t>(total));
+      err != 0) {
+    return fail(make_error(err == ENOSPC ? errc::capacity_exhausted : errc::shm_error,
+                           "cannot reserve " + std::to_string(total) + " bytes for segment " +
+                               name + " in " + shm_dir + ": " + errno_text(err)));
   }
   auto region = map_aligned(*shm, total, opts.prefault, name);
   if (!region) return fail(region.error());

@@ -37,7 +37,8 @@ namespace kvc::shm {
 std::string segment_name(uint32_t uid, std::string_view instance, uint32_t node);
 
 struct create_options {
-  /// Fault every page in at creation (MAP_POPULATE), so the first store pays no page faults.
+  /// Map every page in this process at creation (MAP_POPULATE), so its first touch pays no page
+  /// fault. (The pages themselves are always reserved at creation, see create.)
   bool prefault = false;
   /// Remove the name when this object is destroyed (clean shutdown of the creator).
   bool remove_on_close = true;
@@ -45,9 +46,11 @@ struct create_options {
 
 class segment {
  public:
-  /// Creates the segment `name` (mode 0600) for `geometry`. Fails with errc::capacity_exhausted
-  /// when /dev/shm lacks the space, errc::shm_error when a segment of that name exists and is
-  /// live (creator alive), being created, or not a kvconnect segment. A stale one is replaced.
+  /// Creates the segment `name` (mode 0600) for `geometry` and reserves all its pages in
+  /// /dev/shm (posix_fallocate), so that running out of shared memory is an error here and
+  /// never a SIGBUS later. Fails with errc::capacity_exhausted when /dev/shm lacks the space,
+  /// errc::shm_error when a segment of that name exists and is live (creator alive), being
+  /// created, or not a kvconnect segment. A stale one is replaced.
   static result<segment> create(std::string_view name, const pool_geometry& geometry,
                                 const create_options& opts = {});
   /// Attaches an existing segment after validating its header: errc::not_found when absent,

@@ -56,11 +56,9 @@
 #include "proto/completion.hpp"
 #include "proto/ids.hpp"
 #include "proto/status.hpp"
+#include "proto/topology.hpp"
 
 namespace kvc::coordinator {
-
-/// Largest supported TP×PP world (per-job rank sets are fixed-size bitsets).
-inline constexpr uint32_t max_world_size = 256;
 
 /// What became of one completion report.
 enum class report_outcome : uint8_t {

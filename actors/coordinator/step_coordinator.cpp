@@ -1,61 +1,63 @@
 #include "actors/coordinator/step_coordinator.hpp"
 
-#include <spdlog/spdlog.h>
-
 namespace kvc::coordinator {
 
-namespace {
+using level = coordinator_note::level;
 
-void log_outcome(const completion_event& ev, report_outcome outcome) {
-  if (is_rejected(outcome)) {
-    spdlog::warn("coordinator: dropped report of job {} from rank {} incarnation {}: {}", ev.job,
-                 ev.rank, ev.incarnation, to_string(outcome));
-  } else if (outcome == report_outcome::duplicate) {
-    spdlog::debug("coordinator: duplicate report of job {} from rank {}", ev.job, ev.rank);
+status validate(const coordinator_options& opts) {
+  if (opts.world_size == 0 || opts.world_size > max_world_size) {
+    return make_error(errc::invalid_argument, "coordinator: world size must be in [1, " +
+                                                  std::to_string(max_world_size) + "], got " +
+                                                  std::to_string(opts.world_size));
   }
+  if (opts.job_timeout.count() < 0 || opts.straggler_grace.count() < 0) {
+    return make_error(errc::invalid_argument,
+                      "coordinator: job timeout and straggler grace must be >= 0");
+  }
+  return status::success();
 }
 
-void log_failure(const char* what, const status& st) {
-  if (!st.ok()) spdlog::warn("coordinator: {}: {}", what, st.to_string());
-}
-
-}  // namespace
-
-result<step_coordinator> step_coordinator::create(const aggregator_config& cfg,
-                                                  std::chrono::nanoseconds job_timeout) {
-  if (job_timeout.count() < 0) {
-    return make_error(errc::invalid_argument, "coordinator: job timeout must be >= 0");
-  }
-  auto agg = completion_aggregator::create(cfg);
+result<step_coordinator> step_coordinator::create(const coordinator_options& opts) {
+  if (auto st = validate(opts); !st) return st;
+  auto agg = completion_aggregator::create(
+      {.world_size = opts.world_size,
+       .finished_memory = opts.finished_memory,
+       .straggler_grace = static_cast<uint64_t>(opts.straggler_grace.count())});
   if (!agg) return agg.error();
-  return step_coordinator{std::move(agg).value(), job_timeout};
+  return step_coordinator{std::move(agg).value(), opts.job_timeout};
 }
 
-void step_coordinator::report(rank_id rank, uint32_t incarnation, step_id step,
-                              std::span<const completion_event> events) {
-  for (const completion_event& ev : events) log_outcome(ev, agg_.on_report(ev));
-  log_failure("closing a step", agg_.on_step_closed(rank, incarnation, step));
+void step_coordinator::note(level lvl, std::string text) {
+  notes_.push_back({lvl, std::move(text)});
 }
 
-std::optional<uint64_t> step_coordinator::deadline_from(uint64_t now) const noexcept {
-  if (job_timeout_.count() <= 0) return std::nullopt;
-  return now + static_cast<uint64_t>(job_timeout_.count());
+void step_coordinator::note_failure(const char* what, const status& st) {
+  if (!st.ok()) note(level::warn, std::string{"coordinator: "} + what + ": " + st.to_string());
+}
+
+void step_coordinator::report(const step_report& r) {
+  for (const completion_event& ev : r.events) {
+    const report_outcome outcome = agg_.on_report(ev);
+    if (is_rejected(outcome)) {
+      note(level::warn, "coordinator: dropped report of job " + std::to_string(ev.job) +
+                            " from rank " + std::to_string(ev.rank) + " incarnation " +
+                            std::to_string(ev.incarnation) + ": " + std::string{to_string(outcome)});
+    } else if (outcome == report_outcome::duplicate) {
+      note(level::debug, "coordinator: duplicate report of job " + std::to_string(ev.job) +
+                             " from rank " + std::to_string(ev.rank));
+    }
+  }
+  note_failure("closing a step", agg_.on_step_closed(r.rank, r.incarnation, r.step));
 }
 
 void step_coordinator::expect_one(job_id job, transfer_kind kind, step_id step,
                                   std::optional<uint64_t> deadline) {
-  log_failure("expect", agg_.expect(job, kind, step, deadline));
-}
-
-void step_coordinator::expect(step_id step, std::span<const job_id> loads,
-                              std::span<const job_id> stores, uint64_t now) {
-  const auto deadline = deadline_from(now);
-  for (job_id j : loads) expect_one(j, transfer_kind::load, step, deadline);
-  for (job_id j : stores) expect_one(j, transfer_kind::store, step, deadline);
+  note_failure("expect", agg_.expect(job, kind, step, deadline));
 }
 
 void step_coordinator::expect(const connector_metadata& meta, uint64_t now) {
-  const auto deadline = deadline_from(now);
+  std::optional<uint64_t> deadline;
+  if (job_timeout_.count() > 0) deadline = now + static_cast<uint64_t>(job_timeout_.count());
   for (const transfer_job& j : meta.loads) expect_one(j.id, transfer_kind::load, meta.step, deadline);
   for (const transfer_job& j : meta.stores) {
     expect_one(j.id, transfer_kind::store, meta.step, deadline);
@@ -65,26 +67,31 @@ void step_coordinator::expect(const connector_metadata& meta, uint64_t now) {
 void step_coordinator::rank_up(rank_id rank, uint32_t incarnation) {
   auto failed = agg_.on_rank_registered(rank, incarnation);
   if (!failed.ok()) {
-    log_failure("registering a rank", failed.error());
+    note_failure("registering a rank", failed.error());
   } else if (*failed > 0) {
-    spdlog::warn("coordinator: rank {} restarted as incarnation {}: {} jobs failed", rank,
-                 incarnation, *failed);
+    note(level::warn, "coordinator: rank " + std::to_string(rank) + " restarted as incarnation " +
+                          std::to_string(incarnation) + ": " + std::to_string(*failed) +
+                          " jobs failed");
   }
 }
 
 void step_coordinator::rank_down(rank_id rank) {
   auto failed = agg_.on_rank_lost(rank);
   if (!failed.ok()) {
-    log_failure("losing a rank", failed.error());
+    note_failure("losing a rank", failed.error());
   } else if (*failed > 0) {
-    spdlog::warn("coordinator: rank {} lost: {} jobs failed", rank, *failed);
+    note(level::warn, "coordinator: rank " + std::to_string(rank) + " lost: " +
+                          std::to_string(*failed) + " jobs failed");
   } else {
-    spdlog::info("coordinator: rank {} lost (no job waited on it)", rank);
+    note(level::info,
+         "coordinator: rank " + std::to_string(rank) + " lost (no job waited on it)");
   }
 }
 
 void step_coordinator::tick(uint64_t now) {
-  if (size_t n = agg_.expire(now); n > 0) spdlog::warn("coordinator: {} jobs timed out", n);
+  if (size_t n = agg_.expire(now); n > 0) {
+    note(level::warn, "coordinator: " + std::to_string(n) + " jobs timed out");
+  }
 }
 
 }  // namespace kvc::coordinator

@@ -1,39 +1,57 @@
 #pragma once
-/// step_coordinator: what the coordinator role does with each of its inputs, on top of
-/// completion_aggregator: turns the job timeout into deadlines, logs rejected reports and
-/// refused calls (spdlog), and hands out released step outputs. Both hosts of the coordinator
-/// role use it: the coordinator actor (CAF data plane) and the engine thread's ZeroMQ data
-/// plane (embed/engine_data_plane.hpp), so the two apply identical rules.
+/// step_coordinator: the coordinator's state and every decision it makes, on top of
+/// completion_aggregator: it turns the job timeout into deadlines, applies each rank's step
+/// report, rank arrivals and departures, and hands out released step outputs. What happened
+/// that an operator should know (rejected reports, refused calls, jobs failed by a rank's loss
+/// or a deadline) comes back as notes; the coordinator actor logs them.
 ///
-/// Pure apart from logging: no CAF, no threads, no clock (callers pass `now`, nanoseconds on
-/// their monotonic clock). Not thread-safe: one owner.
+/// Pure: no CAF, no threads, no clock (callers pass `now`, nanoseconds on their monotonic
+/// clock), no logging. Not thread-safe: one owner.
 #include <chrono>
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "actors/coordinator/completion_aggregator.hpp"
 #include "proto/completion.hpp"
 #include "proto/connector_metadata.hpp"
 #include "proto/status.hpp"
+#include "proto/step_report.hpp"
 
 namespace kvc::coordinator {
 
+struct coordinator_options {
+  uint32_t world_size = 1;
+  size_t finished_memory = 4096;
+  /// A job not completed this long after its step was planned fails with errc::timeout;
+  /// 0: never.
+  std::chrono::nanoseconds job_timeout{0};
+  /// How long never-expected jobs and failed jobs' stragglers are waited for.
+  std::chrono::nanoseconds straggler_grace{std::chrono::seconds{30}};
+};
+
+/// world size in [1, max_world_size], timeout and grace >= 0; errc::invalid_argument naming
+/// the field otherwise.
+status validate(const coordinator_options& opts);
+
+/// Something the coordinator decided that is worth a log line.
+struct coordinator_note {
+  enum class level : uint8_t { debug = 0, info = 1, warn = 2 };
+  level lvl = level::info;
+  std::string text;
+};
+
 class step_coordinator {
  public:
-  /// `job_timeout` 0: jobs never time out. Errors: completion_aggregator::create's, and
-  /// invalid_argument for a negative timeout.
-  static result<step_coordinator> create(const aggregator_config& cfg,
-                                         std::chrono::nanoseconds job_timeout);
+  /// Errors: validate(opts)'s.
+  static result<step_coordinator> create(const coordinator_options& opts);
 
-  /// A rank's reports of one step; closes the step for the rank.
-  void report(rank_id rank, uint32_t incarnation, step_id step,
-              std::span<const completion_event> events);
-  /// The scheduler planned these jobs in `step` at time `now`.
-  void expect(step_id step, std::span<const job_id> loads, std::span<const job_id> stores,
-              uint64_t now);
-  /// expect() for every job of a step's metadata.
+  /// A rank's report of one step; closes the step for the rank.
+  void report(const step_report& r);
+  /// The scheduler planned this step's jobs at time `now`.
   void expect(const connector_metadata& meta, uint64_t now);
   void rank_up(rank_id rank, uint32_t incarnation);
   void rank_down(rank_id rank);
@@ -44,16 +62,19 @@ class step_coordinator {
   std::optional<connector_output> poll_output() { return agg_.poll_output(); }
   bool needs_tick() const noexcept { return agg_.needs_expire(); }
   const completion_aggregator& aggregator() const noexcept { return agg_; }
+  /// What happened since the last call, for the caller to log.
+  std::vector<coordinator_note> take_notes() { return std::exchange(notes_, {}); }
 
  private:
   step_coordinator(completion_aggregator agg, std::chrono::nanoseconds job_timeout)
       : agg_(std::move(agg)), job_timeout_(job_timeout) {}
-  /// now + job timeout; none when jobs never time out.
-  std::optional<uint64_t> deadline_from(uint64_t now) const noexcept;
+  void note(coordinator_note::level lvl, std::string text);
+  void note_failure(const char* what, const status& st);
   void expect_one(job_id job, transfer_kind kind, step_id step, std::optional<uint64_t> deadline);
 
   completion_aggregator agg_;
   std::chrono::nanoseconds job_timeout_;
+  std::vector<coordinator_note> notes_;
 };
 
 }  // namespace kvc::coordinator

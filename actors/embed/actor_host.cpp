@@ -5,19 +5,19 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 
-#include "actors/runtime/system_config.hpp"
+#include "actors/control/system_config.hpp"
 
 namespace kvc::embed {
 
 std::shared_ptr<actor_host> actor_host::start(const network_config& net, bool network) {
   std::shared_ptr<actor_host> h{new actor_host()};
-  runtime::runtime_options opts;
+  control::system_options opts;
   opts.max_threads = net.actor_threads;
   opts.heartbeat_interval = net.heartbeat_interval;
   opts.connection_timeout = net.connection_timeout;
   opts.bind_address = net.host;
   h->cfg_ = std::make_unique<caf::actor_system_config>();
-  runtime::configure(*h->cfg_, opts, network);
+  control::configure(*h->cfg_, opts, network);
   // Deserialise incoming messages in CAF's network thread instead of handing each one to a
   // BASP worker thread first: the control messages are small, and every hand-off between
   // threads is a wake-up (one per message and process; bench step).

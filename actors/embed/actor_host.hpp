@@ -1,6 +1,6 @@
 #pragma once
-/// actor_host: one CAF actor system with kvconnect's runtime preset (message types, work-sharing
-/// scheduler, heartbeats; actors/runtime/system_config.hpp), shared by the facades of a process
+/// actor_host: one CAF actor system with kvconnect's system preset (message types, work-sharing
+/// scheduler, heartbeats; actors/control/system_config.hpp), shared by the facades of a process
 /// that use it: a scheduler_connector and the in-process worker_connectors registered with it
 /// hold it through a std::shared_ptr. Internal to actors/embed (not installed).
 ///

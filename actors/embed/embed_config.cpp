@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "actors/runtime/handshake.hpp"
+#include "actors/scheduler/handshake.hpp"
 #include "shm/pool_geometry.hpp"
 #include "shm/segment.hpp"
 
@@ -19,11 +19,7 @@ status invalid(std::string what) {
 status validate_common(const std::string& token, const topology_config& topo,
                        const pool_config& pool) {
   if (token.empty()) return invalid("embed: the token is empty");
-  if (topo.tp_size == 0 || topo.pp_size == 0 ||
-      uint64_t{topo.tp_size} * topo.pp_size > runtime::max_world_size) {
-    return invalid("embed: tp_size and pp_size must be >= 1 with tp_size * pp_size <= " +
-                   std::to_string(runtime::max_world_size));
-  }
+  if (auto st = validate(topo); !st) return invalid("embed: " + st.message());
   if (pool.instance.empty()) return invalid("embed: pool.instance is empty");
   for (char c : pool.instance) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
@@ -43,12 +39,6 @@ std::string segment_name_for(const pool_config& pool, const topology_config& top
 }
 
 status validate(const scheduler_connector_config& cfg) {
-  if (cfg.mode == connection_mode::connect && cfg.network.port == 0) {
-    return invalid("embed: connect mode needs the scheduler process's network.port");
-  }
-  if (cfg.mode == connection_mode::connect && cfg.register_timeout.count() <= 0) {
-    return invalid("embed: register_timeout must be > 0");
-  }
   if (auto st = validate_common(cfg.token, cfg.topology, cfg.pool); !st) return st;
   if (auto g = scheduler::make_geometry(cfg.planner); !g) return g.error();
   scheduler::manager_config m = cfg.planner.manager;
@@ -60,8 +50,11 @@ status validate(const scheduler_connector_config& cfg) {
   m.capacity = cfg.pool.slots_per_rank;
   if (auto st = scheduler::validate(m); !st) return st;
   if (cfg.job_timeout.count() < 0) return invalid("embed: job_timeout must be >= 0");
-  if (cfg.data_plane != data_plane_kind::zmq && cfg.data_plane != data_plane_kind::caf) {
-    return invalid("embed: data_plane must be zmq or caf");
+  if (cfg.transport != step_transport::zmq && cfg.transport != step_transport::memory) {
+    return invalid("embed: transport must be zmq or memory");
+  }
+  if (cfg.transport == step_transport::memory && cfg.listen) {
+    return invalid("embed: the memory transport serves this process only: set listen = false");
   }
   if (cfg.network.actor_threads == 0) return invalid("embed: network.actor_threads must be >= 1");
   return {};
@@ -74,7 +67,7 @@ status validate(const worker_connector_config& cfg) {
                    std::to_string(cfg.topology.world_size()) + " ranks");
   }
   if (cfg.block_size_factor == 0) return invalid("embed: block_size_factor must be >= 1");
-  if (cfg.backend.empty()) return invalid("embed: backend is empty (\"sim\" or \"cuda\")");
+  if (cfg.backend.empty() && !cfg.make_copy_engine) return invalid("embed: backend is empty (\"sim\" or \"cuda\")");
   if (cfg.mode == connection_mode::connect && cfg.network.port == 0) {
     return invalid("embed: connect mode needs the scheduler's network.port");
   }

@@ -17,26 +17,21 @@
 
 #include "actors/scheduler/connector_config.hpp"
 #include "actors/scheduler/offload_manager.hpp"
+#include "cuda/copy_engine.hpp"
 #include "proto/ids.hpp"
 #include "proto/status.hpp"
+#include "proto/topology.hpp"
 
 namespace kvc::embed {
 
-/// Where the actors a facade talks to live.
-///   scheduler_connector: in_process hosts the scheduler + coordinator actors in the engine's
-///     process (and, with `listen`, accepts worker processes on host:port). connect subscribes
-///     to a separate `kvconnect scheduler` process at host:port (which created the pool and
-///     accepts the workers); the planner stays in the engine's thread either way.
-///   worker_connector: in_process registers with a scheduler_connector of the same process
-///     (passed to create); connect registers with the scheduler at host:port.
+/// Where a worker_connector's scheduler lives: in_process registers with a
+/// scheduler_connector of the same process (passed to create); connect registers with the
+/// scheduler at network.host:network.port (a scheduler_connector of another process that
+/// listens there).
 enum class connection_mode : uint8_t { in_process = 0, connect = 1 };
 
-struct topology_config {
-  uint32_t tp_size = 1;
-  uint32_t pp_size = 1;
-  uint32_t node = 0;
-  uint32_t world_size() const noexcept { return tp_size * pp_size; }
-};
+/// The deployment's shape (proto/topology.hpp).
+using topology_config = kvc::topology;
 
 /// The node's CPU pool: one shm segment named "/kvc-<uid>-<instance>-node<node>", rank-major,
 /// `slots_per_rank` slots of `slot_bytes` per rank (shm/pool_geometry.hpp). The scheduler side
@@ -48,7 +43,7 @@ struct pool_config {
   bool prefault = false;  ///< fault the pages in up front (creator: all; worker: its rank)
 };
 
-/// Network and actor-system settings (the CAF runtime preset, actors/runtime/system_config.hpp).
+/// Network and actor-system settings (the CAF system preset, actors/control/system_config.hpp).
 struct network_config {
   /// Scheduler: the address to listen on. Worker (connect): the scheduler's address.
   std::string host = "127.0.0.1";
@@ -64,19 +59,19 @@ struct network_config {
 using manager_factory = std::function<result<std::unique_ptr<scheduler::offload_manager>>(
     const scheduler::manager_config&)>;
 
-/// How each step's metadata and the ranks' reports travel (in_process; connect mode always uses
-/// the scheduler process's CAF messages):
-///   zmq: over ZeroMQ between the engine's threads (the coordinator runs on the engine's
-///        scheduler thread; docs/architecture.md "Data plane"); registration, supervision and
-///        stop stay on CAF. The default: a step costs about half the CPU.
-///   caf: as CAF messages through the scheduler and coordinator actors.
-enum class data_plane_kind : uint8_t { zmq = 0, caf = 1 };
+/// How a step's messages travel between the scheduler side and the ranks (the step channel,
+/// actors/channel/):
+///   zmq:    ZeroMQ; tcp for worker processes (with `listen`), inproc for workers of this
+///           process. The default.
+///   memory: in-process queues: only workers of this process (needs listen = false); a frame
+///           sent is there when the send returns, so tests and soaks driven from one thread
+///           are deterministic.
+enum class step_transport : uint8_t { zmq = 0, memory = 1 };
 
 struct scheduler_connector_config {
-  connection_mode mode = connection_mode::in_process;
-  data_plane_kind data_plane = data_plane_kind::zmq;
-  /// in_process: accept worker processes on network.host:network.port. Off: only workers of
-  /// this process (worker_connector in_process) can register, and no port is opened.
+  step_transport transport = step_transport::zmq;
+  /// Accept worker processes on network.host:network.port. Off: only workers of this process
+  /// (worker_connector in_process) can register, and no port is opened.
   bool listen = true;
   network_config network;
   std::string token;  ///< shared secret every worker must present
@@ -86,11 +81,13 @@ struct scheduler_connector_config {
   /// any other value must equal it.
   scheduler::connector_config planner;
   /// A job not completed this long after it was planned fails with errc::timeout; 0: never.
-  std::chrono::milliseconds job_timeout{0};  ///< in_process (the process has its own flag)
+  std::chrono::milliseconds job_timeout{0};
   manager_factory make_manager;
-  /// connect: how long the scheduler process may take to accept the engine.
-  std::chrono::milliseconds register_timeout{5000};
 };
+
+/// Builds a rank's copy engine (tests bring a deterministic one). Unset: cuda::make_copy_engine
+/// from `backend` and `device`.
+using copy_engine_factory = std::function<result<std::unique_ptr<cuda::copy_engine>>()>;
 
 struct worker_connector_config {
   connection_mode mode = connection_mode::connect;
@@ -101,18 +98,19 @@ struct worker_connector_config {
   rank_id rank = 0;  ///< global rank = pp_rank * tp_size + tp_rank
   /// Bumped by the launcher each time this rank's process restarts.
   uint32_t incarnation = 0;
-  std::string backend = "sim";  ///< copy engine: "sim" or "cuda"
+  std::string backend = "sim";  ///< copy engine: "sim" or "cuda" (unless make_copy_engine)
   int device = 0;               ///< CUDA device ordinal
   /// GPU blocks per offloaded block (the scheduler's offloaded_block_size / gpu_block_size).
   uint32_t block_size_factor = 1;
   /// How long the scheduler may take to accept the registration.
   std::chrono::milliseconds register_timeout{5000};
+  copy_engine_factory make_copy_engine;
 };
 
 /// Checks a config before anything starts: a token; tp/pp >= 1 within the handshake's world
 /// limit; the pool (instance characters, slots and slot bytes > 0, a geometry without
-/// overflow). Scheduler: a port and register_timeout > 0 in connect mode, the planner's block
-/// sizes and manager config, capacity vs slots. Worker: rank < world size, factor >= 1, a
+/// overflow). Scheduler: the planner's block sizes and manager config, capacity vs slots, the
+/// memory transport only without listen. Worker: rank < world size, factor >= 1, a
 /// backend name, a port in connect mode. errc::invalid_argument naming the field otherwise.
 status validate(const scheduler_connector_config& cfg);
 status validate(const worker_connector_config& cfg);

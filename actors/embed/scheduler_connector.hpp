@@ -4,24 +4,18 @@
 ///
 /// The planner (scheduler::connector_scheduler: lookups, the CPU pool's ledger, transfer jobs)
 /// runs in the caller's thread, so every call is synchronous and cheap. The network work is
-/// asynchronous. With the ZeroMQ data plane (config data_plane zmq, the default) the engine
-/// thread itself encodes each step's metadata once and sends it to every rank, and aggregates the
-/// ranks' reports when it polls (engine_data_plane.hpp: the coordinator's rules, on this thread);
-/// with the CAF one, build_connector_meta hands the metadata to the scheduler actor, which sends
-/// it to every rank, and the coordinator actor sends each step's output to this connector's own
-/// actor. Either way update_connector_output() takes what has arrived without waiting; the
-/// overload with a step waits for that step's output (an engine whose model output is
-/// synchronous with its workers, as vLLM's is).
+/// asynchronous: build_connector_meta encodes the step's metadata once and sends it to every
+/// rank on the step channel (actors/channel/), and the coordinator actor, which runs blocking on
+/// this same thread (coordinator/blocking_coordinator.hpp), aggregates the ranks' reports when
+/// update_connector_output() takes what has arrived (without waiting; the overload with a step
+/// waits for that step's output, as an engine whose model output is synchronous with its
+/// workers, like vLLM's, does).
 ///
-/// Life cycle (in_process): create() validates the config, creates the node's shm pool, starts
-/// an actor system hosting the scheduler and coordinator actors and, with `listen`, accepts
-/// worker processes on host:port (port() tells which).
-/// Life cycle (connect): create() reaches the `kvconnect scheduler` process at host:port (which
-/// owns the pool, the coordinator and the workers), authenticates with the token, topology and
-/// pool layout, and subscribes this connector's actor to its step outputs; steps are submitted
-/// to it. port() is 0; shutdown() only unsubscribes (the process stops its workers itself).
-/// wait_for_workers() returns once every rank of the topology registered. Destruction (or
-/// shutdown()) stops the workers, ends the actors and removes the pool's segment (in_process).
+/// Life cycle: create() validates the config, creates the node's shm pool, starts the actor
+/// system with the scheduler actor (registration, supervision) and, with `listen`, accepts
+/// worker processes on host:port (port() tells which). wait_for_workers() returns once every
+/// rank of the topology registered. Destruction (or shutdown()) stops the workers, ends the
+/// actors and removes the pool's segment (scheduler_host.hpp holds all of that).
 ///
 /// Per engine step (see docs/embedding.md):
 ///   get_num_new_matched_tokens / update_state_after_alloc   for requests being scheduled
@@ -32,6 +26,7 @@
 ///
 /// Not thread-safe: one engine thread calls everything. The public headers include no CAF.
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -67,11 +62,7 @@ class scheduler_connector {
   /// Validates the config (embed::validate), builds the planner, creates the pool's segment,
   /// starts the actors and, with cfg.listen, publishes the scheduler on host:port. Errors:
   /// the config's; errc::shm_error / capacity_exhausted for the segment (one of the same name
-  /// with a live creator exists); errc::io_error when the port cannot be opened.
-  /// connect: errc::io_error when the process cannot be reached (errc::timeout when nothing
-  /// answers within register_timeout); its refusal otherwise
-  /// (protocol_mismatch: wrong token or topology, layout_mismatch, not_ready: another engine is
-  /// subscribed, timeout: no answer within register_timeout).
+  /// with a live creator exists); errc::io_error when a port cannot be opened.
   static result<std::unique_ptr<scheduler_connector>> create(const scheduler_connector_config& cfg);
 
   scheduler_connector(const scheduler_connector&) = delete;
@@ -85,8 +76,9 @@ class scheduler_connector {
   const std::string& segment_name() const noexcept;
   const scheduler_connector_config& config() const noexcept;
 
-  /// Blocks until every rank has a registered worker. errc::timeout when `timeout` passed first;
-  /// errc::io_error when the scheduler actor is gone. Start-up only, never inside a step.
+  /// Blocks until every rank has a registered worker connected to the step channel.
+  /// errc::timeout when `timeout` passed first; errc::io_error when the scheduler actor is gone.
+  /// Start-up only, never inside a step.
   status wait_for_workers(std::chrono::milliseconds timeout);
 
   // --- KVConnectorBase_V1, scheduler side ---
@@ -101,7 +93,7 @@ class scheduler_connector {
                                   std::span<const gpu_block> block_ids, uint32_t num_external);
   /// Plans the step and sends its metadata to every worker (asynchronously: the call never
   /// waits on the network). Steps must be numbered upwards. Returns the metadata (the engine
-  /// may log or inspect it; the workers get their copy from the actors).
+  /// may log or inspect it; the workers get their copy on the step channel).
   result<connector_metadata> build_connector_meta(const scheduler::step_input& in);
   /// Applies every step output that has arrived, without waiting. An error when the scheduler
   /// actor is gone (errc::io_error); results the planner rejects are logged, not errors.
@@ -121,14 +113,16 @@ class scheduler_connector {
   /// Jobs planned and not completed (their keys are pinned or pending in the ledger).
   size_t jobs_in_flight() const noexcept;
   size_t tracked_requests() const noexcept;
+  /// Rank `rank`'s bytes of CPU slot `s` in the pool; empty when out of range or shut down
+  /// (checks, debugging: not ordered against transfers in flight).
+  std::span<const std::byte> pool_slot(rank_id rank, cpu_slot s) const noexcept;
   /// The planner, read-only (geometry, manager size).
   const scheduler::connector_scheduler& planner() const noexcept;
 
   /// Stops every registered worker (their facades see the scheduler gone), ends the actors,
   /// removes the segment. Returns the number of workers stopped, or errc::timeout when they
-  /// did not all go within `timeout` (the actors are ended anyway).
-  /// Idempotent: later calls return 0. connect: unsubscribes from the scheduler process and
-  /// returns 0 (its workers keep running).
+  /// did not all go within `timeout` (the actors are ended anyway). Idempotent: later calls
+  /// return 0.
   result<uint32_t> shutdown(std::chrono::milliseconds timeout);
 
  private:

@@ -3,15 +3,12 @@
 /// of vLLM's KVConnectorBase_V1 with role WORKER), called from the engine's worker thread.
 ///
 /// It owns the rank's copy engine ("sim" or "cuda", chosen by the config), its mapping of the
-/// node's shm pool, the pure connector_worker that turns each step's jobs into transfers, and
-/// the rank's actor, which registers the rank with the scheduler (in this process or at
-/// host:port). When the scheduler names a ZeroMQ data plane in its reply, the engine thread
-/// receives each step's metadata and sends its reports on its own DEALER socket
-/// (runtime/data_plane.hpp); otherwise the rank's actor, which is not scheduled, hands the
-/// metadata from CAF's network thread straight to the engine thread and reports go from the
-/// engine thread straight to the coordinator actor. Each hand-off between threads costs a
-/// wake-up, so there are no others. No call waits on the network except
-/// bind_connector_metadata when the metadata has not arrived yet.
+/// node's shm pool, the pure transfer_executor that turns each step's jobs into transfers, the
+/// rank's actor, which registers the rank with the scheduler (in this process or at host:port),
+/// and the rank's end of the step channel (actors/channel/), on which this thread receives each
+/// step's metadata and sends the rank's reports: a step crosses no thread of kvconnect's (the
+/// set-up is in rank_host.hpp). No call waits on the network except bind_connector_metadata
+/// when the metadata has not arrived yet.
 ///
 /// Per engine step, in this order (vLLM's order; see docs/embedding.md):
 ///   bind_connector_metadata(step)   the metadata the scheduler planned for `step`
@@ -52,7 +49,7 @@ class scheduler_connector;
 
 /// What one get_finished call reports.
 struct finished_requests {
-  /// R1 request-level sets (connector_worker.hpp): requests whose stores all finished after the
+  /// R1 request-level sets (transfer_executor.hpp): requests whose stores all finished after the
   /// request did, and requests whose load finished.
   std::vector<std::string> finished_sending;
   std::vector<std::string> finished_recving;
@@ -69,7 +66,7 @@ class worker_connector {
   /// answer up to register_timeout: a refusal comes back as the scheduler's error
   /// (errc::protocol_mismatch, layout_mismatch, ...), no answer as errc::timeout, an
   /// unreachable scheduler as errc::io_error (errc::timeout when nothing answers at host:port
-  /// within register_timeout: CAF's own connect has no limit, runtime/tcp_probe.hpp).
+  /// within register_timeout: CAF's own connect has no limit, control/tcp_probe.hpp).
   static result<std::unique_ptr<worker_connector>> create(const worker_connector_config& cfg,
                                                           scheduler_connector* local = nullptr);
 
@@ -94,6 +91,10 @@ class worker_connector {
   /// bound. A metadata the connector refuses (a repeated job id) still binds the step, so it is
   /// reported, and its error is returned.
   status bind_connector_metadata(step_id step, std::chrono::nanoseconds timeout);
+  /// Binds whichever step's metadata comes next (a worker that does not drive the step
+  /// numbers itself, like the standalone `kvconnect worker`). The step bound, or
+  /// bind_connector_metadata's errors.
+  result<step_id> bind_next_connector_metadata(std::chrono::nanoseconds timeout);
   /// The bound metadata; nullptr between steps.
   const connector_metadata* metadata() const noexcept;
   /// Submits the stores deferred from the previous step, then waits for the bound metadata's
@@ -103,6 +104,10 @@ class worker_connector {
   status start_load_kv(const cuda::submit_options& opts = {});
   /// Queues this step's stores; they are submitted at the start of the next step.
   status wait_for_save();
+  /// Submits the queued stores now and blocks until every transfer finished: for a worker
+  /// with no forward pass to overlap them with (the standalone worker, tests). The engine's
+  /// error if the wait fails.
+  status finish_transfers(const cuda::submit_options& opts = {});
   /// Collects finished transfers without blocking; sends this rank's report of the bound step
   /// (the first call per step; later results go with the next step's report).
   finished_requests get_finished(std::span<const std::string> finished_req_ids);
@@ -115,6 +120,8 @@ class worker_connector {
   rank_id rank() const noexcept;
   /// False once the scheduler is gone (stopped or lost): no more metadata will come.
   bool connected() const noexcept;
+  /// The scheduler stopped this rank (a clean end, as opposed to losing the scheduler).
+  bool stopped() const noexcept;
   /// This rank's bytes of CPU slot `s` in the pool; empty when out of range (checks, debugging).
   std::span<const std::byte> pool_slot(cpu_slot s) const noexcept;
   /// The registered KV layout; nullptr before register_kv_caches.

@@ -63,9 +63,7 @@ class arc_policy {
   /// its previous slot is leaked, exactly as in R1. Returns false in that repeated-key case.
   bool insert(const block_key& k, uint32_t slot) {
     block_node& n = nodes_[slot];
-    n.set_key(k);
-    n.ref = -1;
-    n.mark = 0;
+    n.start_pending(k);
     const uint32_t old = index_.insert_or_replace(k, slot);
     if (old < cap_) {
       n.set_flag(nodes_[old].flag());

@@ -37,6 +37,13 @@ struct alignas(32) block_node {
   void protect(uint32_t epoch) noexcept { mark = (mark & flag_bit) | epoch; }
   bool flag() const noexcept { return (mark & flag_bit) != 0; }
   void set_flag(bool on) noexcept { mark = on ? (mark | flag_bit) : (mark & ~flag_bit); }
+  /// Tracks `k` as a store in flight (ref -1), unprotected, flag clear: where every policy's
+  /// insert starts.
+  void start_pending(const block_key& k) noexcept {
+    set_key(k);
+    ref = -1;
+    mark = 0;
+  }
 };
 
 static_assert(sizeof(block_node) == 32);

@@ -39,24 +39,21 @@ class lru_policy {
   /// Number of tracked blocks.
   uint32_t size() const noexcept { return order_.size(); }
 
+  block_node& node(uint32_t slot) noexcept { return nodes_[slot]; }
+  const block_node& node(uint32_t slot) const noexcept { return nodes_[slot]; }
   /// Slot of a tracked key, or npos. No recency side effect.
   uint32_t find(const block_key& k) const { return index_.find(k); }
   /// Same as find (the LRU index holds only tracked blocks); see arc_policy::find_id.
   uint32_t find_id(const block_key& k) const { return index_.find(k); }
   /// Always inlined, see key_index::prefetch.
   [[gnu::always_inline]] void prefetch(const block_key& k) const { index_.prefetch(k); }
-  block_node& node(uint32_t slot) noexcept { return nodes_[slot]; }
-  const block_node& node(uint32_t slot) const noexcept { return nodes_[slot]; }
 
   /// Tracks `k` in `slot` as a pending store (ref -1) at the most-recent end. A key that is
   /// already tracked (repeated within one prepare_store) keeps its place and moves to `slot`, as
   /// `OrderedDict[key] = block` does; its previous slot is leaked, exactly as in R1.
   /// Returns false in that repeated-key case.
   bool insert(const block_key& k, uint32_t slot) {
-    block_node& n = nodes_[slot];
-    n.set_key(k);
-    n.ref = -1;
-    n.mark = 0;
+    nodes_[slot].start_pending(k);
     const uint32_t old = index_.insert_or_replace(k, slot);
     if (++inserts_ & 1) scout();
     if (old == npos) {

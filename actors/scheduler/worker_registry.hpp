@@ -1,24 +1,25 @@
 #pragma once
-/// worker_registry: which ranks of the scheduler's node have a live worker, and whether a new
-/// worker may register. The pure core of the scheduler actor's registration and step fan-out
-/// decisions; the actor keeps the worker handles and calls it.
+/// worker_registry: which ranks of the scheduler's node have a live worker, whether a new
+/// worker may register, and where a stop stands. The pure core of the scheduler actor's
+/// decisions; the actor keeps the worker handles, calls it, and sends or logs what it answers.
 ///
-/// Admission. A registration is admitted when runtime::validate_registration accepts it (version,
-/// token, node, topology, rank range, segment, layout checksum) and its rank has no live worker.
-/// A rank that was live before and was lost may come back only with a higher incarnation than
-/// the last one admitted (the coordinator treats the current incarnation of a lost rank as
-/// stale). A rank registered for the first time may use any incarnation. Every refusal is
+/// Admission. A registration is admitted when scheduler::validate_registration accepts it (version,
+/// token, node, topology, rank range, segment, layout checksum), the registry is not stopping,
+/// and its rank has no live worker. A rank that was live before and was lost may come back only
+/// with a higher incarnation than the last one admitted (the coordinator treats the current
+/// incarnation of a lost rank as stale). A rank registered for the first time may use any
+/// incarnation but the largest (which would leave its restarts nowhere to go). Every refusal is
 /// returned as one status and changes nothing.
 ///
-/// Steps. begin_step() accepts strictly increasing step ids only: each rank must report its steps
-/// in order, so a step that goes back would be refused by every worker and the coordinator.
+/// Stop. begin_stop() marks the registry stopping (no more admissions) and returns the ranks
+/// whose workers must be told to stop, once; the stop is complete when no rank is live.
 ///
 /// Pure: no CAF, no threads, no clock. Not thread-safe: one actor owns it.
 #include <cstdint>
 #include <optional>
 #include <vector>
 
-#include "actors/runtime/handshake.hpp"
+#include "actors/scheduler/handshake.hpp"
 #include "proto/ids.hpp"
 #include "proto/status.hpp"
 
@@ -26,20 +27,25 @@ namespace kvc::scheduler {
 
 class worker_registry {
  public:
-  /// errc::invalid_argument when runtime::validate_expectation refuses `want`.
-  static result<worker_registry> create(runtime::handshake_expectation want);
+  /// errc::invalid_argument when scheduler::validate_expectation refuses `want`.
+  static result<worker_registry> create(scheduler::handshake_expectation want);
 
   /// Admits the worker (its rank becomes live with its incarnation) or says why not: the
-  /// handshake's own errors, or errc::protocol_mismatch for a rank that is live already or an
-  /// incarnation not above the rank's last one. Nothing changes on error.
-  status admit(const runtime::worker_registration& reg);
+  /// handshake's own errors; errc::not_ready while stopping; errc::protocol_mismatch for a rank
+  /// that is live already or an incarnation not above the rank's last one. Nothing changes on
+  /// error.
+  status admit(const worker_registration& reg);
 
   /// The rank's worker is gone. errc::not_found when the rank is not live (unknown or lost).
   status remove(rank_id rank);
 
-  /// The next step to fan out: errc::invalid_argument unless `step` is above every step begun
-  /// before. Nothing changes on error.
-  status begin_step(step_id step);
+  /// Starts stopping: the live ranks to tell, in rank order; empty when a stop began before.
+  std::vector<rank_id> begin_stop();
+  bool stopping() const noexcept { return stopping_; }
+  /// Stopping and no rank is live any more.
+  bool stop_complete() const noexcept { return stopping_ && live_ == 0; }
+  /// Workers told to stop by begin_stop.
+  uint32_t stopped() const noexcept { return stopped_; }
 
   bool is_live(rank_id rank) const noexcept;
   /// The incarnation last admitted for `rank`; std::nullopt if it never registered.
@@ -48,8 +54,7 @@ class worker_registry {
   uint32_t live_count() const noexcept { return live_; }
   /// Every rank has a live worker.
   bool complete() const noexcept { return live_ == ranks_.size(); }
-  std::optional<step_id> last_step() const noexcept { return last_step_; }
-  const runtime::handshake_expectation& expectation() const noexcept { return want_; }
+  const scheduler::handshake_expectation& expectation() const noexcept { return want_; }
 
  private:
   struct rank_state {
@@ -57,12 +62,13 @@ class worker_registry {
     std::optional<uint32_t> incarnation;
   };
 
-  explicit worker_registry(runtime::handshake_expectation want);
+  explicit worker_registry(scheduler::handshake_expectation want);
 
-  runtime::handshake_expectation want_;
+  scheduler::handshake_expectation want_;
   std::vector<rank_state> ranks_;
   uint32_t live_ = 0;
-  std::optional<step_id> last_step_;
+  bool stopping_ = false;
+  uint32_t stopped_ = 0;
 };
 
 }  // namespace kvc::scheduler

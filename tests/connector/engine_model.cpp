@@ -163,7 +163,7 @@ status engine_model::init() {
                        2,
                        /*block_dim=*/1});
     }
-    auto w = worker::connector_worker::create({r, cfg_.block_size_factor, cfg_.pools[r]}, *eng);
+    auto w = worker::transfer_executor::create({r, cfg_.block_size_factor, cfg_.pools[r]}, *eng);
     if (!w) return w.error();
     if (auto st = w->register_kv_caches(descs); !st.ok()) return st;
     workers_.push_back(std::move(w).value());

@@ -1,6 +1,6 @@
 #pragma once
 /// engine_model: a small deterministic inference engine that drives the real connector (one
-/// connector_scheduler, one connector_worker per rank over real copy engines) step by step, the
+/// connector_scheduler, one transfer_executor per rank over real copy engines) step by step, the
 /// way vLLM's V1 engine core drives a KV connector. Test support for the end-to-end tests.
 ///
 /// The model. Requests are token-id prompts with a fixed number of output tokens. The KV of the
@@ -43,7 +43,7 @@
 #include <vector>
 
 #include "actors/scheduler/connector_scheduler.hpp"
-#include "actors/worker/connector_worker.hpp"
+#include "actors/worker/transfer_executor.hpp"
 #include "cuda/copy_engine.hpp"
 #include "tests/connector/gpu_block_pool.hpp"
 #include "tests/connector/recording_manager.hpp"
@@ -136,7 +136,7 @@ class engine_model {
   const engine_config& config() const noexcept { return cfg_; }
   scheduler::connector_scheduler& scheduler() noexcept { return *sched_; }
   recording_manager& manager() noexcept { return *manager_; }
-  worker::connector_worker& worker(rank_id r) { return workers_.at(r); }
+  worker::transfer_executor& worker(rank_id r) { return workers_.at(r); }
   cuda::copy_engine& engine(rank_id r) { return *engines_.at(r); }
   gpu_block_pool& pool() noexcept { return pool_; }
   const model_stats& stats() const noexcept { return stats_; }
@@ -184,7 +184,7 @@ class engine_model {
   /// [rank][layer]: device buffer of the layer's (2, blocks, bs, 1, head_dim) tensor.
   std::vector<std::vector<cuda::device_buffer>> kv_;
   std::vector<std::vector<std::byte>> heap_pools_;
-  std::vector<worker::connector_worker> workers_;
+  std::vector<worker::transfer_executor> workers_;
   recording_manager* manager_ = nullptr;  ///< owned by sched_
   std::unique_ptr<scheduler::connector_scheduler> sched_;
   std::unique_ptr<rank_aggregator> agg_;

@@ -1,6 +1,9 @@
 // Contract suite of copy_engine: written once, instantiated for every backend built into this
-// binary plus the faulty decorator (empty plan) around sim. The cuda instance skips, saying why,
-// when there is no device.
+// binary (sim, manual, cuda) plus the faulty decorator (empty plan) around sim. No test relies on
+// a transfer finishing by itself: each one waits, which is the contract (the manual backend
+// completes transfers only then). The cuda instance exists in every build and carries CTest label
+// `gpu`: it skips, saying why, when the backend is not built or there is no device, and fails
+// instead when the environment sets KVC_REQUIRE_GPU=1 (a machine that must have a GPU).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cuda/copy_engine.hpp"
@@ -17,6 +21,7 @@
 #include "cuda/faulty_copy_engine.hpp"
 #include "cuda/kv_layout.hpp"
 #include "cuda/sim_copy_engine.hpp"
+#include "tests/cuda/gpu_required.hpp"
 
 namespace kvc::cuda {
 namespace {
@@ -25,6 +30,7 @@ constexpr const char* k_faulty_sim = "faulty(sim)";
 
 std::vector<std::string> engine_kinds() {
   std::vector<std::string> kinds = built_backends();
+  if (std::find(kinds.begin(), kinds.end(), "cuda") == kinds.end()) kinds.push_back("cuda");
   kinds.push_back(k_faulty_sim);
   return kinds;
 }
@@ -75,11 +81,29 @@ class CopyEngineContract : public testing::TestWithParam<std::string> {
     }
     auto e = make_copy_engine({.backend = GetParam(), .device = 0});
     if (e.code() == errc::device_unavailable) {
-      GTEST_SKIP() << "backend \"" << GetParam()
-                   << "\" is built but cannot run here: " << e.error().to_string();
+      if (gpu_required()) {
+        FAIL() << "KVC_REQUIRE_GPU=1 but backend \"" << GetParam()
+               << "\" cannot run here: " << e.error().to_string();
+      }
+      GTEST_SKIP() << "backend \"" << GetParam() << "\" cannot run here (KVC_REQUIRE_GPU=1 makes "
+                   << "this a failure): " << e.error().to_string();
     }
     ASSERT_TRUE(e.ok()) << e.error().to_string();
     engine_ = std::move(e).value();
+  }
+
+  /// Submits with no_dependency: no device work touches the test's memory (the cuda backend
+  /// refuses a submit that names no ordering).
+  result<transfer_id> submit(direction dir, std::span<const copy_op> ops) {
+    return engine_->submit(dir, ops, {.no_dependency = true});
+  }
+
+  /// A pool of `bytes` registered with the engine (the cuda backend copies only from and to
+  /// registered host memory).
+  host_pool& registered_pool(size_t bytes) {
+    pool_ = std::make_unique<host_pool>(bytes);
+    EXPECT_TRUE(engine_->register_host(pool_->data, pool_->bytes).ok());
+    return *pool_;
   }
 
   /// Three GPU tensors: a FlashAttention layer (2, nb, 2, 2, 4) fp16 -> K and V regions of 32 B,
@@ -109,7 +133,7 @@ class CopyEngineContract : public testing::TestWithParam<std::string> {
 
     slot_stride_ = (layout_->bytes_per_slot(factor) + 63) / 64 * 64;
     pool_ = std::make_unique<host_pool>(slot_stride_ * k_slots);
-    ASSERT_TRUE(engine_->register_host(pool_->data, pool_->bytes).ok());
+    ASSERT_TRUE(engine_->register_host(pool_->data, pool_->bytes, slot_stride_).ok());
     for (size_t t = 0; t < tensors_.size(); ++t) {
       std::vector<uint8_t> host(tensors_[t].bytes);
       for (size_t o = 0; o < host.size(); ++o) host[o] = pattern(t, o);
@@ -159,7 +183,7 @@ class CopyEngineContract : public testing::TestWithParam<std::string> {
   void run_transfer(const kv_transfer_spec& s) {
     auto ops = layout_->build_ops(s);
     ASSERT_TRUE(ops.ok()) << ops.error().to_string();
-    auto id = engine_->submit(s.dir, *ops);
+    auto id = submit(s.dir, *ops);
     ASSERT_TRUE(id.ok()) << id.error().to_string();
     ASSERT_TRUE(engine_->wait(std::span<const transfer_id>(&*id, 1)).ok());
     EXPECT_EQ(engine_->poll(*id), poll_state::done);
@@ -264,7 +288,7 @@ TEST_P(CopyEngineContract, CompletesFifoPerDirection) {
   constexpr size_t k_each = 24, k_chunk = 256;
   auto dev = engine_->allocate_device(2 * k_each * k_chunk);
   ASSERT_TRUE(dev.ok());
-  host_pool pool(2 * k_each * k_chunk);
+  host_pool& pool = registered_pool(2 * k_each * k_chunk);
   auto* gpu = static_cast<std::byte*>(dev->data);
   std::map<direction, std::vector<transfer_id>> submitted;
   for (size_t k = 0; k < k_each; ++k) {
@@ -272,8 +296,8 @@ TEST_P(CopyEngineContract, CompletesFifoPerDirection) {
     // second half of GPU memory from the second half of the pool: no transfer races another.
     copy_op store{gpu + k * k_chunk, pool.data + k * k_chunk, k_chunk};
     copy_op load{pool.data + (k_each + k) * k_chunk, gpu + (k_each + k) * k_chunk, k_chunk};
-    auto s = engine_->submit(direction::gpu_to_cpu, std::span(&store, 1));
-    auto l = engine_->submit(direction::cpu_to_gpu, std::span(&load, 1));
+    auto s = submit(direction::gpu_to_cpu, std::span(&store, 1));
+    auto l = submit(direction::cpu_to_gpu, std::span(&load, 1));
     ASSERT_TRUE(s.ok() && l.ok());
     submitted[direction::gpu_to_cpu].push_back(*s);
     submitted[direction::cpu_to_gpu].push_back(*l);
@@ -307,16 +331,17 @@ TEST_P(CopyEngineContract, CompletesFifoPerDirection) {
 TEST_P(CopyEngineContract, InvalidOpsFailAtSubmitAndChangeNothing) {
   auto dev = engine_->allocate_device(4096);
   ASSERT_TRUE(dev.ok());
-  host_pool pool(4096);
+  host_pool& pool = registered_pool(4096);
   auto* gpu = static_cast<std::byte*>(dev->data);
   const std::vector<std::vector<copy_op>> bad = {
       {{nullptr, pool.data, 64}},                                 // null source
       {{gpu, nullptr, 64}},                                       // null destination
       {{gpu, pool.data, 0}},                                      // zero bytes
       {{gpu, pool.data, 128}, {gpu + 128, pool.data + 64, 128}},  // overlapping dsts
+      {{pool.data, gpu, 64}},                                     // a load submitted as a store
   };
   for (size_t k = 0; k < bad.size(); ++k) {
-    auto id = engine_->submit(direction::gpu_to_cpu, bad[k]);
+    auto id = submit(direction::gpu_to_cpu, bad[k]);
     ASSERT_FALSE(id.ok()) << "bad op list " << k << " was accepted";
     EXPECT_EQ(id.code(), errc::invalid_argument) << id.error().to_string();
     EXPECT_FALSE(id.error().message().empty());
@@ -326,7 +351,7 @@ TEST_P(CopyEngineContract, InvalidOpsFailAtSubmitAndChangeNothing) {
   EXPECT_TRUE(engine_->take_finished().empty());
   // The engine still works.
   copy_op ok{gpu, pool.data, 64};
-  auto id = engine_->submit(direction::gpu_to_cpu, std::span(&ok, 1));
+  auto id = submit(direction::gpu_to_cpu, std::span(&ok, 1));
   ASSERT_TRUE(id.ok());
   ASSERT_TRUE(engine_->wait(std::span(&*id, 1)).ok());
   auto reports = engine_->take_finished();
@@ -337,7 +362,7 @@ TEST_P(CopyEngineContract, InvalidOpsFailAtSubmitAndChangeNothing) {
 TEST_P(CopyEngineContract, WaitsOnSeveralIds) {
   auto dev = engine_->allocate_device(8 * 512);
   ASSERT_TRUE(dev.ok());
-  host_pool pool(8 * 512);
+  host_pool& pool = registered_pool(8 * 512);
   std::vector<uint8_t> src(512);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 7 + 1);
   auto* gpu = static_cast<std::byte*>(dev->data);
@@ -345,12 +370,12 @@ TEST_P(CopyEngineContract, WaitsOnSeveralIds) {
   std::vector<transfer_id> ids;
   for (int k = 0; k < 4; ++k) {
     copy_op store{gpu + k * 512, pool.data + k * 512, 512};
-    auto id = engine_->submit(direction::gpu_to_cpu, std::span(&store, 1));
+    auto id = submit(direction::gpu_to_cpu, std::span(&store, 1));
     ASSERT_TRUE(id.ok());
     ids.push_back(*id);
   }
   copy_op load{pool.data + 7 * 512, gpu + 7 * 512, 512};
-  auto l = engine_->submit(direction::cpu_to_gpu, std::span(&load, 1));
+  auto l = submit(direction::cpu_to_gpu, std::span(&load, 1));
   ASSERT_TRUE(l.ok());
   ids.push_back(*l);
   ASSERT_TRUE(engine_->wait(ids).ok());
@@ -363,7 +388,7 @@ TEST_P(CopyEngineContract, WaitsOnSeveralIds) {
 
 TEST_P(CopyEngineContract, UnknownIdsArePolledUnknownAndWaitedNotFound) {
   EXPECT_EQ(engine_->poll(987654321), poll_state::unknown);
-  auto none = engine_->submit(direction::cpu_to_gpu, {});
+  auto none = submit(direction::cpu_to_gpu, {});
   ASSERT_TRUE(none.ok());
   const std::vector<transfer_id> ids{*none, 987654321};
   status s = engine_->wait(ids);
@@ -378,10 +403,10 @@ TEST_P(CopyEngineContract, UnknownIdsArePolledUnknownAndWaitedNotFound) {
 TEST_P(CopyEngineContract, EmptyTransferCompletesInOrder) {
   auto dev = engine_->allocate_device(1 << 16);
   ASSERT_TRUE(dev.ok());
-  host_pool pool(1 << 16);
+  host_pool& pool = registered_pool(1 << 16);
   copy_op big{dev->data, pool.data, 1 << 16};
-  auto first = engine_->submit(direction::gpu_to_cpu, std::span(&big, 1));
-  auto empty = engine_->submit(direction::gpu_to_cpu, {});
+  auto first = submit(direction::gpu_to_cpu, std::span(&big, 1));
+  auto empty = submit(direction::gpu_to_cpu, {});
   ASSERT_TRUE(first.ok() && empty.ok());
   EXPECT_NE(*first, *empty);
   ASSERT_TRUE(engine_->wait(std::span(&*empty, 1)).ok());
@@ -392,6 +417,29 @@ TEST_P(CopyEngineContract, EmptyTransferCompletesInOrder) {
   EXPECT_EQ(reports[1].id, *empty);
   EXPECT_TRUE(reports[1].ok);
   EXPECT_EQ(reports[1].bytes, 0u);
+}
+
+TEST_P(CopyEngineContract, RegisterDeviceTakesEngineMemoryOnly) {
+  auto dev = engine_->allocate_device(4096);
+  ASSERT_TRUE(dev.ok());
+  auto* gpu = static_cast<std::byte*>(dev->data);
+  // A KV tensor carved out of device memory is accepted, and ops may then touch it.
+  EXPECT_TRUE(engine_->register_device(gpu + 1024, 1024).ok());
+  host_pool other(4096);
+  const status host = engine_->register_device(other.data, 64);
+  EXPECT_EQ(host.code(), errc::invalid_argument) << host.to_string();
+  EXPECT_EQ(engine_->register_device(nullptr, 64).code(), errc::invalid_argument);
+  EXPECT_EQ(engine_->register_device(gpu, 0).code(), errc::invalid_argument);
+}
+
+TEST_P(CopyEngineContract, RegisterHostRefusesOverlapsAndEmptyRanges) {
+  host_pool pool(8192);
+  ASSERT_TRUE(engine_->register_host(pool.data, 4096, /*slot_stride=*/512).ok());
+  EXPECT_EQ(engine_->register_host(pool.data + 2048, 4096).code(), errc::invalid_argument);
+  EXPECT_EQ(engine_->register_host(pool.data + 4096, 0).code(), errc::invalid_argument);
+  EXPECT_EQ(engine_->register_host(nullptr, 4096).code(), errc::invalid_argument);
+  EXPECT_TRUE(engine_->register_host(pool.data + 4096, 4096).ok());
+  engine_.reset();  // unregisters before the pool is freed
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, CopyEngineContract, testing::ValuesIn(engine_kinds()),

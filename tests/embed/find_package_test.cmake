@@ -23,7 +23,7 @@ run("cmake --install" ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix}
 # Only the public headers are installed: CAF, Boost and the actors stay inside the library.
 file(GLOB_RECURSE installed RELATIVE ${prefix}/include ${prefix}/include/*)
 foreach(h IN LISTS installed)
-  if(h MATCHES "caf|runtime/|actor_host|local_endpoint|worker_actor|scheduler_actor")
+  if(h MATCHES "caf|control/|channel/|actor_host|_host.hpp|local_endpoint|scheduler_actor|coordinator/")
     message(FATAL_ERROR "an internal header was installed: ${h}")
   endif()
 endforeach()

@@ -5,20 +5,26 @@
 // share one shm segment and checks the bytes. Synchronisation reads the processes' output lines
 // and waits for their exits (no sleeps); every test ends with no child and no segment left.
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "tests/launch/child_process.hpp"
 #include "tests/shm/shm_entries.hpp"
+#include "tests/support/child_process.hpp"
 
 namespace kvc::launch {
 namespace {
@@ -66,9 +72,18 @@ class RolesMultiprocTest : public ::testing::Test {
   }
 
   child_process& start(std::vector<std::string> argv) {
-    children_.push_back(std::make_unique<child_process>(argv));
-    EXPECT_TRUE(children_.back()->started());
+    auto c = child_process::start(argv);
+    EXPECT_TRUE(c.ok()) << c.error().to_string();
+    children_.push_back(
+        std::make_unique<child_process>(c.ok() ? std::move(c).value() : child_process{}));
     return *children_.back();
+  }
+
+  /// The child's exit code (128 + signal when killed), waiting up to `patience`; -1 when it
+  /// did not end in time.
+  static int exit_code(child_process& c) {
+    auto code = c.wait_exit(patience);
+    return code.ok() ? *code : -1;
   }
 
   /// Starts a scheduler, waits for its "listening" line and remembers the port.
@@ -77,8 +92,8 @@ class RolesMultiprocTest : public ::testing::Test {
     argv.insert(argv.end(), {"--token", token_});
     argv.insert(argv.end(), extra.begin(), extra.end());
     child_process& s = start(argv);
-    auto line = s.wait_stdout("\"listening\"", patience);
-    EXPECT_TRUE(line.has_value()) << s.stderr_text();
+    auto line = s.find_stdout("\"listening\"", patience);
+    EXPECT_TRUE(line.ok()) << s.stderr_text();
     if (line) {
       auto j = nlohmann::json::parse(*line);
       port_ = j.at("port").get<int>();
@@ -101,19 +116,19 @@ class RolesMultiprocTest : public ::testing::Test {
 
   /// A worker that must be refused: exits 2 naming `why`, and the scheduler logs it.
   void expect_refused(child_process& scheduler, child_process& worker, const std::string& why) {
-    EXPECT_EQ(worker.wait_exit(patience), 2) << worker.stderr_text();
+    EXPECT_EQ(exit_code(worker), 2) << worker.stderr_text();
     EXPECT_THAT(worker.stderr_text(), HasSubstr("registration failed"));
     EXPECT_THAT(worker.stderr_text(), HasSubstr(why));
     EXPECT_THAT(worker.stdout_text(), ::testing::Not(HasSubstr("\"registered\"")));
-    auto logged = scheduler.wait_stderr(why, patience);
-    ASSERT_TRUE(logged.has_value()) << scheduler.stderr_text();
+    auto logged = scheduler.find_stderr(why, patience);
+    ASSERT_TRUE(logged.ok()) << scheduler.stderr_text();
     EXPECT_THAT(*logged, HasSubstr("refused"));
   }
 
   /// SIGTERM: the scheduler stops its workers, exits 0 and removes its segment.
   void stop_scheduler(child_process& scheduler, uint32_t workers) {
-    scheduler.signal(SIGTERM);
-    EXPECT_EQ(scheduler.wait_exit(patience), 0) << scheduler.stderr_text();
+    EXPECT_TRUE(scheduler.signal(SIGTERM).ok());
+    EXPECT_EQ(exit_code(scheduler), 0) << scheduler.stderr_text();
     EXPECT_THAT(scheduler.stdout_text(),
                 HasSubstr("{\"event\":\"stopped\",\"workers\":" + std::to_string(workers) + "}"));
     EXPECT_TRUE(leftover_segments().empty());
@@ -129,19 +144,19 @@ TEST_F(RolesMultiprocTest, SchedulerDrivesStepsThroughTwoWorkersSharingOneSegmen
   child_process& sched = start_scheduler(2, {"--smoke-steps", "30"});
   child_process& w0 = start_worker(2, 0);
   child_process& w1 = start_worker(2, 1);
-  ASSERT_TRUE(w0.wait_stdout("\"registered\"", patience)) << w0.stderr_text();
-  ASSERT_TRUE(w1.wait_stdout("\"registered\"", patience)) << w1.stderr_text();
-  auto smoke = sched.wait_stdout("\"smoke\"", patience);
-  ASSERT_TRUE(smoke.has_value()) << sched.stderr_text();
+  ASSERT_TRUE(w0.find_stdout("\"registered\"", patience)) << w0.stderr_text();
+  ASSERT_TRUE(w1.find_stdout("\"registered\"", patience)) << w1.stderr_text();
+  auto smoke = sched.find_stdout("\"smoke\"", patience);
+  ASSERT_TRUE(smoke.ok()) << sched.stderr_text();
   auto j = nlohmann::json::parse(*smoke);
   EXPECT_EQ(j.at("steps").get<int>(), 30);
   EXPECT_EQ(j.at("jobs_ok").get<int>(), 30);
   EXPECT_EQ(j.at("slots_checked").get<int>(), 20);  // two checked stores per round of three
   EXPECT_EQ(j.at("bytes").get<uint64_t>(), 30ull * 2 * (2 * 2 * 256));  // jobs * ranks * slot
 
-  EXPECT_EQ(sched.wait_exit(patience), 0) << sched.stderr_text();
-  EXPECT_EQ(w0.wait_exit(patience), 0) << w0.stderr_text();
-  EXPECT_EQ(w1.wait_exit(patience), 0) << w1.stderr_text();
+  EXPECT_EQ(exit_code(sched), 0) << sched.stderr_text();
+  EXPECT_EQ(exit_code(w0), 0) << w0.stderr_text();
+  EXPECT_EQ(exit_code(w1), 0) << w1.stderr_text();
   EXPECT_THAT(sched.stdout_text(), HasSubstr("{\"event\":\"stopped\",\"workers\":2}"));
   EXPECT_THAT(w0.stdout_text(), HasSubstr("{\"event\":\"stopped\",\"rank\":0}"));
   EXPECT_THAT(w1.stdout_text(), HasSubstr("{\"event\":\"stopped\",\"rank\":1}"));
@@ -158,43 +173,49 @@ TEST_F(RolesMultiprocTest, AWrongTokenIsRefusedOnBothSides) {
   stop_scheduler(sched, 0);
 }
 
-TEST_F(RolesMultiprocTest, AnotherPoolLayoutIsRefusedOnBothSides) {
+TEST_F(RolesMultiprocTest, AnotherPoolLayoutIsRefusedBeforeTheWorkerRegisters) {
   child_process& sched = start_scheduler(1);
-  // Twice the slots: another geometry, so another layout checksum for the same segment name.
+  // Twice the slots: another geometry for the same segment name. The worker attaches the pool
+  // before it registers, so it refuses the segment itself and never uses up its incarnation.
   child_process& w = start_worker(1, 0, {}, "", /*slots=*/16);
-  expect_refused(sched, w, "layout checksum");
-  stop_scheduler(sched, 0);
+  EXPECT_EQ(exit_code(w), 2) << w.stderr_text();
+  EXPECT_THAT(w.stderr_text(), HasSubstr("layout_mismatch"));
+  EXPECT_THAT(w.stderr_text(), HasSubstr("num_slots 8"));
+  child_process& ok = start_worker(1, 0);  // the same incarnation, configured right
+  ASSERT_TRUE(ok.find_stdout("\"registered\"", patience)) << ok.stderr_text();
+  stop_scheduler(sched, 1);
+  EXPECT_EQ(exit_code(ok), 0) << ok.stderr_text();
 }
 
 TEST_F(RolesMultiprocTest, ADuplicateRankIsRefusedAndALostRankReturnsWithAHigherIncarnation) {
   child_process& sched = start_scheduler(1);
   child_process& first = start_worker(1, 0);
-  ASSERT_TRUE(first.wait_stdout("\"registered\"", patience)) << first.stderr_text();
+  ASSERT_TRUE(first.find_stdout("\"registered\"", patience)) << first.stderr_text();
   child_process& dup = start_worker(1, 0, {"--incarnation", "1"});
   expect_refused(sched, dup, "already registered and alive");
 
   // The live worker dies: the scheduler notices and tells the coordinator.
-  first.signal(SIGKILL);
-  EXPECT_EQ(first.wait_exit(patience), 128 + SIGKILL);
-  ASSERT_TRUE(sched.wait_stderr("scheduler: rank 0 lost", patience)) << sched.stderr_text();
-  ASSERT_TRUE(sched.wait_stderr("coordinator: rank 0 lost", patience)) << sched.stderr_text();
+  EXPECT_TRUE(first.signal(SIGKILL).ok());
+  EXPECT_EQ(exit_code(first), 128 + SIGKILL);
+  ASSERT_TRUE(sched.find_stderr("scheduler: rank 0 lost", patience)) << sched.stderr_text();
+  ASSERT_TRUE(sched.find_stderr("coordinator: rank 0 lost", patience)) << sched.stderr_text();
 
   child_process& stale = start_worker(1, 0);  // incarnation 0 again
   expect_refused(sched, stale, "incarnation above its last one");
   child_process& next = start_worker(1, 0, {"--incarnation", "1"});
-  ASSERT_TRUE(next.wait_stdout("\"registered\"", patience)) << next.stderr_text();
+  ASSERT_TRUE(next.find_stdout("\"registered\"", patience)) << next.stderr_text();
   stop_scheduler(sched, 1);
-  EXPECT_EQ(next.wait_exit(patience), 0) << next.stderr_text();
+  EXPECT_EQ(exit_code(next), 0) << next.stderr_text();
 }
 
 TEST_F(RolesMultiprocTest, AWorkerEndsWhenItsSchedulerDies) {
   child_process& sched = start_scheduler(1);
   child_process& w = start_worker(1, 0);
-  ASSERT_TRUE(w.wait_stdout("\"registered\"", patience)) << w.stderr_text();
-  sched.signal(SIGKILL);
-  EXPECT_EQ(sched.wait_exit(patience), 128 + SIGKILL);
-  EXPECT_EQ(w.wait_exit(patience), 1) << w.stderr_text();
-  EXPECT_THAT(w.stderr_text(), HasSubstr("remote_link_unreachable"));
+  ASSERT_TRUE(w.find_stdout("\"registered\"", patience)) << w.stderr_text();
+  EXPECT_TRUE(sched.signal(SIGKILL).ok());
+  EXPECT_EQ(exit_code(sched), 128 + SIGKILL);
+  EXPECT_EQ(exit_code(w), 1) << w.stderr_text();
+  EXPECT_THAT(w.stderr_text(), HasSubstr("the scheduler is gone"));
   // A SIGKILLed creator cannot remove its segment: the next create() of the name would replace
   // it as stale. Remove it here, as a launcher's cleanup would.
   const auto left = leftover_segments();
@@ -205,11 +226,11 @@ TEST_F(RolesMultiprocTest, AWorkerEndsWhenItsSchedulerDies) {
 TEST_F(RolesMultiprocTest, AWorkerStopsCleanlyOnSigtermAndTheSchedulerSeesItLeave) {
   child_process& sched = start_scheduler(1);
   child_process& w = start_worker(1, 0);
-  ASSERT_TRUE(w.wait_stdout("\"registered\"", patience)) << w.stderr_text();
-  w.signal(SIGTERM);
-  EXPECT_EQ(w.wait_exit(patience), 0) << w.stderr_text();
+  ASSERT_TRUE(w.find_stdout("\"registered\"", patience)) << w.stderr_text();
+  EXPECT_TRUE(w.signal(SIGTERM).ok());
+  EXPECT_EQ(exit_code(w), 0) << w.stderr_text();
   EXPECT_THAT(w.stdout_text(), HasSubstr("{\"event\":\"stopped\",\"rank\":0}"));
-  ASSERT_TRUE(sched.wait_stderr("scheduler: rank 0 lost", patience)) << sched.stderr_text();
+  ASSERT_TRUE(sched.find_stderr("scheduler: rank 0 lost", patience)) << sched.stderr_text();
   stop_scheduler(sched, 0);
 }
 
@@ -217,9 +238,98 @@ TEST_F(RolesMultiprocTest, AWorkerWithoutASchedulerExitsWithAClearError) {
   child_process& sched = start_scheduler(1);
   stop_scheduler(sched, 0);  // its port is closed now
   child_process& w = start_worker(1, 0);
-  EXPECT_EQ(w.wait_exit(patience), 1) << w.stderr_text();
+  EXPECT_EQ(exit_code(w), 1) << w.stderr_text();
   EXPECT_THAT(w.stderr_text(),
               HasSubstr("cannot reach the scheduler at 127.0.0.1:" + std::to_string(port_)));
+}
+
+TEST_F(RolesMultiprocTest, ASchedulerWhoseStdoutReaderIsGoneStopsCleanlyOnSigterm) {
+  // `kvconnect scheduler | <read one line>`: the reader closes the pipe before it passes the
+  // line on, so once the test has the line nobody reads the scheduler's stdout any more.
+  auto argv = common("scheduler", 1);
+  argv.insert(argv.end(), {"--token", token_});
+  argv.insert(argv.begin(),
+              {"/bin/bash", "-c",
+               "set -o pipefail; \"$0\" \"$@\" | { read -r line; exec 0<&-; echo \"$line\"; }"});
+  child_process& pipeline = start(argv);
+  auto line = pipeline.find_stdout("\"listening\"", patience);
+  ASSERT_TRUE(line.ok()) << pipeline.stderr_text();
+  const auto pid = nlohmann::json::parse(*line).at("pid").get<pid_t>();
+  ASSERT_EQ(::kill(pid, SIGTERM), 0);
+  // pipefail: the pipeline's status is the scheduler's, which wrote "stopped" into a closed pipe.
+  EXPECT_EQ(exit_code(pipeline), 0) << pipeline.stderr_text();
+  EXPECT_THAT(pipeline.stderr_text(), HasSubstr("stdout is gone"));
+  EXPECT_TRUE(leftover_segments().empty());
+}
+
+// In the next two tests the scheduler's one worker is frozen (SIGSTOP), so stopping it takes
+// until the stop timeout: nothing else tells the scheduler the worker is gone (its connection
+// timeout is 60 s).
+
+/// Sends SIGSTOP and returns once the kernel has stopped the child (waitid, not reaping it).
+::testing::AssertionResult freeze(child_process& c) {
+  if (!c.signal(SIGSTOP).ok()) return ::testing::AssertionFailure() << "kill(SIGSTOP) failed";
+  siginfo_t info{};
+  if (::waitid(P_PID, static_cast<id_t>(c.pid()), &info, WSTOPPED | WNOWAIT) != 0) {
+    return ::testing::AssertionFailure() << "waitid: " << std::strerror(errno);
+  }
+  return ::testing::AssertionSuccess();
+}
+TEST_F(RolesMultiprocTest, ASecondSignalEndsTheSchedulerAtOnceAndRemovesItsPool) {
+  child_process& sched =
+      start_scheduler(1, {"--connection-timeout-ms", "60000", "--stop-timeout-ms", "60000"});
+  child_process& w = start_worker(1, 0);
+  ASSERT_TRUE(w.find_stdout("\"registered\"", patience).ok()) << w.stderr_text();
+  ASSERT_TRUE(freeze(w));
+  ASSERT_TRUE(sched.signal(SIGTERM).ok());
+  ASSERT_TRUE(sched.find_stderr("shutting down", patience).ok()) << sched.stderr_text();
+  ASSERT_TRUE(sched.signal(SIGTERM).ok());  // it is waiting for the frozen worker
+  EXPECT_EQ(exit_code(sched), 128 + SIGTERM) << sched.stderr_text();
+  EXPECT_TRUE(leftover_segments().empty());
+  ASSERT_TRUE(w.signal(SIGKILL).ok());
+  EXPECT_EQ(exit_code(w), 128 + SIGKILL);
+}
+
+TEST_F(RolesMultiprocTest, AStopThatTimesOutExitsWithFailureAndStillRemovesThePool) {
+  child_process& sched =
+      start_scheduler(1, {"--connection-timeout-ms", "60000", "--stop-timeout-ms", "300"});
+  child_process& w = start_worker(1, 0);
+  ASSERT_TRUE(w.find_stdout("\"registered\"", patience).ok()) << w.stderr_text();
+  ASSERT_TRUE(freeze(w));
+  ASSERT_TRUE(sched.signal(SIGTERM).ok());
+  EXPECT_EQ(exit_code(sched), 1) << sched.stderr_text();
+  EXPECT_THAT(sched.stderr_text(), HasSubstr("stopping the workers"));
+  EXPECT_THAT(sched.stdout_text(), ::testing::Not(HasSubstr("\"stopped\"")));
+  EXPECT_TRUE(leftover_segments().empty());
+  ASSERT_TRUE(w.signal(SIGKILL).ok());
+  EXPECT_EQ(exit_code(w), 128 + SIGKILL);
+}
+
+/// Processes whose command line mentions `needle` (reads /proc; only our own user's matter).
+std::vector<pid_t> processes_mentioning(const std::string& needle) {
+  std::vector<pid_t> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(e.path() / "cmdline", std::ios::binary);
+    const std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (cmd.find(needle) != std::string::npos) out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+TEST_F(RolesMultiprocTest, AnInterruptedStepBenchmarkStopsItsWorkersAndRemovesItsPool) {
+  child_process& bench =
+      start({KVC_BINARY, "bench", "step", "--tp", "2", "--steps", "10000000", "--warmup", "1"});
+  ASSERT_TRUE(bench.find_stderr("running", patience).ok()) << bench.stderr_text();
+  const std::string instance = "bench-step" + std::to_string(bench.pid());
+  EXPECT_EQ(processes_mentioning(instance).size(), 4u);  // 2 kvconnect + 2 ZeroMQ workers
+  EXPECT_EQ(shm::testing::shm_entries(instance + "-").size(), 1u);
+  ASSERT_TRUE(bench.signal(SIGINT).ok());
+  EXPECT_EQ(exit_code(bench), 128 + SIGINT) << bench.stderr_text();
+  EXPECT_THAT(bench.stderr_text(), HasSubstr("interrupted by signal 2"));
+  EXPECT_TRUE(processes_mentioning(instance).empty());
+  EXPECT_TRUE(shm::testing::shm_entries(instance + "-").empty());
 }
 
 }  // namespace

@@ -72,6 +72,9 @@ struct token_ref {
 
 struct step_command {
   step_id step = 0;
+  /// The step computes nothing: the worker finishes its transfers before it reports (no forward
+  /// to overlap them with), so an idle engine drains in a known number of steps.
+  bool drain = false;
   std::vector<std::string> finished;
   std::vector<token_ref> writes;
   std::vector<token_ref> verifies;
@@ -79,7 +82,7 @@ struct step_command {
 
 inline std::string encode(const step_command& c) {
   std::ostringstream os;
-  os << "S " << c.step << " F " << c.finished.size();
+  os << "S " << c.step << " D " << (c.drain ? 1 : 0) << " F " << c.finished.size();
   for (const auto& f : c.finished) os << ' ' << f;
   os << " W " << c.writes.size();
   for (const auto& t : c.writes) os << ' ' << t.block << ' ' << t.pos << ' ' << t.hash;
@@ -94,6 +97,9 @@ inline bool decode(const std::string& line, step_command& c) {
   std::string tag;
   size_t n = 0;
   if (!(is >> tag) || tag != "S" || !(is >> c.step)) return false;
+  int drain = 0;
+  if (!(is >> tag) || tag != "D" || !(is >> drain) || (drain != 0 && drain != 1)) return false;
+  c.drain = drain == 1;
   if (!(is >> tag) || tag != "F" || !(is >> n)) return false;
   c.finished.resize(n);
   for (auto& f : c.finished) {

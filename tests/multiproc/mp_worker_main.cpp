@@ -57,6 +57,7 @@ class rank_process {
     if (err.empty()) err = verify(c.verifies);
     if (err.empty()) err = forward(c.writes);
     check("wait_for_save", wc_->wait_for_save());
+    if (c.drain) check("finish_transfers", wc_->finish_transfers());
     const auto fin = wc_->get_finished(c.finished);
     for (const auto& j : fin.jobs) {
       if (!j.ok && err.empty()) {

@@ -1,6 +1,6 @@
-// The scheduler actor on CAF's deterministic test scheduler: registration (accepted, refused),
-// the per-step fan-out (expect to the coordinator, then the metadata to every live worker, once
-// per step, in order), rank loss, stop, and outputs through its own coordinator.
+// The scheduler actor on CAF's deterministic test scheduler: registration (accepted, refused;
+// rank_up to the coordinator, the reply naming the coordinator and the step channel), rank loss
+// and return, ready, and stop.
 #include "actors/scheduler/scheduler_actor.hpp"
 
 #include <gmock/gmock.h>
@@ -20,42 +20,27 @@
 #include <caf/system_messages.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
-#include "actors/runtime/error_bridge.hpp"
-#include "tests/runtime/deterministic_fixture.hpp"
+#include "actors/control/error_bridge.hpp"
+#include "tests/control/deterministic_fixture.hpp"
 
 namespace kvc::scheduler {
 namespace {
 
-using runtime::coordinator_actor;
-using runtime::worker_actor;
-using runtime::worker_registration;
+using control::coordinator_actor;
+using control::worker_actor;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 using event_log = std::vector<std::string>;
 
-std::string join(const std::vector<job_id>& ids) {
-  std::string s;
-  for (job_id id : ids) s += (s.empty() ? "" : ",") + std::to_string(id);
-  return "[" + s + "]";
-}
-
 /// A fake coordinator: logs every message it gets.
 coordinator_actor::behavior_type recording_coordinator(coordinator_actor::pointer,
                                                        std::shared_ptr<event_log> log) {
   return {
-      [log](runtime::report_atom, rank_id r, uint32_t, step_id s,
-            const std::vector<completion_event>&) {
-        log->push_back("report " + std::to_string(r) + " " + std::to_string(s));
-      },
-      [log](runtime::expect_atom, step_id s, const std::vector<job_id>& loads,
-            const std::vector<job_id>& stores) {
-        log->push_back("expect " + std::to_string(s) + " " + join(loads) + " " + join(stores));
-      },
-      [log](runtime::rank_up_atom, rank_id r, uint32_t inc) {
+      [log](control::rank_up_atom, rank_id r, uint32_t inc) {
         log->push_back("rank_up " + std::to_string(r) + " " + std::to_string(inc));
       },
-      [log](runtime::rank_down_atom, rank_id r) {
+      [log](control::rank_down_atom, rank_id r) {
         log->push_back("rank_down " + std::to_string(r));
       },
   };
@@ -65,86 +50,62 @@ coordinator_actor::behavior_type recording_coordinator(coordinator_actor::pointe
 struct registration_outcome {
   bool answered = false;
   coordinator_actor coordinator;
-  std::string data_endpoint;
+  std::string channel_endpoint;
   status error;
 };
 
-/// A fake worker: registers on start, logs every step it receives as "meta r<rank> <step>".
-worker_actor::behavior_type fake_worker(worker_actor::pointer self, runtime::scheduler_actor sched,
+/// A fake worker: registers on start; a stop is logged as "stop r<rank>" and ends it.
+worker_actor::behavior_type fake_worker(worker_actor::pointer self, control::scheduler_actor sched,
                                         worker_registration reg,
                                         std::shared_ptr<registration_outcome> out,
                                         std::shared_ptr<event_log> log) {
-  self->request(sched, caf::infinite, runtime::hello_atom::value, reg,
+  self->request(sched, caf::infinite, control::hello_atom::value, reg,
                 caf::actor_cast<worker_actor>(self))
       .then(
-          [out](coordinator_actor c, std::string data_endpoint) {
+          [out](coordinator_actor c, std::string channel_endpoint) {
             out->answered = true;
-            out->data_endpoint = std::move(data_endpoint);
+            out->channel_endpoint = std::move(channel_endpoint);
             out->coordinator = std::move(c);
           },
           [out](caf::error& e) {
             out->answered = true;
-            out->error = runtime::to_status(e);
+            out->error = control::to_status(e);
           });
-  return {[log, rank = reg.rank](const connector_metadata& m) {
-    log->push_back("meta r" + std::to_string(rank) + " " + std::to_string(m.step));
+  return {[self, log, rank = reg.rank](control::stop_atom) {
+    log->push_back("stop r" + std::to_string(rank));
+    self->quit(caf::exit_reason::user_shutdown);
   }};
-}
-
-transfer_job job(job_id id, transfer_kind kind) {
-  transfer_job j;
-  j.id = id;
-  j.kind = kind;
-  j.slots = {static_cast<cpu_slot>(id)};
-  j.gpu_blocks = {1};
-  return j;
-}
-
-connector_metadata step_meta(step_id s, std::vector<job_id> loads = {},
-                             std::vector<job_id> stores = {}) {
-  connector_metadata m;
-  m.step = s;
-  for (job_id id : loads) m.loads.push_back(job(id, transfer_kind::load));
-  for (job_id id : stores) m.stores.push_back(job(id, transfer_kind::store));
-  return m;
 }
 
 class SchedulerActorTest : public test_support::deterministic_actor_test {
  protected:
-  runtime::handshake_expectation expectation(uint32_t tp) {
-    return {.tp_size = tp,
-            .pp_size = 1,
-            .node = 0,
+  scheduler::handshake_expectation expectation(uint32_t tp) {
+    return {.topology = {tp, 1, 0},
             .segment = "/kvc-test-seg",
             .layout_checksum = 0xfeed,
             .token = "tok"};
   }
 
-  /// Starts a scheduler for a world of `tp` ranks; with the fake coordinator unless `own`.
-  void start(uint32_t tp, bool own_coordinator = false, std::string data_endpoint = {}) {
+  /// Starts a scheduler for a world of `tp` ranks with the recording coordinator.
+  void start(uint32_t tp, std::string channel_endpoint = {}) {
     want_ = expectation(tp);
-    coordinator_actor coord;
-    if (!own_coordinator) {
-      fake_coord_ = spawn(recording_coordinator, log_);
-      coord = fake_coord_;
-    }
+    fake_coord_ = spawn(recording_coordinator, log_);
     auto s = spawn_scheduler(
-        sys(), {.handshake = want_, .coordinator = {}, .data_endpoint = std::move(data_endpoint)},
-        outputs_, coord);
+        sys(), {.handshake = want_, .channel_endpoint = std::move(channel_endpoint)}, fake_coord_);
     ASSERT_TRUE(s.ok()) << s.error().to_string();
     sched_ = *s;
     track(sched_);
   }
 
   worker_registration reg(rank_id rank, uint32_t incarnation = 0) {
-    return runtime::make_registration(want_, rank, 0, incarnation, 1000 + rank);
+    return scheduler::make_registration(want_, rank, incarnation, 1000 + rank);
   }
 
   /// Spawns a fake worker that registers with `r`; returns its handle and outcome.
   std::pair<worker_actor, std::shared_ptr<registration_outcome>> join_worker(
       const worker_registration& r) {
     auto out = std::make_shared<registration_outcome>();
-    worker_actor w = spawn(fake_worker, runtime::scheduler_actor{sched_}, r, out, log_);
+    worker_actor w = spawn(fake_worker, control::scheduler_actor{sched_}, r, out, log_);
     run();
     EXPECT_TRUE(out->answered);
     return {w, out};
@@ -170,17 +131,7 @@ class SchedulerActorTest : public test_support::deterministic_actor_test {
     return out;
   }
 
-  std::vector<std::string> worker_lines(rank_id r) const {
-    std::vector<std::string> out;
-    const std::string prefix = "meta r" + std::to_string(r) + " ";
-    for (const auto& l : *log_) {
-      if (l.rfind(prefix, 0) == 0) out.push_back(l.substr(prefix.size()));
-    }
-    return out;
-  }
-
-  runtime::handshake_expectation want_;
-  std::shared_ptr<output_queue> outputs_ = std::make_shared<output_queue>();
+  scheduler::handshake_expectation want_;
   std::shared_ptr<event_log> log_ = std::make_shared<event_log>();  // coordinator and workers
   coordinator_actor fake_coord_;
   scheduler_impl sched_;
@@ -220,9 +171,9 @@ TEST_F(SchedulerActorTest, PlannerMetadataRoundTripsWithGroupFieldsAndFlushedReq
   EXPECT_EQ(back.flush_requests, (std::vector<std::string>{"r1", "r9"}));
 }
 
-TEST_F(SchedulerActorTest, RegistersEveryRankThenFansOutEachStepOnceInOrder) {
-  start(2);
-  auto ready = ask<ready_atom>();
+TEST_F(SchedulerActorTest, RegistersEveryRankAndAnnouncesEachToTheCoordinator) {
+  start(2, "tcp://127.0.0.1:4242");
+  auto ready = ask<control::ready_atom>();
   run();
   auto [w1, out1] = join_worker(reg(1, 4));
   EXPECT_FALSE(ready->has_value());  // rank 0 still missing
@@ -230,33 +181,13 @@ TEST_F(SchedulerActorTest, RegistersEveryRankThenFansOutEachStepOnceInOrder) {
   EXPECT_EQ(*ready, 2u);
   EXPECT_TRUE(out0->error.ok()) << out0->error.to_string();
   EXPECT_TRUE(out1->error.ok()) << out1->error.to_string();
-  EXPECT_EQ(out0->coordinator, fake_coord_);
+  EXPECT_EQ(out0->coordinator, fake_coord_);  // the reply names the real coordinator
   EXPECT_EQ(out1->coordinator, fake_coord_);
-  EXPECT_EQ(out0->data_endpoint, "");  // steps travel as CAF messages
+  EXPECT_EQ(out0->channel_endpoint, "tcp://127.0.0.1:4242");
   EXPECT_THAT(coord_lines("rank_up"), ElementsAre("rank_up 1 4", "rank_up 0 0"));
-
-  caf::anon_send(sched_, step_meta(1, {10}, {11, 12}));
-  caf::anon_send(sched_, step_meta(2));
-  caf::anon_send(sched_, step_meta(3, {13}));
+  auto again = ask<control::ready_atom>();  // complete: answered at once
   run();
-  EXPECT_THAT(coord_lines("expect"),
-              ElementsAre("expect 1 [10] [11,12]", "expect 2 [] []", "expect 3 [13] []"));
-  EXPECT_THAT(worker_lines(0), ElementsAre("1", "2", "3"));
-  EXPECT_THAT(worker_lines(1), ElementsAre("1", "2", "3"));
-  // The coordinator learnt of each step's jobs before any worker saw the step (one log for the
-  // coordinator and the workers, in delivery order).
-  auto at = [&](const std::string& line) {
-    return std::find(log_->begin(), log_->end(), line) - log_->begin();
-  };
-  for (std::string s : {"1", "2", "3"}) {
-    auto expect_at =
-        std::find_if(log_->begin(), log_->end(),
-                     [&](const std::string& l) { return l.rfind("expect " + s + " ", 0) == 0; }) -
-        log_->begin();
-    EXPECT_LT(expect_at, at("meta r0 " + s)) << s;
-    EXPECT_LT(expect_at, at("meta r1 " + s)) << s;
-  }
-  EXPECT_TRUE(outputs_->take_all().empty());
+  EXPECT_EQ(*again, 2u);
 }
 
 TEST_F(SchedulerActorTest, RefusesRegistrationsThatDoNotMatchAndLiveDuplicates) {
@@ -271,7 +202,7 @@ TEST_F(SchedulerActorTest, RefusesRegistrationsThatDoNotMatchAndLiveDuplicates) 
   bad.token = "nope";
   refused(bad, errc::protocol_mismatch, "wrong token");
   bad = reg(0);
-  bad.protocol_version = runtime::protocol_version + 1;
+  bad.protocol_version = protocol_version + 1;
   refused(bad, errc::protocol_mismatch, "protocol version");
   bad = reg(0);
   bad.layout_checksum = 0xbeef;
@@ -289,12 +220,6 @@ TEST_F(SchedulerActorTest, RefusesRegistrationsThatDoNotMatchAndLiveDuplicates) 
   EXPECT_TRUE(ok->error.ok());
   refused(reg(0, 1), errc::protocol_mismatch, "already registered and alive");
   EXPECT_THAT(coord_lines("rank_up"), ElementsAre("rank_up 0 0"));
-
-  // Only the admitted worker receives steps.
-  caf::anon_send(sched_, step_meta(1));
-  run();
-  EXPECT_THAT(worker_lines(0), ElementsAre("1"));
-  EXPECT_TRUE(worker_lines(1).empty());
 }
 
 TEST_F(SchedulerActorTest, AWorkerDeathIsReportedAndItsRankReturnsOnlyWithAHigherIncarnation) {
@@ -312,20 +237,9 @@ TEST_F(SchedulerActorTest, AWorkerDeathIsReportedAndItsRankReturnsOnlyWithAHighe
   EXPECT_TRUE(fresh->error.ok()) << fresh->error.to_string();
   EXPECT_THAT(coord_lines("rank_"), ElementsAre("rank_up 0 2", "rank_down 0", "rank_up 0 3"));
 
-  auto ready = ask<ready_atom>();
-  caf::anon_send(sched_, step_meta(7));
+  auto ready = ask<control::ready_atom>();
   run();
   EXPECT_EQ(*ready, 1u);
-  EXPECT_THAT(worker_lines(0), ElementsAre("7"));  // once: the refused worker got nothing
-}
-
-TEST_F(SchedulerActorTest, AStepThatDoesNotGoUpIsDropped) {
-  start(1);
-  join_worker(reg(0));
-  for (step_id s : {5, 5, 4, 6}) caf::anon_send(sched_, step_meta(s, {s}));
-  run();
-  EXPECT_THAT(worker_lines(0), ElementsAre("5", "6"));
-  EXPECT_THAT(coord_lines("expect"), ElementsAre("expect 5 [5] []", "expect 6 [6] []"));
 }
 
 TEST_F(SchedulerActorTest, StopEndsEveryWorkerAndAnswersOnceAllAreDown) {
@@ -335,9 +249,10 @@ TEST_F(SchedulerActorTest, StopEndsEveryWorkerAndAnswersOnceAllAreDown) {
   auto down0 = watch(w0);
   auto down1 = watch(w1);
   run();
-  auto stopped = ask<stop_atom>();
+  auto stopped = ask<control::stop_atom>();
   run();
   EXPECT_EQ(*stopped, 2u);
+  EXPECT_THAT(coord_lines("stop"), ElementsAre("stop r0", "stop r1"));
   ASSERT_TRUE(down0->has_value());
   ASSERT_TRUE(down1->has_value());
   EXPECT_EQ(**down0, caf::exit_reason::user_shutdown);
@@ -346,75 +261,26 @@ TEST_F(SchedulerActorTest, StopEndsEveryWorkerAndAnswersOnceAllAreDown) {
   auto [late, refused] = join_worker(reg(0, 1));
   EXPECT_EQ(refused->error.code(), errc::not_ready);
   EXPECT_THAT(refused->error.message(), HasSubstr("the scheduler is stopping"));
-  auto again = ask<stop_atom>();  // nothing left to stop: answered at once
+  auto again = ask<control::stop_atom>();  // nothing left to stop: answered at once
   run();
   EXPECT_EQ(*again, 2u);
 }
 
-TEST_F(SchedulerActorTest, TheRegistrationReplyNamesTheDataPlaneEndpoint) {
-  start(1, /*own_coordinator=*/false, "tcp://127.0.0.1:4242");
-  auto [w, out] = join_worker(reg(0, 2));
-  ASSERT_TRUE(out->error.ok()) << out->error.to_string();
-  EXPECT_EQ(out->data_endpoint, "tcp://127.0.0.1:4242");
-  EXPECT_EQ(out->coordinator, fake_coord_);  // the data plane's host hears rank_up
-  EXPECT_THAT(coord_lines("rank_up"), ElementsAre("rank_up 0 2"));
-}
-
-TEST_F(SchedulerActorTest, ItsOwnCoordinatorAggregatesReportsIntoTheOutputQueue) {
-  start(1, /*own_coordinator=*/true);
-  auto [w, out] = join_worker(reg(0));
-  ASSERT_TRUE(out->error.ok());
-  ASSERT_TRUE(out->coordinator);
-  caf::anon_send(sched_, step_meta(3, {21}, {22}));
+TEST_F(SchedulerActorTest, AStopWithoutWorkersIsAnsweredAtOnce) {
+  start(2);
+  auto stopped = ask<control::stop_atom>();
   run();
-  std::vector<completion_event> events{{.rank = 0,
-                                        .seq = 0,
-                                        .step = 3,
-                                        .job = 21,
-                                        .kind = transfer_kind::load,
-                                        .ok = true,
-                                        .bytes = 64},
-                                       {.rank = 0,
-                                        .seq = 1,
-                                        .step = 3,
-                                        .job = 22,
-                                        .kind = transfer_kind::store,
-                                        .ok = false,
-                                        .error = errc::device_error}};
-  caf::anon_send(out->coordinator, runtime::report_atom::value, rank_id{0}, uint32_t{0}, step_id{3},
-                 events);
-  run();
-  auto outs = outputs_->take_all();
-  ASSERT_EQ(outs.size(), 1u);
-  EXPECT_EQ(outs[0].step, 3u);
-  ASSERT_EQ(outs[0].jobs.size(), 2u);
-  EXPECT_EQ(outs[0].jobs[0],
-            (job_result{.job = 21, .kind = transfer_kind::load, .ok = true, .bytes = 64}));
-  EXPECT_EQ(outs[0].jobs[1].job, 22u);
-  EXPECT_FALSE(outs[0].jobs[1].ok);
-  EXPECT_EQ(outs[0].jobs[1].error, errc::device_error);
-
-  // Ending the scheduler ends its linked coordinator and closes the queue.
-  auto coord_down = watch(out->coordinator);
-  run();
-  EXPECT_FALSE(outputs_->closed());
-  caf::anon_send_exit(sched_, caf::exit_reason::user_shutdown);
-  run();
-  EXPECT_TRUE(outputs_->closed());
-  ASSERT_TRUE(coord_down->has_value());
-  EXPECT_EQ(**coord_down, caf::exit_reason::user_shutdown);
+  EXPECT_EQ(*stopped, 0u);
 }
 
 TEST_F(SchedulerActorTest, SpawnRejectsBadOptions) {
-  auto no_queue = spawn_scheduler(sys(), {.handshake = expectation(1), .coordinator = {}}, nullptr);
-  EXPECT_EQ(no_queue.code(), errc::invalid_argument);
-  runtime::handshake_expectation e = expectation(1);
+  auto coord = spawn(recording_coordinator, log_);
+  auto no_coordinator = spawn_scheduler(sys(), {.handshake = expectation(1), .channel_endpoint = {}},
+                                        coordinator_actor{});
+  EXPECT_EQ(no_coordinator.code(), errc::invalid_argument);
+  scheduler::handshake_expectation e = expectation(1);
   e.token.clear();
-  EXPECT_EQ(spawn_scheduler(sys(), {.handshake = e, .coordinator = {}}, outputs_).code(),
-            errc::invalid_argument);
-  scheduler_options o{.handshake = expectation(1), .coordinator = {}};
-  o.coordinator.tick_interval = std::chrono::nanoseconds{0};
-  EXPECT_EQ(spawn_scheduler(sys(), o, outputs_).code(), errc::invalid_argument);
+  EXPECT_EQ(spawn_scheduler(sys(), {.handshake = e, .channel_endpoint = {}}, coord).code(), errc::invalid_argument);
 }
 
 }  // namespace

@@ -6,22 +6,19 @@
 namespace kvc::scheduler {
 namespace {
 
-using runtime::handshake_expectation;
-using runtime::make_registration;
-using runtime::worker_registration;
+using scheduler::handshake_expectation;
+using scheduler::make_registration;
 using ::testing::HasSubstr;
 
 handshake_expectation expectation() {
-  return {.tp_size = 2,
-          .pp_size = 1,
-          .node = 0,
+  return {.topology = {2, 1, 0},
           .segment = "/kvc-seg",
           .layout_checksum = 99,
           .token = "t"};
 }
 
 worker_registration reg(rank_id rank, uint32_t incarnation = 0) {
-  return make_registration(expectation(), rank, 0, incarnation, 100 + rank);
+  return make_registration(expectation(), rank, incarnation, 100 + rank);
 }
 
 worker_registry make() {
@@ -79,6 +76,17 @@ TEST(WorkerRegistryTest, ALostRankReturnsOnlyWithAHigherIncarnation) {
   EXPECT_EQ(r.incarnation(1), 3u);
 }
 
+TEST(WorkerRegistryTest, AFirstRegistrationCannotTakeTheLargestIncarnation) {
+  worker_registry r = make();
+  status s = r.admit(reg(0, UINT32_MAX));
+  EXPECT_EQ(s.code(), errc::invalid_argument);
+  EXPECT_THAT(s.message(), HasSubstr("reserved"));
+  EXPECT_FALSE(r.is_live(0));
+  ASSERT_TRUE(r.admit(reg(0, 5)).ok());  // the refusal used up nothing
+  ASSERT_TRUE(r.remove(0).ok());
+  EXPECT_TRUE(r.admit(reg(0, UINT32_MAX)).ok());  // a restart may go up to it
+}
+
 TEST(WorkerRegistryTest, RemovingARankThatIsNotLiveIsNotFound) {
   worker_registry r = make();
   EXPECT_EQ(r.remove(0).code(), errc::not_found);
@@ -102,17 +110,31 @@ TEST(WorkerRegistryTest, RefusesABadHandshakeWithoutChangingAnything) {
   EXPECT_TRUE(r.admit(reg(0, 0)).ok());
 }
 
-TEST(WorkerRegistryTest, StepsMustIncrease) {
+TEST(WorkerRegistryTest, AStopTellsTheLiveRanksOnceAndRefusesNewRegistrations) {
   worker_registry r = make();
-  EXPECT_EQ(r.last_step(), std::nullopt);
-  EXPECT_TRUE(r.begin_step(0).ok());
-  EXPECT_TRUE(r.begin_step(5).ok());
-  EXPECT_EQ(r.begin_step(5).code(), errc::invalid_argument);
-  status s = r.begin_step(3);
-  EXPECT_EQ(s.code(), errc::invalid_argument);
-  EXPECT_THAT(s.message(), HasSubstr("step 3 is not above the last step 5"));
-  EXPECT_EQ(r.last_step(), 5u);
-  EXPECT_TRUE(r.begin_step(6).ok());
+  ASSERT_TRUE(r.admit(reg(0)).ok());
+  ASSERT_TRUE(r.admit(reg(1)).ok());
+  EXPECT_FALSE(r.stopping());
+  EXPECT_FALSE(r.stop_complete());
+  EXPECT_EQ(r.begin_stop(), (std::vector<rank_id>{0, 1}));
+  EXPECT_TRUE(r.stopping());
+  EXPECT_EQ(r.stopped(), 2u);
+  EXPECT_TRUE(r.begin_stop().empty());  // told once
+  ASSERT_TRUE(r.remove(1).ok());
+  status s = r.admit(reg(1, 1));
+  EXPECT_EQ(s.code(), errc::not_ready);
+  EXPECT_THAT(s.message(), HasSubstr("stopping"));
+  EXPECT_FALSE(r.is_live(1));
+  EXPECT_FALSE(r.stop_complete());
+  ASSERT_TRUE(r.remove(0).ok());
+  EXPECT_TRUE(r.stop_complete());
+}
+
+TEST(WorkerRegistryTest, AStopWithNoLiveRankIsCompleteAtOnce) {
+  worker_registry r = make();
+  EXPECT_TRUE(r.begin_stop().empty());
+  EXPECT_TRUE(r.stop_complete());
+  EXPECT_EQ(r.stopped(), 0u);
 }
 
 }  // namespace

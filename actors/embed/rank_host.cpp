@@ -1,0 +1,176 @@
+#include "actors/embed/rank_host.hpp"
+
+#include <unistd.h>
+
+#include <utility>
+
+#include <caf/actor_cast.hpp>
+#include <caf/actor_companion.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/io/remote_actor.hpp>
+#include <caf/mailbox_element.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/scoped_execution_unit.hpp>
+#include <caf/system_messages.hpp>
+
+#include "actors/channel/zmq_transport.hpp"
+#include "actors/control/error_bridge.hpp"
+#include "actors/control/tcp_probe.hpp"
+#include "cuda/engine_factory.hpp"
+#include "shm/segment_header.hpp"
+
+namespace kvc::embed {
+
+namespace {
+
+caf::actor_companion* as_companion(const caf::actor& hdl) {
+  return static_cast<caf::actor_companion*>(caf::actor_cast<caf::abstract_actor*>(hdl));
+}
+
+/// Ends a companion: no more callbacks, then terminated with `reason` (its monitors get a
+/// down_msg). What actor_companion::disconnect does; CAF 0.17.6 declares it but does not define
+/// it. Must not run inside the companion's own callback (on_enqueue takes the callback's lock).
+void end_companion(const caf::actor& hdl, caf::exit_reason reason) {
+  caf::actor_companion* comp = as_companion(hdl);
+  comp->on_enqueue(nullptr);
+  caf::scoped_execution_unit unit{&hdl->home_system()};
+  comp->cleanup(caf::make_error(reason), &unit);
+}
+
+/// The rank's actor: an actor_companion, whose messages are handed to a callback in the
+/// sender's thread instead of being scheduled (nothing of the rank runs in the actor system).
+/// The scheduler's stop, an exit, or the scheduler's death (down_msg of the monitor) sets
+/// `ending` to why and ends the companion from a short-lived actor, so that the scheduler sees
+/// the rank go at once. Whoever sets `ending` first ends the companion (cleanup must run once).
+caf::actor make_rank_actor(caf::actor_system& sys, std::shared_ptr<std::atomic<uint8_t>> ending) {
+  caf::actor hdl = sys.spawn<caf::actor_companion>();
+  caf::actor_companion* comp = as_companion(hdl);
+  comp->on_enqueue([&sys, comp, ending](caf::mailbox_element_ptr ptr) {
+    if (!ptr) return;
+    caf::type_erased_tuple& content = ptr->content();
+    const bool lost = content.match_elements<caf::down_msg>();
+    if (!lost && !content.match_elements<control::stop_atom>() &&
+        !content.match_elements<caf::exit_msg>()) {
+      return;  // nothing else is sent to a rank
+    }
+    uint8_t live = 0;
+    if (!ending->compare_exchange_strong(
+            live, lost ? rank_host::lost_reason : rank_host::stop_reason)) {
+      return;
+    }
+    // Ending it must not happen inside this callback: a one-shot actor does it.
+    sys.spawn([h = caf::actor_cast<caf::actor>(comp)] {
+      end_companion(h, caf::exit_reason::user_shutdown);
+    });
+  });
+  return hdl;
+}
+
+}  // namespace
+
+result<std::unique_ptr<rank_host>> rank_host::open(const worker_connector_config& cfg,
+                                                   const local_endpoint* local) {
+  if (cfg.mode == connection_mode::in_process && local == nullptr) {
+    return make_error(errc::invalid_argument,
+                      "embed: an in_process worker needs the scheduler_connector of its process");
+  }
+  std::unique_ptr<rank_host> h{new rank_host()};
+  h->cfg_ = cfg;
+  h->segment_name_ = segment_name_for(cfg.pool, cfg.topology);
+  if (cfg.mode == connection_mode::in_process) {
+    if (!local->host || !local->scheduler || !local->transport) {
+      return make_error(errc::io_error, "embed: the scheduler connector is shut down");
+    }
+    h->host_ = local->host;
+    h->scheduler_ = local->scheduler;
+    h->local_transport_ = local->transport;
+  } else {
+    // CAF's connect has no limit of its own: find out first whether anything answers. In
+    // connect mode the scheduler's process created the pool before it started listening.
+    if (auto st = control::probe_tcp(cfg.network.host, cfg.network.port, cfg.register_timeout);
+        !st) {
+      return make_error(st.code(), "embed: cannot reach the scheduler at " + st.message());
+    }
+    h->host_ = actor_host::start(cfg.network, /*network=*/true);
+    auto s = caf::io::remote_actor<control::scheduler_actor>(h->host_->system(), cfg.network.host,
+                                                             cfg.network.port);
+    if (!s) {
+      return make_error(errc::io_error, "embed: cannot reach the scheduler at " + cfg.network.host +
+                                            ":" + std::to_string(cfg.network.port) + ": " +
+                                            h->host_->system().render(s.error()));
+    }
+    h->scheduler_ = std::move(s).value();
+  }
+  auto engine = cfg.make_copy_engine
+                    ? cfg.make_copy_engine()
+                    : cuda::make_copy_engine({.backend = cfg.backend, .device = cfg.device});
+  if (!engine) return engine.error();
+  if (!*engine) return make_error(errc::invalid_argument, "embed: make_copy_engine returned null");
+  h->engine_ = std::move(engine).value();
+  const shm::pool_geometry geometry{cfg.topology.world_size(), cfg.pool.slots_per_rank,
+                                    cfg.pool.slot_bytes};
+  auto seg = shm::segment::attach(h->segment_name_, &geometry);
+  if (!seg) return seg.error();
+  h->segment_.emplace(std::move(seg).value());
+  if (cfg.pool.prefault) {
+    if (auto st = h->segment_->prefault_rank(cfg.rank); !st) return st;
+  }
+  return h;
+}
+
+rank_host::~rank_host() {
+  channel_.reset();
+  // The scheduler sees the rank leave (unless its stop already ended the actor).
+  uint8_t live = 0;
+  if (rank_actor_ && ending_->compare_exchange_strong(live, local_reason)) {
+    end_companion(rank_actor_, caf::exit_reason::normal);
+  }
+  rank_actor_ = nullptr;
+  scheduler_ = nullptr;
+  host_.reset();
+}
+
+worker::cpu_pool_region rank_host::region() const noexcept {
+  const auto r = segment_->rank_region(cfg_.rank);
+  return {r.data(), segment_->geometry().slot_stride(), cfg_.pool.slots_per_rank};
+}
+
+status rank_host::register_rank() {
+  const scheduler::handshake_expectation want{
+      .topology = cfg_.topology,
+      .segment = segment_name_,
+      .layout_checksum = segment_->layout_checksum(),
+      .token = cfg_.token};
+  const worker_registration reg =
+      scheduler::make_registration(want, cfg_.rank, cfg_.incarnation, ::getpid());
+  caf::actor_system& sys = host_->system();
+  rank_actor_ = make_rank_actor(sys, ending_);
+  as_companion(rank_actor_)->monitor(scheduler_);
+  status outcome;
+  std::string endpoint;
+  {
+    caf::scoped_actor self{sys};
+    self->request(scheduler_, cfg_.register_timeout, control::hello_atom::value, reg,
+                  caf::actor_cast<control::worker_actor>(rank_actor_))
+        .receive([&](control::coordinator_actor&, std::string& ep) { endpoint = std::move(ep); },
+                 [&](caf::error& e) { outcome = control::to_status(e); });
+  }
+  if (!outcome) return outcome;
+  if (!local_transport_ && endpoint.empty()) {
+    return make_error(errc::protocol_mismatch,
+                      "embed: the scheduler serves workers of its own process only (no listen)");
+  }
+  const std::string peer = channel::peer_id(cfg_.rank, cfg_.incarnation);
+  auto transport = local_transport_ ? local_transport_->connect_local(peer)
+                                    : channel::zmq_connect(endpoint, peer);
+  if (!transport) return transport.error();
+  auto ch = channel::rank_channel::open(std::move(transport).value(),
+                                        {cfg_.rank, cfg_.incarnation, cfg_.token});
+  if (!ch) return ch.error();
+  channel_ = std::move(ch).value();
+  return {};
+}
+
+}  // namespace kvc::embed

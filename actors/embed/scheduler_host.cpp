@@ -1,0 +1,139 @@
+#include "actors/embed/scheduler_host.hpp"
+
+#include <utility>
+
+#include <spdlog/spdlog.h>
+#include <caf/actor_system.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/io/publish.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
+
+#include "actors/channel/memory_transport.hpp"
+#include "actors/channel/zmq_transport.hpp"
+#include "actors/control/error_bridge.hpp"
+#include "shm/segment_header.hpp"
+
+namespace kvc::embed {
+
+namespace {
+
+using steady = std::chrono::steady_clock;
+
+result<std::unique_ptr<channel::server_transport>> make_transport(
+    const scheduler_connector_config& cfg) {
+  if (cfg.transport == step_transport::memory) {
+    return std::unique_ptr<channel::server_transport>{new channel::memory_server()};
+  }
+  auto z = channel::zmq_server::create(cfg.listen ? cfg.network.host : std::string{});
+  if (!z) return z.error();
+  return std::unique_ptr<channel::server_transport>{std::move(z).value()};
+}
+
+}  // namespace
+
+result<std::unique_ptr<scheduler_host>> scheduler_host::start(
+    const scheduler_connector_config& cfg) {
+  std::unique_ptr<scheduler_host> h{new scheduler_host()};
+  h->world_size_ = cfg.topology.world_size();
+  h->segment_name_ = segment_name_for(cfg.pool, cfg.topology);
+  const shm::pool_geometry geometry{h->world_size_, cfg.pool.slots_per_rank, cfg.pool.slot_bytes};
+  auto seg = shm::segment::create(h->segment_name_, geometry,
+                                  {.prefault = cfg.pool.prefault, .remove_on_close = true});
+  if (!seg) return seg.error();
+  h->segment_.emplace(std::move(seg).value());
+
+  auto transport = make_transport(cfg);
+  if (!transport) return transport.error();
+  auto channel =
+      channel::scheduler_channel::create(std::move(transport).value(), h->world_size_, cfg.token);
+  if (!channel) return channel.error();
+  h->host_ = actor_host::start(cfg.network, cfg.listen);
+  // From here on ~scheduler_host cleans up after a failure.
+  auto coord = coordinator::blocking_coordinator::create(
+      h->host_->system(),
+      {.world_size = h->world_size_, .job_timeout = cfg.job_timeout},
+      std::move(channel).value());
+  if (!coord) return coord.error();
+  h->coordinator_ = std::move(coord).value();
+
+  scheduler::scheduler_options so;
+  so.handshake = {.topology = cfg.topology,
+                  .segment = h->segment_name_,
+                  .layout_checksum = h->segment_->layout_checksum(),
+                  .token = cfg.token};
+  so.channel_endpoint = h->coordinator_->transport_endpoint();
+  auto actor = scheduler::spawn_scheduler(h->host_->system(), so, h->coordinator_->handle());
+  if (!actor) return actor.error();
+  h->scheduler_ = std::move(actor).value();
+  h->coordinator_->watch(caf::actor_cast<caf::actor>(h->scheduler_));
+  if (cfg.listen) {
+    auto port = caf::io::publish(caf::actor_cast<control::scheduler_actor>(h->scheduler_),
+                                 cfg.network.port, cfg.network.host.c_str());
+    if (!port) {
+      return make_error(errc::io_error, "embed: cannot listen on " + cfg.network.host + ":" +
+                                            std::to_string(cfg.network.port) + ": " +
+                                            h->host_->system().render(port.error()));
+    }
+    h->port_ = *port;
+  }
+  return h;
+}
+
+scheduler_host::~scheduler_host() {
+  if (auto r = stop(std::chrono::seconds{5}); !r) {
+    spdlog::warn("scheduler_connector: shutdown: {}", r.error().to_string());
+  }
+}
+
+local_endpoint scheduler_host::endpoint() const {
+  if (!scheduler_) return {};
+  return {host_, caf::actor_cast<control::scheduler_actor>(scheduler_),
+          &coordinator_->channel_transport()};
+}
+
+status scheduler_host::wait_ready(std::chrono::milliseconds timeout) {
+  if (!live()) return make_error(errc::io_error, "embed: the scheduler connector is shut down");
+  const auto deadline = steady::now() + timeout;
+  status st;
+  {
+    caf::scoped_actor self{host_->system()};
+    self->request(scheduler_, timeout, control::ready_atom::value)
+        .receive([](uint32_t) {}, [&](caf::error& e) { st = control::to_status(e); });
+  }
+  if (!st) return st;
+  // Every rank registered; their hellos on the step channel may still be on their way.
+  coordinator::blocking_coordinator& c = *coordinator_;
+  c.take_arrived();
+  while (c.routed_ranks() < world_size_ && !c.gone() && steady::now() < deadline) {
+    c.wait_some(deadline - steady::now());
+  }
+  if (c.gone()) return make_error(errc::io_error, "embed: the scheduler actor is gone");
+  if (c.routed_ranks() < world_size_) {
+    return make_error(errc::timeout, "embed: " + std::to_string(c.routed_ranks()) + " of " +
+                                         std::to_string(world_size_) +
+                                         " ranks connected their step channel in time");
+  }
+  return st;
+}
+
+result<uint32_t> scheduler_host::stop(std::chrono::milliseconds timeout) {
+  if (!host_) return 0u;
+  uint32_t stopped = 0;
+  status st;
+  if (scheduler_) {
+    caf::scoped_actor self{host_->system()};
+    self->request(scheduler_, timeout, control::stop_atom::value)
+        .receive([&](uint32_t n) { stopped = n; },
+                 [&](caf::error& e) { st = control::to_status(e); });
+    caf::anon_send_exit(scheduler_, caf::exit_reason::user_shutdown);
+    scheduler_ = nullptr;
+  }
+  coordinator_.reset();  // its scoped actor ends here
+  host_.reset();         // the last owner waits for the actors to end
+  segment_.reset();      // removes the segment's name
+  if (!st) return st;
+  return stopped;
+}
+
+}  // namespace kvc::embed

@@ -1,0 +1,74 @@
+#pragma once
+/// scheduler_host: the process set-up behind a scheduler_connector, everything it runs besides
+/// the planner: the node's CPU pool (the shm segment, created here and removed at the end), the
+/// actor system, the scheduler actor (registration, supervision, stop; published on
+/// network.host:port with `listen`) and the coordinator actor, blocking on the engine's
+/// scheduler thread, with the scheduler's end of the step channel. Internal to actors/embed
+/// (not installed).
+///
+/// Not thread-safe: the engine's scheduler thread (the one that started it) calls everything;
+/// endpoint() may be handed to other threads.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "actors/coordinator/blocking_coordinator.hpp"
+#include "actors/embed/actor_host.hpp"
+#include "actors/embed/embed_config.hpp"
+#include "actors/embed/local_endpoint.hpp"
+#include "actors/scheduler/scheduler_actor.hpp"
+#include "proto/status.hpp"
+#include "shm/segment.hpp"
+
+namespace kvc::embed {
+
+class scheduler_host {
+ public:
+  /// Creates the segment, starts the actors and, with cfg.listen, publishes the scheduler.
+  /// Errors: errc::shm_error / capacity_exhausted for the segment, errc::io_error when a port
+  /// cannot be opened; nothing is left behind.
+  static result<std::unique_ptr<scheduler_host>> start(const scheduler_connector_config& cfg);
+  /// stop() with a 5 s limit unless stopped.
+  ~scheduler_host();
+
+  uint16_t port() const noexcept { return port_; }
+  const std::string& segment_name() const noexcept { return segment_name_; }
+  /// The coordinator; valid until stop().
+  coordinator::blocking_coordinator& coordinator() noexcept { return *coordinator_; }
+  /// For in-process workers; an invalid scheduler handle after stop().
+  local_endpoint endpoint() const;
+  /// Rank `rank`'s bytes of slot `s`; empty when out of range or stopped.
+  std::span<const std::byte> pool_slot(rank_id rank, cpu_slot s) const noexcept {
+    if (!segment_) return {};
+    const std::byte* p = segment_->slot(rank, s);
+    if (p == nullptr) return {};
+    return {p, segment_->geometry().slot_bytes};
+  }
+  /// The actors run (not stopped, the scheduler actor did not end).
+  bool live() const noexcept { return scheduler_ && !coordinator_->gone(); }
+
+  /// Blocks until every rank registered and said hello on the step channel. errc::timeout when
+  /// `timeout` passed first; errc::io_error when the scheduler actor is gone.
+  status wait_ready(std::chrono::milliseconds timeout);
+  /// Stops every registered worker, ends the actors, removes the segment. The number of workers
+  /// stopped, or errc::timeout when they did not all go within `timeout` (the rest is done
+  /// anyway). Later calls return 0.
+  result<uint32_t> stop(std::chrono::milliseconds timeout);
+
+ private:
+  scheduler_host() = default;
+
+  uint32_t world_size_ = 0;
+  std::string segment_name_;
+  // Declaration order = reverse destruction order: the actors end before the segment goes.
+  std::optional<shm::segment> segment_;
+  std::shared_ptr<actor_host> host_;
+  std::unique_ptr<coordinator::blocking_coordinator> coordinator_;
+  scheduler::scheduler_impl scheduler_;  // invalid after stop
+  uint16_t port_ = 0;
+};
+
+}  // namespace kvc::embed

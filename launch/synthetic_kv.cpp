@@ -1,0 +1,65 @@
+#include "launch/synthetic_kv.hpp"
+
+#include <limits>
+
+namespace kvc::launch {
+
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+status validate(const synthetic_kv_spec& kv) {
+  if (kv.layers == 0 || kv.page_bytes == 0 || kv.block_factor == 0) {
+    return make_error(errc::invalid_argument,
+                      "kv cache: layers, page bytes and block factor must be >= 1");
+  }
+  if (kv.gpu_blocks < 2) {
+    return make_error(errc::invalid_argument,
+                      "kv cache: gpu blocks must be >= 2 (block 0 is the null block)");
+  }
+  constexpr uint64_t max = std::numeric_limits<uint64_t>::max();
+  if (kv.page_bytes > max / kv.gpu_blocks ||
+      kv.page_bytes > max / (uint64_t{kv.layers} * kv.block_factor)) {
+    return make_error(errc::invalid_argument, "kv cache: sizes overflow");
+  }
+  return status::success();
+}
+
+std::byte kv_pattern(rank_id rank, uint32_t layer, gpu_block block, uint64_t offset) noexcept {
+  const uint64_t h = splitmix64((uint64_t{rank} << 48) ^ (uint64_t{layer} << 32) ^ block);
+  return static_cast<std::byte>(static_cast<uint8_t>(h >> ((offset & 7) * 8)) ^
+                                static_cast<uint8_t>(offset >> 3));
+}
+
+status install_synthetic_kv(embed::worker_connector& wc, const synthetic_kv_spec& kv) {
+  if (auto st = validate(kv); !st) return st;
+  cuda::copy_engine& engine = wc.copy_engine();
+  const uint64_t layer_bytes = kv.page_bytes * kv.gpu_blocks;
+  std::vector<std::byte> init(layer_bytes);
+  std::vector<cuda::kv_tensor_desc> descs;
+  for (uint32_t l = 0; l < kv.layers; ++l) {
+    auto buf = engine.allocate_device(layer_bytes);
+    if (!buf) return buf.error();
+    for (gpu_block b = 0; b < kv.gpu_blocks; ++b) {
+      for (uint64_t i = 0; i < kv.page_bytes; ++i) {
+        init[b * kv.page_bytes + i] = kv_pattern(wc.rank(), l, b, i);
+      }
+    }
+    if (auto st = engine.upload(buf->data, init.data(), layer_bytes); !st) return st;
+    descs.push_back({.base = reinterpret_cast<uintptr_t>(buf->data),
+                     .shape = {int64_t{kv.gpu_blocks}, static_cast<int64_t>(kv.page_bytes)},
+                     .strides = {static_cast<int64_t>(kv.page_bytes), 1},
+                     .element_size = 1,
+                     .block_dim = 0});
+  }
+  return wc.register_kv_caches(descs);
+}
+
+}  // namespace kvc::launch
