@@ -2,6 +2,7 @@
 // scenarios (§9 items 19-28 and 33) plus failure handling, driven by a small deterministic
 // engine stand-in over the real offload manager wrapped in a recording decorator.
 #include "actors/scheduler/connector_scheduler.hpp"
+#include "actors/channel/wire_codec.hpp"
 #include "actors/scheduler/forwarding_manager.hpp"
 
 #include <gtest/gtest.h>
@@ -298,6 +299,34 @@ TEST(PerGroupTest, HoldsUpToTheGroupLimitAndComparesByValue) {
   EXPECT_NE(g, (per_group{10, 11, 12}));
   EXPECT_EQ(std::vector<uint32_t>(g.begin(), g.end()), (std::vector<uint32_t>{10, 11, 12, 13}));
   EXPECT_EQ(per_group{}, per_group{});
+}
+
+// The planner's metadata crosses processes: its per-group job fields and the flushed requests
+// survive the step channel's wire codec (CAF's serialiser through the inspect overloads).
+TEST(ConnectorMetadataWireTest, GroupFieldsAndFlushedRequestsSurviveTheStepChannel) {
+  connector_metadata meta;
+  meta.step = 12;
+  transfer_job job;
+  job.id = 7;
+  job.request_id = "r3";
+  job.kind = transfer_kind::load;
+  job.slots = {4, 5};
+  job.gpu_blocks = {11, 12, 13};
+  job.skip = 1;
+  job.group_sizes = {3};
+  job.block_indices = {5};
+  meta.loads.push_back(job);
+  job.group_sizes = {3, 2, 1, 9};  // every group slot used
+  job.block_indices = {};
+  meta.stores.push_back(job);
+  meta.flush = {2, 3};
+  meta.flush_requests = {"r1", "r9"};
+  auto back = channel::decode_metadata(channel::encode(meta));
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  EXPECT_EQ(*back, meta);
+  EXPECT_EQ(back->loads[0].block_indices, per_group{5});
+  EXPECT_EQ(back->stores[0].group_sizes, (per_group{3, 2, 1, 9}));
+  EXPECT_EQ(back->flush_requests, (std::vector<std::string>{"r1", "r9"}));
 }
 
 // --- lookups (§9 items 21, 22) ------------------------------------------------------------

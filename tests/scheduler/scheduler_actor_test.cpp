@@ -12,8 +12,6 @@
 #include <string>
 #include <vector>
 
-#include <caf/binary_deserializer.hpp>
-#include <caf/binary_serializer.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/exit_reason.hpp>
 #include <caf/send.hpp>
@@ -136,40 +134,6 @@ class SchedulerActorTest : public test_support::deterministic_actor_test {
   coordinator_actor fake_coord_;
   scheduler_impl sched_;
 };
-
-// The planner's metadata crosses processes: its per-group job fields and the flushed requests
-// survive CAF's serialiser (the wire codec uses the same inspect overloads).
-TEST_F(SchedulerActorTest, PlannerMetadataRoundTripsWithGroupFieldsAndFlushedRequests) {
-  connector_metadata meta;
-  meta.step = 12;
-  transfer_job job;
-  job.id = 7;
-  job.request_id = "r3";
-  job.kind = transfer_kind::load;
-  job.slots = {4, 5};
-  job.gpu_blocks = {11, 12, 13};
-  job.skip = 1;
-  job.group_sizes = {3};
-  job.block_indices = {5};
-  meta.loads.push_back(job);
-  job.group_sizes = {3, 2, 1, 9};  // every group slot used
-  job.block_indices = {};
-  meta.stores.push_back(job);
-  meta.flush = {2, 3};
-  meta.flush_requests = {"r1", "r9"};
-  std::vector<char> buf;
-  caf::binary_serializer sink{sys(), buf};
-  auto err = sink(meta);
-  ASSERT_FALSE(err) << sys().render(err);
-  connector_metadata back;
-  caf::binary_deserializer source{sys(), buf};
-  err = source(back);
-  ASSERT_FALSE(err) << sys().render(err);
-  EXPECT_EQ(back, meta);
-  EXPECT_EQ(back.loads[0].block_indices, per_group{5});
-  EXPECT_EQ(back.stores[0].group_sizes, (per_group{3, 2, 1, 9}));
-  EXPECT_EQ(back.flush_requests, (std::vector<std::string>{"r1", "r9"}));
-}
 
 TEST_F(SchedulerActorTest, RegistersEveryRankAndAnnouncesEachToTheCoordinator) {
   start(2, "tcp://127.0.0.1:4242");
