@@ -62,9 +62,9 @@ class connector_scheduler::impl {
   struct job_state {
     uint32_t slot = 0;  ///< the request's slot
     transfer_kind kind = transfer_kind::load;
-    /// The job's keys are usually a run of its request's keys (which only grow while the request
-    /// has jobs): then [first_key, first_key + num_keys) of them, nothing copied. Otherwise
-    /// (a store that skipped stored or null blocks) `keys`, inline for one key or two.
+    /// The job's keys: one or two inline in `keys` (a decode step's store); more, when they are
+    /// a run of the request's keys (which only grow while the request has jobs), as
+    /// [first_key, first_key + num_keys) of them, nothing copied; otherwise a copy in `keys`.
     bool key_run = false;
     uint32_t first_key = 0;
     uint32_t num_keys = 0;
@@ -79,10 +79,11 @@ class connector_scheduler::impl {
     if (!js.key_run) return {js.keys.data(), js.keys.size()};
     return std::span<const block_key>(states_[js.slot].keys).subspan(js.first_key, js.num_keys);
   }
-  /// Records the job's keys: the run [first, first + keys.size()) of the request's keys, or
-  /// (first == npos) a copy.
+  /// Records the job's keys: one or two inline (a decode step's store: read back from the job's
+  /// own entry at completion), more as the run [first, first + keys.size()) of the request's
+  /// keys, or (first == npos: not a run) a copy.
   static void set_keys(job_state& js, std::span<const block_key> keys, uint64_t first) {
-    if (first != npos) {
+    if (first != npos && keys.size() > 2) {
       js.key_run = true;
       js.first_key = static_cast<uint32_t>(first);
       js.num_keys = static_cast<uint32_t>(keys.size());
