@@ -537,7 +537,8 @@ std::string error_line(const std::string& op, size_t line_no, const std::string&
   ojson e;
   if (!op.empty()) e["op"] = op;
   e["error"] = "line " + std::to_string(line_no) + ": " + message;
-  return e.dump();
+  // The message may quote a malformed line: invalid UTF-8 is replaced, not thrown on.
+  return e.dump(-1, ' ', false, ojson::error_handler_t::replace);
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 """Bad input to `kvconnect replay --connector`: each bad line gets one error line naming its line
 number, the replay goes on with the next line, and the exit code is 1. Covers invalid JSON, an
 unknown op, a connector call before `config`, an unknown request, a wrong field type, a line
-over the length bound, and the gzip path (the same trace compressed gives the same answers).
+over the length bound, invalid UTF-8, and the gzip path (the same trace compressed gives the same answers).
 
 usage: connector_replay_errors_check.py KVCONNECT
 """
@@ -27,7 +27,8 @@ def j(o):
 def run(binary, path_or_dash, stdin=None):
     r = subprocess.run([binary, "replay", "--connector", path_or_dash], input=stdin,
                        capture_output=True, timeout=60)
-    return r.returncode, [json.loads(x) for x in r.stdout.decode().splitlines() if x.strip()]
+    out = r.stdout.decode("utf-8", errors="replace")
+    return r.returncode, [json.loads(x) for x in out.splitlines() if x.strip()]
 
 
 def main():
@@ -49,7 +50,9 @@ def main():
            "num_computed_tokens": 0, "out": [12345, True]}),                # 9: fine
         j({"op": "take_events"}),                                           # 10: fine
     ]
-    text = ("\n".join(lines) + "\n").encode()
+    # 11: invalid UTF-8 inside a malformed line: still one error line quoting it
+    text = ("\n".join(lines) + "\n").encode() + b'{"op": "config", \xff\xfe\n'
+
     want = [
         ("error", 1, "get_num_new_matched_tokens"),
         ("error", 3, None),
@@ -59,6 +62,7 @@ def main():
         ("error", 8, "get_num_new_matched_tokens"),
         ("answer", 9, {"op": "get_num_new_matched_tokens", "out": [0, False]}),
         ("answer", 10, {"op": "take_events", "out": []}),
+        ("error", 11, None),
     ]
     problems = []
     rc, got = run(binary, "-", text)
