@@ -296,7 +296,8 @@ void add_bench_manager_command(CLI::App& app, int& exit_code) {
 
   auto bo = std::make_shared<bench_options>();
   auto* mgr = bench->add_subcommand("manager", "Offload-manager throughput on a trace");
-  mgr->add_option("--trace", bo->trace_path, "trace file (bench gen-trace)")->required();
+  mgr->add_option("--trace", bo->trace_path, "trace file (bench gen-trace)")->required()
+      ->check(CLI::ExistingFile);  // a directory or a missing file is a usage error
   mgr->add_option("--policy", bo->policy, "lru or arc")->capture_default_str();
   mgr->add_option("--store-threshold", bo->store_threshold, "reuse filter threshold (0 = off)")
       ->capture_default_str();

@@ -23,7 +23,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version end well; every other parse error is a usage error: exit 2, with
+    // CLI11's one-line message (not CLI11's own codes 101-115).
+    return app.exit(e) == 0 ? 0 : 2;
   } catch (const std::exception& e) {
     std::cerr << "kvconnect: " << e.what() << "\n";
     return 1;

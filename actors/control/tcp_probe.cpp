@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <utility>
 
 namespace kvc::control {
 
@@ -27,12 +28,15 @@ struct fd_closer {
   }
 };
 
-/// One non-blocking connect, waited for up to `left`. 0 on success, else an errno value
-/// (ETIMEDOUT when the time ran out).
-int connect_one(const addrinfo& a, steady::duration left) {
+/// One non-blocking connect, waited for up to `left`. 0 on success (the socket, non-blocking,
+/// moves to `out`), else an errno value (ETIMEDOUT when the time ran out).
+int connect_one(const addrinfo& a, steady::duration left, int& out) {
   fd_closer s{::socket(a.ai_family, a.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a.ai_protocol)};
   if (s.fd < 0) return errno;
-  if (::connect(s.fd, a.ai_addr, a.ai_addrlen) == 0) return 0;
+  if (::connect(s.fd, a.ai_addr, a.ai_addrlen) == 0) {
+    out = std::exchange(s.fd, -1);
+    return 0;
+  }
   if (errno != EINPROGRESS) return errno;
   pollfd p{s.fd, POLLOUT, 0};
   const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
@@ -45,12 +49,14 @@ int connect_one(const addrinfo& a, steady::duration left) {
   int err = 0;
   socklen_t len = sizeof err;
   if (::getsockopt(s.fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) return errno;
+  if (err == 0) out = std::exchange(s.fd, -1);
   return err;
 }
 
 }  // namespace
 
-status probe_tcp(const std::string& host, uint16_t port, std::chrono::milliseconds timeout) {
+result<int> connect_tcp(const std::string& host, uint16_t port,
+                        std::chrono::milliseconds timeout) {
   const std::string where = host + ":" + std::to_string(port);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -65,14 +71,22 @@ status probe_tcp(const std::string& host, uint16_t port, std::chrono::millisecon
   for (const addrinfo* a = list.get(); a != nullptr; a = a->ai_next) {
     const auto left = deadline - steady::now();
     if (left <= steady::duration::zero()) break;
-    last = connect_one(*a, left);
-    if (last == 0) return {};
+    int fd = -1;
+    last = connect_one(*a, left, fd);
+    if (last == 0) return fd;
   }
   if (last == ETIMEDOUT) {
     return make_error(errc::timeout, where + ": no answer within " +
                                          std::to_string(timeout.count()) + " ms");
   }
   return make_error(errc::io_error, where + ": " + std::strerror(last));
+}
+
+status probe_tcp(const std::string& host, uint16_t port, std::chrono::milliseconds timeout) {
+  auto fd = connect_tcp(host, port, timeout);
+  if (!fd) return fd.error();
+  ::close(*fd);
+  return {};
 }
 
 }  // namespace kvc::control

@@ -20,4 +20,9 @@ namespace kvc::control {
 /// does not resolve or the network is unreachable (the message says which).
 status probe_tcp(const std::string& host, uint16_t port, std::chrono::milliseconds timeout);
 
+/// The same, keeping the connection: a connected, non-blocking socket the caller owns (and
+/// closes), or probe_tcp's errors.
+result<int> connect_tcp(const std::string& host, uint16_t port,
+                        std::chrono::milliseconds timeout);
+
 }  // namespace kvc::control

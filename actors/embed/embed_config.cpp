@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "actors/control/gate.hpp"
 #include "actors/scheduler/handshake.hpp"
 #include "shm/pool_geometry.hpp"
 #include "shm/segment.hpp"
@@ -19,6 +20,10 @@ status invalid(std::string what) {
 status validate_common(const std::string& token, const topology_config& topo,
                        const pool_config& pool) {
   if (token.empty()) return invalid("embed: the token is empty");
+  if (token.size() > control::max_token_bytes) {
+    return invalid("embed: the token has more than " + std::to_string(control::max_token_bytes) +
+                   " bytes");
+  }
   if (auto st = validate(topo); !st) return invalid("embed: " + st.message());
   if (pool.instance.empty()) return invalid("embed: pool.instance is empty");
   for (char c : pool.instance) {

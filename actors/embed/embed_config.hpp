@@ -74,7 +74,7 @@ struct scheduler_connector_config {
   /// (worker_connector in_process) can register, and no port is opened.
   bool listen = true;
   network_config network;
-  std::string token;  ///< shared secret every worker must present
+  std::string token;  ///< shared secret every worker must present (1 to 64 bytes)
   topology_config topology;
   pool_config pool;
   /// Block sizes and the CPU pool's ledger. planner.manager.capacity 0 means pool.slots_per_rank;

@@ -16,6 +16,7 @@
 #include <caf/system_messages.hpp>
 
 #include "actors/channel/zmq_transport.hpp"
+#include "actors/control/gate.hpp"
 #include "actors/control/error_bridge.hpp"
 #include "actors/control/tcp_probe.hpp"
 #include "cuda/engine_factory.hpp"
@@ -93,9 +94,21 @@ result<std::unique_ptr<rank_host>> rank_host::open(const worker_connector_config
         !st) {
       return make_error(st.code(), "embed: cannot reach the scheduler at " + st.message());
     }
+    // The scheduler's port is its gate: CAF connects through a tunnel that presents the token
+    // first (control/gate.hpp).
+    auto tunnel = control::gate_tunnel::open(cfg.network.host, cfg.network.port, cfg.token,
+                                             cfg.register_timeout);
+    if (!tunnel) return tunnel.error();
+    h->tunnel_ = std::move(tunnel).value();
     h->host_ = actor_host::start(cfg.network, /*network=*/true);
-    auto s = caf::io::remote_actor<control::scheduler_actor>(h->host_->system(), cfg.network.host,
-                                                             cfg.network.port);
+    auto s = caf::io::remote_actor<control::scheduler_actor>(h->host_->system(), "127.0.0.1",
+                                                             h->tunnel_->local_port());
+    if (!s && h->tunnel_->refused()) {
+      return make_error(errc::protocol_mismatch, "embed: the scheduler at " + cfg.network.host +
+                                                     ":" + std::to_string(cfg.network.port) +
+                                                     " refused this worker at its gate: wrong "
+                                                     "token");
+    }
     if (!s) {
       return make_error(errc::io_error, "embed: cannot reach the scheduler at " + cfg.network.host +
                                             ":" + std::to_string(cfg.network.port) + ": " +
@@ -130,6 +143,7 @@ rank_host::~rank_host() {
   rank_actor_ = nullptr;
   scheduler_ = nullptr;
   host_.reset();
+  tunnel_.reset();  // after the actor system: CAF's connection ran through it
 }
 
 worker::cpu_pool_region rank_host::region() const noexcept {

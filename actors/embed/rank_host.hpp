@@ -18,6 +18,7 @@
 #include <string>
 
 #include "actors/channel/rank_channel.hpp"
+#include "actors/control/gate.hpp"
 #include "actors/embed/actor_host.hpp"
 #include "actors/embed/embed_config.hpp"
 #include "actors/embed/local_endpoint.hpp"
@@ -70,6 +71,7 @@ class rank_host {
   // registered; the rank's actor before the actor system.
   std::optional<shm::segment> segment_;
   std::unique_ptr<cuda::copy_engine> engine_;
+  std::unique_ptr<control::gate_tunnel> tunnel_;  // connect: CAF's way through the gate
   std::shared_ptr<actor_host> host_;
   caf::actor rank_actor_;
   std::shared_ptr<std::atomic<uint8_t>> ending_ = std::make_shared<std::atomic<uint8_t>>(0);

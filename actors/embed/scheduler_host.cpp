@@ -11,6 +11,7 @@
 
 #include "actors/channel/memory_transport.hpp"
 #include "actors/channel/zmq_transport.hpp"
+#include "actors/control/gate.hpp"
 #include "actors/control/error_bridge.hpp"
 #include "shm/segment_header.hpp"
 
@@ -68,14 +69,22 @@ result<std::unique_ptr<scheduler_host>> scheduler_host::start(
   h->scheduler_ = std::move(actor).value();
   h->coordinator_->watch(caf::actor_cast<caf::actor>(h->scheduler_));
   if (cfg.listen) {
-    auto port = caf::io::publish(caf::actor_cast<control::scheduler_actor>(h->scheduler_),
-                                 cfg.network.port, cfg.network.host.c_str());
-    if (!port) {
-      return make_error(errc::io_error, "embed: cannot listen on " + cfg.network.host + ":" +
-                                            std::to_string(cfg.network.port) + ": " +
-                                            h->host_->system().render(port.error()));
+    // CAF listens on loopback only, on a port of its own; peers reach it through the gate, which
+    // admits only connections that present the token (control/gate.hpp).
+    auto inner = caf::io::publish(caf::actor_cast<control::scheduler_actor>(h->scheduler_),
+                                  uint16_t{0}, "127.0.0.1");
+    if (!inner) {
+      return make_error(errc::io_error, "embed: cannot listen on 127.0.0.1: " +
+                                            h->host_->system().render(inner.error()));
     }
-    h->port_ = *port;
+    auto gate = control::gatekeeper::start(cfg.network.host, cfg.network.port, *inner, cfg.token);
+    if (!gate) {
+      return make_error(gate.error().code(), "embed: cannot listen on " + cfg.network.host + ":" +
+                                                 std::to_string(cfg.network.port) + ": " +
+                                                 gate.error().message());
+    }
+    h->gate_ = std::move(gate).value();
+    h->port_ = h->gate_->port();
   }
   return h;
 }
@@ -129,6 +138,7 @@ result<uint32_t> scheduler_host::stop(std::chrono::milliseconds timeout) {
     caf::anon_send_exit(scheduler_, caf::exit_reason::user_shutdown);
     scheduler_ = nullptr;
   }
+  gate_.reset();         // no new peer from here on
   coordinator_.reset();  // its scoped actor ends here
   host_.reset();         // the last owner waits for the actors to end
   segment_.reset();      // removes the segment's name

@@ -2,7 +2,8 @@
 /// scheduler_host: the process set-up behind a scheduler_connector, everything it runs besides
 /// the planner: the node's CPU pool (the shm segment, created here and removed at the end), the
 /// actor system, the scheduler actor (registration, supervision, stop; published on
-/// network.host:port with `listen`) and the coordinator actor, blocking on the engine's
+/// network.host:port with `listen`, behind the gate: control/gate.hpp) and the coordinator
+/// actor, blocking on the engine's
 /// scheduler thread, with the scheduler's end of the step channel. Internal to actors/embed
 /// (not installed).
 ///
@@ -16,6 +17,7 @@
 #include <string>
 
 #include "actors/coordinator/blocking_coordinator.hpp"
+#include "actors/control/gate.hpp"
 #include "actors/embed/actor_host.hpp"
 #include "actors/embed/embed_config.hpp"
 #include "actors/embed/local_endpoint.hpp"
@@ -68,6 +70,7 @@ class scheduler_host {
   std::shared_ptr<actor_host> host_;
   std::unique_ptr<coordinator::blocking_coordinator> coordinator_;
   scheduler::scheduler_impl scheduler_;  // invalid after stop
+  std::unique_ptr<control::gatekeeper> gate_;  // with listen: in front of CAF's port
   uint16_t port_ = 0;
 };
 

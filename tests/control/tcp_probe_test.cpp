@@ -29,7 +29,9 @@ struct loopback_socket {
     socklen_t len = sizeof a;
     EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
     port = ntohs(a.sin_port);
-    if (backlog >= 0) EXPECT_EQ(::listen(fd, backlog), 0);
+    if (backlog >= 0) {
+      EXPECT_EQ(::listen(fd, backlog), 0);
+    }
   }
   ~loopback_socket() { ::close(fd); }
 };

@@ -6,35 +6,20 @@
 
 #include <vector>
 
+#include "tests/cuda/one_buffer_fixture.hpp"
+
 #include "cuda/engine_factory.hpp"
 
 namespace kvc::cuda {
 namespace {
 
-class ManualCopyEngineTest : public testing::Test {
+class ManualCopyEngineTest : public testing::one_buffer_test<manual_copy_engine> {
  protected:
-  void SetUp() override {
-    auto buf = engine_.allocate_device(4096);
-    ASSERT_TRUE(buf.ok());
-    gpu_ = static_cast<std::byte*>(buf->data);
-  }
-  transfer_id submit(direction dir, size_t offset, size_t bytes) {
-    copy_op op = dir == direction::gpu_to_cpu
-                     ? copy_op{gpu_ + offset, host_.data() + offset, bytes}
-                     : copy_op{host_.data() + offset, gpu_ + offset, bytes};
-    auto id = engine_.submit(dir, std::span(&op, 1));
-    EXPECT_TRUE(id.ok()) << id.error().to_string();
-    return id.ok() ? *id : 0;
-  }
   std::vector<transfer_id> finished_ids() {
     std::vector<transfer_id> ids;
     for (const transfer_report& r : engine_.take_finished()) ids.push_back(r.id);
     return ids;
   }
-
-  manual_copy_engine engine_;
-  std::byte* gpu_ = nullptr;
-  std::vector<std::byte> host_ = std::vector<std::byte>(4096, std::byte{0x11});
 };
 
 TEST_F(ManualCopyEngineTest, NothingCompletesUntilAdvanced) {

@@ -4,7 +4,10 @@
 // worker, and a happy path where the scheduler drives store/load steps through two workers that
 // share one shm segment and checks the bytes. Synchronisation reads the processes' output lines
 // and waits for their exits (no sleeps); every test ends with no child and no segment left.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -243,6 +246,22 @@ TEST_F(RolesMultiprocTest, AWorkerWithoutASchedulerExitsWithAClearError) {
               HasSubstr("cannot reach the scheduler at 127.0.0.1:" + std::to_string(port_)));
 }
 
+TEST_F(RolesMultiprocTest, AFlagThatDoesNotParseIsAUsageErrorWithExitCode2) {
+  child_process& bad_number = start({KVC_BINARY, "worker", "--port", "many", "--rank", "0",
+                                     "--token", token_});
+  EXPECT_EQ(exit_code(bad_number), 2);
+  EXPECT_THAT(bad_number.stderr_text(), HasSubstr("--port"));
+  child_process& unknown = start({KVC_BINARY, "scheduler", "--token", token_, "--tp", "2"});
+  EXPECT_EQ(exit_code(unknown), 2);
+  EXPECT_THAT(unknown.stderr_text(), HasSubstr("--tp"));
+  child_process& dir = start({KVC_BINARY, "bench", "manager", "--trace", "/tmp"});
+  EXPECT_EQ(exit_code(dir), 2);
+  EXPECT_THAT(dir.stderr_text(), HasSubstr("directory"));
+  child_process& help = start({KVC_BINARY, "scheduler", "--help"});
+  EXPECT_EQ(exit_code(help), 0);
+  EXPECT_TRUE(leftover_segments().empty());
+}
+
 TEST_F(RolesMultiprocTest, ASchedulerWhoseStdoutReaderIsGoneStopsCleanlyOnSigterm) {
   // `kvconnect scheduler | <read one line>`: the reader closes the pipe before it passes the
   // line on, so once the test has the line nobody reads the scheduler's stdout any more.
@@ -303,6 +322,49 @@ TEST_F(RolesMultiprocTest, AStopThatTimesOutExitsWithFailureAndStillRemovesThePo
   EXPECT_TRUE(leftover_segments().empty());
   ASSERT_TRUE(w.signal(SIGKILL).ok());
   EXPECT_EQ(exit_code(w), 128 + SIGKILL);
+}
+
+/// A TCP connection to 127.0.0.1:port, closed with the object.
+struct tcp_client {
+  int fd = -1;
+  explicit tcp_client(int port) {
+    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ~tcp_client() {
+    if (fd >= 0) ::close(fd);
+  }
+  tcp_client(const tcp_client&) = delete;
+  tcp_client& operator=(const tcp_client&) = delete;
+};
+
+TEST_F(RolesMultiprocTest, HostilePeersReachNothingAndALegitimateRunCompletes) {
+  child_process& sched = start_scheduler(1, {"--smoke-steps", "30"});
+  // A forged CAF BASP header claiming a 4 GiB payload (made the scheduler allocate ~4 GB and
+  // spin before the gate), then silence; and 200 idle connections, more than the gate lets wait.
+  tcp_client forged{port_};
+  ASSERT_GE(forged.fd, 0);
+  const unsigned char header[] = {1, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0, 0, 0, 0, 3,
+                                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  ASSERT_EQ(::send(forged.fd, header, sizeof header, MSG_NOSIGNAL),
+            static_cast<ssize_t>(sizeof header));
+  std::vector<std::unique_ptr<tcp_client>> idle;
+  for (int i = 0; i < 200; ++i) idle.push_back(std::make_unique<tcp_client>(port_));
+  child_process& w = start_worker(1, 0);
+  ASSERT_TRUE(w.find_stdout("\"registered\"", patience).ok()) << w.stderr_text();
+  auto smoke = sched.find_stdout("\"smoke\"", patience);
+  ASSERT_TRUE(smoke.ok()) << sched.stderr_text();
+  EXPECT_EQ(nlohmann::json::parse(*smoke).at("jobs_ok").get<int>(), 30);
+  EXPECT_EQ(exit_code(sched), 0) << sched.stderr_text();
+  EXPECT_EQ(exit_code(w), 0) << w.stderr_text();
+  EXPECT_TRUE(leftover_segments().empty());
 }
 
 /// Processes whose command line mentions `needle` (reads /proc; only our own user's matter).
