@@ -9,8 +9,17 @@
 /// moved (a load that starts mid offloaded block, or a store whose leading GPU blocks are null),
 /// so gpu_blocks.size() == slots.size() * factor - skip.
 ///
+/// group_sizes and block_indices are vLLM's GPULoadStoreSpec fields, one entry per KV-cache
+/// group (one group today): gpu_blocks is the groups' block ids concatenated, group_sizes[g] of
+/// them for group g, and block_indices[g] is the position in the request's block table (of
+/// group g) of that group's first block, so skip == block_indices[0] % factor.
+///
 /// The inspect overloads let CAF serialise these plain structs without proto/ depending on CAF.
+#include <algorithm>
+#include <array>
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -20,6 +29,46 @@ namespace kvc {
 
 enum class transfer_kind : uint8_t { load = 0, store = 1 };  ///< load: CPU→GPU, store: GPU→CPU
 
+/// Most KV-cache groups a job can describe (full attention has one; hybrid models a few).
+inline constexpr size_t max_kv_cache_groups = 4;
+
+/// One value per KV-cache group (vLLM's group_sizes / block_indices), kept inline so that a job
+/// costs no allocation for them. Holds up to max_kv_cache_groups values; a longer list (only
+/// from a malformed message) reads as its first max_kv_cache_groups.
+class per_group {
+ public:
+  per_group() = default;
+  per_group(std::initializer_list<uint32_t> values) {
+    for (uint32_t v : values) push_back(v);
+  }
+
+  size_t size() const noexcept { return std::min<size_t>(n_, max_kv_cache_groups); }
+  bool empty() const noexcept { return n_ == 0; }
+  const uint32_t* begin() const noexcept { return v_.data(); }
+  const uint32_t* end() const noexcept { return v_.data() + size(); }
+  uint32_t operator[](size_t i) const noexcept { return v_[i]; }
+  /// False (nothing added) when it holds max_kv_cache_groups values already.
+  bool push_back(uint32_t v) noexcept {
+    if (n_ >= max_kv_cache_groups) return false;
+    v_[n_++] = v;
+    return true;
+  }
+
+  friend bool operator==(const per_group& a, const per_group& b) noexcept {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end());
+  }
+
+  template <class Inspector>
+  friend typename Inspector::result_type inspect(Inspector& f, per_group& x) {
+    return f(x.n_, x.v_[0], x.v_[1], x.v_[2], x.v_[3]);
+  }
+
+ private:
+  static_assert(max_kv_cache_groups == 4, "inspect lists every value");
+  uint32_t n_ = 0;
+  std::array<uint32_t, max_kv_cache_groups> v_{};
+};
+
 struct transfer_job {
   job_id id = 0;
   std::string request_id;
@@ -27,6 +76,8 @@ struct transfer_job {
   std::vector<cpu_slot> slots;
   std::vector<gpu_block> gpu_blocks;
   uint32_t skip = 0;
+  per_group group_sizes;    ///< per KV-cache group: its share of gpu_blocks
+  per_group block_indices;  ///< per KV-cache group: block-table index of its first block
 
   friend bool operator==(const transfer_job&, const transfer_job&) = default;
 };
@@ -41,18 +92,22 @@ struct connector_metadata {
   /// Jobs that must have finished before this step overwrites GPU blocks (preempted requests):
   /// workers submit deferred stores, then wait for these in handle_preemptions.
   std::vector<job_id> flush;
+  /// The requests preempted in this step, in the engine's order, whether or not they have jobs
+  /// (vLLM's reqs_to_flush); `flush` lists their jobs.
+  std::vector<std::string> flush_requests;
 
   friend bool operator==(const connector_metadata&, const connector_metadata&) = default;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, transfer_job& x) {
-  return f(x.id, x.request_id, x.kind, x.slots, x.gpu_blocks, x.skip);
+  return f(x.id, x.request_id, x.kind, x.slots, x.gpu_blocks, x.skip, x.group_sizes,
+           x.block_indices);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, connector_metadata& x) {
-  return f(x.step, x.loads, x.stores, x.flush);
+  return f(x.step, x.loads, x.stores, x.flush, x.flush_requests);
 }
 
 }  // namespace kvc

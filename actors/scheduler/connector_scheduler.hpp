@@ -24,23 +24,42 @@
 /// complete_store(keys, false): slots freed, no stored event; load ok or failed ->
 /// complete_load(keys), and a failed load's GPU blocks are reported as invalid). A preempted
 /// request's jobs are *not* completed early (unlike R1): their ids go into the step's `flush`
-/// list, so workers finish them before the blocks are overwritten, and their results arrive as
-/// usual.
+/// list (and the request into `flush_requests`), so workers finish them before the blocks are
+/// overwritten, and their results arrive as usual. Each completed store job gives its own
+/// stored event (R1 gives one per request); the blocks are the same.
+///
+/// Results come in one of two forms: job results (connector_output, what kvconnect's workers
+/// report; the planner then derives the request-level outcomes, take_request_completions), or
+/// request-level outcomes as vLLM's engine passes them (request_output: finished_sending
+/// completes every store job of the request, finished_recving its load job); an engine uses one.
 ///
 /// Keys. A request's keys are block_hashes[hash_factor-1 :: hash_factor] (the last hash inside
 /// each full offloaded block), extended incrementally from the request view the engine passes in;
 /// the engine must only ever append to a request's block_hashes.
 ///
+/// Store cursor (R1's next_stored_block_idx): each time a request is scheduled it is set to the
+/// number of offloaded blocks computable now (min(num_computed + num_scheduled, num_tokens) /
+/// offloaded_block_size), after the blocks from the cursor up to that number were offered to
+/// prepare_store (when prepare_store answers nullopt it stays, and they are offered again next
+/// step). After a preemption the recomputed prefix can be shorter than the cursor: the cursor
+/// then moves back, and the blocks are offered again as they are recomputed (storing those
+/// evicted meanwhile or refused by the reuse filter), as R1 does.
+///
 /// Request state lives from the first get_num_new_matched_tokens (or the first scheduling) until
-/// request_finished, or, when jobs are still in flight then, until the last of them completes:
-/// with stores in flight request_finished returns delay_free = true and the id later appears in
-/// finished_sending; with a load in flight (an abort while loading, §9 item 27) the id appears in
+/// request_finished, or later while the engine holds the blocks for it. delay_free follows R1: it
+/// is true iff a store job was ever planned for the request (R1's `_reqs_being_stored` entry,
+/// which a preemption flush empties but keeps), even when every store already completed; the id
+/// then always comes back in finished_sending: when its last job completes or, with nothing in
+/// flight, at the next update_connector_output (job results); an engine passing request_output
+/// names it itself. With a load in flight (an abort while loading, §9 item 27) the id appears in
 /// finished_recving when the load completes, and the engine must keep the blocks until then (the
 /// engine core knows this from the request's WAITING_FOR_REMOTE_KVS status; load_in_flight()
 /// answers it too).
 ///
 /// Limitations: one KV-cache group (no HMA / hybrid models); no reset_cache; a store that fails
-/// is not retried for the same request (its cursor has moved on; a later request can store it).
+/// is not retried for the same request (its cursor has moved on; a later request can store it);
+/// a load must end on an offloaded-block boundary (R1 would load a partial last block; the copy
+/// layout moves whole offloaded blocks).
 ///
 /// Not thread-safe: one actor owns it. Spans passed in are only read during the call.
 #include <cstdint>
@@ -81,6 +100,15 @@ struct match_result {
   friend bool operator==(const match_result&, const match_result&) = default;
 };
 
+/// The request's block table after allocation (vLLM KVCacheBlocks, one KV-cache group),
+/// borrowed for one call.
+struct block_table_view {
+  std::span<const gpu_block> ids;  ///< every GPU block id of the request, in order (0 = null)
+  /// Per block: 1 iff the GPU prefix cache already holds it (vLLM: block.block_hash is not None).
+  /// Empty: the blocks before num_computed / gpu_block_size are the hashed ones.
+  std::span<const uint8_t> hashed;
+};
+
 /// One request scheduled in this step (vLLM NewRequestData / CachedRequestData entry).
 struct scheduled_request {
   request_view req;
@@ -114,6 +142,15 @@ struct request_completions {
     return finished_sending.empty() && finished_recving.empty() && invalid_block_ids.empty();
   }
   friend bool operator==(const request_completions&, const request_completions&) = default;
+};
+
+/// The request-level outcomes vLLM's engine passes (KVConnectorOutput's finished_sending /
+/// finished_recving, aggregated over its workers), borrowed for one call.
+struct request_output {
+  /// Requests whose store jobs have all completed (successfully: R1 has no failed stores).
+  std::span<const std::string_view> finished_sending;
+  /// Requests whose load job has completed.
+  std::span<const std::string_view> finished_recving;
 };
 
 /// Cumulative counters, cheap to read.
@@ -155,34 +192,47 @@ class connector_scheduler {
   /// nullopt (with prefix caching on). Records num_computed as the request's local hit count.
   match_result get_num_new_matched_tokens(const request_view& req, uint32_t num_computed);
 
-  /// After the engine allocated the request's blocks (`block_ids`: all of them, GPU-cached
-  /// prefix first) for num_computed + num_external tokens. num_external == 0: nothing happens.
+  /// After the engine allocated the request's blocks (`blocks`: all of them, GPU-cached prefix
+  /// first) for num_computed + num_external tokens. num_external == 0: nothing happens.
   /// Otherwise pins the hit keys (prepare_load) and records one load job, emitted by the next
-  /// build_connector_meta, filling the blocks after the locally computed ones (skipping null
-  /// blocks); unless do_remote_decode, the loaded blocks are not stored again.
-  /// Errors, nothing changed: unknown request (no get_num_new_matched_tokens), a load already
-  /// in flight for it, num_external not covering whole offloaded blocks or beyond its keys,
-  /// too few block ids, or the manager refusing the load.
+  /// build_connector_meta, filling the blocks from the first non-null block without a hash up to
+  /// num_computed + num_external tokens (R1; when they are all hashed the job is empty, as in
+  /// R1, and still completes the load); unless do_remote_decode, the loaded blocks are not stored
+  /// again. Errors, nothing changed: unknown request (no get_num_new_matched_tokens), a load
+  /// already in flight for it, num_external not covering whole offloaded blocks or beyond its
+  /// keys, too few block ids, hashed flags not one per block, or the manager refusing the load.
+  status update_state_after_alloc(const request_view& req, const block_table_view& blocks,
+                                  uint32_t num_external);
+  /// The same with the blocks before num_computed / gpu_block_size as the hashed ones.
   status update_state_after_alloc(const request_view& req, std::span<const gpu_block> block_ids,
                                   uint32_t num_external);
 
   /// This step's metadata: the recorded loads, then the stores of the scheduled requests (new
-  /// ones first, then cached ones, in input order), and in `flush` the in-flight job ids of the
-  /// preempted requests. Error, nothing changed, when a cached (non-new) request is unknown.
+  /// ones first, then cached ones, in input order), in `flush` the in-flight job ids of the
+  /// preempted requests and in `flush_requests` the preempted requests themselves (all of them,
+  /// in input order). Error, nothing changed, when a cached (non-new) request is unknown.
   result<connector_metadata> build_connector_meta(const step_input& in);
 
   /// Consumes aggregated job results and completes each job exactly once. Results for unknown or
   /// already completed job ids, or of the wrong kind, change nothing for that job; the others
   /// are still applied and the returned status names the rejected ids (errc::not_found or
-  /// errc::invalid_argument) for the caller to log.
+  /// errc::invalid_argument) for the caller to log. Finished delay_free requests with nothing
+  /// in flight are released and reported in finished_sending.
   status update_connector_output(const connector_output& out);
+
+  /// Consumes vLLM-style request-level outcomes (finished_sending first, then finished_recving,
+  /// in list order): finished_sending completes every store job of the request in flight
+  /// (successfully, oldest first, one stored event each) and forgets that it ever stored;
+  /// finished_recving completes its load job. Ids with nothing to complete are ignored. The
+  /// engine already knows these outcomes: nothing is added to take_request_completions.
+  status update_connector_output(const request_output& out);
 
   /// The request-level outcomes gathered since the last call.
   request_completions take_request_completions();
 
   /// The request finished (or was aborted); call once, before its blocks are freed. Returns
-  /// delay_free: true iff store jobs of the request are still in flight - then the engine frees
-  /// the blocks when the id shows up in finished_sending. Unknown ids: false.
+  /// delay_free: true iff a store job was ever planned for it (R1, see above) - then the engine
+  /// frees the blocks when the id shows up in finished_sending. Unknown ids: false.
   bool request_finished(std::string_view req_id);
 
   /// The manager's stored / removed events since the last call.
@@ -195,8 +245,14 @@ class connector_scheduler {
   bool load_in_flight(std::string_view req_id) const;
   /// Jobs handed out and not completed yet (loads recorded but not yet emitted included).
   size_t jobs_in_flight() const noexcept;
-  /// Requests with state (running, or finished with jobs still in flight).
+  /// Requests with state (running, or finished and still held: jobs in flight or
+  /// finished_sending owed).
   size_t tracked_requests() const noexcept;
+  /// The loads recorded by update_state_after_alloc for the next build_connector_meta.
+  std::span<const transfer_job> pending_loads() const noexcept;
+  /// The offload keys of a job in flight, in slot order (empty for unknown ids); valid until
+  /// the next non-const call.
+  std::span<const block_key> job_keys(job_id id) const;
   /// The manager, for read-only inspection (lookups in tests would count in the reuse filter).
   const offload_manager& manager() const noexcept;
 

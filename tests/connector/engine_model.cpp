@@ -437,7 +437,8 @@ step_report engine_model::step() {
   auto meta = sched_->build_connector_meta({rep.step, new_reqs, cached_reqs, preempted});
   if (!meta) {
     rep.errors.push_back("build_connector_meta: " + meta.error().to_string());
-    meta = connector_metadata{rep.step, {}, {}, {}};
+    meta = connector_metadata{};
+    meta->step = rep.step;
   }
   rep.meta = *meta;
 

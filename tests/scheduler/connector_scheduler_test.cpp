@@ -2,6 +2,7 @@
 // scenarios (§9 items 19-28 and 33) plus failure handling, driven by a small deterministic
 // engine stand-in over the real offload manager wrapped in a recording decorator.
 #include "actors/scheduler/connector_scheduler.hpp"
+#include "actors/channel/wire_codec.hpp"
 #include "actors/scheduler/forwarding_manager.hpp"
 
 #include <gtest/gtest.h>
@@ -222,8 +223,17 @@ class ConnectorSchedulerTest : public ::testing::Test {
     r.alloc(r.tokens.size(), next_block_);
     auto m = step({fresh(r, 0, static_cast<uint32_t>(r.tokens.size()))});
     for (const auto& j : m.stores) complete(j);
-    EXPECT_FALSE(conn_->request_finished(r.id));
+    // R1: a request that ever stored is held until finished_sending, which the next output
+    // brings even though every store already completed.
+    EXPECT_TRUE(conn_->request_finished(r.id));
+    release_owed();
     (void)conn_->take_request_completions();
+  }
+
+  /// An output with no job results: releases finished requests owed finished_sending.
+  void release_owed() {
+    auto s = conn_->update_connector_output(connector_output{step_, {}});
+    EXPECT_TRUE(s.ok()) << s.to_string();
   }
 
   recording_manager* mgr_ = nullptr;
@@ -278,6 +288,47 @@ TEST(ConnectorGeometryTest, DerivesFactorsAndRejectsBadSizes) {
   EXPECT_EQ(connector_scheduler::create(bad, nullptr).code(), errc::invalid_argument);
 }
 
+// A job's per-KV-cache-group values are inline: up to max_kv_cache_groups, compared by value.
+TEST(PerGroupTest, HoldsUpToTheGroupLimitAndComparesByValue) {
+  per_group g;
+  EXPECT_TRUE(g.empty());
+  for (uint32_t i = 0; i < max_kv_cache_groups; ++i) EXPECT_TRUE(g.push_back(10 + i));
+  EXPECT_FALSE(g.push_back(99));  // full: unchanged
+  EXPECT_EQ(g.size(), max_kv_cache_groups);
+  EXPECT_EQ(g, (per_group{10, 11, 12, 13}));
+  EXPECT_NE(g, (per_group{10, 11, 12}));
+  EXPECT_EQ(std::vector<uint32_t>(g.begin(), g.end()), (std::vector<uint32_t>{10, 11, 12, 13}));
+  EXPECT_EQ(per_group{}, per_group{});
+}
+
+// The planner's metadata crosses processes: its per-group job fields and the flushed requests
+// survive the step channel's wire codec (CAF's serialiser through the inspect overloads).
+TEST(ConnectorMetadataWireTest, GroupFieldsAndFlushedRequestsSurviveTheStepChannel) {
+  connector_metadata meta;
+  meta.step = 12;
+  transfer_job job;
+  job.id = 7;
+  job.request_id = "r3";
+  job.kind = transfer_kind::load;
+  job.slots = {4, 5};
+  job.gpu_blocks = {11, 12, 13};
+  job.skip = 1;
+  job.group_sizes = {3};
+  job.block_indices = {5};
+  meta.loads.push_back(job);
+  job.group_sizes = {3, 2, 1, 9};  // every group slot used
+  job.block_indices = {};
+  meta.stores.push_back(job);
+  meta.flush = {2, 3};
+  meta.flush_requests = {"r1", "r9"};
+  auto back = channel::decode_metadata(channel::encode(meta));
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  EXPECT_EQ(*back, meta);
+  EXPECT_EQ(back->loads[0].block_indices, per_group{5});
+  EXPECT_EQ(back->stores[0].group_sizes, (per_group{3, 2, 1, 9}));
+  EXPECT_EQ(back->flush_requests, (std::vector<std::string>{"r1", "r9"}));
+}
+
 // --- lookups (§9 items 21, 22) ------------------------------------------------------------
 
 TEST_F(ConnectorSchedulerTest, NoLookupWhenLessThanOneOffloadedBlockIsNew) {
@@ -330,6 +381,9 @@ TEST_F(ConnectorSchedulerTest, StoreCursorFollowsPrepareStoreOutcomes) {
   EXPECT_EQ(m.stores[0].gpu_blocks, (std::vector<gpu_block>{4, 5, 6}));
   EXPECT_EQ(m.stores[0].slots.size(), 1u);
   EXPECT_EQ(m.stores[0].skip, 0u);
+  // vLLM's GPULoadStoreSpec: one group of 3 blocks starting at block-table index 3.
+  EXPECT_EQ(m.stores[0].group_sizes, per_group{3});
+  EXPECT_EQ(m.stores[0].block_indices, per_group{3});
   EXPECT_TRUE(m.loads.empty());
   EXPECT_TRUE(m.flush.empty());
   complete(m.stores[0]);
@@ -396,7 +450,7 @@ TEST_F(ConnectorSchedulerTest, RunningRequestsAreMatchedByIdInAnyOrder) {
   std::vector<uint32_t> computed(reqs.size(), 12);
   for (size_t o = 0; o < orders.size(); ++o) {
     if (o == 2) {
-      EXPECT_FALSE(conn_->request_finished("r3"));
+      EXPECT_TRUE(conn_->request_finished("r3"));  // it stored: held until finished_sending
       reqs.emplace_back("r4", prompt(12, 900));
       (void)conn_->get_num_new_matched_tokens(reqs.back().view(), 0);
       reqs.back().alloc(12, next_block_);
@@ -441,7 +495,7 @@ TEST_F(ConnectorSchedulerTest, StoreJobCarriesTheGpuBlocksOfTheKeysActuallyStore
   mgr_->store_only.reset();
   ASSERT_EQ(m.stores.size(), 1u);
   complete(m.stores[0]);
-  EXPECT_FALSE(conn_->request_finished("a"));
+  EXPECT_TRUE(conn_->request_finished("a"));
 
   test_request b{"b", prompt(72, 1)};
   EXPECT_EQ(conn_->get_num_new_matched_tokens(b.view(), 0), (match_result{0u, false}));
@@ -452,6 +506,9 @@ TEST_F(ConnectorSchedulerTest, StoreJobCarriesTheGpuBlocksOfTheKeysActuallyStore
   EXPECT_EQ(m.stores[0].gpu_blocks,
             (std::vector<gpu_block>{100, 101, 102, 106, 107, 108, 112, 113, 114, 115, 116, 117}));
   EXPECT_EQ(m.stores[0].slots.size(), 4u);
+  // R1: the blocks need not be contiguous; the index is the first stored block's.
+  EXPECT_EQ(m.stores[0].group_sizes, per_group{12});
+  EXPECT_EQ(m.stores[0].block_indices, per_group{0});
 }
 
 TEST_F(ConnectorSchedulerTest, NullBlocksAreSkippedOrBecomeTheJobsSkip) {
@@ -465,6 +522,8 @@ TEST_F(ConnectorSchedulerTest, NullBlocksAreSkippedOrBecomeTheJobsSkip) {
   ASSERT_EQ(m.stores.size(), 1u);
   EXPECT_EQ(m.stores[0].gpu_blocks, (std::vector<gpu_block>{5, 6, 7, 8, 9}));
   EXPECT_EQ(m.stores[0].skip, 1u);
+  EXPECT_EQ(m.stores[0].block_indices, per_group{4});  // block 1's first non-null
+  EXPECT_EQ(m.stores[0].group_sizes, per_group{5});
   EXPECT_EQ(m.stores[0].slots.size(), 2u);
   EXPECT_EQ(m.stores[0].gpu_blocks.size(), m.stores[0].slots.size() * 3 - m.stores[0].skip);
 }
@@ -521,6 +580,10 @@ TEST_F(ConnectorSchedulerTest, LoadsFillTheBlocksAfterTheGpuCachedPrefix) {
   EXPECT_EQ(m.loads[2].gpu_blocks, (std::vector<gpu_block>{41, 42, 43, 44, 45}));
   EXPECT_EQ(m.loads[2].skip, 1u);
   EXPECT_EQ(m.loads[2].slots.size(), 2u);
+  EXPECT_EQ(m.loads[1].block_indices, per_group{6});
+  EXPECT_EQ(m.loads[1].group_sizes, per_group{3});
+  EXPECT_EQ(m.loads[2].block_indices, per_group{1});
+  EXPECT_EQ(m.loads[2].group_sizes, per_group{5});
   // Job ids come from one counter shared with the earlier store.
   EXPECT_LT(m.loads[0].id, m.loads[1].id);
   EXPECT_LT(m.loads[1].id, m.loads[2].id);
@@ -544,7 +607,7 @@ TEST_F(ConnectorSchedulerTest, LoadPlanningErrorsChangeNothing) {
   test_request c{"c", prompt(24, 1)};
   mgr_->calls.clear();
   // Never looked up.
-  auto s = conn_->update_state_after_alloc(c.view(), {}, 24);
+  auto s = conn_->update_state_after_alloc(c.view(), std::span<const gpu_block>{}, 24);
   EXPECT_EQ(s.code(), errc::not_found);
   EXPECT_EQ(conn_->get_num_new_matched_tokens(c.view(), 0), (match_result{24u, true}));
   // Too few GPU blocks for 24 tokens.
@@ -682,6 +745,7 @@ TEST_F(ConnectorSchedulerTest, PreemptionFlushesStoreJobsAndResumeLoadsThem) {
   mgr_->calls.clear();
   m = step({}, {}, {"p"});
   EXPECT_EQ(m.flush, (std::vector<job_id>{j1, in_flight[1].id}));
+  EXPECT_EQ(m.flush_requests, std::vector<std::string>{"p"});
   EXPECT_EQ(mgr_->count("complete_store"), 0u);
   EXPECT_FALSE(mgr_->hits(p.keys()[0]));
 
@@ -729,6 +793,7 @@ TEST_F(ConnectorSchedulerTest, ResumedRequestReplacesItsBlockIds) {
   EXPECT_TRUE(m.stores.empty());
   m = step({}, {}, {"p"});
   EXPECT_TRUE(m.flush.empty());
+  EXPECT_EQ(m.flush_requests, std::vector<std::string>{"p"});  // named without jobs (R1)
   // Resumed with fresh blocks 70..72: the old ids are dropped, not appended to.
   const std::vector<gpu_block> fresh_ids{70, 71, 72};
   m = step({}, {running(p, fresh_ids, 0, 12, /*resumed=*/true)});
@@ -796,7 +861,8 @@ TEST_F(ConnectorSchedulerTest, EachJobCompletesOnceAndFinishedSendingWaitsForThe
   EXPECT_TRUE(done.finished_recving.empty());
   EXPECT_EQ(conn_->tracked_requests(), 0u);
 
-  // A request whose stores all finished: no delay, no manager call at finish.
+  // A request whose stores all finished: still delay_free (R1: it stored), no manager call at
+  // finish, and finished_sending comes with the next output, job results or not.
   test_request b{"b", prompt(12, 500)};
   (void)conn_->get_num_new_matched_tokens(b.view(), 0);
   b.alloc(12, next_block_);
@@ -804,10 +870,23 @@ TEST_F(ConnectorSchedulerTest, EachJobCompletesOnceAndFinishedSendingWaitsForThe
   ASSERT_EQ(m3.stores.size(), 1u);
   complete(m3.stores[0]);
   mgr_->calls.clear();
-  EXPECT_FALSE(conn_->request_finished("b"));
+  EXPECT_TRUE(conn_->request_finished("b"));
   EXPECT_TRUE(mgr_->calls.empty());
   EXPECT_TRUE(conn_->take_request_completions().empty());
+  EXPECT_EQ(conn_->tracked_requests(), 1u);
+  release_owed();
+  EXPECT_TRUE(mgr_->calls.empty());
+  EXPECT_EQ(conn_->take_request_completions().finished_sending, std::vector<std::string>{"b"});
+  EXPECT_EQ(conn_->tracked_requests(), 0u);
   EXPECT_EQ(conn_->stats().stores_ok, 3u);
+
+  // A request that never stored is not delayed.
+  test_request c{"c", prompt(8, 700)};
+  (void)conn_->get_num_new_matched_tokens(c.view(), 0);
+  c.alloc(8, next_block_);
+  EXPECT_TRUE(step({fresh(c, 0, 8)}).stores.empty());
+  EXPECT_FALSE(conn_->request_finished("c"));
+  EXPECT_EQ(conn_->tracked_requests(), 0u);
 }
 
 TEST_F(ConnectorSchedulerTest, StoredAndRemovedEventsComeFromTheManager) {
@@ -927,6 +1006,266 @@ TEST_F(ConnectorSchedulerTest, UnknownDuplicateOrMismatchedResultsAreRejected) {
   EXPECT_EQ(mgr_->count("complete_store_failed"), 0u);
   EXPECT_EQ(conn_->stats().rejected_results, 4u);
   EXPECT_EQ(conn_->jobs_in_flight(), 0u);
+}
+
+// --- inputs as vLLM gives them: hashed flags, request-level outcomes
+// ------------------------------
+
+TEST_F(ConnectorSchedulerTest, LoadStartsAtTheFirstBlockWithoutAHash) {
+  test_request w{"w", prompt(36, 1)};
+  store_fully(w);
+  // 12 tokens computed locally, but the GPU prefix cache also holds block 3 (past num_computed):
+  // R1 starts the load at the first unhashed block, 4, skipping one sub-block of key 1.
+  test_request d{"d", prompt(36, 1)};
+  ASSERT_EQ(conn_->get_num_new_matched_tokens(d.view(), 12), (match_result{24u, true}));
+  next_block_ = 10;
+  d.alloc(36, next_block_);  // GPU 10..18
+  const std::vector<uint8_t> hashed{1, 1, 1, 1, 0, 0, 0, 0, 0};
+  const std::vector<uint8_t> too_few{1, 1, 1};
+  EXPECT_EQ(conn_->update_state_after_alloc(d.view(), {d.blocks, too_few}, 24).code(),
+            errc::invalid_argument);
+  ASSERT_TRUE(conn_->update_state_after_alloc(d.view(), {d.blocks, hashed}, 24).ok());
+  ASSERT_EQ(conn_->pending_loads().size(), 1u);
+  const transfer_job job = conn_->pending_loads()[0];
+  EXPECT_EQ(job.gpu_blocks, (std::vector<gpu_block>{14, 15, 16, 17, 18}));
+  EXPECT_EQ(job.block_indices, per_group{4});
+  EXPECT_EQ(job.group_sizes, per_group{5});
+  EXPECT_EQ(job.skip, 1u);
+  EXPECT_EQ(job.slots.size(), 2u);
+  EXPECT_EQ(std::vector<block_key>(conn_->job_keys(job.id).begin(), conn_->job_keys(job.id).end()),
+            slice(w.keys(), 1, 3));
+  auto m = step({});
+  ASSERT_EQ(m.loads.size(), 1u);
+  complete(m.loads[0]);
+
+  // Every block up to the hit already hashed: an empty load job (R1 records one), which still
+  // ends the request's wait through finished_recving.
+  test_request e{"e", prompt(24, 1)};
+  ASSERT_EQ(conn_->get_num_new_matched_tokens(e.view(), 0), (match_result{24u, true}));
+  e.alloc(24, next_block_);
+  const std::vector<uint8_t> all(e.blocks.size(), 1);
+  ASSERT_TRUE(conn_->update_state_after_alloc(e.view(), {e.blocks, all}, 24).ok());
+  m = step({});
+  ASSERT_EQ(m.loads.size(), 1u);
+  EXPECT_TRUE(m.loads[0].slots.empty());
+  EXPECT_TRUE(m.loads[0].gpu_blocks.empty());
+  EXPECT_TRUE(m.loads[0].group_sizes.empty());
+  EXPECT_TRUE(m.loads[0].block_indices.empty());
+  const std::vector<std::string_view> recving{"e"};
+  ASSERT_TRUE(conn_->update_connector_output(request_output{{}, recving}).ok());
+  EXPECT_FALSE(conn_->load_in_flight("e"));
+  EXPECT_EQ(conn_->jobs_in_flight(), 0u);
+}
+
+TEST_F(ConnectorSchedulerTest, RequestLevelOutputsCompleteTheRequestsJobs) {
+  test_request w{"w", prompt(12, 1)};
+  store_fully(w);
+  // a: two store jobs (chunked prefill); b: a load of w's block; c: deferred behind b.
+  test_request a{"a", prompt(24, 500)};
+  (void)conn_->get_num_new_matched_tokens(a.view(), 0);
+  a.alloc(12, next_block_);
+  auto m1 = step({fresh(a, 0, 12)});
+  auto ids = a.alloc(24, next_block_);
+  auto m2 = step({}, {running(a, ids, 12, 12)});
+  ASSERT_EQ(m1.stores.size() + m2.stores.size(), 2u);
+  test_request b{"b", prompt(12, 1)};
+  test_request c{"c", prompt(12, 1)};
+  ASSERT_EQ(conn_->get_num_new_matched_tokens(b.view(), 0), (match_result{12u, true}));
+  b.alloc(12, next_block_);
+  ASSERT_TRUE(conn_->update_state_after_alloc(b.view(), b.blocks, 12).ok());
+  ASSERT_EQ(step({}).loads.size(), 1u);
+  EXPECT_EQ(conn_->get_num_new_matched_tokens(c.view(), 0), (match_result{std::nullopt, false}));
+
+  // A preemption naming a request without jobs and one the planner never saw: both are
+  // flushed by name (R1's reqs_to_flush), without job ids.
+  auto m3 = step({}, {}, {"c", "ghost"});
+  EXPECT_EQ(m3.flush_requests, (std::vector<std::string>{"c", "ghost"}));
+  EXPECT_TRUE(m3.flush.empty());
+
+  // finished_sending completes every store job of a (one stored event per job); finished_recving
+  // b's load; ids with nothing to complete are ignored. The engine knows these outcomes already.
+  (void)conn_->take_events();
+  mgr_->calls.clear();
+  const std::vector<std::string_view> sending{"a", "nobody"};
+  const std::vector<std::string_view> recving{"b", "c"};
+  ASSERT_TRUE(conn_->update_connector_output(request_output{sending, recving}).ok());
+  EXPECT_EQ(mgr_->ops(),
+            (std::vector<std::string>{"complete_store", "complete_store", "complete_load"}));
+  EXPECT_TRUE(conn_->take_request_completions().empty());
+  EXPECT_EQ(conn_->jobs_in_flight(), 0u);
+  const auto ev = conn_->take_events();
+  ASSERT_EQ(ev.size(), 2u);
+  EXPECT_EQ(ev[0].keys, slice(a.keys(), 0, 1));
+  EXPECT_EQ(ev[1].keys, slice(a.keys(), 1, 2));
+  // c is no longer held back; a's finished_sending dropped its store entry (R1 pops it).
+  EXPECT_EQ(conn_->get_num_new_matched_tokens(c.view(), 0), (match_result{12u, true}));
+  EXPECT_FALSE(conn_->request_finished("a"));
+}
+
+// --- vLLM R1 reproductions (shared/reference/connector_traces/repro-*.jsonl)
+// ----------------------
+
+/// The reproductions' geometry: GPU block = offloaded block = hash block = 4 tokens, a 2-slot
+/// LRU pool with events. Block hashes are the trace's integers.
+class ConnectorR1ReproTest : public ::testing::Test {
+ protected:
+  struct trace_request {
+    std::string id;
+    std::vector<block_key> hashes;
+    uint32_t num_tokens = 0;
+    request_view view() const { return {id, hashes, num_tokens}; }
+  };
+
+  void SetUp() override {
+    connector_config cfg;
+    cfg.gpu_block_size = 4;
+    cfg.offloaded_block_size = 4;
+    cfg.hash_block_size = 4;
+    cfg.manager.capacity = 2;
+    auto cs = connector_scheduler::create(cfg);
+    ASSERT_TRUE(cs.ok()) << cs.error().to_string();
+    conn_ = std::move(*cs);
+  }
+
+  static std::vector<block_key> keys(std::initializer_list<uint64_t> ints) {
+    std::vector<block_key> out;
+    for (uint64_t i : ints) out.push_back(block_key::from_index(i));
+    return out;
+  }
+  static trace_request request(std::string id, std::initializer_list<uint64_t> hashes) {
+    return {std::move(id), keys(hashes), static_cast<uint32_t>(4 * hashes.size())};
+  }
+
+  connector_metadata step(std::vector<scheduled_request> fresh,
+                          std::vector<scheduled_request> cached,
+                          std::vector<std::string_view> preempted = {}) {
+    auto m = conn_->build_connector_meta({step_++, fresh, cached, preempted});
+    EXPECT_TRUE(m.ok()) << m.error().to_string();
+    return m.ok() ? std::move(*m) : connector_metadata{};
+  }
+  /// The trace's worker: a preempted request's flushed store jobs complete right after the step.
+  void complete_flushed(const connector_metadata& m) {
+    connector_output out{m.step, {}};
+    for (job_id id : m.flush) out.jobs.push_back({id, transfer_kind::store, true});
+    auto s = conn_->update_connector_output(out);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+  }
+  void finished_sending(std::vector<std::string_view> ids) {
+    auto s = conn_->update_connector_output(request_output{ids, {}});
+    EXPECT_TRUE(s.ok()) << s.to_string();
+  }
+  /// take_events as (kind, keys) pairs.
+  std::vector<std::pair<kv_event_kind, std::vector<block_key>>> events() {
+    std::vector<std::pair<kv_event_kind, std::vector<block_key>>> out;
+    for (auto& e : conn_->take_events()) out.emplace_back(e.kind, std::move(e.keys));
+    return out;
+  }
+  using ev = std::pair<kv_event_kind, std::vector<block_key>>;
+
+  std::unique_ptr<connector_scheduler> conn_;
+  step_id step_ = 0;
+};
+
+// repro-store-cursor-after-preemption: rA's blocks are stored, flushed by a preemption, then
+// evicted by rB; rA resumes with chunked prefill (4 of 8 tokens), which moves its store cursor
+// back to 1, so the next step offers block 1 again and stores it (evicting 202). Before the fix
+// the cursor stayed at 2 and block 1 was never stored again.
+TEST_F(ConnectorR1ReproTest, StoreCursorMovesBackAfterPreemption) {
+  const auto a = request("rA", {101, 102});
+  EXPECT_EQ(conn_->get_num_new_matched_tokens(a.view(), 0), (match_result{0u, false}));
+  const std::vector<gpu_block> a_blocks{1, 2};
+  auto m = step({{a.view(), a_blocks, 0, 8}}, {});
+  ASSERT_EQ(m.stores.size(), 1u);
+  EXPECT_EQ(m.stores[0].slots, (std::vector<cpu_slot>{0, 1}));
+
+  m = step({}, {}, {"rA"});
+  EXPECT_EQ(m.flush_requests, std::vector<std::string>{"rA"});
+  complete_flushed(m);
+  EXPECT_EQ(events(), (std::vector<ev>{{kv_event_kind::stored, keys({101, 102})}}));
+
+  const auto b = request("rB", {201, 202});
+  EXPECT_EQ(conn_->get_num_new_matched_tokens(b.view(), 0), (match_result{0u, false}));
+  const std::vector<gpu_block> b_blocks{3, 4};
+  m = step({{b.view(), b_blocks, 0, 8}}, {});
+  ASSERT_EQ(m.stores.size(), 1u);
+  EXPECT_EQ(m.stores[0].slots, (std::vector<cpu_slot>{0, 1}));
+  EXPECT_TRUE(conn_->request_finished("rB"));
+  finished_sending({"rB"});
+  EXPECT_EQ(events(), (std::vector<ev>{{kv_event_kind::removed, keys({102, 101})},
+                                       {kv_event_kind::stored, keys({201, 202})}}));
+
+  // Resumed: blocks 5, 6; 4 tokens recomputed this step, 4 the next.
+  EXPECT_EQ(conn_->get_num_new_matched_tokens(a.view(), 0), (match_result{0u, false}));
+  const std::vector<gpu_block> a_new{5, 6};
+  m = step({}, {{a.view(), a_new, 0, 4, /*resumed=*/true}});
+  EXPECT_TRUE(m.stores.empty());
+  EXPECT_TRUE(events().empty());
+  m = step({}, {{a.view(), {}, 4, 4}});
+  ASSERT_EQ(m.stores.size(), 1u);
+  EXPECT_EQ(m.stores[0].request_id, "rA");
+  EXPECT_EQ(m.stores[0].slots, std::vector<cpu_slot>{1});
+  EXPECT_EQ(m.stores[0].gpu_blocks, std::vector<gpu_block>{6});
+  EXPECT_EQ(m.stores[0].group_sizes, per_group{1});
+  EXPECT_EQ(m.stores[0].block_indices, per_group{1});
+  EXPECT_EQ(std::vector<block_key>(conn_->job_keys(m.stores[0].id).begin(),
+                                   conn_->job_keys(m.stores[0].id).end()),
+            keys({102}));
+  EXPECT_EQ(events(), (std::vector<ev>{{kv_event_kind::removed, keys({202})}}));
+}
+
+// repro-delay-free-after-flush: rA stored, was preempted (the flush completed its store and left
+// nothing in flight) and is aborted while waiting: R1 still answers delay_free = true, and a
+// finished_sending for it follows.
+TEST_F(ConnectorR1ReproTest, DelayFreeAfterPreemptionFlush) {
+  const auto a = request("rA", {101, 102});
+  (void)conn_->get_num_new_matched_tokens(a.view(), 0);
+  const std::vector<gpu_block> a_blocks{1, 2};
+  ASSERT_EQ(step({{a.view(), a_blocks, 0, 8}}, {}).stores.size(), 1u);
+  auto m = step({}, {}, {"rA"});
+  complete_flushed(m);
+  EXPECT_EQ(events(), (std::vector<ev>{{kv_event_kind::stored, keys({101, 102})}}));
+  EXPECT_EQ(conn_->jobs_in_flight(), 0u);
+
+  EXPECT_TRUE(conn_->request_finished("rA"));
+  EXPECT_EQ(conn_->tracked_requests(), 1u);  // held for finished_sending
+  finished_sending({"rA"});                  // the engine's worker reports it (vLLM)
+  EXPECT_EQ(conn_->tracked_requests(), 0u);
+  EXPECT_TRUE(conn_->take_request_completions().empty());
+  EXPECT_TRUE(events().empty());
+
+  // With job results instead (kvconnect's workers), the planner reports it itself.
+  const auto c = request("rC", {301});
+  (void)conn_->get_num_new_matched_tokens(c.view(), 0);
+  const std::vector<gpu_block> c_blocks{7};
+  ASSERT_EQ(step({{c.view(), c_blocks, 0, 4}}, {}).stores.size(), 1u);
+  complete_flushed(step({}, {}, {"rC"}));
+  EXPECT_TRUE(conn_->request_finished("rC"));
+  EXPECT_TRUE(conn_->update_connector_output(connector_output{step_, {}}).ok());
+  EXPECT_EQ(conn_->take_request_completions().finished_sending, std::vector<std::string>{"rC"});
+  EXPECT_EQ(conn_->tracked_requests(), 0u);
+}
+
+// repro-event-grouping: rA stores one block per step; at finished_sending R1 completes both in
+// one call (one BlockStored [101, 102]), kvconnect per job (BlockStored [101], BlockStored
+// [102]): the same blocks, and equal once consecutive events of one type are merged.
+TEST_F(ConnectorR1ReproTest, OneStoredEventPerJob) {
+  const auto a = request("rA", {101, 102});
+  (void)conn_->get_num_new_matched_tokens(a.view(), 0);
+  const std::vector<gpu_block> a_blocks{1, 2};
+  auto m = step({{a.view(), a_blocks, 0, 4}}, {});
+  ASSERT_EQ(m.stores.size(), 1u);
+  EXPECT_EQ(m.stores[0].gpu_blocks, std::vector<gpu_block>{1});
+  EXPECT_EQ(m.stores[0].block_indices, per_group{0});
+  m = step({}, {{a.view(), {}, 4, 4}});
+  ASSERT_EQ(m.stores.size(), 1u);
+  EXPECT_EQ(m.stores[0].gpu_blocks, std::vector<gpu_block>{2});
+  EXPECT_EQ(m.stores[0].block_indices, per_group{1});
+  EXPECT_TRUE(step({}, {}).stores.empty());
+  EXPECT_TRUE(conn_->request_finished("rA"));
+  finished_sending({"rA"});
+  EXPECT_EQ(events(), (std::vector<ev>{{kv_event_kind::stored, keys({101})},
+                                       {kv_event_kind::stored, keys({102})}}));
+  EXPECT_EQ(conn_->tracked_requests(), 0u);
 }
 
 // --- a seeded random workload: global invariants ---------------------------------------------
