@@ -16,7 +16,9 @@ namespace kvc {
 ///    messages (kvc_engine, kvc_submit, kvc_ready).
 /// 3: a step's messages travel only on the step channel (no CAF metadata, reports, expect or
 ///    connect mode); workers are stopped with kvc_stop.
-inline constexpr uint32_t protocol_version = 3;
+/// 4: connector_metadata carries flush_requests, and each job its KV-cache groups' sizes and
+///    block indices (vLLM's GPULoadStoreSpec).
+inline constexpr uint32_t protocol_version = 4;
 
 struct worker_registration {
   uint32_t protocol_version = 0;

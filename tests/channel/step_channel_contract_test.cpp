@@ -36,7 +36,8 @@ connector_metadata step(step_id s) {
   connector_metadata m;
   m.step = s;
   m.loads.push_back({.id = s * 10, .request_id = "req", .kind = transfer_kind::load,
-                     .slots = {1, 2}, .gpu_blocks = {3, 4}});
+                     .slots = {1, 2}, .gpu_blocks = {3, 4}, .skip = 0, .group_sizes = {16},
+                     .block_indices = {0}});
   return m;
 }
 

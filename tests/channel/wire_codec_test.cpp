@@ -37,14 +37,17 @@ transfer_job sample_job(job_id id, transfer_kind kind) {
           .kind = kind,
           .slots = {7, 8, 4'000'000'000u},
           .gpu_blocks = {1, 2, 3, 4, 5},
-          .skip = 1};
+          .skip = 1,
+          .group_sizes = {16, 32},
+          .block_indices = {0, 7}};
 }
 
 connector_metadata sample_metadata_full() {
   return {.step = 42,
           .loads = {sample_job(1, transfer_kind::load)},
           .stores = {sample_job(2, transfer_kind::store), sample_job(3, transfer_kind::store)},
-          .flush = {1, std::numeric_limits<job_id>::max()}};
+          .flush = {1, std::numeric_limits<job_id>::max()},
+          .flush_requests = {"preempted-a", ""}};
 }
 
 completion_event sample_event() {
@@ -72,8 +75,8 @@ job_result sample_result() {
 connector_metadata sample_metadata() {
   connector_metadata m;
   m.step = 42;
-  m.loads.push_back({7, "req-a", transfer_kind::load, {1, 2, 3}, {10, 11, 12}, 1});
-  m.stores.push_back({8, "req-b", transfer_kind::store, {4}, {13}, 0});
+  m.loads.push_back({7, "req-a", transfer_kind::load, {1, 2, 3}, {10, 11, 12}, 1, {16}, {0}});
+  m.stores.push_back({8, "req-b", transfer_kind::store, {4}, {13}, 0, {}, {}});
   m.flush = {5, 6};
   return m;
 }
@@ -142,7 +145,7 @@ TEST(WireCodecTest, BadFramesAreOneClearError) {
   wire_bytes truncated = meta;
   truncated.resize(truncated.size() / 2);
   EXPECT_THAT(decode_metadata(truncated).error().message(), HasSubstr("malformed metadata"));
-  wire_bytes trailing = encode(wire_hello{1, 1});
+  wire_bytes trailing = encode(wire_hello{1, 1, "t"});
   trailing.push_back('x');
   EXPECT_THAT(decode_hello(trailing).error().message(), HasSubstr("1 trailing bytes"));
 }

@@ -24,7 +24,7 @@ connector_metadata step_with_load(step_id s, job_id job) {
   connector_metadata m;
   m.step = s;
   m.loads.push_back({.id = job, .request_id = "r", .kind = transfer_kind::load, .slots = {1},
-                     .gpu_blocks = {2}});
+                     .gpu_blocks = {2}, .skip = 0, .group_sizes = {}, .block_indices = {}});
   return m;
 }
 

@@ -15,6 +15,13 @@
 namespace kvc::worker {
 namespace {
 
+/// A step's metadata without flushed requests (the fields the tests set).
+connector_metadata meta(step_id step, std::vector<transfer_job> loads = {},
+                        std::vector<transfer_job> stores = {}, std::vector<job_id> flush = {}) {
+  return {step, std::move(loads), std::move(stores), std::move(flush), {}};
+}
+
+
 constexpr uint32_t k_blocks = 16;  // GPU blocks per layer (0 = null block)
 constexpr uint64_t k_page = 64;    // bytes of one GPU block of one layer
 constexpr uint32_t k_layers = 2;
@@ -103,11 +110,11 @@ struct rank_fixture {
 
 transfer_job store_job(job_id id, std::string req, std::vector<cpu_slot> slots,
                        std::vector<gpu_block> blocks, uint32_t skip = 0) {
-  return {id, std::move(req), transfer_kind::store, std::move(slots), std::move(blocks), skip};
+  return {id, std::move(req), transfer_kind::store, std::move(slots), std::move(blocks), skip, {}, {}};
 }
 transfer_job load_job(job_id id, std::string req, std::vector<cpu_slot> slots,
                       std::vector<gpu_block> blocks, uint32_t skip = 0) {
-  return {id, std::move(req), transfer_kind::load, std::move(slots), std::move(blocks), skip};
+  return {id, std::move(req), transfer_kind::load, std::move(slots), std::move(blocks), skip, {}, {}};
 }
 
 std::vector<job_id> ids_of(const worker_output& out) {
@@ -162,14 +169,14 @@ TEST(TransferExecutorTest, RegisterRejectsBlocksThatDoNotFitASlot) {
 
 TEST(TransferExecutorTest, StoreIsSubmittedInTheNextStepAndPacksSubBlocks) {
   rank_fixture f{/*factor=*/2};
-  connector_metadata m1{1, {}, {store_job(7, "a", {3}, {5, 9})}, {}};
+  connector_metadata m1 = meta(1, {}, {store_job(7, "a", {3}, {5, 9})}, {});
   auto out1 = f.step(m1);
   EXPECT_TRUE(out1.jobs.empty());
   EXPECT_EQ(f.worker->phase(7), job_phase::queued);
   EXPECT_EQ(f.worker->transfers_in_flight(), 0u);
   EXPECT_EQ(*f.cpu_page(3, 0, 0), std::byte{0});  // nothing copied yet
 
-  auto out2 = f.step({2, {}, {}, {}});
+  auto out2 = f.step(meta(2, {}, {}, {}));
   ASSERT_EQ(out2.jobs.size(), 1u);
   EXPECT_EQ(out2.jobs[0], (job_result{7, transfer_kind::store, true, errc::ok,
                                       2 * k_layers * k_page, out2.jobs[0].seconds}));
@@ -182,7 +189,7 @@ TEST(TransferExecutorTest, StoreIsSubmittedInTheNextStepAndPacksSubBlocks) {
   }
   EXPECT_EQ(f.worker->phase(7), job_phase::unknown);
   EXPECT_EQ(f.worker->jobs_known(), 0u);
-  EXPECT_TRUE(f.step({3, {}, {}, {}}).jobs.empty());  // reported exactly once
+  EXPECT_TRUE(f.step(meta(3, {}, {}, {})).jobs.empty());  // reported exactly once
 }
 
 TEST(TransferExecutorTest, LoadStartingMidOffloadedBlockSkipsLeadingSubBlocks) {
@@ -195,7 +202,7 @@ TEST(TransferExecutorTest, LoadStartingMidOffloadedBlockSkipsLeadingSubBlocks) {
     }
   }
   const std::vector<gpu_block> dst{2, 3, 11, 12, 13};  // slot 1 sub-blocks 1,2; slot 2 all
-  auto out = f.step({1, {load_job(4, "r", {1, 2}, dst, /*skip=*/1)}, {}, {}});
+  auto out = f.step(meta(1, {load_job(4, "r", {1, 2}, dst, /*skip=*/1)}, {}, {}));
   ASSERT_EQ(ids_of(out), std::vector<job_id>{4});
   EXPECT_TRUE(out.jobs[0].ok);
   EXPECT_EQ(out.jobs[0].bytes, 5 * k_layers * k_page);
@@ -219,10 +226,10 @@ TEST(TransferExecutorTest, DeferredStoresAreSubmittedBeforeTheStepsLoads) {
   fault_plan plan{
       1, {{fault_target::any, fault_trigger::nth, 0, 0.0, fault_action::fail_at_submit, 0, 0}}};
   rank_fixture f{1, plan};
-  EXPECT_TRUE(f.step({1, {}, {store_job(1, "s", {0}, {4})}, {}}).jobs.empty());
+  EXPECT_TRUE(f.step(meta(1, {}, {store_job(1, "s", {0}, {4})}, {})).jobs.empty());
   // No handle_preemptions this time: start_load_kv submits the deferred store itself.
   auto& w = *f.worker;
-  ASSERT_TRUE(w.bind_connector_metadata({2, {load_job(2, "l", {5}, {6})}, {}, {}}).ok());
+  ASSERT_TRUE(w.bind_connector_metadata(meta(2, {load_job(2, "l", {5}, {6})}, {}, {})).ok());
   ASSERT_TRUE(w.start_load_kv().ok());
   ASSERT_TRUE(w.wait_for_save().ok());
   ASSERT_TRUE(w.wait_in_flight().ok());
@@ -239,7 +246,7 @@ TEST(TransferExecutorTest, SubmitFailureIsAFailedJobReportedOnce) {
       1, {{fault_target::load, fault_trigger::nth, 0, 0.0, fault_action::fail_at_submit, 0, 0}}};
   rank_fixture f{2, plan};
   auto out =
-      f.step({1, {load_job(3, "r", {1, 2}, {7, 8, 9, 10}), load_job(4, "q", {3}, {5, 6})}, {}, {}});
+      f.step(meta(1, {load_job(3, "r", {1, 2}, {7, 8, 9, 10}), load_job(4, "q", {3}, {5, 6})}, {}, {}));
   ASSERT_EQ(out.jobs.size(), 2u);
   EXPECT_EQ(*find_job(out, 3), (job_result{3, transfer_kind::load, false, errc::injected_fault}));
   EXPECT_TRUE(find_job(out, 4)->ok);
@@ -250,7 +257,7 @@ TEST(TransferExecutorTest, SubmitFailureIsAFailedJobReportedOnce) {
   EXPECT_TRUE(f.worker->get_block_ids_with_load_errors().empty());
   // The failed load copied nothing.
   EXPECT_EQ(f.gpu_page(0, 7)[0], rank_fixture::gpu_byte(0, 7, 0));
-  EXPECT_TRUE(f.step({2, {}, {}, {}}).jobs.empty());
+  EXPECT_TRUE(f.step(meta(2, {}, {}, {})).jobs.empty());
 }
 
 TEST(TransferExecutorTest, FailureAtCompletionIsReportedWithItsError) {
@@ -258,8 +265,8 @@ TEST(TransferExecutorTest, FailureAtCompletionIsReportedWithItsError) {
       1,
       {{fault_target::store, fault_trigger::nth, 1, 0.0, fault_action::fail_at_completion, 0, 0}}};
   rank_fixture f{1, plan};
-  f.step({1, {}, {store_job(1, "a", {0}, {1}), store_job(2, "a", {1}, {2})}, {}});
-  auto out = f.step({2, {}, {}, {}});
+  f.step(meta(1, {}, {store_job(1, "a", {0}, {1}), store_job(2, "a", {1}, {2})}, {}));
+  auto out = f.step(meta(2, {}, {}, {}));
   ASSERT_EQ(ids_of(out), (std::vector<job_id>{1, 2}));  // FIFO per direction
   EXPECT_TRUE(out.jobs[0].ok);
   EXPECT_FALSE(out.jobs[1].ok);
@@ -269,13 +276,13 @@ TEST(TransferExecutorTest, FailureAtCompletionIsReportedWithItsError) {
 
 TEST(TransferExecutorTest, JobsThatCannotBeBuiltFailInsteadOfCrashing) {
   rank_fixture f{2};
-  auto out = f.step({1,
+  auto out = f.step(meta(1,
                      {load_job(1, "r", {k_slots}, {1, 2}),       // slot out of range
                       load_job(2, "r2", {0}, {1, 2, 3}),         // count mismatch
                       load_job(3, "r3", {0}, {k_blocks, 1}),     // GPU block out of range
                       load_job(4, "r4", {0}, {1}, /*skip=*/2)},  // skip >= factor
                      {},
-                     {}});
+                     {}));
   ASSERT_EQ(out.jobs.size(), 4u);
   for (const auto& j : out.jobs) {
     EXPECT_FALSE(j.ok) << j.job;
@@ -289,7 +296,7 @@ TEST(TransferExecutorTest, JobsThatCannotBeBuiltFailInsteadOfCrashing) {
   std::vector<std::byte> pool(k_slots * k_stride);
   auto w = transfer_executor::create({0, 1, {pool.data(), k_stride, k_slots}}, engine);
   ASSERT_TRUE(w.ok());
-  ASSERT_TRUE(w->bind_connector_metadata({1, {load_job(9, "r", {0}, {1})}, {}, {}}).ok());
+  ASSERT_TRUE(w->bind_connector_metadata(meta(1, {load_job(9, "r", {0}, {1})}, {}, {})).ok());
   ASSERT_TRUE(w->start_load_kv().ok());
   auto o = w->get_finished({});
   ASSERT_EQ(o.jobs.size(), 1u);
@@ -303,13 +310,13 @@ TEST(TransferExecutorTest, MisuseIsRefusedAndChangesNothing) {
   EXPECT_EQ(w.start_load_kv().code(), errc::precondition_failed);
   EXPECT_EQ(w.wait_for_save().code(), errc::precondition_failed);
 
-  connector_metadata dup{1, {load_job(1, "a", {0}, {1})}, {store_job(1, "a", {1}, {2})}, {}};
+  connector_metadata dup = meta(1, {load_job(1, "a", {0}, {1})}, {store_job(1, "a", {1}, {2})}, {});
   EXPECT_EQ(w.bind_connector_metadata(dup).code(), errc::invalid_argument);
   EXPECT_FALSE(w.has_metadata());
   EXPECT_EQ(w.jobs_known(), 0u);
 
-  ASSERT_TRUE(w.bind_connector_metadata({1, {}, {store_job(5, "a", {1}, {2})}, {}}).ok());
-  EXPECT_EQ(w.bind_connector_metadata({2, {}, {}, {}}).code(), errc::precondition_failed);
+  ASSERT_TRUE(w.bind_connector_metadata(meta(1, {}, {store_job(5, "a", {1}, {2})}, {})).ok());
+  EXPECT_EQ(w.bind_connector_metadata(meta(2, {}, {}, {})).code(), errc::precondition_failed);
   ASSERT_TRUE(w.start_load_kv().ok());
   EXPECT_EQ(w.start_load_kv().code(), errc::precondition_failed);
   ASSERT_TRUE(w.wait_for_save().ok());
@@ -317,7 +324,7 @@ TEST(TransferExecutorTest, MisuseIsRefusedAndChangesNothing) {
   EXPECT_EQ(w.queued_stores(), 1u);  // queued once
   w.clear_connector_metadata();
   // Job 5 is still known (queued): reusing its id is refused.
-  EXPECT_EQ(w.bind_connector_metadata({2, {load_job(5, "b", {0}, {1})}, {}, {}}).code(),
+  EXPECT_EQ(w.bind_connector_metadata(meta(2, {load_job(5, "b", {0}, {1})}, {}, {})).code(),
             errc::invalid_argument);
   EXPECT_EQ(w.queued_stores(), 1u);
 }
@@ -326,7 +333,7 @@ TEST(TransferExecutorTest, ClearingUnstartedJobsFailsThemSoEachIsReported) {
   rank_fixture f{1};
   auto& w = *f.worker;
   ASSERT_TRUE(w.bind_connector_metadata(
-                   {1, {load_job(1, "a", {0}, {1})}, {store_job(2, "b", {1}, {2})}, {}})
+                   meta(1, {load_job(1, "a", {0}, {1})}, {store_job(2, "b", {1}, {2})}))
                   .ok());
   EXPECT_EQ(w.phase(1), job_phase::bound);
   w.clear_connector_metadata();
@@ -343,13 +350,13 @@ TEST(TransferExecutorTest, HandlePreemptionsWaitsOnlyForFlushJobs) {
   fault_plan plan{
       1, {{fault_target::store, fault_trigger::probability, 0, 1.0, fault_action::delay, 0, 0}}};
   rank_fixture f{1, plan};
-  f.step({1, {}, {store_job(1, "a", {0}, {1}), store_job(2, "b", {1}, {2})}, {}});
+  f.step(meta(1, {}, {store_job(1, "a", {0}, {1}), store_job(2, "b", {1}, {2})}, {}));
   // Step 2 submits both; nothing is flushed, so both stay in flight.
-  f.step({2, {}, {}, {}}, {}, /*wait=*/false);
+  f.step(meta(2, {}, {}, {}), {}, /*wait=*/false);
   EXPECT_EQ(f.worker->phase(1), job_phase::in_flight);
   EXPECT_EQ(f.worker->phase(2), job_phase::in_flight);
   // Step 3 flushes job 2 (and an id the worker never saw): handle_preemptions blocks on it.
-  ASSERT_TRUE(f.worker->bind_connector_metadata({3, {}, {}, {2, 99}}).ok());
+  ASSERT_TRUE(f.worker->bind_connector_metadata(meta(3, {}, {}, {2, 99})).ok());
   ASSERT_TRUE(f.worker->handle_preemptions().ok());
   EXPECT_EQ(f.worker->phase(2), job_phase::finished);  // FIFO: job 1 was released with it
   ASSERT_TRUE(f.worker->start_load_kv().ok());
@@ -362,10 +369,10 @@ TEST(TransferExecutorTest, HandlePreemptionsWaitsOnlyForFlushJobs) {
 TEST(TransferExecutorTest, HandlePreemptionsSubmitsDeferredStoresBeforeFlushing) {
   rank_fixture f{1};
   f.sim->pause(cuda::direction::gpu_to_cpu);
-  f.step({1, {}, {store_job(1, "a", {0}, {3})}, {}});
+  f.step(meta(1, {}, {store_job(1, "a", {0}, {3})}, {}));
   f.sim->resume(cuda::direction::gpu_to_cpu);
   EXPECT_EQ(f.worker->phase(1), job_phase::queued);
-  ASSERT_TRUE(f.worker->bind_connector_metadata({2, {}, {}, {1}}).ok());
+  ASSERT_TRUE(f.worker->bind_connector_metadata(meta(2, {}, {}, {1})).ok());
   ASSERT_TRUE(f.worker->handle_preemptions().ok());
   EXPECT_EQ(f.worker->phase(1), job_phase::finished);
   EXPECT_EQ(std::memcmp(f.cpu_page(0, 0, 1), f.gpu_page(1, 3).data(), k_page), 0);
@@ -378,28 +385,28 @@ TEST(TransferExecutorTest, HandlePreemptionsSubmitsDeferredStoresBeforeFlushing)
 TEST(TransferExecutorTest, RequestLevelSetsFollowR1) {
   rank_fixture f{1};
   // Step 1: stores for a (two jobs) and b (one job); c has none.
-  f.step({1,
+  f.step(meta(1,
           {},
           {store_job(1, "a", {0}, {1}), store_job(2, "a", {1}, {2}), store_job(3, "b", {2}, {3})},
-          {}});
+          {}));
   // Step 2: the stores run. Hold them so that a and b finish while they are in flight.
   f.sim->pause(cuda::direction::gpu_to_cpu);
-  auto out2 = f.step({2, {}, {store_job(4, "b", {3}, {4})}, {}}, {}, /*wait=*/false);
+  auto out2 = f.step(meta(2, {}, {store_job(4, "b", {3}, {4})}, {}), {}, /*wait=*/false);
   EXPECT_TRUE(out2.jobs.empty());
   // Step 3: a and c finish. a has jobs in flight -> waiting; c has no set -> nothing.
-  auto out3 = f.step({3, {}, {}, {}}, {"a", "c"}, /*wait=*/false);
+  auto out3 = f.step(meta(3, {}, {}, {}), {"a", "c"}, /*wait=*/false);
   EXPECT_TRUE(out3.finished_sending.empty());
   f.sim->resume(cuda::direction::gpu_to_cpu);
   ASSERT_TRUE(f.worker->wait_in_flight().ok());
   // Step 4: jobs 1..4 finish (4 was submitted at step 3's start). a's set empties while a is
   // waiting -> sending. b's set is empty but b has not finished -> nothing yet.
-  auto out4 = f.step({4, {}, {}, {}});
+  auto out4 = f.step(meta(4, {}, {}, {}));
   EXPECT_EQ(ids_of(out4), (std::vector<job_id>{1, 2, 3, 4}));
   EXPECT_EQ(out4.finished_sending, strings{"a"});
   // Step 5: b finishes with an existing empty set -> sending at once; a is gone -> nothing.
-  auto out5 = f.step({5, {}, {}, {}}, {"b", "a"});
+  auto out5 = f.step(meta(5, {}, {}, {}), {"b", "a"});
   EXPECT_EQ(out5.finished_sending, strings{"b"});
-  EXPECT_TRUE(f.step({6, {}, {}, {}}, {"b"}).finished_sending.empty());
+  EXPECT_TRUE(f.step(meta(6, {}, {}, {}), {"b"}).finished_sending.empty());
 }
 
 TEST(TransferExecutorTest, ForeignTransfersOnTheEngineAreIgnored) {
@@ -410,7 +417,7 @@ TEST(TransferExecutorTest, ForeignTransfersOnTheEngineAreIgnored) {
   auto tid = f.engine->submit(cuda::direction::cpu_to_gpu, std::span(&op, 1));
   ASSERT_TRUE(tid.ok()) << tid.error().to_string();
   ASSERT_TRUE(f.engine->wait(std::span(&*tid, 1)).ok());
-  auto out = f.step({1, {}, {}, {}});
+  auto out = f.step(meta(1, {}, {}, {}));
   EXPECT_TRUE(out.jobs.empty());
   EXPECT_EQ(f.worker->foreign_reports(), 1u);
 }
