@@ -34,7 +34,7 @@ set(KVC_PUBLIC_HEADERS
   actors/embed/scheduler_connector.hpp
   actors/embed/worker_connector.hpp
   actors/scheduler/connector_config.hpp
-  actors/scheduler/connector_scheduler.hpp
+  actors/scheduler/planner.hpp
   actors/scheduler/manager_config.hpp
   actors/scheduler/offload_manager.hpp
   cuda/copy_engine.hpp

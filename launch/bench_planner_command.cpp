@@ -1,4 +1,4 @@
-// `kvconnect bench planner`: the scheduler side of the connector (connector_scheduler over the
+// `kvconnect bench planner`: the scheduler side of the connector (planner over the
 // real offload manager) under a steady decode workload, with no workers: every job's result is
 // fed back, successful, one step after the job was planned.
 //
@@ -23,7 +23,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "actors/scheduler/connector_scheduler.hpp"
+#include "actors/scheduler/planner.hpp"
 #include "actors/scheduler/forwarding_manager.hpp"
 #include "launch/commands.hpp"
 
@@ -31,7 +31,7 @@ namespace kvc::launch {
 
 namespace {
 
-using scheduler::connector_scheduler;
+using scheduler::planner;
 using scheduler::request_view;
 using scheduler::scheduled_request;
 using scheduler::step_input;
@@ -155,7 +155,7 @@ class planner_bench {
     check(mgr.ok() ? status{} : mgr.error());
     std::unique_ptr<scheduler::offload_manager> m = std::move(*mgr);
     if (opt_.split) m = std::make_unique<timed_manager>(std::move(m), manager_time_, manager_keys_);
-    auto made = connector_scheduler::create(cfg, std::move(m));
+    auto made = planner::create(cfg, std::move(m));
     check(made.ok() ? status{} : made.error());
     conn_ = std::move(*made);
 
@@ -365,7 +365,7 @@ class planner_bench {
 
   const planner_options& opt_;
   uint32_t n_;
-  std::unique_ptr<connector_scheduler> conn_;
+  std::unique_ptr<planner> conn_;
   std::deque<std::unique_ptr<bench_request>> running_;
   std::vector<std::unique_ptr<bench_request>> waiting_;
   std::vector<std::unique_ptr<bench_request>> still_waiting_;

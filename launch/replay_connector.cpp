@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/scheduler/connector_config.hpp"
-#include "actors/scheduler/connector_scheduler.hpp"
+#include "actors/scheduler/planner.hpp"
 #include "actors/scheduler/manager_config.hpp"
 #include "proto/block_key.hpp"
 #include "proto/completion.hpp"
@@ -28,7 +28,7 @@ namespace {
 
 using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
-using scheduler::connector_scheduler;
+using scheduler::planner;
 
 status bad(std::string message) {
   return make_error(errc::invalid_argument, std::move(message));
@@ -260,7 +260,7 @@ class connector_replay {
     if (!parsed) return parsed.error();
     cfg.manager.policy = *parsed;
     cfg.manager.enable_events = events;
-    auto made = connector_scheduler::create(cfg);
+    auto made = planner::create(cfg);
     if (!made) return made.error();
     conn_ = std::move(*made);
     hash_block_size_ = cfg.hash_block_size;
@@ -473,7 +473,7 @@ class connector_replay {
     return {};
   }
 
-  std::unique_ptr<connector_scheduler> conn_;
+  std::unique_ptr<planner> conn_;
   uint32_t hash_block_size_ = 1;
   request_table reqs_;
   std::unordered_set<job_id> store_jobs_;  ///< store jobs planned, not yet flushed

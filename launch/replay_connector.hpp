@@ -1,7 +1,7 @@
 #pragma once
 /// `kvconnect replay --connector`: replays a connector trace recorded from vLLM R1's
 /// OffloadingConnectorScheduler (shared/reference/connector_trace_format.md) through kvconnect's
-/// planner (scheduler::connector_scheduler over its own offload manager), printing one answer
+/// planner (scheduler::planner over its own offload manager), printing one answer
 /// line per connector-call line. docs/planner.md describes the comparison.
 ///
 /// The worker's part is played here, not by the planner: jobs complete when the trace's

@@ -66,8 +66,8 @@ embed::pool_config pool_of(const pool_options& p, bool prefault) {
 }
 
 /// Smoke mode: waits for every rank, then runs the engine loop's steps one after the other.
-int smoke(embed::scheduler_connector& sc, smoke_engine& engine,
-          const scheduler_process_options& o, signal_watcher& signals) {
+int smoke(embed::scheduler_connector& sc, smoke_engine& engine, const scheduler_process_options& o,
+          signal_watcher& signals) {
   if (auto st = sc.wait_for_workers(milliseconds{o.ready_timeout_ms}); !st) {
     spdlog::error("smoke: not every rank registered within {} ms: {}", o.ready_timeout_ms,
                   st.to_string());
@@ -155,10 +155,11 @@ int run_scheduler_process(const scheduler_process_options& o) {
         {"layout_checksum", plan->layout_checksum},
         {"world_size", plan->geometry.world_size},
         {"pid", ::getpid()}});
-  spdlog::info("scheduler: listening on {}:{} for {} ranks; segment {} ({} slots of {} "
-               "bytes per rank)",
-               o.host, (*sc)->port(), plan->geometry.world_size, plan->segment,
-               plan->geometry.num_slots, plan->geometry.slot_bytes);
+  spdlog::info(
+      "scheduler: listening on {}:{} for {} ranks; segment {} ({} slots of {} "
+      "bytes per rank)",
+      o.host, (*sc)->port(), plan->geometry.world_size, plan->segment, plan->geometry.num_slots,
+      plan->geometry.slot_bytes);
   const int code = engine ? smoke(**sc, *engine, o, signals) : serve(**sc, signals);
   if (int sig = signals.signalled()) spdlog::info("scheduler: signal {}: shutting down", sig);
   auto stopped = (*sc)->shutdown(milliseconds{o.stop_timeout_ms});
@@ -177,8 +178,9 @@ int run_worker_process(const worker_process_options& o) {
   const std::string rank = "rank " + std::to_string(o.rank) + ": ";
   if (!plan) return fail(who, 1, rank + plan.error().to_string());
   if (o.rank >= plan->geometry.world_size) {
-    return fail(who, 1, rank + "--rank is outside the world of " +
-                            std::to_string(plan->geometry.world_size) + " ranks");
+    return fail(who, 1,
+                rank + "--rank is outside the world of " +
+                    std::to_string(plan->geometry.world_size) + " ranks");
   }
   if (o.port == 0) return fail(who, 1, rank + "--port must be > 0");
   signal_watcher signals;  // before any thread starts

@@ -25,8 +25,8 @@ smoke_engine::smoke_engine(uint32_t world_size, const synthetic_kv_spec& kv)
       groups_(half_ / kv.block_factor) {}
 
 std::vector<gpu_block> smoke_engine::blocks(uint64_t round, bool destination) const {
-  const uint32_t first = 1 + static_cast<uint32_t>(round % groups_) * kv_.block_factor +
-                         (destination ? half_ : 0);
+  const uint32_t first =
+      1 + static_cast<uint32_t>(round % groups_) * kv_.block_factor + (destination ? half_ : 0);
   std::vector<gpu_block> out;
   for (uint32_t j = 0; j < kv_.block_factor; ++j) out.push_back(first + j);
   return out;
@@ -97,20 +97,19 @@ status smoke_engine::check(const embed::connector_update& up, const connector_me
   for (rank_id rank = 0; rank < world_size_; ++rank) {
     const auto bytes = sc.pool_slot(rank, slot);
     if (bytes.size() < kv_.slot_bytes()) {
-      return make_error(errc::invalid_argument, what + ": slot " + std::to_string(slot) +
-                                                    " is outside the pool");
+      return make_error(errc::invalid_argument,
+                        what + ": slot " + std::to_string(slot) + " is outside the pool");
     }
     for (size_t j = 0; j < source->size(); ++j) {
       for (uint32_t l = 0; l < kv_.layers; ++l) {
         const std::byte* page = bytes.data() + (j * kv_.layers + l) * kv_.page_bytes;
         for (uint64_t o = 0; o < kv_.page_bytes; ++o) {
           if (page[o] != kv_pattern(rank, l, (*source)[j], o)) {
-            return make_error(errc::internal, what + ": slot " + std::to_string(slot) +
-                                                  " of rank " + std::to_string(rank) +
-                                                  " differs from GPU block " +
-                                                  std::to_string((*source)[j]) + " of layer " +
-                                                  std::to_string(l) + " at byte " +
-                                                  std::to_string(o));
+            return make_error(errc::internal,
+                              what + ": slot " + std::to_string(slot) + " of rank " +
+                                  std::to_string(rank) + " differs from GPU block " +
+                                  std::to_string((*source)[j]) + " of layer " + std::to_string(l) +
+                                  " at byte " + std::to_string(o));
           }
         }
       }

@@ -89,8 +89,8 @@ status memory_server::send(std::string_view peer, std::span<const char> bytes) {
     std::lock_guard lock{hub_->mu};
     auto it = hub_->outbound.find(peer);
     if (it == hub_->outbound.end()) {
-      return make_error(errc::io_error, "step channel: rank peer '" + std::string{peer} +
-                                            "' is not connected");
+      return make_error(errc::io_error,
+                        "step channel: rank peer '" + std::string{peer} + "' is not connected");
     }
     it->second.emplace_back(bytes.begin(), bytes.end());
   }

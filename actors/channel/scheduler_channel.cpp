@@ -122,8 +122,7 @@ void scheduler_channel::on_hello(const std::string& peer, const wire_hello& h) {
   }
   if (live_[h.rank] && h.incarnation < *live_[h.rank]) {
     drop("step channel: hello from rank " + std::to_string(h.rank) + " incarnation " +
-         std::to_string(h.incarnation) + ": stale (live: " + std::to_string(*live_[h.rank]) +
-         ")");
+         std::to_string(h.incarnation) + ": stale (live: " + std::to_string(*live_[h.rank]) + ")");
     return;
   }
   route& r = routes_[h.rank];

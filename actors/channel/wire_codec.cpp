@@ -33,20 +33,20 @@ result<T> decode_as(wire_kind want, const char* what, std::span<const char> fram
   auto k = kind_of(frame);
   if (!k) return k.error();
   if (*k != want) {
-    return make_error(errc::protocol_mismatch,
-                      std::string{"step channel: expected a "} + what + " frame, got tag " +
-                          std::to_string(static_cast<unsigned>(*k)));
+    return make_error(errc::protocol_mismatch, std::string{"step channel: expected a "} + what +
+                                                   " frame, got tag " +
+                                                   std::to_string(static_cast<unsigned>(*k)));
   }
   T value{};
   caf::binary_deserializer src{nullptr, frame.data() + 1, frame.size() - 1};
   if (auto err = src(value)) {
-    return make_error(errc::protocol_mismatch,
-                      std::string{"step channel: malformed "} + what + " frame (" +
-                          std::to_string(frame.size()) + " bytes)");
+    return make_error(errc::protocol_mismatch, std::string{"step channel: malformed "} + what +
+                                                   " frame (" + std::to_string(frame.size()) +
+                                                   " bytes)");
   }
   if (src.remaining() != 0) {
-    return make_error(errc::protocol_mismatch, std::string{"step channel: "} + what + " frame has " +
-                                                   std::to_string(src.remaining()) +
+    return make_error(errc::protocol_mismatch, std::string{"step channel: "} + what +
+                                                   " frame has " + std::to_string(src.remaining()) +
                                                    " trailing bytes");
   }
   return value;
@@ -69,7 +69,8 @@ wire_bytes encode(const step_report& x) {
 result<wire_kind> kind_of(std::span<const char> frame) {
   if (frame.empty()) return make_error(errc::protocol_mismatch, "step channel: empty frame");
   const auto tag = static_cast<uint8_t>(frame[0]);
-  if (tag < static_cast<uint8_t>(wire_kind::hello) || tag > static_cast<uint8_t>(wire_kind::report)) {
+  if (tag < static_cast<uint8_t>(wire_kind::hello) ||
+      tag > static_cast<uint8_t>(wire_kind::report)) {
     return make_error(errc::protocol_mismatch,
                       "step channel: unknown frame tag " + std::to_string(tag));
   }

@@ -153,8 +153,8 @@ result<unique_fd> connect_loopback(uint16_t port) {
 
 result<auth_frame> make_auth_frame(std::string_view token) {
   if (token.empty() || token.size() > max_token_bytes) {
-    return make_error(errc::invalid_argument, "the token must have 1 to " +
-                                                  std::to_string(max_token_bytes) + " bytes");
+    return make_error(errc::invalid_argument,
+                      "the token must have 1 to " + std::to_string(max_token_bytes) + " bytes");
   }
   auth_frame f{};
   std::memcpy(f.data(), magic, sizeof magic);
@@ -171,7 +171,8 @@ bool check_auth_frame(const auth_frame& frame, std::string_view token) noexcept 
     want[0] = 0;  // an unusable token matches nothing
   }
   unsigned char diff = 0;
-  for (size_t i = 0; i < auth_frame_bytes; ++i) diff |= static_cast<unsigned char>(frame[i] ^ want[i]);
+  for (size_t i = 0; i < auth_frame_bytes; ++i)
+    diff |= static_cast<unsigned char>(frame[i] ^ want[i]);
   return diff == 0;
 }
 

@@ -39,9 +39,9 @@ result<auth_frame> make_auth_frame(std::string_view token);
 bool check_auth_frame(const auth_frame& frame, std::string_view token) noexcept;
 
 struct gate_limits {
-  size_t max_pending = 64;                           ///< connections waiting for their frame
-  std::chrono::milliseconds auth_timeout{2000};      ///< how long one may take to send it
-  size_t max_relayed = 1024;                         ///< authenticated connections at once
+  size_t max_pending = 64;                       ///< connections waiting for their frame
+  std::chrono::milliseconds auth_timeout{2000};  ///< how long one may take to send it
+  size_t max_relayed = 1024;                     ///< authenticated connections at once
 };
 
 struct gate_stats {

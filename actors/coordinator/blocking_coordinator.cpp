@@ -103,9 +103,15 @@ void blocking_coordinator::wait_some(std::chrono::nanoseconds left) {
 void blocking_coordinator::log_notes() {
   for (const auto& n : core_.take_notes()) {
     switch (n.lvl) {
-      case coordinator_note::level::debug: spdlog::debug("{}", n.text); break;
-      case coordinator_note::level::info: spdlog::info("{}", n.text); break;
-      case coordinator_note::level::warn: spdlog::warn("{}", n.text); break;
+      case coordinator_note::level::debug:
+        spdlog::debug("{}", n.text);
+        break;
+      case coordinator_note::level::info:
+        spdlog::info("{}", n.text);
+        break;
+      case coordinator_note::level::warn:
+        spdlog::warn("{}", n.text);
+        break;
     }
   }
   for (const auto& text : channel_->take_notes()) spdlog::warn("{}", text);

@@ -23,8 +23,8 @@
 #include <caf/scoped_actor.hpp>
 
 #include "actors/channel/scheduler_channel.hpp"
-#include "actors/coordinator/step_coordinator.hpp"
 #include "actors/control/interfaces.hpp"
+#include "actors/coordinator/step_coordinator.hpp"
 #include "proto/completion.hpp"
 #include "proto/connector_metadata.hpp"
 #include "proto/status.hpp"

@@ -41,7 +41,8 @@ void step_coordinator::report(const step_report& r) {
     if (is_rejected(outcome)) {
       note(level::warn, "coordinator: dropped report of job " + std::to_string(ev.job) +
                             " from rank " + std::to_string(ev.rank) + " incarnation " +
-                            std::to_string(ev.incarnation) + ": " + std::string{to_string(outcome)});
+                            std::to_string(ev.incarnation) + ": " +
+                            std::string{to_string(outcome)});
     } else if (outcome == report_outcome::duplicate) {
       note(level::debug, "coordinator: duplicate report of job " + std::to_string(ev.job) +
                              " from rank " + std::to_string(ev.rank));
@@ -58,7 +59,8 @@ void step_coordinator::expect_one(job_id job, transfer_kind kind, step_id step,
 void step_coordinator::expect(const connector_metadata& meta, uint64_t now) {
   std::optional<uint64_t> deadline;
   if (job_timeout_.count() > 0) deadline = now + static_cast<uint64_t>(job_timeout_.count());
-  for (const transfer_job& j : meta.loads) expect_one(j.id, transfer_kind::load, meta.step, deadline);
+  for (const transfer_job& j : meta.loads)
+    expect_one(j.id, transfer_kind::load, meta.step, deadline);
   for (const transfer_job& j : meta.stores) {
     expect_one(j.id, transfer_kind::store, meta.step, deadline);
   }
@@ -80,11 +82,10 @@ void step_coordinator::rank_down(rank_id rank) {
   if (!failed.ok()) {
     note_failure("losing a rank", failed.error());
   } else if (*failed > 0) {
-    note(level::warn, "coordinator: rank " + std::to_string(rank) + " lost: " +
-                          std::to_string(*failed) + " jobs failed");
+    note(level::warn, "coordinator: rank " + std::to_string(rank) +
+                          " lost: " + std::to_string(*failed) + " jobs failed");
   } else {
-    note(level::info,
-         "coordinator: rank " + std::to_string(rank) + " lost (no job waited on it)");
+    note(level::info, "coordinator: rank " + std::to_string(rank) + " lost (no job waited on it)");
   }
 }
 

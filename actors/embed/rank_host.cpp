@@ -16,8 +16,8 @@
 #include <caf/system_messages.hpp>
 
 #include "actors/channel/zmq_transport.hpp"
-#include "actors/control/gate.hpp"
 #include "actors/control/error_bridge.hpp"
+#include "actors/control/gate.hpp"
 #include "actors/control/tcp_probe.hpp"
 #include "cuda/engine_factory.hpp"
 #include "shm/segment_header.hpp"
@@ -57,8 +57,8 @@ caf::actor make_rank_actor(caf::actor_system& sys, std::shared_ptr<std::atomic<u
       return;  // nothing else is sent to a rank
     }
     uint8_t live = 0;
-    if (!ending->compare_exchange_strong(
-            live, lost ? rank_host::lost_reason : rank_host::stop_reason)) {
+    if (!ending->compare_exchange_strong(live,
+                                         lost ? rank_host::lost_reason : rank_host::stop_reason)) {
       return;
     }
     // Ending it must not happen inside this callback: a one-shot actor does it.
@@ -152,11 +152,10 @@ worker::cpu_pool_region rank_host::region() const noexcept {
 }
 
 status rank_host::register_rank() {
-  const scheduler::handshake_expectation want{
-      .topology = cfg_.topology,
-      .segment = segment_name_,
-      .layout_checksum = segment_->layout_checksum(),
-      .token = cfg_.token};
+  const scheduler::handshake_expectation want{.topology = cfg_.topology,
+                                              .segment = segment_name_,
+                                              .layout_checksum = segment_->layout_checksum(),
+                                              .token = cfg_.token};
   const worker_registration reg =
       scheduler::make_registration(want, cfg_.rank, cfg_.incarnation, ::getpid());
   caf::actor_system& sys = host_->system();

@@ -19,10 +19,10 @@
 
 #include "actors/channel/rank_channel.hpp"
 #include "actors/control/gate.hpp"
+#include "actors/control/interfaces.hpp"
 #include "actors/embed/actor_host.hpp"
 #include "actors/embed/embed_config.hpp"
 #include "actors/embed/local_endpoint.hpp"
-#include "actors/control/interfaces.hpp"
 #include "actors/worker/transfer_executor.hpp"
 #include "cuda/copy_engine.hpp"
 #include "proto/status.hpp"

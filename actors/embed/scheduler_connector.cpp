@@ -15,7 +15,7 @@ using steady = std::chrono::steady_clock;
 
 struct scheduler_connector::impl {
   scheduler_connector_config cfg;
-  std::unique_ptr<scheduler::connector_scheduler> planner;
+  std::unique_ptr<scheduler::planner> planner;
   std::unique_ptr<scheduler_host> host;
   std::optional<step_id> last_step;  // the last step sent
   step_id through = 0;               // the highest step whose output was applied
@@ -25,8 +25,9 @@ struct scheduler_connector::impl {
 
   status check_live() const {
     if (!host->live()) {
-      return make_error(errc::io_error, "embed: the scheduler connector is shut down or its "
-                                        "scheduler actor is gone");
+      return make_error(errc::io_error,
+                        "embed: the scheduler connector is shut down or its "
+                        "scheduler actor is gone");
     }
     return {};
   }
@@ -61,11 +62,11 @@ result<std::unique_ptr<scheduler_connector>> scheduler_connector::create(
     auto m = cfg.make_manager(p->cfg.planner.manager);
     if (!m) return m.error();
     if (!*m) return make_error(errc::invalid_argument, "embed: make_manager returned null");
-    auto s = scheduler::connector_scheduler::create(p->cfg.planner, std::move(m).value());
+    auto s = scheduler::planner::create(p->cfg.planner, std::move(m).value());
     if (!s) return s.error();
     p->planner = std::move(s).value();
   } else {
-    auto s = scheduler::connector_scheduler::create(p->cfg.planner);
+    auto s = scheduler::planner::create(p->cfg.planner);
     if (!s) return s.error();
     p->planner = std::move(s).value();
   }
@@ -176,12 +177,11 @@ size_t scheduler_connector::tracked_requests() const noexcept {
   return impl_->planner->tracked_requests();
 }
 
-std::span<const std::byte> scheduler_connector::pool_slot(rank_id rank,
-                                                          cpu_slot s) const noexcept {
+std::span<const std::byte> scheduler_connector::pool_slot(rank_id rank, cpu_slot s) const noexcept {
   return impl_->host->pool_slot(rank, s);
 }
 
-const scheduler::connector_scheduler& scheduler_connector::planner() const noexcept {
+const scheduler::planner& scheduler_connector::planner() const noexcept {
   return *impl_->planner;
 }
 

@@ -2,7 +2,7 @@
 /// scheduler_connector: the scheduler side of the KV connector for an engine (the methods of
 /// vLLM's KVConnectorBase_V1 with role SCHEDULER), called from the engine's scheduler thread.
 ///
-/// The planner (scheduler::connector_scheduler: lookups, the CPU pool's ledger, transfer jobs)
+/// The planner (scheduler::planner: lookups, the CPU pool's ledger, transfer jobs)
 /// runs in the caller's thread, so every call is synchronous and cheap. The network work is
 /// asynchronous: build_connector_meta encodes the step's metadata once and sends it to every
 /// rank on the step channel (actors/channel/), and the coordinator actor, which runs blocking on
@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "actors/embed/embed_config.hpp"
-#include "actors/scheduler/connector_scheduler.hpp"
+#include "actors/scheduler/planner.hpp"
 #include "proto/completion.hpp"
 #include "proto/connector_metadata.hpp"
 #include "proto/kv_event.hpp"
@@ -84,7 +84,7 @@ class scheduler_connector {
   // --- KVConnectorBase_V1, scheduler side ---
 
   /// Tokens loadable from the CPU pool beyond the num_computed tokens the GPU prefix cache
-  /// has; tokens == nullopt: ask again next step (connector_scheduler.hpp).
+  /// has; tokens == nullopt: ask again next step (planner.hpp).
   scheduler::match_result get_num_new_matched_tokens(const scheduler::request_view& req,
                                                      uint32_t num_computed);
   /// After the engine allocated the request's blocks; records a load job for the next
@@ -117,7 +117,7 @@ class scheduler_connector {
   /// (checks, debugging: not ordered against transfers in flight).
   std::span<const std::byte> pool_slot(rank_id rank, cpu_slot s) const noexcept;
   /// The planner, read-only (geometry, manager size).
-  const scheduler::connector_scheduler& planner() const noexcept;
+  const scheduler::planner& planner() const noexcept;
 
   /// Stops every registered worker (their facades see the scheduler gone), ends the actors,
   /// removes the segment. Returns the number of workers stopped, or errc::timeout when they

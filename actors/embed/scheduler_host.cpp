@@ -11,8 +11,8 @@
 
 #include "actors/channel/memory_transport.hpp"
 #include "actors/channel/zmq_transport.hpp"
-#include "actors/control/gate.hpp"
 #include "actors/control/error_bridge.hpp"
+#include "actors/control/gate.hpp"
 #include "shm/segment_header.hpp"
 
 namespace kvc::embed {
@@ -52,8 +52,7 @@ result<std::unique_ptr<scheduler_host>> scheduler_host::start(
   h->host_ = actor_host::start(cfg.network, cfg.listen);
   // From here on ~scheduler_host cleans up after a failure.
   auto coord = coordinator::blocking_coordinator::create(
-      h->host_->system(),
-      {.world_size = h->world_size_, .job_timeout = cfg.job_timeout},
+      h->host_->system(), {.world_size = h->world_size_, .job_timeout = cfg.job_timeout},
       std::move(channel).value());
   if (!coord) return coord.error();
   h->coordinator_ = std::move(coord).value();

@@ -16,8 +16,8 @@
 #include <span>
 #include <string>
 
-#include "actors/coordinator/blocking_coordinator.hpp"
 #include "actors/control/gate.hpp"
+#include "actors/coordinator/blocking_coordinator.hpp"
 #include "actors/embed/actor_host.hpp"
 #include "actors/embed/embed_config.hpp"
 #include "actors/embed/local_endpoint.hpp"
@@ -69,7 +69,7 @@ class scheduler_host {
   std::optional<shm::segment> segment_;
   std::shared_ptr<actor_host> host_;
   std::unique_ptr<coordinator::blocking_coordinator> coordinator_;
-  scheduler::scheduler_impl scheduler_;  // invalid after stop
+  scheduler::scheduler_impl scheduler_;        // invalid after stop
   std::unique_ptr<control::gatekeeper> gate_;  // with listen: in front of CAF's port
   uint16_t port_ = 0;
 };

@@ -25,9 +25,12 @@ enum class kind { zmq_tcp, zmq_inproc, memory };
 
 std::string name_of(const ::testing::TestParamInfo<kind>& info) {
   switch (info.param) {
-    case kind::zmq_tcp: return "zmq_tcp";
-    case kind::zmq_inproc: return "zmq_inproc";
-    case kind::memory: return "memory";
+    case kind::zmq_tcp:
+      return "zmq_tcp";
+    case kind::zmq_inproc:
+      return "zmq_inproc";
+    case kind::memory:
+      return "memory";
   }
   return "unknown";
 }
@@ -35,16 +38,27 @@ std::string name_of(const ::testing::TestParamInfo<kind>& info) {
 connector_metadata step(step_id s) {
   connector_metadata m;
   m.step = s;
-  m.loads.push_back({.id = s * 10, .request_id = "req", .kind = transfer_kind::load,
-                     .slots = {1, 2}, .gpu_blocks = {3, 4}, .skip = 0, .group_sizes = {16},
+  m.loads.push_back({.id = s * 10,
+                     .request_id = "req",
+                     .kind = transfer_kind::load,
+                     .slots = {1, 2},
+                     .gpu_blocks = {3, 4},
+                     .skip = 0,
+                     .group_sizes = {16},
                      .block_indices = {0}});
   return m;
 }
 
 step_report report(rank_id rank, uint32_t incarnation, step_id s) {
   step_report r{rank, incarnation, s, {}};
-  r.events.push_back({.rank = rank, .incarnation = incarnation, .seq = 0, .step = s, .job = s * 10,
-                      .kind = transfer_kind::load, .ok = true, .bytes = 64});
+  r.events.push_back({.rank = rank,
+                      .incarnation = incarnation,
+                      .seq = 0,
+                      .step = s,
+                      .job = s * 10,
+                      .kind = transfer_kind::load,
+                      .ok = true,
+                      .bytes = 64});
   return r;
 }
 
@@ -70,9 +84,8 @@ class StepChannelContract : public ::testing::TestWithParam<kind> {
   /// A raw connection known as the routing id of (rank, incarnation).
   std::unique_ptr<client_transport> connect_raw(rank_id rank, uint32_t incarnation) {
     const std::string peer = peer_id(rank, incarnation);
-    auto c = GetParam() == kind::zmq_tcp
-                 ? zmq_connect(sched_->transport().remote_endpoint(), peer)
-                 : sched_->transport().connect_local(peer);
+    auto c = GetParam() == kind::zmq_tcp ? zmq_connect(sched_->transport().remote_endpoint(), peer)
+                                         : sched_->transport().connect_local(peer);
     EXPECT_TRUE(c.ok()) << c.error().to_string();
     return c ? std::move(c).value() : nullptr;
   }
@@ -282,8 +295,7 @@ TEST_P(StepChannelContract, EndsCloseInEitherOrderAndARankSeesNoMoreSteps) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, StepChannelContract,
-                         ::testing::Values(kind::zmq_tcp, kind::zmq_inproc, kind::memory),
-                         name_of);
+                         ::testing::Values(kind::zmq_tcp, kind::zmq_inproc, kind::memory), name_of);
 
 }  // namespace
 }  // namespace kvc::channel

@@ -6,11 +6,11 @@
 #include <limits>
 #include <string>
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <caf/binary_deserializer.hpp>
 #include <caf/binary_serializer.hpp>
 #include <caf/deep_to_string.hpp>
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 namespace kvc::channel {
 namespace {
@@ -83,12 +83,26 @@ connector_metadata sample_metadata() {
 
 step_report sample_report() {
   step_report r{3, 2, 42, {}};
-  r.events.push_back({.rank = 3, .incarnation = 2, .seq = 0, .step = 42, .job = 7,
-                      .kind = transfer_kind::load, .ok = true, .error = errc::ok, .bytes = 4096,
+  r.events.push_back({.rank = 3,
+                      .incarnation = 2,
+                      .seq = 0,
+                      .step = 42,
+                      .job = 7,
+                      .kind = transfer_kind::load,
+                      .ok = true,
+                      .error = errc::ok,
+                      .bytes = 4096,
                       .seconds = 0.25});
-  r.events.push_back({.rank = 3, .incarnation = 2, .seq = 1, .step = 42, .job = 8,
-                      .kind = transfer_kind::store, .ok = false, .error = errc::io_error,
-                      .bytes = 0, .seconds = std::numeric_limits<double>::infinity()});
+  r.events.push_back({.rank = 3,
+                      .incarnation = 2,
+                      .seq = 1,
+                      .step = 42,
+                      .job = 8,
+                      .kind = transfer_kind::store,
+                      .ok = false,
+                      .error = errc::io_error,
+                      .bytes = 0,
+                      .seconds = std::numeric_limits<double>::infinity()});
   return r;
 }
 

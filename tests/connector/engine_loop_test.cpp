@@ -1,4 +1,4 @@
-// End-to-end tests of the offloading connector: the real connector_scheduler and one real
+// End-to-end tests of the offloading connector: the real planner and one real
 // transfer_executor per rank, driven step by step by the deterministic engine model over sim copy
 // engines. Every step checks, byte for byte, the KV of every running request on every rank.
 // Geometry unless stated: GPU block 4 tokens, factor 3 (offloaded block 12 tokens), 2 layers.

@@ -182,7 +182,7 @@ status engine_model::init() {
   if (!mgr) return mgr.error();
   auto rec = std::make_unique<recording_manager>(std::move(mgr).value());
   manager_ = rec.get();
-  auto s = scheduler::connector_scheduler::create(sc, std::move(rec));
+  auto s = scheduler::planner::create(sc, std::move(rec));
   if (!s) return s.error();
   sched_ = std::move(s).value();
   agg_ = std::make_unique<rank_aggregator>(cfg_.world_size);

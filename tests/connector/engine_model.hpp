@@ -1,6 +1,6 @@
 #pragma once
 /// engine_model: a small deterministic inference engine that drives the real connector (one
-/// connector_scheduler, one transfer_executor per rank over real copy engines) step by step, the
+/// planner, one transfer_executor per rank over real copy engines) step by step, the
 /// way vLLM's V1 engine core drives a KV connector. Test support for the end-to-end tests.
 ///
 /// The model. Requests are token-id prompts with a fixed number of output tokens. The KV of the
@@ -42,7 +42,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/scheduler/connector_scheduler.hpp"
+#include "actors/scheduler/planner.hpp"
 #include "actors/worker/transfer_executor.hpp"
 #include "cuda/copy_engine.hpp"
 #include "tests/connector/gpu_block_pool.hpp"
@@ -134,7 +134,7 @@ class engine_model {
 
   // --- introspection and control for tests ---
   const engine_config& config() const noexcept { return cfg_; }
-  scheduler::connector_scheduler& scheduler() noexcept { return *sched_; }
+  scheduler::planner& scheduler() noexcept { return *sched_; }
   recording_manager& manager() noexcept { return *manager_; }
   worker::transfer_executor& worker(rank_id r) { return workers_.at(r); }
   cuda::copy_engine& engine(rank_id r) { return *engines_.at(r); }
@@ -186,7 +186,7 @@ class engine_model {
   std::vector<std::vector<std::byte>> heap_pools_;
   std::vector<worker::transfer_executor> workers_;
   recording_manager* manager_ = nullptr;  ///< owned by sched_
-  std::unique_ptr<scheduler::connector_scheduler> sched_;
+  std::unique_ptr<scheduler::planner> sched_;
   std::unique_ptr<rank_aggregator> agg_;
   gpu_block_pool pool_;
 

@@ -155,8 +155,8 @@ TEST(GatekeeperTest, AForgedBaspHeaderOrSilenceIsClosedAtTheDeadline) {
                                 {.max_pending = 64, .auth_timeout = 100ms});
   ASSERT_TRUE(gate.ok());
   fd_guard hostile{connect_to((*gate)->port())};
-  const unsigned char header[] = {1, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0, 0, 0, 0, 3,
-                                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  const unsigned char header[] = {1, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0, 0, 0,
+                                  0, 3, 0, 0, 0,    0,    0,    0,    0, 0, 0, 0, 0, 0};
   ASSERT_TRUE(send_all(hostile.fd, header, sizeof header));  // 28 of 72 bytes, then nothing
   fd_guard idle{connect_to((*gate)->port())};
   EXPECT_TRUE(closed_by_peer(hostile.fd));

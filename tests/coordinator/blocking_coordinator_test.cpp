@@ -23,16 +23,28 @@ using namespace std::chrono_literals;
 connector_metadata step_with_load(step_id s, job_id job) {
   connector_metadata m;
   m.step = s;
-  m.loads.push_back({.id = job, .request_id = "r", .kind = transfer_kind::load, .slots = {1},
-                     .gpu_blocks = {2}, .skip = 0, .group_sizes = {}, .block_indices = {}});
+  m.loads.push_back({.id = job,
+                     .request_id = "r",
+                     .kind = transfer_kind::load,
+                     .slots = {1},
+                     .gpu_blocks = {2},
+                     .skip = 0,
+                     .group_sizes = {},
+                     .block_indices = {}});
   return m;
 }
 
 step_report report(rank_id rank, step_id s, std::vector<job_id> ok_jobs, uint64_t first_seq = 0) {
   step_report r{rank, 0, s, {}};
   for (job_id j : ok_jobs) {
-    r.events.push_back({.rank = rank, .incarnation = 0, .seq = first_seq++, .step = s, .job = j,
-                        .kind = transfer_kind::load, .ok = true, .bytes = 100});
+    r.events.push_back({.rank = rank,
+                        .incarnation = 0,
+                        .seq = first_seq++,
+                        .step = s,
+                        .job = j,
+                        .kind = transfer_kind::load,
+                        .ok = true,
+                        .bytes = 100});
   }
   return r;
 }
@@ -40,8 +52,8 @@ step_report report(rank_id rank, step_id s, std::vector<job_id> ok_jobs, uint64_
 class BlockingCoordinatorTest : public test_support::deterministic_actor_test {
  protected:
   void start(uint32_t world, std::chrono::nanoseconds job_timeout = 0ns) {
-    auto ch = channel::scheduler_channel::create(std::make_unique<channel::memory_server>(), world,
-                                                 "t");
+    auto ch =
+        channel::scheduler_channel::create(std::make_unique<channel::memory_server>(), world, "t");
     ASSERT_TRUE(ch.ok());
     server_ = &(*ch)->transport();
     auto c = blocking_coordinator::create(sys(), {.world_size = world, .job_timeout = job_timeout},
@@ -92,8 +104,8 @@ TEST_F(BlockingCoordinatorTest, ReleasesAStepOnlyOnceEveryRankReportedIt) {
   ASSERT_TRUE(out.has_value());
   EXPECT_EQ(out->step, 1u);
   ASSERT_EQ(out->jobs.size(), 1u);
-  EXPECT_EQ(out->jobs[0], (job_result{.job = 10, .kind = transfer_kind::load, .ok = true,
-                                      .bytes = 200}));
+  EXPECT_EQ(out->jobs[0],
+            (job_result{.job = 10, .kind = transfer_kind::load, .ok = true, .bytes = 200}));
   EXPECT_EQ(coord_->poll_output(), std::nullopt);  // once
 }
 

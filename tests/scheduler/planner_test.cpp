@@ -1,7 +1,7 @@
 // Scheduler side of the connector: the scheduler-observable parts of the reference's connector
 // scenarios (§9 items 19-28 and 33) plus failure handling, driven by a small deterministic
 // engine stand-in over the real offload manager wrapped in a recording decorator.
-#include "actors/scheduler/connector_scheduler.hpp"
+#include "actors/scheduler/planner.hpp"
 #include "actors/channel/wire_codec.hpp"
 #include "actors/scheduler/forwarding_manager.hpp"
 
@@ -173,7 +173,7 @@ std::vector<gpu_block> slice_ids(const std::vector<gpu_block>& v, size_t b, size
   return {v.begin() + static_cast<std::ptrdiff_t>(b), v.begin() + static_cast<std::ptrdiff_t>(e)};
 }
 
-class ConnectorSchedulerTest : public ::testing::Test {
+class PlannerTest : public ::testing::Test {
  protected:
   void SetUp() override { make(/*capacity=*/64, /*prefix_caching=*/true); }
 
@@ -189,7 +189,7 @@ class ConnectorSchedulerTest : public ::testing::Test {
     ASSERT_TRUE(inner.ok()) << inner.error().to_string();
     auto rec = std::make_unique<recording_manager>(std::move(*inner));
     mgr_ = rec.get();
-    auto cs = connector_scheduler::create(cfg, std::move(rec));
+    auto cs = planner::create(cfg, std::move(rec));
     ASSERT_TRUE(cs.ok()) << cs.error().to_string();
     conn_ = std::move(*cs);
   }
@@ -237,7 +237,7 @@ class ConnectorSchedulerTest : public ::testing::Test {
   }
 
   recording_manager* mgr_ = nullptr;
-  std::unique_ptr<connector_scheduler> conn_;
+  std::unique_ptr<planner> conn_;
   step_id step_ = 0;
   gpu_block next_block_ = 1;  // 0 is the null block
 };
@@ -279,13 +279,13 @@ TEST(ConnectorGeometryTest, DerivesFactorsAndRejectsBadSizes) {
   bad.gpu_block_size = 16;
   bad.offloaded_block_size = 24;
   bad.manager.capacity = 8;
-  EXPECT_EQ(connector_scheduler::create(bad).code(), errc::invalid_argument);
+  EXPECT_EQ(planner::create(bad).code(), errc::invalid_argument);
   bad.offloaded_block_size = 32;
   bad.manager.capacity = 0;  // the manager's own validation
-  EXPECT_FALSE(connector_scheduler::create(bad).ok());
+  EXPECT_FALSE(planner::create(bad).ok());
   bad.manager.capacity = 8;
-  EXPECT_TRUE(connector_scheduler::create(bad).ok());
-  EXPECT_EQ(connector_scheduler::create(bad, nullptr).code(), errc::invalid_argument);
+  EXPECT_TRUE(planner::create(bad).ok());
+  EXPECT_EQ(planner::create(bad, nullptr).code(), errc::invalid_argument);
 }
 
 // A job's per-KV-cache-group values are inline: up to max_kv_cache_groups, compared by value.
@@ -331,7 +331,7 @@ TEST(ConnectorMetadataWireTest, GroupFieldsAndFlushedRequestsSurviveTheStepChann
 
 // --- lookups (§9 items 21, 22) ------------------------------------------------------------
 
-TEST_F(ConnectorSchedulerTest, NoLookupWhenLessThanOneOffloadedBlockIsNew) {
+TEST_F(PlannerTest, NoLookupWhenLessThanOneOffloadedBlockIsNew) {
   test_request a{"a", prompt(12, 1)};
   EXPECT_EQ(conn_->get_num_new_matched_tokens(a.view(), 4), (match_result{0u, false}));
   EXPECT_EQ(mgr_->count("lookup"), 0u);
@@ -346,7 +346,7 @@ TEST_F(ConnectorSchedulerTest, NoLookupWhenLessThanOneOffloadedBlockIsNew) {
   EXPECT_EQ(conn_->stats().lookups, 1u);
 }
 
-TEST_F(ConnectorSchedulerTest, KeysAreTheLastHashOfEachOffloadedBlock) {
+TEST_F(PlannerTest, KeysAreTheLastHashOfEachOffloadedBlock) {
   test_request a{"a", prompt(60, 1)};
   a.append(12, 99);  // 72 tokens: 6 offloaded blocks, the 6th differs from c's
   test_request c{"c", prompt(72, 1)};
@@ -364,7 +364,7 @@ TEST_F(ConnectorSchedulerTest, KeysAreTheLastHashOfEachOffloadedBlock) {
 
 // --- stores (§9 items 19-21) --------------------------------------------------------------
 
-TEST_F(ConnectorSchedulerTest, StoreCursorFollowsPrepareStoreOutcomes) {
+TEST_F(PlannerTest, StoreCursorFollowsPrepareStoreOutcomes) {
   test_request a{"a", prompt(36, 1)};
   EXPECT_EQ(conn_->get_num_new_matched_tokens(a.view(), 0), (match_result{0u, false}));
   a.alloc(36, next_block_);  // GPU 1..9
@@ -434,7 +434,7 @@ TEST_F(ConnectorSchedulerTest, StoreCursorFollowsPrepareStoreOutcomes) {
 
 // Running requests are matched by id whatever order the engine schedules them in (the
 // connector predicts the order from the previous step; a wrong guess must not matter).
-TEST_F(ConnectorSchedulerTest, RunningRequestsAreMatchedByIdInAnyOrder) {
+TEST_F(PlannerTest, RunningRequestsAreMatchedByIdInAnyOrder) {
   std::vector<test_request> reqs;
   for (uint32_t i = 0; i < 4; ++i) reqs.emplace_back("r" + std::to_string(i), prompt(12, 100 * i));
   std::vector<scheduled_request> first;
@@ -484,7 +484,7 @@ TEST_F(ConnectorSchedulerTest, RunningRequestsAreMatchedByIdInAnyOrder) {
   EXPECT_EQ(conn_->build_connector_meta(in).code(), errc::not_found);
 }
 
-TEST_F(ConnectorSchedulerTest, StoreJobCarriesTheGpuBlocksOfTheKeysActuallyStored) {
+TEST_F(PlannerTest, StoreJobCarriesTheGpuBlocksOfTheKeysActuallyStored) {
   // Keys 1 and 3 of the shared prefix are already offloaded: the new request's job stores
   // blocks 0, 2, 4, 5, with their GPU ids in that order (item 21 with a real manager).
   test_request a{"a", prompt(48, 1)};
@@ -511,7 +511,7 @@ TEST_F(ConnectorSchedulerTest, StoreJobCarriesTheGpuBlocksOfTheKeysActuallyStore
   EXPECT_EQ(m.stores[0].block_indices, per_group{0});
 }
 
-TEST_F(ConnectorSchedulerTest, NullBlocksAreSkippedOrBecomeTheJobsSkip) {
+TEST_F(PlannerTest, NullBlocksAreSkippedOrBecomeTheJobsSkip) {
   test_request a{"a", prompt(48, 1)};
   (void)conn_->get_num_new_matched_tokens(a.view(), 0);
   // Block 0 all null (out of the sliding window), block 1 with one leading null, block 2
@@ -530,7 +530,7 @@ TEST_F(ConnectorSchedulerTest, NullBlocksAreSkippedOrBecomeTheJobsSkip) {
 
 // --- loads (§9 item 23) -------------------------------------------------------------------
 
-TEST_F(ConnectorSchedulerTest, LoadsFillTheBlocksAfterTheGpuCachedPrefix) {
+TEST_F(PlannerTest, LoadsFillTheBlocksAfterTheGpuCachedPrefix) {
   test_request w{"w", prompt(36, 1)};
   store_fully(w);
   test_request w2{"w2", prompt(24, 1000)};
@@ -601,7 +601,7 @@ TEST_F(ConnectorSchedulerTest, LoadsFillTheBlocksAfterTheGpuCachedPrefix) {
   EXPECT_EQ(mgr_->count("prepare_store"), 0u);
 }
 
-TEST_F(ConnectorSchedulerTest, LoadPlanningErrorsChangeNothing) {
+TEST_F(PlannerTest, LoadPlanningErrorsChangeNothing) {
   test_request w{"w", prompt(24, 1)};
   store_fully(w);
   test_request c{"c", prompt(24, 1)};
@@ -629,7 +629,7 @@ TEST_F(ConnectorSchedulerTest, LoadPlanningErrorsChangeNothing) {
   EXPECT_EQ(conn_->jobs_in_flight(), 1u);
 }
 
-TEST_F(ConnectorSchedulerTest, UnknownScheduledRequestIsAnErrorAndKeepsRecordedLoads) {
+TEST_F(PlannerTest, UnknownScheduledRequestIsAnErrorAndKeepsRecordedLoads) {
   test_request w{"w", prompt(12, 1)};
   store_fully(w);
   test_request c{"c", prompt(12, 1)};
@@ -653,7 +653,7 @@ TEST_F(ConnectorSchedulerTest, UnknownScheduledRequestIsAnErrorAndKeepsRecordedL
 
 // --- blocks being loaded (§9 item 26), abort during a load (item 27) -------------------------
 
-TEST_F(ConnectorSchedulerTest, SecondRequestHittingBlocksInFlightIsAskedAgain) {
+TEST_F(PlannerTest, SecondRequestHittingBlocksInFlightIsAskedAgain) {
   test_request w{"w", prompt(12, 1)};
   store_fully(w);
   test_request r2{"r2", prompt(12, 1)};
@@ -677,7 +677,7 @@ TEST_F(ConnectorSchedulerTest, SecondRequestHittingBlocksInFlightIsAskedAgain) {
   EXPECT_TRUE(step({}).loads.empty());
 }
 
-TEST_F(ConnectorSchedulerTest, WithoutPrefixCachingTwoRequestsMayLoadTheSameBlocks) {
+TEST_F(PlannerTest, WithoutPrefixCachingTwoRequestsMayLoadTheSameBlocks) {
   make(/*capacity=*/64, /*prefix_caching=*/false);
   test_request w{"w", prompt(12, 1)};
   store_fully(w);
@@ -694,7 +694,7 @@ TEST_F(ConnectorSchedulerTest, WithoutPrefixCachingTwoRequestsMayLoadTheSameBloc
   EXPECT_EQ(mgr_->count("complete_load"), 2u);
 }
 
-TEST_F(ConnectorSchedulerTest, AbortDuringLoadStillReportsFinishedRecving) {
+TEST_F(PlannerTest, AbortDuringLoadStillReportsFinishedRecving) {
   test_request w{"w", prompt(12, 1)};
   store_fully(w);
   test_request r{"r", prompt(12, 1)};
@@ -721,7 +721,7 @@ TEST_F(ConnectorSchedulerTest, AbortDuringLoadStillReportsFinishedRecving) {
 
 // --- preemption (§9 item 25) --------------------------------------------------------------
 
-TEST_F(ConnectorSchedulerTest, PreemptionFlushesStoreJobsAndResumeLoadsThem) {
+TEST_F(PlannerTest, PreemptionFlushesStoreJobsAndResumeLoadsThem) {
   test_request p{"p", prompt(24, 1)};
   (void)conn_->get_num_new_matched_tokens(p.view(), 0);
   p.alloc(24, next_block_);  // GPU 1..6
@@ -785,7 +785,7 @@ TEST_F(ConnectorSchedulerTest, PreemptionFlushesStoreJobsAndResumeLoadsThem) {
   EXPECT_EQ(conn_->take_request_completions().finished_sending, std::vector<std::string>{"p"});
 }
 
-TEST_F(ConnectorSchedulerTest, ResumedRequestReplacesItsBlockIds) {
+TEST_F(PlannerTest, ResumedRequestReplacesItsBlockIds) {
   test_request p{"p", prompt(12, 1)};
   (void)conn_->get_num_new_matched_tokens(p.view(), 0);
   p.alloc(8, next_block_);  // 2 GPU blocks for the first 8 tokens (chunked prefill)
@@ -803,7 +803,7 @@ TEST_F(ConnectorSchedulerTest, ResumedRequestReplacesItsBlockIds) {
 
 // --- do_remote_decode (§9 item 28) --------------------------------------------------------
 
-TEST_F(ConnectorSchedulerTest, RemoteDecodeStoresTheLoadedPrefixAgain) {
+TEST_F(PlannerTest, RemoteDecodeStoresTheLoadedPrefixAgain) {
   test_request w{"w", prompt(12, 1)};
   store_fully(w);
   for (bool remote : {true, false}) {
@@ -834,7 +834,7 @@ TEST_F(ConnectorSchedulerTest, RemoteDecodeStoresTheLoadedPrefixAgain) {
 
 // --- per-job completion (§9 item 33) and failures ------------------------------------------
 
-TEST_F(ConnectorSchedulerTest, EachJobCompletesOnceAndFinishedSendingWaitsForTheLast) {
+TEST_F(PlannerTest, EachJobCompletesOnceAndFinishedSendingWaitsForTheLast) {
   test_request a{"a", prompt(24, 1)};
   (void)conn_->get_num_new_matched_tokens(a.view(), 0);
   a.alloc(12, next_block_);
@@ -889,7 +889,7 @@ TEST_F(ConnectorSchedulerTest, EachJobCompletesOnceAndFinishedSendingWaitsForThe
   EXPECT_EQ(conn_->tracked_requests(), 0u);
 }
 
-TEST_F(ConnectorSchedulerTest, StoredAndRemovedEventsComeFromTheManager) {
+TEST_F(PlannerTest, StoredAndRemovedEventsComeFromTheManager) {
   make(/*capacity=*/2, /*prefix_caching=*/true);
   test_request a{"a", prompt(24, 1)};
   store_fully(a);
@@ -910,7 +910,7 @@ TEST_F(ConnectorSchedulerTest, StoredAndRemovedEventsComeFromTheManager) {
   EXPECT_EQ(ev[1].keys, b.keys());
 }
 
-TEST_F(ConnectorSchedulerTest, FailedStoreFreesSlotsWithoutEventAndDoesNotHit) {
+TEST_F(PlannerTest, FailedStoreFreesSlotsWithoutEventAndDoesNotHit) {
   test_request a{"a", prompt(24, 1)};
   (void)conn_->get_num_new_matched_tokens(a.view(), 0);
   a.alloc(24, next_block_);
@@ -933,7 +933,7 @@ TEST_F(ConnectorSchedulerTest, FailedStoreFreesSlotsWithoutEventAndDoesNotHit) {
   EXPECT_EQ(conn_->get_num_new_matched_tokens(b.view(), 0), (match_result{0u, false}));
 }
 
-TEST_F(ConnectorSchedulerTest, FailedLoadUnpinsAndReportsInvalidBlocks) {
+TEST_F(PlannerTest, FailedLoadUnpinsAndReportsInvalidBlocks) {
   make(/*capacity=*/2, /*prefix_caching=*/true);
   test_request w{"w", prompt(24, 1)};
   store_fully(w);
@@ -965,7 +965,7 @@ TEST_F(ConnectorSchedulerTest, FailedLoadUnpinsAndReportsInvalidBlocks) {
   EXPECT_EQ(m2.stores.size(), 1u);
 }
 
-TEST_F(ConnectorSchedulerTest, UnknownDuplicateOrMismatchedResultsAreRejected) {
+TEST_F(PlannerTest, UnknownDuplicateOrMismatchedResultsAreRejected) {
   test_request a{"a", prompt(12, 1)};
   test_request b{"b", prompt(12, 100)};
   for (auto* r : {&a, &b}) {
@@ -1011,7 +1011,7 @@ TEST_F(ConnectorSchedulerTest, UnknownDuplicateOrMismatchedResultsAreRejected) {
 // --- inputs as vLLM gives them: hashed flags, request-level outcomes
 // ------------------------------
 
-TEST_F(ConnectorSchedulerTest, LoadStartsAtTheFirstBlockWithoutAHash) {
+TEST_F(PlannerTest, LoadStartsAtTheFirstBlockWithoutAHash) {
   test_request w{"w", prompt(36, 1)};
   store_fully(w);
   // 12 tokens computed locally, but the GPU prefix cache also holds block 3 (past num_computed):
@@ -1057,7 +1057,7 @@ TEST_F(ConnectorSchedulerTest, LoadStartsAtTheFirstBlockWithoutAHash) {
   EXPECT_EQ(conn_->jobs_in_flight(), 0u);
 }
 
-TEST_F(ConnectorSchedulerTest, RequestLevelOutputsCompleteTheRequestsJobs) {
+TEST_F(PlannerTest, RequestLevelOutputsCompleteTheRequestsJobs) {
   test_request w{"w", prompt(12, 1)};
   store_fully(w);
   // a: two store jobs (chunked prefill); b: a load of w's block; c: deferred behind b.
@@ -1122,7 +1122,7 @@ class ConnectorR1ReproTest : public ::testing::Test {
     cfg.offloaded_block_size = 4;
     cfg.hash_block_size = 4;
     cfg.manager.capacity = 2;
-    auto cs = connector_scheduler::create(cfg);
+    auto cs = planner::create(cfg);
     ASSERT_TRUE(cs.ok()) << cs.error().to_string();
     conn_ = std::move(*cs);
   }
@@ -1162,7 +1162,7 @@ class ConnectorR1ReproTest : public ::testing::Test {
   }
   using ev = std::pair<kv_event_kind, std::vector<block_key>>;
 
-  std::unique_ptr<connector_scheduler> conn_;
+  std::unique_ptr<planner> conn_;
   step_id step_ = 0;
 };
 
@@ -1270,7 +1270,7 @@ TEST_F(ConnectorR1ReproTest, OneStoredEventPerJob) {
 
 // --- a seeded random workload: global invariants ---------------------------------------------
 
-TEST_F(ConnectorSchedulerTest, RandomWorkloadCompletesEveryJobOnceAndLeavesNothingPinned) {
+TEST_F(PlannerTest, RandomWorkloadCompletesEveryJobOnceAndLeavesNothingPinned) {
   constexpr uint32_t kCapacity = 8;  // small: evictions and refused stores happen
   make(kCapacity, /*prefix_caching=*/true);
   std::mt19937 rng(20240601);

@@ -1,5 +1,5 @@
 #pragma once
-/// connector_scheduler: the scheduler side of the offloading connector (vLLM's
+/// planner: the scheduler side of the offloading connector (vLLM's
 /// OffloadingConnectorScheduler at R1, reference §5, with R2's per-job completion §5b). It turns
 /// what the engine's scheduler decided into transfer jobs and keeps the CPU pool's ledger
 /// (offload_manager) in step with the jobs' outcomes. It makes every decision; the scheduler
@@ -172,17 +172,17 @@ struct connector_stats {
   friend bool operator==(const connector_stats&, const connector_stats&) = default;
 };
 
-class connector_scheduler {
+class planner {
  public:
   /// Validates the config (make_geometry) and builds the manager from cfg.manager.
-  static result<std::unique_ptr<connector_scheduler>> create(const connector_config& cfg);
+  static result<std::unique_ptr<planner>> create(const connector_config& cfg);
   /// Same with a given manager (tests wrap the real one); cfg.manager is then not used.
-  static result<std::unique_ptr<connector_scheduler>> create(
-      const connector_config& cfg, std::unique_ptr<offload_manager> manager);
+  static result<std::unique_ptr<planner>> create(const connector_config& cfg,
+                                                 std::unique_ptr<offload_manager> manager);
 
-  connector_scheduler(const connector_scheduler&) = delete;
-  connector_scheduler& operator=(const connector_scheduler&) = delete;
-  ~connector_scheduler();
+  planner(const planner&) = delete;
+  planner& operator=(const planner&) = delete;
+  ~planner();
 
   /// Tokens loadable from the CPU pool beyond the num_computed tokens the GPU prefix cache
   /// already has (reference §5): creates or reuses the request's state (a reused state forgets
@@ -258,7 +258,7 @@ class connector_scheduler {
 
  private:
   class impl;  // the state and the logic; keeps the container headers out of this one
-  explicit connector_scheduler(std::unique_ptr<impl> p);
+  explicit planner(std::unique_ptr<impl> p);
   std::unique_ptr<impl> impl_;
 };
 

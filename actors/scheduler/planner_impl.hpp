@@ -1,0 +1,219 @@
+#pragma once
+/// planner::impl: the planner's state and the declarations of its steps, shared by the two
+/// files that define them (planner.cpp: construction, lookups, allocation, request_finished;
+/// planner_steps.cpp: build_connector_meta, stores, job completion). Internal to
+/// actors/scheduler (not installed).
+#include <absl/container/flat_hash_map.h>
+#include <absl/container/inlined_vector.h>
+#include <absl/hash/hash.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "actors/scheduler/planner.hpp"
+
+namespace kvc::scheduler {
+
+namespace planner_detail {
+
+inline std::string quoted(std::string_view s) {
+  return "'" + std::string(s) + "'";
+}
+
+inline const char* kind_name(transfer_kind k) {
+  return k == transfer_kind::load ? "load" : "store";
+}
+
+}  // namespace planner_detail
+
+/// The connector's state. Requests live in a dense array of slots (reused, with their vectors'
+/// capacity, after a request is gone) found through a small id -> slot map, so the per-step
+/// walk over running requests touches little memory; jobs refer to their request's slot (a
+/// request's state outlives its jobs). Scratch buffers are reused across calls so that a steady
+/// step allocates only for the jobs it emits.
+class planner::impl {
+ public:
+  impl(const connector_geometry& geo, bool prefix_caching, std::unique_ptr<offload_manager> manager)
+      : geo_(geo), prefix_caching_(prefix_caching), manager_(std::move(manager)) {}
+
+  match_result get_num_new_matched_tokens(const request_view& req, uint32_t num_computed);
+  status update_state_after_alloc(const request_view& req, const block_table_view& blocks,
+                                  uint32_t num_external);
+  result<connector_metadata> build_connector_meta(const step_input& in);
+  status update_connector_output(const connector_output& out);
+  status update_connector_output(const request_output& out);
+  bool request_finished(std::string_view req_id);
+
+  static constexpr uint32_t npos = UINT32_MAX;
+
+  /// Per-request state. The fields every decode step reads for every running request (the id
+  /// check of the order prediction, the key count, the store cursor) share the first cache
+  /// line; the rest is read when a block fills or a job ends.
+  struct alignas(64) request_state {
+    std::string id;
+    std::vector<block_key> keys;       ///< one per full offloaded block so far
+    uint32_t cursor = 0;               ///< next offloaded block index to consider for storing
+    std::vector<gpu_block> block_ids;  ///< all GPU block ids of the request
+    std::vector<cpu_slot> slot_hints;  ///< per key: its slot at the last touch (touch_hinted)
+    std::vector<job_id> jobs;          ///< every job in flight, oldest first (for flush)
+    std::optional<job_id> load_job;    ///< recorded or in flight
+    uint32_t local_computed = 0;       ///< num_computed at the last get_num_new_matched_tokens
+    bool finished = false;             ///< request_finished was called; kept for its jobs
+    bool delay_free = false;           ///< request_finished returned true: owe finished_sending
+    bool store_entry = false;          ///< a store job was planned (R1: in _reqs_being_stored)
+    bool owed = false;  ///< in owed_sending_: finished, delay_free, nothing in flight
+  };
+  struct job_state {
+    uint32_t slot = 0;  ///< the request's slot
+    transfer_kind kind = transfer_kind::load;
+    /// The job's keys: one or two inline in `keys` (a decode step's store); more, when they are
+    /// a run of the request's keys (which only grow while the request has jobs), as
+    /// [first_key, first_key + num_keys) of them, nothing copied; otherwise a copy in `keys`.
+    bool key_run = false;
+    uint32_t first_key = 0;
+    uint32_t num_keys = 0;
+    absl::InlinedVector<block_key, 2> keys;
+    /// Loads: the destinations, [first_block, end_block) of the request's block ids (kept from
+    /// update_state_after_alloc until the load completes), reported invalid on failure.
+    uint32_t first_block = 0;
+    uint32_t end_block = 0;
+  };
+  using job_map = absl::flat_hash_map<job_id, job_state>;
+  std::span<const block_key> keys_of(const job_state& js) const {
+    if (!js.key_run) return {js.keys.data(), js.keys.size()};
+    return std::span<const block_key>(states_[js.slot].keys).subspan(js.first_key, js.num_keys);
+  }
+  /// Records the job's keys: one or two inline (a decode step's store: read back from the job's
+  /// own entry at completion), more as the run [first, first + keys.size()) of the request's
+  /// keys, or (first == npos: not a run) a copy.
+  static void set_keys(job_state& js, std::span<const block_key> keys, uint64_t first) {
+    if (first != npos && keys.size() > 2) {
+      js.key_run = true;
+      js.first_key = static_cast<uint32_t>(first);
+      js.num_keys = static_cast<uint32_t>(keys.size());
+    } else {
+      js.keys.assign(keys.begin(), keys.end());
+    }
+  }
+  /// Transparent std::string_view hashing (Debian's absl::string_view is its own type).
+  struct id_hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const noexcept {
+      return absl::Hash<std::string_view>{}(s);
+    }
+  };
+  struct id_eq {
+    using is_transparent = void;
+    bool operator()(std::string_view a, std::string_view b) const noexcept { return a == b; }
+  };
+
+  uint32_t find(std::string_view id) const {
+    auto it = index_.find(id);
+    return it == index_.end() ? npos : it->second;
+  }
+  uint32_t find_or_create(std::string_view id) {
+    auto [it, fresh] = index_.try_emplace(id, npos);
+    if (!fresh) return it->second;
+    uint32_t slot;
+    if (!free_slots_.empty()) {
+      slot = free_slots_.back();
+      free_slots_.pop_back();
+    } else {
+      slot = static_cast<uint32_t>(states_.size());
+      states_.emplace_back();
+      next_cached_.push_back(npos);
+    }
+    it->second = slot;
+    states_[slot].id.assign(id);
+    return slot;
+  }
+  /// Forgets a request; its slot (and vector capacity) is reused by a later one.
+  void release(uint32_t slot) {
+    auto& st = states_[slot];
+    index_.erase(std::string_view(st.id));
+    st.cursor = st.local_computed = 0;
+    next_cached_[slot] = npos;
+    st.finished = st.delay_free = st.store_entry = st.owed = false;
+    st.load_job.reset();
+    st.keys.clear();
+    st.slot_hints.clear();
+    st.block_ids.clear();
+    st.jobs.clear();
+    st.id.clear();
+    free_slots_.push_back(slot);
+  }
+  void extend_keys(request_state& st, std::span<const block_key> block_hashes) const {
+    const size_t hf = geo_.hash_factor;
+    // Multiply-compare first: this runs for every scheduled request every step, and a 64-bit
+    // division costs more than the rest of the check.
+    if (block_hashes.size() < (st.keys.size() + 1) * hf) return;
+    const size_t want = block_hashes.size() / hf;
+    st.keys.reserve(std::max(want, 2 * st.keys.size()));
+    if (hf == 1) {  // one hash per offloaded block: a plain copy
+      st.keys.insert(st.keys.end(), block_hashes.begin() + static_cast<ptrdiff_t>(st.keys.size()),
+                     block_hashes.begin() + static_cast<ptrdiff_t>(want));
+    } else {
+      for (size_t i = st.keys.size(); i < want; ++i)
+        st.keys.push_back(block_hashes[i * hf + hf - 1]);
+    }
+    st.slot_hints.resize(want, UINT32_MAX);
+  }
+  /// False when plan_stores(st, sr) would change nothing: extend_keys adds no key and the
+  /// number of complete offloaded blocks is the cursor (the same checks, without the call).
+  bool may_store(const request_state& st, const scheduled_request& sr) const noexcept {
+    const uint64_t offloadable =
+        std::min<uint64_t>(uint64_t{sr.num_computed} + sr.num_scheduled, sr.req.num_tokens);
+    // One unsigned compare for "at least one block past the cursor, or below it" (wraps).
+    const uint64_t past_cursor = offloadable - uint64_t{st.cursor} * geo_.offloaded_block_size;
+    return sr.req.block_hashes.size() >= (st.keys.size() + 1) * geo_.hash_factor ||
+           past_cursor >= geo_.offloaded_block_size;
+  }
+  /// R1's touch of all of a request's keys, with the slots it saw last time as hints.
+  void touch_all(request_state& st) { manager_->touch_hinted(st.keys, st.slot_hints); }
+  void plan_stores(uint32_t slot, const scheduled_request& sr, bool replace_blocks,
+                   connector_metadata& meta);
+  /// first_key: the request-key index of keys[0] when keys are a run of the request's keys,
+  /// else npos.
+  void emit_store_job(uint32_t slot, std::span<const block_key> keys,
+                      std::span<const cpu_slot> slots, std::span<const gpu_block> gpu_ids,
+                      uint32_t first_block, uint32_t first_key, connector_metadata& meta);
+  /// Completes a job in flight with the manager (ok or not). `report`: record the request-level
+  /// outcome (finished_recving, invalid blocks, finished_sending) for take_request_completions.
+  void complete_job(job_map::iterator jit, bool ok, bool report, std::string& rejected,
+                    errc& first_error);
+  /// The job is over: drop it from its request, releasing a finished request's last job.
+  void forget_job(uint32_t slot, job_id id, bool report);
+  void drop_owed(uint32_t slot) {
+    states_[slot].owed = false;
+    std::erase(owed_sending_, slot);
+  }
+
+  connector_geometry geo_;
+  bool prefix_caching_;
+  std::unique_ptr<offload_manager> manager_;
+  absl::flat_hash_map<std::string, uint32_t, id_hash, id_eq> index_;
+  std::vector<request_state> states_;
+  std::vector<uint32_t> free_slots_;
+  job_map jobs_;
+  /// Load jobs recorded or in flight (their keys are pinned in the manager).
+  size_t loads_in_flight_ = 0;
+  std::vector<transfer_job> pending_loads_;  ///< recorded by update_state_after_alloc
+  /// Finished delay_free requests with no job in flight, released (and reported in
+  /// finished_sending) by the next update_connector_output with job results.
+  std::vector<uint32_t> owed_sending_;
+  request_completions completions_;
+  connector_stats stats_;
+  job_id next_job_ = 0;
+  uint32_t first_cached_ = npos;       ///< the first running request of the last step (a hint)
+  std::vector<uint32_t> next_cached_;  ///< by slot: the request after it in the last step
+  size_t last_store_jobs_ = 0;         ///< store jobs of the last step (reserve hint)
+  // scratch buffers reused across calls
+  std::vector<block_key> scratch_keys_;
+  std::vector<uint32_t> scratch_idx_;
+  std::vector<gpu_block> scratch_gpu_;
+  std::vector<uint32_t> scratch_slots_;
+  std::vector<job_id> scratch_jobs_;
+};
+
+}  // namespace kvc::scheduler
