@@ -62,9 +62,17 @@ class replay_session {
     std::string out;
     if (status st = run(line, out); !st.ok()) {
       failed = true;
-      return "{\"error\":" + json(st.to_string()).dump() + "}";
+      return error_line(st.to_string());
     }
     return out;
+  }
+
+  /// {"error": message}: at most 300 bytes of it (a message may quote the input), invalid
+  /// UTF-8 replaced, never thrown on.
+  static std::string error_line(std::string message) {
+    if (message.size() > 300) message = message.substr(0, 300) + "...";
+    return "{\"error\":" + json(message).dump(-1, ' ', false, json::error_handler_t::replace) +
+           "}";
   }
 
  private:
@@ -224,12 +232,31 @@ class replay_session {
   std::vector<block_key> keys_;
 };
 
-/// Runs a whole replay; true if every line succeeded.
-bool replay(std::istream& in, std::ostream& out) {
+/// Runs a whole replay; true if every line succeeded. Lines are bounded (max_line_bytes): a
+/// longer one gets one error line and the replay goes on; a read error ends it with one.
+bool replay(byte_source& in, std::ostream& out) {
   replay_session session;
   bool failed = false;
+  line_reader reader{in};
   std::string line;
-  while (std::getline(in, line)) {
+  status read_error;
+  for (size_t line_no = 1;; ++line_no) {
+    const auto got = reader.next(line, read_error);
+    if (got == line_reader::kind::end) break;
+    if (got == line_reader::kind::failed) {
+      out << replay_session::error_line("line " + std::to_string(line_no) + ": " +
+                                        read_error.to_string())
+          << '\n';
+      failed = true;
+      break;
+    }
+    if (got == line_reader::kind::too_long) {
+      out << replay_session::error_line("line " + std::to_string(line_no) + ": longer than " +
+                                        std::to_string(max_line_bytes) + " bytes; skipped")
+          << '\n';
+      failed = true;
+      continue;
+    }
     if (line.find_first_not_of(" \t\r\n") == std::string::npos) continue;
     out << session.answer(line, failed) << '\n';
   }
@@ -254,12 +281,10 @@ void add_replay_command(CLI::App& app, int& exit_code) {
       auto in = open_byte_source(*file);
       if (!in) throw std::runtime_error("replay: " + in.error().message());
       ok = replay_connector_trace(**in, std::cout);
-    } else if (*file == "-") {
-      ok = replay(std::cin, std::cout);
     } else {
-      std::ifstream in{*file};
-      if (!in) throw std::runtime_error("replay: cannot open " + *file);
-      ok = replay(in, std::cout);
+      auto in = open_byte_source(*file);
+      if (!in) throw std::runtime_error("replay: " + in.error().message());
+      ok = replay(**in, std::cout);
     }
     exit_code = ok ? 0 : 1;
   });

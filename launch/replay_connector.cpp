@@ -482,57 +482,6 @@ class connector_replay {
   std::vector<uint8_t> hashed_;
 };
 
-/// Splits a byte_source into lines of at most max_line_bytes (the rest of a longer line is
-/// skipped and reported).
-class line_reader {
- public:
-  explicit line_reader(byte_source& in) : in_(in), buf_(64 * 1024) {}
-
-  enum class kind { line, too_long, end, failed };
-
-  kind next(std::string& line, status& error) {
-    line.clear();
-    bool too_long = false;
-    bool any = false;
-    for (;;) {
-      if (pos_ == len_) {
-        auto n = in_.read(buf_.data(), buf_.size());
-        if (!n) {
-          error = n.error();
-          return kind::failed;
-        }
-        pos_ = 0;
-        len_ = *n;
-        if (len_ == 0) return any ? (too_long ? kind::too_long : kind::line) : kind::end;
-      }
-      any = true;
-      const char* begin = buf_.data() + pos_;
-      const char* end = buf_.data() + len_;
-      const char* nl = std::find(begin, end, '\n');
-      const size_t take = static_cast<size_t>(nl - begin);
-      if (!too_long) {
-        if (line.size() + take > max_line_bytes) {
-          too_long = true;
-          line.clear();
-        } else {
-          line.append(begin, take);
-        }
-      }
-      pos_ += take;
-      if (nl != end) {
-        ++pos_;
-        return too_long ? kind::too_long : kind::line;
-      }
-    }
-  }
-
- private:
-  byte_source& in_;
-  std::vector<char> buf_;
-  size_t pos_ = 0;
-  size_t len_ = 0;
-};
-
 std::string error_line(const std::string& op, size_t line_no, const std::string& message) {
   ojson e;
   if (!op.empty()) e["op"] = op;

@@ -13,10 +13,12 @@
 /// Input is read through a byte_source: plain or gzip (through zlib when the build has it).
 /// Lines are bounded (max_line_bytes); a longer or malformed line gets one error line and the
 /// replay goes on. Not thread-safe.
+#include <algorithm>
 #include <cstddef>
 #include <memory>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "proto/status.hpp"
 
@@ -36,6 +38,57 @@ result<std::unique_ptr<byte_source>> open_byte_source(const std::string& path);
 
 /// Longest input line accepted (the traces' longest is a few KiB).
 inline constexpr size_t max_line_bytes = size_t{1} << 20;
+
+/// Splits a byte_source into lines of at most max_line_bytes (the rest of a longer line is
+/// skipped and reported).
+class line_reader {
+ public:
+  explicit line_reader(byte_source& in) : in_(in), buf_(64 * 1024) {}
+
+  enum class kind { line, too_long, end, failed };
+
+  kind next(std::string& line, status& error) {
+    line.clear();
+    bool too_long = false;
+    bool any = false;
+    for (;;) {
+      if (pos_ == len_) {
+        auto n = in_.read(buf_.data(), buf_.size());
+        if (!n) {
+          error = n.error();
+          return kind::failed;
+        }
+        pos_ = 0;
+        len_ = *n;
+        if (len_ == 0) return any ? (too_long ? kind::too_long : kind::line) : kind::end;
+      }
+      any = true;
+      const char* begin = buf_.data() + pos_;
+      const char* end = buf_.data() + len_;
+      const char* nl = std::find(begin, end, '\n');
+      const size_t take = static_cast<size_t>(nl - begin);
+      if (!too_long) {
+        if (line.size() + take > max_line_bytes) {
+          too_long = true;
+          line.clear();
+        } else {
+          line.append(begin, take);
+        }
+      }
+      pos_ += take;
+      if (nl != end) {
+        ++pos_;
+        return too_long ? kind::too_long : kind::line;
+      }
+    }
+  }
+
+ private:
+  byte_source& in_;
+  std::vector<char> buf_;
+  size_t pos_ = 0;
+  size_t len_ = 0;
+};
 
 /// Replays every line of `in`, writing answer and error lines to `out`. True iff no line failed.
 bool replay_connector_trace(byte_source& in, std::ostream& out);
