@@ -191,7 +191,10 @@ class replay_session {
     if (!is_uint(*it))
       return bad(std::string{"op \"config\": \""} + name + "\" must be a non-negative integer");
     const uint64_t v = it->get<uint64_t>();
-    value = v > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(v);  // validate() rejects it
+    if (v > UINT32_MAX) {
+      return bad(std::string{"op \"config\": \""} + name + "\" must be at most 4294967295");
+    }
+    value = static_cast<uint32_t>(v);
     return status::success();
   }
 

@@ -36,6 +36,9 @@ check(len(lines) == 2 and "longer than" in json.loads(lines[0])["error"], f"long
 check(all(len(l) < 1000 for l in lines), "an error line echoes the long input")
 check(len(lines) == 2 and json.loads(lines[1]) == {"ok": True}, "the line after is answered")
 
+rc, lines, _ = replay(b'{"op":"config","capacity":4,"policy":"lru","store_threshold":5000000000}\n')
+check(rc == 1 and "at most 4294967295" in json.loads(lines[0])["error"], f"clamped: {lines}")
+
 with tempfile.TemporaryDirectory() as d:
     rc, lines, _ = replay(b"", d)
     check(rc == 1, f"a directory: exit {rc}, want 1")
