@@ -107,6 +107,16 @@ status scheduler_connector::update_state_after_alloc(const scheduler::request_vi
   return impl_->planner->update_state_after_alloc(req, block_ids, num_external);
 }
 
+status scheduler_connector::update_state_after_alloc(const scheduler::request_view& req,
+                                                     const scheduler::block_table_view& blocks,
+                                                     uint32_t num_external) {
+  return impl_->planner->update_state_after_alloc(req, blocks, num_external);
+}
+
+status scheduler_connector::apply_request_output(const scheduler::request_output& out) {
+  return impl_->planner->update_connector_output(out);
+}
+
 result<connector_metadata> scheduler_connector::build_connector_meta(
     const scheduler::step_input& in) {
   impl& m = *impl_;

@@ -91,6 +91,11 @@ class scheduler_connector {
   /// build_connector_meta when num_external > 0.
   status update_state_after_alloc(const scheduler::request_view& req,
                                   std::span<const gpu_block> block_ids, uint32_t num_external);
+  /// The same with vLLM's block table: every block id and, per block, whether the GPU prefix
+  /// cache holds it (its hash is set); the load starts at the first block without one.
+  status update_state_after_alloc(const scheduler::request_view& req,
+                                  const scheduler::block_table_view& blocks,
+                                  uint32_t num_external);
   /// Plans the step and sends its metadata to every worker (asynchronously: the call never
   /// waits on the network). Steps must be numbered upwards. Returns the metadata (the engine
   /// may log or inspect it; the workers get their copy on the step channel).
@@ -102,6 +107,11 @@ class scheduler_connector {
   /// that has. errc::timeout if it did not arrive in time (what did arrive stays queued for the
   /// next call); errc::io_error when the scheduler actor is gone.
   result<connector_update> update_connector_output(step_id step, std::chrono::nanoseconds timeout);
+  /// Request-level outcomes as vLLM's engine aggregates them from its workers
+  /// (KVConnectorOutput.finished_sending / finished_recving), for an engine that does its own
+  /// aggregation instead of taking the coordinator's job results: completes those requests'
+  /// store and load jobs in the planner (scheduler::planner::update_connector_output).
+  status apply_request_output(const scheduler::request_output& out);
   /// The request finished or was aborted; call once, before its blocks are freed. Returns
   /// delay_free: the blocks are freed when the id comes back in finished_sending.
   bool request_finished(std::string_view req_id);

@@ -205,6 +205,41 @@ TEST_P(EmbedTest, StoreThenLoadAcrossTwoRanksIsByteExact) {
   EXPECT_EQ(*stopped, 2u);
 }
 
+TEST_P(EmbedTest, VllmsBlockTableAndRequestLevelOutputsReachThePlanner) {
+  auto sc = scheduler_connector::create(sched_cfg(1));
+  ASSERT_TRUE(sc.ok()) << sc.error().to_string();
+  ASSERT_TRUE(add_worker(sc->get(), worker_cfg(0, 1)));
+  ASSERT_TRUE((*sc)->wait_for_workers(5s).ok());
+  const auto ka = keys({41, 42});
+  const scheduler::request_view a{"a", ka, 8};
+  EXPECT_EQ((*sc)->get_num_new_matched_tokens(a, 0), (scheduler::match_result{0u, false}));
+  const std::vector<gpu_block> blocks_a{1, 2};
+  ASSERT_TRUE((*sc)->update_state_after_alloc(a, blocks_a, 0).ok());
+  ASSERT_TRUE(step(**sc, 1, {{a, blocks_a, 0, 8}}, {{1, 100}, {2, 100}}).ok());
+  ASSERT_EQ(last_meta_.stores.size(), 1u);
+  const auto a_slots = last_meta_.stores[0].slots;
+  // The engine aggregates its workers' outputs itself (as vLLM does) and says a's stores are
+  // done: the planner completes the job now; the coordinator's result of it is not applied twice.
+  const std::vector<std::string_view> sending{"a"};
+  ASSERT_TRUE((*sc)->apply_request_output({sending, {}}).ok());
+  EXPECT_EQ((*sc)->stats().stores_ok, 1u);
+  ASSERT_TRUE(step(**sc, 2).ok());  // the copies ran: rank 0's report of the store arrives
+  EXPECT_EQ((*sc)->stats().stores_ok, 1u);
+  EXPECT_EQ((*sc)->stats().rejected_results, 1u);
+
+  // b: a's tokens + 1. The block table says the GPU prefix cache holds block 5 (a's first block)
+  // although nothing was computed: the load starts at the first block without a hash.
+  const scheduler::request_view b{"b", ka, 9};
+  EXPECT_EQ((*sc)->get_num_new_matched_tokens(b, 0), (scheduler::match_result{8u, true}));
+  const std::vector<gpu_block> blocks_b{5, 6, 7};
+  const std::vector<uint8_t> hashed{1, 0, 0};
+  ASSERT_TRUE((*sc)->update_state_after_alloc(b, {blocks_b, hashed}, 8).ok());
+  ASSERT_TRUE(step(**sc, 3).ok());
+  ASSERT_EQ(last_meta_.loads.size(), 1u);
+  EXPECT_EQ(last_meta_.loads[0].gpu_blocks, (std::vector<gpu_block>{6}));
+  EXPECT_EQ(last_meta_.loads[0].slots, (std::vector<cpu_slot>{a_slots[1]}));
+}
+
 TEST_P(EmbedTest, WorkerOverLoopbackTcpRegistersAndReportsEachStep) {
   auto cfg = sched_cfg(1);
   cfg.listen = true;
