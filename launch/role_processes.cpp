@@ -116,7 +116,8 @@ status run_steps(embed::worker_connector& wc, signal_watcher& signals) {
     if (auto st = wc.start_load_kv(no_compute); first && !st) first = st;
     if (auto st = wc.wait_for_save(); first && !st) first = st;
     if (auto st = wc.finish_transfers(no_compute); first && !st) first = st;
-    wc.get_finished({});
+    // No engine tells this worker which requests finished: the metadata does.
+    wc.get_finished(wc.metadata()->finished_requests);
     wc.get_block_ids_with_load_errors();  // the job results say which loads failed
     wc.clear_connector_metadata();
     if (!first) spdlog::error("worker {}: step {}: {}", wc.rank(), *step, first.to_string());

@@ -95,6 +95,10 @@ struct connector_metadata {
   /// The requests preempted in this step, in the engine's order, whether or not they have jobs
   /// (vLLM's reqs_to_flush); `flush` lists their jobs.
   std::vector<std::string> flush_requests;
+  /// The requests the engine reported finished (request_finished) since the previous step's
+  /// metadata (vLLM's SchedulerOutput.finished_req_ids): a worker that is not told them by its
+  /// engine passes these to get_finished, so its per-request bookkeeping ends with the request.
+  std::vector<std::string> finished_requests;
 
   friend bool operator==(const connector_metadata&, const connector_metadata&) = default;
 };
@@ -107,7 +111,7 @@ typename Inspector::result_type inspect(Inspector& f, transfer_job& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, connector_metadata& x) {
-  return f(x.step, x.loads, x.stores, x.flush, x.flush_requests);
+  return f(x.step, x.loads, x.stores, x.flush, x.flush_requests, x.finished_requests);
 }
 
 }  // namespace kvc

@@ -16,8 +16,8 @@ namespace kvc {
 ///    messages (kvc_engine, kvc_submit, kvc_ready).
 /// 3: a step's messages travel only on the step channel (no CAF metadata, reports, expect or
 ///    connect mode); workers are stopped with kvc_stop.
-/// 4: connector_metadata carries flush_requests, and each job its KV-cache groups' sizes and
-///    block indices (vLLM's GPULoadStoreSpec).
+/// 4: connector_metadata carries flush_requests and finished_requests, and each job its
+///    KV-cache groups' sizes and block indices (vLLM's GPULoadStoreSpec).
 inline constexpr uint32_t protocol_version = 4;
 
 struct worker_registration {

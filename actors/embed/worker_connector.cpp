@@ -211,6 +211,10 @@ size_t worker_connector::queued_stores() const noexcept {
   return impl_->worker->queued_stores();
 }
 
+size_t worker_connector::tracked_requests() const noexcept {
+  return impl_->worker->tracked_requests();
+}
+
 size_t worker_connector::jobs_known() const noexcept {
   return impl_->worker->jobs_known();
 }

@@ -130,6 +130,8 @@ class worker_connector {
   size_t queued_stores() const noexcept;
   /// Jobs bound and not yet reported.
   size_t jobs_known() const noexcept;
+  /// Requests with store bookkeeping on this rank (transfer_executor::tracked_requests).
+  size_t tracked_requests() const noexcept;
 
  private:
   struct impl;

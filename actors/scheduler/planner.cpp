@@ -218,6 +218,7 @@ status planner::impl::update_state_after_alloc(const request_view& req,
 // Per-step metadata and stores
 
 bool planner::impl::request_finished(std::string_view req_id) {
+  finished_since_meta_.emplace_back(req_id);  // told to the workers with the next metadata
   const uint32_t slot = find(req_id);
   if (slot == npos || states_[slot].finished) return false;
   auto& st = states_[slot];

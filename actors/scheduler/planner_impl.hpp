@@ -203,6 +203,7 @@ class planner::impl {
   /// finished_sending) by the next update_connector_output with job results.
   std::vector<uint32_t> owed_sending_;
   request_completions completions_;
+  std::vector<std::string> finished_since_meta_;  ///< request_finished ids for the next metadata
   connector_stats stats_;
   job_id next_job_ = 0;
   uint32_t first_cached_ = npos;       ///< the first running request of the last step (a hint)

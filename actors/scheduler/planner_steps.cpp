@@ -69,6 +69,7 @@ result<connector_metadata> planner::impl::build_connector_meta(const step_input&
     plan_stores(slot, sr, sr.resumed, meta);
   }
   last_store_jobs_ = meta.stores.size();
+  meta.finished_requests = std::exchange(finished_since_meta_, {});
   for (const auto& id : in.preempted) {
     meta.flush_requests.emplace_back(id);
     const uint32_t slot = find(id);

@@ -143,6 +143,9 @@ class transfer_executor {
   job_phase phase(job_id id);
   size_t queued_stores() const noexcept { return deferred_.size(); }
   size_t transfers_in_flight() const noexcept { return in_flight_.size(); }
+  /// Requests with store bookkeeping (a store queued, in flight, or finished and the request
+  /// not yet reported finished): 0 at quiescence once every request was finished.
+  size_t tracked_requests() const noexcept { return store_jobs_.size(); }
   /// Jobs bound and not reported yet.
   size_t jobs_known() const noexcept { return known_.size(); }
   /// Engine reports whose transfer id this worker never submitted (ignored).

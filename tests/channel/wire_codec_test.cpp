@@ -47,7 +47,8 @@ connector_metadata sample_metadata_full() {
           .loads = {sample_job(1, transfer_kind::load)},
           .stores = {sample_job(2, transfer_kind::store), sample_job(3, transfer_kind::store)},
           .flush = {1, std::numeric_limits<job_id>::max()},
-          .flush_requests = {"preempted-a", ""}};
+          .flush_requests = {"preempted-a", ""},
+          .finished_requests = {"done-b"}};
 }
 
 completion_event sample_event() {

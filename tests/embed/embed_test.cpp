@@ -240,6 +240,53 @@ TEST_P(EmbedTest, VllmsBlockTableAndRequestLevelOutputsReachThePlanner) {
   EXPECT_EQ(last_meta_.loads[0].slots, (std::vector<cpu_slot>{a_slots[1]}));
 }
 
+TEST_P(EmbedTest, TwentyThousandStepsLeaveNoPerRequestStateBehind) {
+  // A worker that is not told which requests finished (the standalone `kvconnect worker`) takes
+  // them from the metadata: after 20,000 steps of one stored request each, every per-request
+  // table is empty at quiescence, on the scheduler side and on the rank (sizes, not RSS).
+  auto sc = scheduler_connector::create(sched_cfg(1));
+  ASSERT_TRUE(sc.ok()) << sc.error().to_string();
+  ASSERT_TRUE(add_worker(sc->get(), worker_cfg(0, 1)));
+  ASSERT_TRUE((*sc)->wait_for_workers(5s).ok());
+  worker_connector& w = *ranks_[0].wc;
+  constexpr uint64_t steps = 20000;
+  std::vector<block_key> key(1);
+  size_t most_tracked = 0;
+  for (step_id s = 1; s <= steps + 2; ++s) {
+    std::vector<scheduler::scheduled_request> fresh;
+    const std::string id = "r" + std::to_string(s);
+    const std::vector<gpu_block> blocks{static_cast<gpu_block>(1 + s % 8)};
+    key[0] = block_key::from_index(1'000'000 + s);
+    const scheduler::request_view req{id, key, bs};
+    if (s <= steps) {  // the last two steps only drain
+      (void)(*sc)->get_num_new_matched_tokens(req, 0);
+      ASSERT_TRUE((*sc)->update_state_after_alloc(req, blocks, 0).ok());
+      fresh.push_back({req, blocks, 0, bs});
+    }
+    auto meta = (*sc)->build_connector_meta({s, fresh, {}, {}});
+    ASSERT_TRUE(meta.ok()) << meta.error().to_string();
+    ASSERT_TRUE(w.bind_connector_metadata(s, 5s).ok());
+    ASSERT_TRUE(w.handle_preemptions().ok());
+    ASSERT_TRUE(w.start_load_kv().ok());
+    ranks_[0].engine().advance_all();
+    ASSERT_TRUE(w.wait_for_save().ok());
+    w.get_finished(w.metadata()->finished_requests);
+    w.clear_connector_metadata();
+    auto out = (*sc)->update_connector_output(s, 5s);
+    ASSERT_TRUE(out.ok()) << out.error().to_string();
+    if (s <= steps) (void)(*sc)->request_finished(id);
+    (void)(*sc)->take_events();
+    most_tracked = std::max(most_tracked, w.tracked_requests());
+  }
+  EXPECT_EQ((*sc)->stats().stores_ok, steps);
+  EXPECT_LE(most_tracked, 3u);  // bounded all along: a request's entry ends a step after it
+  EXPECT_EQ(w.tracked_requests(), 0u);
+  EXPECT_EQ(w.jobs_known(), 0u);
+  EXPECT_EQ(w.transfers_in_flight(), 0u);
+  EXPECT_EQ((*sc)->tracked_requests(), 0u);
+  EXPECT_EQ((*sc)->jobs_in_flight(), 0u);
+}
+
 TEST_P(EmbedTest, WorkerOverLoopbackTcpRegistersAndReportsEachStep) {
   auto cfg = sched_cfg(1);
   cfg.listen = true;

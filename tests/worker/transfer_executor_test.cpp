@@ -18,7 +18,7 @@ namespace {
 /// A step's metadata without flushed requests (the fields the tests set).
 connector_metadata meta(step_id step, std::vector<transfer_job> loads = {},
                         std::vector<transfer_job> stores = {}, std::vector<job_id> flush = {}) {
-  return {step, std::move(loads), std::move(stores), std::move(flush), {}};
+  return {step, std::move(loads), std::move(stores), std::move(flush), {}, {}};
 }
 
 
