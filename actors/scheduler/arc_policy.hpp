@@ -36,8 +36,6 @@ namespace kvc::scheduler {
 
 class arc_policy {
  public:
-  static constexpr uint32_t npos = UINT32_MAX;
-
   explicit arc_policy(uint32_t capacity);
   arc_policy(const arc_policy&) = delete;
   arc_policy& operator=(const arc_policy&) = delete;

@@ -11,6 +11,9 @@
 
 namespace kvc::scheduler {
 
+/// The id of no node: an absent key, the end of a list (the policies' and their index's).
+inline constexpr uint32_t npos = UINT32_MAX;
+
 struct alignas(32) block_node {
   uint64_t key_hi;
   uint64_t key_lo;

@@ -29,15 +29,13 @@ namespace kvc::scheduler {
 
 class lru_policy {
  public:
-  static constexpr uint32_t npos = UINT32_MAX;
-
   explicit lru_policy(uint32_t capacity);
   lru_policy(const lru_policy&) = delete;
   lru_policy& operator=(const lru_policy&) = delete;
 
-  uint32_t capacity() const noexcept { return cap_; }
   /// Number of tracked blocks.
   uint32_t size() const noexcept { return order_.size(); }
+  uint32_t capacity() const noexcept { return cap_; }
 
   block_node& node(uint32_t slot) noexcept { return nodes_[slot]; }
   const block_node& node(uint32_t slot) const noexcept { return nodes_[slot]; }
