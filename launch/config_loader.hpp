@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "launch/did_you_mean.hpp"
 #include "launch/launch_config.hpp"
 
 namespace kvc::launch {
@@ -42,11 +43,5 @@ struct loaded_config {
 /// `overrides`: "key.path=value" items, the value read as YAML (`[a, b]` is a list).
 loaded_config load_config(std::string_view text, std::string_view file_name,
                           std::span<const std::string> overrides);
-
-/// Levenshtein distance (insertions, deletions, substitutions).
-size_t edit_distance(std::string_view a, std::string_view b);
-/// The candidate closest to `name`, ignoring case, when it is close enough to be a typo
-/// (distance <= 2, or a third of the name's length for longer names); empty otherwise.
-std::string closest_name(std::string_view name, std::span<const std::string_view> candidates);
 
 }  // namespace kvc::launch
