@@ -80,7 +80,7 @@ struct observe_config {
   std::string kv_events_endpoint;
   /// A ROUTER socket bound here serves missed batches by sequence number; empty: no replay.
   std::string kv_events_replay_endpoint;
-  std::string kv_events_topic;  ///< first frame of every batch (vLLM's default: empty)
+  std::string kv_events_topic;      ///< first frame of every batch (vLLM's default: empty)
   size_t kv_events_buffer = 10000;  ///< batches kept for replay (vLLM's buffer_steps)
 };
 

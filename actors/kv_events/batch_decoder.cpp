@@ -66,7 +66,7 @@ struct event_layout {
 };
 
 constexpr std::array<std::string_view, 9> stored_fields{
-    "block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id",
+    "block_hashes", "parent_block_hash", "token_ids",  "block_size", "lora_id",
     "medium",       "lora_name",         "extra_keys", "group_idx"};
 constexpr std::array<std::string_view, 3> removed_fields{"block_hashes", "medium", "group_idx"};
 constexpr std::array<std::string_view, 0> cleared_fields{};

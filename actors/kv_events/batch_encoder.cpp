@@ -31,12 +31,12 @@ void pack_event(packer& pk, const kv_event& ev, const batch_options& o) {
     pk.pack_array(8);
     pack_str(pk, "BlockStored");
     pack_hashes(pk, ev.keys);
-    pk.pack_nil();        // parent_block_hash
-    pk.pack_array(0);     // token_ids
+    pk.pack_nil();     // parent_block_hash
+    pk.pack_array(0);  // token_ids
     pk.pack_uint32(o.block_size);
-    pk.pack_nil();        // lora_id
+    pk.pack_nil();  // lora_id
     pack_str(pk, to_string(ev.where));
-    pk.pack_nil();        // lora_name
+    pk.pack_nil();  // lora_name
   } else {
     pk.pack_array(3);
     pack_str(pk, "BlockRemoved");

@@ -25,7 +25,7 @@
 namespace kvc::kv_events {
 
 struct batch_options {
-  uint32_t block_size = 0;                  ///< tokens per offloaded block
+  uint32_t block_size = 0;                    ///< tokens per offloaded block
   std::optional<int64_t> data_parallel_rank;  ///< omitted when unset (vLLM's default None)
 };
 

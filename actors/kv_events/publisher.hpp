@@ -60,8 +60,7 @@ class publisher {
   zmq::context_t ctx_{1};
   zmq::socket_t push_;
   std::thread thread_;
-  std::shared_ptr<std::atomic<uint64_t>> published_ =
-      std::make_shared<std::atomic<uint64_t>>(0);
+  std::shared_ptr<std::atomic<uint64_t>> published_ = std::make_shared<std::atomic<uint64_t>>(0);
   std::string endpoint_;
   std::string replay_endpoint_;
 };

@@ -135,9 +135,9 @@ result<exposition::family*> exposition::find(std::string_view name, bool histogr
   for (family& f : families_) {
     if (f.name != name) continue;
     if ((f.type == metric_type::histogram) != histogram_wanted) {
-      return make_error(errc::invalid_argument,
-                        "metrics: family \"" + std::string{name} + "\" is a " +
-                            std::string{type_name(f.type)} + ", the sample is not");
+      return make_error(errc::invalid_argument, "metrics: family \"" + std::string{name} +
+                                                    "\" is a " + std::string{type_name(f.type)} +
+                                                    ", the sample is not");
     }
     return &f;
   }

@@ -24,7 +24,7 @@ metrics_server::~metrics_server() {
 }
 
 result<std::unique_ptr<metrics_server>> metrics_server::start(const std::string& host,
-                                                             uint16_t port, render_fn render) {
+                                                              uint16_t port, render_fn render) {
   auto p = std::make_unique<impl>();
   // One worker: scrapes are rare and each renders a snapshot; no pool of idle threads.
   p->server.new_task_queue = [] { return new httplib::ThreadPool(1); };
@@ -34,10 +34,10 @@ result<std::unique_ptr<metrics_server>> metrics_server::start(const std::string&
     int yes = 1;
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
   });
-  p->server.Get("/metrics", [render = std::move(render)](const httplib::Request&,
-                                                          httplib::Response& res) {
-    res.set_content(render(), "text/plain; version=0.0.4; charset=utf-8");
-  });
+  p->server.Get("/metrics",
+                [render = std::move(render)](const httplib::Request&, httplib::Response& res) {
+                  res.set_content(render(), "text/plain; version=0.0.4; charset=utf-8");
+                });
   int bound = 0;
   if (port == 0) {
     bound = p->server.bind_to_any_port(host);
@@ -46,15 +46,17 @@ result<std::unique_ptr<metrics_server>> metrics_server::start(const std::string&
   }
   if (bound <= 0) {
     return make_error(errc::io_error, "metrics: cannot listen on " + host + ":" +
-                                          std::to_string(port) + " (in use or not an address "
-                                                                 "of this host)");
+                                          std::to_string(port) +
+                                          " (in use or not an address "
+                                          "of this host)");
   }
   impl* raw = p.get();
   p->thread = std::thread([raw] {
     raw->server.listen_after_bind();
     raw->done = true;
   });
-  return std::unique_ptr<metrics_server>{new metrics_server(std::move(p), static_cast<uint16_t>(bound))};
+  return std::unique_ptr<metrics_server>{
+      new metrics_server(std::move(p), static_cast<uint16_t>(bound))};
 }
 
 void metrics_server::stop() {

@@ -41,7 +41,7 @@ struct scheduler_sample {
   uint32_t pool_used = 0;       ///< slots holding a block (ready or being stored)
   uint64_t jobs_in_flight = 0;
   uint32_t world_size = 0;
-  uint32_t ranks_alive = 0;  ///< ranks registered and connected on the step channel
+  uint32_t ranks_alive = 0;     ///< ranks registered and connected on the step channel
   uint64_t frames_dropped = 0;  ///< step-channel frames refused (bad, stale, unroutable)
   transfer_totals load;
   transfer_totals store;

@@ -434,11 +434,12 @@ TEST_P(EmbedTest, ShutdownReachesInProcessWorkers) {
 
 /// Request a (2 blocks) is stored, then loaded by request b: 3 steps, one store and one load
 /// job, 2 blocks x `page` bytes x `tp` ranks each way.
-void store_then_load(EmbedTest& t, scheduler_connector& sc,
-                     const std::function<result<connector_update>(step_id)>& step_fn,
-                     const std::function<result<connector_update>(
-                         step_id, std::vector<scheduler::scheduled_request>,
-                         std::vector<std::pair<gpu_block, uint64_t>>)>& first_step) {
+void store_then_load(
+    scheduler_connector& sc,
+    const std::function<result<connector_update>(step_id)>& step_fn,
+    const std::function<result<connector_update>(step_id, std::vector<scheduler::scheduled_request>,
+                                                 std::vector<std::pair<gpu_block, uint64_t>>)>&
+        first_step) {
   const auto ka = keys({11, 12});
   const scheduler::request_view a{"a", ka, 8};
   EXPECT_EQ(sc.get_num_new_matched_tokens(a, 0), (scheduler::match_result{0u, false}));
@@ -456,7 +457,6 @@ void store_then_load(EmbedTest& t, scheduler_connector& sc,
   out = step_fn(3);
   ASSERT_TRUE(out.ok()) << out.error().to_string();
   EXPECT_FALSE(sc.request_finished("b"));
-  (void)t;
 }
 
 bool has_line(const std::string& text, const std::string& line) {
@@ -473,7 +473,7 @@ TEST_P(EmbedTest, MetricsEndpointServesTheStepsCounters) {
   ASSERT_TRUE(add_worker(sc->get(), worker_cfg(1, 2)));
   ASSERT_TRUE((*sc)->wait_for_workers(5s).ok());
   store_then_load(
-      *this, **sc, [&](step_id s) { return step(**sc, s); },
+      **sc, [&](step_id s) { return step(**sc, s); },
       [&](step_id s, auto fresh, auto writes) { return step(**sc, s, fresh, writes); });
 
   httplib::Client client("127.0.0.1", (*sc)->metrics_port());
@@ -487,18 +487,13 @@ TEST_P(EmbedTest, MetricsEndpointServesTheStepsCounters) {
            "kvconnect_jobs_submitted_total{kind=\"store\"} 1",
            "kvconnect_jobs_completed_total{kind=\"store\"} 1",
            "kvconnect_jobs_completed_total{kind=\"load\"} 1",
-           "kvconnect_jobs_failed_total{kind=\"load\"} 0",
-           "kvconnect_steps_sent_total 3",
-           "kvconnect_step_round_trip_seconds_count 3",
-           "kvconnect_ranks_alive 2",
-           "kvconnect_world_size 2",
-           "kvconnect_jobs_in_flight 0",
-           "kvconnect_lookup_hit_blocks_total 2",
-           "vllm:kv_offload_store_bytes_total " + moved,
+           "kvconnect_jobs_failed_total{kind=\"load\"} 0", "kvconnect_steps_sent_total 3",
+           "kvconnect_step_round_trip_seconds_count 3", "kvconnect_ranks_alive 2",
+           "kvconnect_world_size 2", "kvconnect_jobs_in_flight 0",
+           "kvconnect_lookup_hit_blocks_total 2", "vllm:kv_offload_store_bytes_total " + moved,
            "vllm:kv_offload_load_bytes_total " + moved,
            "vllm:kv_offload_total_bytes_total{transfer_type=\"GPU_to_CPU\"} " + moved,
-           "vllm:kv_offload_store_size_count 1",
-           "vllm:kv_offload_cpu_allocation_size_count 1",
+           "vllm:kv_offload_store_size_count 1", "vllm:kv_offload_cpu_allocation_size_count 1",
            "vllm:kv_offload_cpu_cache_usage_perc 0.25",  // 2 of 8 slots
        }) {
     EXPECT_TRUE(has_line(text, line)) << line << "\n" << text;
@@ -561,7 +556,7 @@ TEST_P(EmbedTest, KvEventsArePublishedInVllmsWireFormat) {
   ASSERT_TRUE(add_worker(sc->get(), worker_cfg(1, 2)));
   ASSERT_TRUE((*sc)->wait_for_workers(5s).ok());
   store_then_load(
-      *this, **sc, [&](step_id s) { return step(**sc, s); },
+      **sc, [&](step_id s) { return step(**sc, s); },
       [&](step_id s, auto fresh, auto writes) { return step(**sc, s, fresh, writes); });
   EXPECT_TRUE((*sc)->take_events().empty());  // they went to the publisher
   ASSERT_TRUE((*sc)->shutdown(5s).ok());

@@ -29,23 +29,26 @@ TEST(BatchEncoderTest, StoredAndRemovedAsVllmLaysThemOut) {
   const std::string expected =
       bytes({0x92}) + ts_1_5 + bytes({0x92}) +
       // ["BlockStored", [h], nil, [], 16, nil, "CPU", nil]
-      bytes({0x98}) + str("BlockStored") + bytes({0x91}) + hash_1_2 + bytes({0xc0, 0x90, 0x10, 0xc0}) +
-      str("CPU") + bytes({0xc0}) +
+      bytes({0x98}) + str("BlockStored") + bytes({0x91}) + hash_1_2 +
+      bytes({0xc0, 0x90, 0x10, 0xc0}) + str("CPU") + bytes({0xc0}) +
       // ["BlockRemoved", [h, h2], "CPU"]
       bytes({0x93}) + str("BlockRemoved") + bytes({0x92}) + hash_1_2 +
       bytes({0xc4, 16, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7}) + str("CPU");
-  EXPECT_EQ(encode_batch(1.5, evs, {.block_size = 16, .data_parallel_rank = std::nullopt}), expected);
+  EXPECT_EQ(encode_batch(1.5, evs, {.block_size = 16, .data_parallel_rank = std::nullopt}),
+            expected);
 }
 
 TEST(BatchEncoderTest, DataParallelRankIsTheThirdFieldWhenSet) {
   const std::string expected = bytes({0x93}) + ts_1_5 + bytes({0x90, 0x05});
   EXPECT_EQ(encode_batch(1.5, {}, {.block_size = 16, .data_parallel_rank = 5}), expected);
-  EXPECT_EQ(encode_batch(1.5, {}, {.block_size = 16, .data_parallel_rank = std::nullopt}), bytes({0x92}) + ts_1_5 + bytes({0x90}));
+  EXPECT_EQ(encode_batch(1.5, {}, {.block_size = 16, .data_parallel_rank = std::nullopt}),
+            bytes({0x92}) + ts_1_5 + bytes({0x90}));
 }
 
 TEST(BatchEncoderTest, LargeBlockSizeUsesTheCompactUintForm) {
   const std::vector<kv_event> evs{{kv_event_kind::stored, medium::cpu, {}}};
-  const std::string out = encode_batch(1.5, evs, {.block_size = 256, .data_parallel_rank = std::nullopt});
+  const std::string out =
+      encode_batch(1.5, evs, {.block_size = 256, .data_parallel_rank = std::nullopt});
   // ... [], 0xcd 0x01 0x00 (uint16 256), nil ...
   EXPECT_NE(out.find(bytes({0x90, 0xcd, 0x01, 0x00, 0xc0})), std::string::npos);
 }

@@ -168,10 +168,9 @@ TEST(LaunchPlanTest, TheNodesProcessesGetTheSameTopologyAndPoolFlags) {
 }
 
 TEST(LaunchPlanTest, ObserveReachesTheSchedulerConfigAndFlags) {
-  const auto c = loaded(tp4pp2, {"observe.metrics_port=9400",
-                                 "observe.kv_events.endpoint=tcp://*:5557",
-                                 "observe.kv_events.replay_endpoint=tcp://*:5558",
-                                 "observe.kv_events.topic=kv"});
+  const auto c = loaded(
+      tp4pp2, {"observe.metrics_port=9400", "observe.kv_events.endpoint=tcp://*:5557",
+               "observe.kv_events.replay_endpoint=tcp://*:5558", "observe.kv_events.topic=kv"});
   auto plan = make_plan(c, "inst", "secret");
   ASSERT_TRUE(plan.ok()) << plan.error().to_string();
   const auto& o = plan->scheduler.observe;

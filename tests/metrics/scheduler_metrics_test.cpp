@@ -26,9 +26,10 @@ TEST(SchedulerMetricsTest, TransfersCountOnlySuccessfulJobsPerDirection) {
   scheduler_metrics m;
   connector_output out;
   out.step = 1;
-  out.jobs = {{.job = 1, .kind = transfer_kind::store, .ok = true, .bytes = 3'000'000, .seconds = 0.5},
-              {.job = 2, .kind = transfer_kind::load, .ok = true, .bytes = 1000, .seconds = 0.25},
-              {.job = 3, .kind = transfer_kind::store, .ok = false, .bytes = 999, .seconds = 9}};
+  out.jobs = {
+      {.job = 1, .kind = transfer_kind::store, .ok = true, .bytes = 3'000'000, .seconds = 0.5},
+      {.job = 2, .kind = transfer_kind::load, .ok = true, .bytes = 1000, .seconds = 0.25},
+      {.job = 3, .kind = transfer_kind::store, .ok = false, .bytes = 999, .seconds = 9}};
   m.on_output_applied(out, 0);
   const scheduler_sample s = m.sample({});
   EXPECT_EQ(s.store.bytes, 3'000'000u);
@@ -38,12 +39,16 @@ TEST(SchedulerMetricsTest, TransfersCountOnlySuccessfulJobsPerDirection) {
   EXPECT_EQ(s.load.size.counts()[0], 1u);  // <= 1e6
 
   const std::string text = render(s);
-  EXPECT_TRUE(has_line(text, "vllm:kv_offload_total_bytes_total{transfer_type=\"GPU_to_CPU\"} 3000000"));
-  EXPECT_TRUE(has_line(text, "vllm:kv_offload_total_bytes_total{transfer_type=\"CPU_to_GPU\"} 1000"));
+  EXPECT_TRUE(
+      has_line(text, "vllm:kv_offload_total_bytes_total{transfer_type=\"GPU_to_CPU\"} 3000000"));
+  EXPECT_TRUE(
+      has_line(text, "vllm:kv_offload_total_bytes_total{transfer_type=\"CPU_to_GPU\"} 1000"));
   EXPECT_TRUE(has_line(text, "vllm:kv_offload_store_bytes_total 3000000"));
   EXPECT_TRUE(has_line(text, "vllm:kv_offload_load_time_total 0.25"));
-  EXPECT_TRUE(has_line(text, "vllm:kv_offload_size_bucket{transfer_type=\"GPU_to_CPU\",le=\"5000000\"} 1"));
-  EXPECT_TRUE(has_line(text, "vllm:kv_offload_size_bucket{transfer_type=\"GPU_to_CPU\",le=\"1000000\"} 0"));
+  EXPECT_TRUE(
+      has_line(text, "vllm:kv_offload_size_bucket{transfer_type=\"GPU_to_CPU\",le=\"5000000\"} 1"));
+  EXPECT_TRUE(
+      has_line(text, "vllm:kv_offload_size_bucket{transfer_type=\"GPU_to_CPU\",le=\"1000000\"} 0"));
   EXPECT_TRUE(has_line(text, "vllm:kv_offload_store_size_count 1"));
 }
 
