@@ -30,6 +30,8 @@ void add_scheduler_command(CLI::App& app, int& exit_code);
 void add_worker_command(CLI::App& app, int& exit_code);
 /// `config show [FILE]` / `config check FILE`, with `--set key.path=value` (docs/config.md).
 void add_config_command(CLI::App& app, int& exit_code);
+/// `events tail ENDPOINT`: prints a KV-event stream (vLLM's wire format) as JSON lines.
+void add_events_command(CLI::App& app, int& exit_code);
 /// `launch [FILE] [--node N]`: starts and supervises a node's processes (node_launcher.hpp).
 void add_launch_command(CLI::App& app, int& exit_code);
 

@@ -465,6 +465,19 @@ void read_workload(reader& r, const YAML::Node& n, workload_section& w) {
          {"steps", [&](auto& v, auto& p) { r.number(v, p, w.steps, 1, u32_max); }}});
 }
 
+void read_observe(reader& r, const YAML::Node& n, observe_section& ob) {
+  r.map(n, "observe",
+        {{"metrics_port", [&](auto& v, auto& p) { r.number(v, p, ob.metrics_port, 0, 65535); }},
+         {"kv_events", [&](const YAML::Node& v, const std::string& p) {
+            r.map(v, p,
+                  {{"endpoint",
+                    [&](auto& x, auto& q) { r.text(x, q, ob.kv_events.endpoint, false); }},
+                   {"replay_endpoint",
+                    [&](auto& x, auto& q) { r.text(x, q, ob.kv_events.replay_endpoint, false); }},
+                   {"topic", [&](auto& x, auto& q) { r.text(x, q, ob.kv_events.topic, false); }}});
+          }}});
+}
+
 /// Puts `value` at `parts` in the tree, creating maps on the way. An error message otherwise.
 std::string set_at(YAML::Node root, const std::vector<std::string>& parts,
                    const YAML::Node& value) {
@@ -558,14 +571,15 @@ loaded_config load_config(std::string_view text, std::string_view file_name,
   if (!root.IsMap()) {
     r.error("", root,
             std::string("expected a map of sections (topology, kv_cache, offload, ") +
-                "runtime, workload), got " + kind_of(root));
+                "runtime, workload, observe), got " + kind_of(root));
   } else {
     r.map(root, "",
           {{"topology", [&](auto& v, auto&) { read_topology(r, v, c.topology); }},
            {"kv_cache", [&](auto& v, auto&) { read_kv_cache(r, v, c.kv_cache); }},
            {"offload", [&](auto& v, auto&) { read_offload(r, v, c.offload); }},
            {"runtime", [&](auto& v, auto&) { read_runtime(r, v, c.runtime); }},
-           {"workload", [&](auto& v, auto&) { read_workload(r, v, c.workload); }}});
+           {"workload", [&](auto& v, auto&) { read_workload(r, v, c.workload); }},
+           {"observe", [&](auto& v, auto&) { read_observe(r, v, c.observe); }}});
   }
   out.errors = std::move(r.errors);
   out.errors.insert(out.errors.end(), set_errors.begin(), set_errors.end());

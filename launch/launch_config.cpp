@@ -118,6 +118,16 @@ std::string to_yaml(const launch_config& c) {
   emit_number(out, "steps", w.steps);
   out << YAML::EndMap;
 
+  const auto& ob = c.observe;
+  out << YAML::Key << "observe" << YAML::Value << YAML::BeginMap;
+  emit_number(out, "metrics_port", ob.metrics_port);
+  out << YAML::Key << "kv_events" << YAML::Value << YAML::BeginMap;
+  emit_string(out, "endpoint", ob.kv_events.endpoint);
+  emit_string(out, "replay_endpoint", ob.kv_events.replay_endpoint);
+  emit_string(out, "topic", ob.kv_events.topic);
+  out << YAML::EndMap;
+  out << YAML::EndMap;
+
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
 }

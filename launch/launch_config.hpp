@@ -113,12 +113,28 @@ struct workload_section {
   friend bool operator==(const workload_section&, const workload_section&) = default;
 };
 
+/// Where the scheduler's CPU tier publishes its KV events (vLLM's wire format).
+struct kv_events_config {
+  std::string endpoint;         ///< ZeroMQ PUB bind address, e.g. tcp://*:5557; empty: off
+  std::string replay_endpoint;  ///< ROUTER bind address for missed batches; empty: no replay
+  std::string topic;            ///< first frame of every batch
+  friend bool operator==(const kv_events_config&, const kv_events_config&) = default;
+};
+
+/// What the scheduler process exposes about itself (docs/observability.md).
+struct observe_section {
+  uint32_t metrics_port = 0;  ///< GET /metrics on runtime.host at this port; 0: off
+  kv_events_config kv_events;
+  friend bool operator==(const observe_section&, const observe_section&) = default;
+};
+
 struct launch_config {
   topology_section topology;
   kv_cache_section kv_cache;
   offload_section offload;
   runtime_section runtime;
   workload_section workload;
+  observe_section observe;
   friend bool operator==(const launch_config&, const launch_config&) = default;
 };
 

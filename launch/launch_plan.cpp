@@ -170,6 +170,16 @@ std::vector<config_problem> check_config(const launch_config& c) {
     problem("workload.output_tokens",
             "min " + str(w.output_tokens.min) + " > max " + str(w.output_tokens.max));
   }
+
+  // observe
+  const auto& ev = c.observe.kv_events;
+  if (ev.endpoint.empty() && !ev.replay_endpoint.empty()) {
+    problem("observe.kv_events.replay_endpoint", "needs observe.kv_events.endpoint");
+  }
+  if (c.observe.metrics_port != 0 && c.observe.metrics_port == c.runtime.port) {
+    problem("observe.metrics_port",
+            "port " + str(c.observe.metrics_port) + " is runtime.port as well");
+  }
   return out;
 }
 
@@ -227,6 +237,11 @@ result<launch_plan> make_plan(const launch_config& c, const std::string& instanc
   s.planner.manager.store_threshold = c.offload.store_threshold;
   s.planner.manager.max_tracker_size = c.offload.max_tracker_size;
   s.job_timeout = milliseconds{r.job_timeout_ms};
+  s.observe.serve_metrics = c.observe.metrics_port != 0;
+  s.observe.metrics_port = static_cast<uint16_t>(c.observe.metrics_port);
+  s.observe.kv_events_endpoint = c.observe.kv_events.endpoint;
+  s.observe.kv_events_replay_endpoint = c.observe.kv_events.replay_endpoint;
+  s.observe.kv_events_topic = c.observe.kv_events.topic;
   if (auto st = embed::validate(s); !st) return st;
 
   // Workers connect to the scheduler, which runs on the first node.

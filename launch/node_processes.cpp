@@ -49,6 +49,15 @@ std::vector<std::string> scheduler_arguments(const launch_config& c, const launc
                 "--smoke-steps", str(c.workload.steps), "--ready-timeout-ms",
                 str(r.ready_timeout_ms), "--step-timeout-ms", str(r.step_timeout_ms),
                 "--stop-timeout-ms", str(r.stop_timeout_ms)});
+  const auto& ob = c.observe;
+  if (ob.metrics_port != 0) append(args, {"--metrics-port", str(ob.metrics_port)});
+  if (!ob.kv_events.endpoint.empty()) {
+    append(args, {"--kv-events-endpoint", ob.kv_events.endpoint});
+    if (!ob.kv_events.replay_endpoint.empty()) {
+      append(args, {"--kv-events-replay-endpoint", ob.kv_events.replay_endpoint});
+    }
+    if (!ob.kv_events.topic.empty()) append(args, {"--kv-events-topic", ob.kv_events.topic});
+  }
   return args;
 }
 

@@ -57,6 +57,12 @@ struct scheduler_process_options {
   uint32_t ready_timeout_ms = 30000;  ///< smoke: how long to wait for every rank to register
   uint32_t step_timeout_ms = 10000;   ///< smoke: how long one step's results may take
   uint32_t stop_timeout_ms = 5000;    ///< how long stopping the workers may take
+  /// Smoke: after the steps, keep serving (metrics, KV-event replay) until SIGINT/SIGTERM.
+  bool serve_after_smoke = false;
+  uint16_t metrics_port = 0;              ///< GET /metrics on host:metrics_port; 0: off
+  std::string kv_events_endpoint;         ///< ZeroMQ PUB bind address; empty: off
+  std::string kv_events_replay_endpoint;  ///< ROUTER bind address; empty: no replay
+  std::string kv_events_topic;
 };
 
 struct worker_process_options {

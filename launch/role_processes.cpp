@@ -146,6 +146,11 @@ int run_scheduler_process(const scheduler_process_options& o) {
   cfg.planner.gpu_block_size = smoke_engine::gpu_block_size;
   cfg.planner.offloaded_block_size = o.pool.kv.block_factor * smoke_engine::gpu_block_size;
   cfg.job_timeout = milliseconds{o.job_timeout_ms};
+  cfg.observe.serve_metrics = o.metrics_port != 0;
+  cfg.observe.metrics_port = o.metrics_port;
+  cfg.observe.kv_events_endpoint = o.kv_events_endpoint;
+  cfg.observe.kv_events_replay_endpoint = o.kv_events_replay_endpoint;
+  cfg.observe.kv_events_topic = o.kv_events_topic;
   auto sc = embed::scheduler_connector::create(cfg);
   if (!sc) return fail("scheduler", 1, "cannot start: " + sc.error().to_string());
   // A second signal exits at once; the pool's name must not outlive the process.
@@ -155,13 +160,17 @@ int run_scheduler_process(const scheduler_process_options& o) {
         {"segment", plan->segment},
         {"layout_checksum", plan->layout_checksum},
         {"world_size", plan->geometry.world_size},
-        {"pid", ::getpid()}});
+        {"pid", ::getpid()},
+        {"metrics_port", (*sc)->metrics_port()},
+        {"kv_events_endpoint", (*sc)->kv_events_endpoint()},
+        {"kv_events_replay_endpoint", (*sc)->kv_events_replay_endpoint()}});
   spdlog::info(
       "scheduler: listening on {}:{} for {} ranks; segment {} ({} slots of {} "
       "bytes per rank)",
       o.host, (*sc)->port(), plan->geometry.world_size, plan->segment, plan->geometry.num_slots,
       plan->geometry.slot_bytes);
-  const int code = engine ? smoke(**sc, *engine, o, signals) : serve(**sc, signals);
+  int code = engine ? smoke(**sc, *engine, o, signals) : serve(**sc, signals);
+  if (engine && code == 0 && o.serve_after_smoke) code = serve(**sc, signals);
   if (int sig = signals.signalled()) spdlog::info("scheduler: signal {}: shutting down", sig);
   auto stopped = (*sc)->shutdown(milliseconds{o.stop_timeout_ms});
   if (!stopped) {

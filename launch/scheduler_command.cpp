@@ -35,6 +35,19 @@ void add_scheduler_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--stop-timeout-ms", o->stop_timeout_ms,
                   "How long stopping the workers may take at shutdown")
       ->capture_default_str();
+  cmd->add_flag("--serve-after-smoke", o->serve_after_smoke,
+                "After the smoke steps, keep serving (metrics, KV-event replay) until "
+                "SIGINT/SIGTERM");
+  cmd->add_option("--metrics-port", o->metrics_port,
+                  "Serve GET /metrics (Prometheus text) on --host at this port (0: off)")
+      ->capture_default_str();
+  cmd->add_option("--kv-events-endpoint", o->kv_events_endpoint,
+                  "Publish the CPU tier's KV events (vLLM's wire format) on a ZeroMQ PUB "
+                  "socket bound here, e.g. tcp://*:5557 (the real address is printed)");
+  cmd->add_option("--kv-events-replay-endpoint", o->kv_events_replay_endpoint,
+                  "Serve missed KV-event batches on a ZeroMQ ROUTER socket bound here");
+  cmd->add_option("--kv-events-topic", o->kv_events_topic,
+                  "Topic frame of every KV-event batch (default: empty)");
   cmd->callback([o, &exit_code] { exit_code = run_scheduler_process(*o); });
 }
 

@@ -105,6 +105,7 @@ result<size_t> completion_aggregator::on_rank_registered(rank_id rank, uint32_t 
     return sender_error(report_outcome::stale_incarnation, rank, incarnation);
   }
   size_t failed = rs.alive ? lose(rank) : 0;
+  ++stats_.restarts;
   rs.incarnation = incarnation;
   rs.alive = true;
   rs.next_seq = 0;

@@ -62,6 +62,16 @@ status validate(const scheduler_connector_config& cfg) {
     return invalid("embed: the memory transport serves this process only: set listen = false");
   }
   if (cfg.network.actor_threads == 0) return invalid("embed: network.actor_threads must be >= 1");
+  const observe_config& o = cfg.observe;
+  if (o.kv_events_endpoint.empty() && !o.kv_events_replay_endpoint.empty()) {
+    return invalid("embed: observe.kv_events_replay_endpoint needs observe.kv_events_endpoint");
+  }
+  if (!o.kv_events_endpoint.empty() && !m.enable_events) {
+    return invalid("embed: observe.kv_events_endpoint needs planner.manager.enable_events");
+  }
+  if (!o.kv_events_replay_endpoint.empty() && o.kv_events_buffer == 0) {
+    return invalid("embed: observe.kv_events_buffer must be >= 1 with a replay endpoint");
+  }
   return {};
 }
 

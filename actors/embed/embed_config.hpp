@@ -68,6 +68,22 @@ using manager_factory = std::function<result<std::unique_ptr<scheduler::offload_
 ///           are deterministic.
 enum class step_transport : uint8_t { zmq = 0, memory = 1 };
 
+/// What the scheduler side exposes about itself (docs/observability.md). Everything is off by
+/// default.
+struct observe_config {
+  /// Serve GET /metrics (Prometheus text) on network.host:metrics_port from a thread of its own.
+  bool serve_metrics = false;
+  /// 0: a free port (scheduler_connector::metrics_port() tells which).
+  uint16_t metrics_port = 0;
+  /// Publish the CPU tier's KV events (BlockStored / BlockRemoved / AllBlocksCleared) in vLLM's
+  /// wire format on a ZeroMQ PUB socket bound here, e.g. "tcp://*:5557"; empty: off.
+  std::string kv_events_endpoint;
+  /// A ROUTER socket bound here serves missed batches by sequence number; empty: no replay.
+  std::string kv_events_replay_endpoint;
+  std::string kv_events_topic;      ///< first frame of every batch (vLLM's default: empty)
+  size_t kv_events_buffer = 10000;  ///< batches kept for replay (vLLM's buffer_steps)
+};
+
 struct scheduler_connector_config {
   step_transport transport = step_transport::zmq;
   /// Accept worker processes on network.host:network.port. Off: only workers of this process
@@ -83,6 +99,7 @@ struct scheduler_connector_config {
   /// A job not completed this long after it was planned fails with errc::timeout; 0: never.
   std::chrono::milliseconds job_timeout{0};
   manager_factory make_manager;
+  observe_config observe;
 };
 
 /// Builds a rank's copy engine (tests bring a deterministic one). Unset: cuda::make_copy_engine

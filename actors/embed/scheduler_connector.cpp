@@ -1,6 +1,7 @@
 #include "actors/embed/scheduler_connector.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <optional>
 #include <string>
 #include <utility>
@@ -8,10 +9,29 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/embed/scheduler_host.hpp"
+#include "actors/kv_events/batch_encoder.hpp"
+#include "actors/kv_events/publisher.hpp"
+#include "actors/metrics/metrics_server.hpp"
+#include "actors/metrics/published.hpp"
+#include "actors/metrics/scheduler_metrics.hpp"
 
 namespace kvc::embed {
 
 using steady = std::chrono::steady_clock;
+
+namespace {
+
+uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(steady::now().time_since_epoch())
+          .count());
+}
+
+double wall_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
 
 struct scheduler_connector::impl {
   scheduler_connector_config cfg;
@@ -21,7 +41,51 @@ struct scheduler_connector::impl {
   step_id through = 0;               // the highest step whose output was applied
   std::vector<job_result> jobs;      // applied, not yet handed out
 
+  // Observability (docs/observability.md). The counters live in the pure classes; `metrics`
+  // adds the flow's own (transfers, round trips). With a /metrics server, the engine thread
+  // publishes a sample after each step and the server's thread renders the latest one.
+  metrics::scheduler_metrics metrics;
+  coordinator::aggregator_stats coordinator_stats;  // the last seen (kept after shutdown)
+  uint32_t ranks_alive = 0;
+  uint64_t frames_dropped = 0;
+  std::shared_ptr<metrics::published<metrics::scheduler_sample>> snapshots;
+  std::unique_ptr<metrics::metrics_server> server;
+  std::unique_ptr<kv_events::publisher> events;
+  kv_events::batch_options batch;
+  bool cleared = false;  // AllBlocksCleared sent (at shutdown)
+
   coordinator::blocking_coordinator& coord() { return host->coordinator(); }
+
+  metrics::scheduler_sample sample() {
+    if (host->live()) {
+      coordinator_stats = coord().core().aggregator().stats();
+      ranks_alive = coord().routed_ranks();
+      frames_dropped = coord().channel().dropped_frames();
+    }
+    const scheduler::offload_manager& mgr = planner->manager();
+    return metrics.sample({.planner = &planner->stats(),
+                           .coordinator = &coordinator_stats,
+                           .stores_skipped = mgr.stores_skipped(),
+                           .pool_capacity = mgr.capacity(),
+                           .pool_used = mgr.size(),
+                           .jobs_in_flight = planner->jobs_in_flight(),
+                           .world_size = cfg.topology.world_size(),
+                           .ranks_alive = ranks_alive,
+                           .frames_dropped = frames_dropped});
+  }
+
+  /// The end of a step's work on this thread: publish the manager's events and a sample.
+  void after_step() {
+    publish_events();
+    if (snapshots) snapshots->publish(sample());
+  }
+
+  void publish_events() {
+    if (!events) return;
+    auto evs = planner->take_events();
+    if (evs.empty()) return;
+    events->publish(kv_events::encode_batch(wall_seconds(), evs, batch));
+  }
 
   status check_live() const {
     if (!host->live()) {
@@ -38,9 +102,39 @@ struct scheduler_connector::impl {
       if (auto st = planner->update_connector_output(*out); !st) {
         spdlog::warn("scheduler_connector: step {}: {}", out->step, st.to_string());
       }
+      metrics.on_output_applied(*out, now_ns());
       jobs.insert(jobs.end(), out->jobs.begin(), out->jobs.end());
       through = std::max(through, out->step);
     }
+  }
+
+  status start_observers() {
+    const observe_config& o = cfg.observe;
+    if (!o.kv_events_endpoint.empty()) {
+      batch.block_size = planner->geometry().offloaded_block_size;
+      kv_events::publisher_options po;
+      po.endpoint = o.kv_events_endpoint;
+      po.replay_endpoint = o.kv_events_replay_endpoint;
+      po.topic = o.kv_events_topic;
+      po.buffer = o.kv_events_buffer;
+      auto pub = kv_events::publisher::start(po);
+      if (!pub) return pub.error();
+      events = std::move(pub).value();
+    }
+    if (o.serve_metrics) {
+      snapshots = std::make_shared<metrics::published<metrics::scheduler_sample>>();
+      snapshots->publish(sample());
+      auto scrapes = std::make_shared<std::atomic<uint64_t>>(0);
+      auto srv = metrics::metrics_server::start(
+          cfg.network.host, o.metrics_port, [snap = snapshots, scrapes] {
+            std::string text = metrics::render(*snap->get());
+            spdlog::debug("metrics: scrape {} served", scrapes->fetch_add(1) + 1);
+            return text;
+          });
+      if (!srv) return srv.error();
+      server = std::move(srv).value();
+    }
+    return status::success();
   }
 
   connector_update collect() {
@@ -73,6 +167,7 @@ result<std::unique_ptr<scheduler_connector>> scheduler_connector::create(
   auto host = scheduler_host::start(p->cfg);
   if (!host) return host.error();
   p->host = std::move(host).value();
+  if (auto st = p->start_observers(); !st) return st;
   return std::unique_ptr<scheduler_connector>{new scheduler_connector(std::move(p))};
 }
 
@@ -114,7 +209,9 @@ status scheduler_connector::update_state_after_alloc(const scheduler::request_vi
 }
 
 status scheduler_connector::apply_request_output(const scheduler::request_output& out) {
-  return impl_->planner->update_connector_output(out);
+  auto st = impl_->planner->update_connector_output(out);
+  impl_->after_step();
+  return st;
 }
 
 result<connector_metadata> scheduler_connector::build_connector_meta(
@@ -130,6 +227,8 @@ result<connector_metadata> scheduler_connector::build_connector_meta(
   if (!meta) return meta;
   m.last_step = in.step;
   m.coord().send_step(*meta);
+  m.metrics.on_step_sent(*meta, now_ns());
+  m.publish_events();  // the evictions that made room for this step's stores
   return meta;
 }
 
@@ -138,6 +237,7 @@ result<connector_update> scheduler_connector::update_connector_output() {
   if (auto st = m.check_live(); !st) return st;
   m.coord().take_arrived();
   m.apply_released();
+  m.after_step();
   if (auto st = m.check_live(); !st) return st;
   return m.collect();
 }
@@ -155,6 +255,7 @@ result<connector_update> scheduler_connector::update_connector_output(
     m.coord().wait_some(deadline - now);
     m.apply_released();
   }
+  m.after_step();
   if (!m.host->live()) {
     return make_error(errc::io_error, "embed: the scheduler actor is gone (step " +
                                           std::to_string(step) + " never completed)");
@@ -172,7 +273,24 @@ bool scheduler_connector::request_finished(std::string_view req_id) {
 }
 
 std::vector<kv_event> scheduler_connector::take_events() {
+  if (impl_->events) return {};  // they went to the publisher
   return impl_->planner->take_events();
+}
+
+std::string scheduler_connector::metrics_text() {
+  return metrics::render(impl_->sample());
+}
+
+uint16_t scheduler_connector::metrics_port() const noexcept {
+  return impl_->server ? impl_->server->port() : 0;
+}
+
+std::string scheduler_connector::kv_events_endpoint() const {
+  return impl_->events ? impl_->events->endpoint() : std::string{};
+}
+
+std::string scheduler_connector::kv_events_replay_endpoint() const {
+  return impl_->events ? impl_->events->replay_endpoint() : std::string{};
 }
 
 const scheduler::connector_stats& scheduler_connector::stats() const noexcept {
@@ -196,7 +314,17 @@ const scheduler::planner& scheduler_connector::planner() const noexcept {
 }
 
 result<uint32_t> scheduler_connector::shutdown(std::chrono::milliseconds timeout) {
-  return impl_->host->stop(timeout);
+  impl& m = *impl_;
+  if (m.host->live()) m.sample();  // keep the coordinator's last counters for later scrapes
+  auto stopped = m.host->stop(timeout);
+  if (m.events) {
+    m.publish_events();
+    // The pool is gone with the process: its blocks are, for a subscriber, all cleared.
+    if (!m.cleared) m.events->publish(kv_events::encode_cleared(wall_seconds(), m.batch));
+    m.cleared = true;
+  }
+  if (m.snapshots) m.snapshots->publish(m.sample());
+  return stopped;
 }
 
 }  // namespace kvc::embed

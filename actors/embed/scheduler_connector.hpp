@@ -115,8 +115,18 @@ class scheduler_connector {
   /// The request finished or was aborted; call once, before its blocks are freed. Returns
   /// delay_free: the blocks are freed when the id comes back in finished_sending.
   bool request_finished(std::string_view req_id);
-  /// Stored / removed block events since the last call (vLLM take_events).
+  /// Stored / removed block events since the last call (vLLM take_events). Empty when
+  /// observe.kv_events_endpoint is set: the connector publishes them itself, each step.
   std::vector<kv_event> take_events();
+
+  // --- observability (docs/observability.md) ---
+  /// The scheduler side's metrics now, in Prometheus text (what GET /metrics serves).
+  std::string metrics_text();
+  /// The /metrics port (observe.serve_metrics), 0 when not serving.
+  uint16_t metrics_port() const noexcept;
+  /// The KV-event PUB / ROUTER sockets' bound addresses (real ports); empty when off.
+  std::string kv_events_endpoint() const;
+  std::string kv_events_replay_endpoint() const;
 
   // --- introspection ---
   const scheduler::connector_stats& stats() const noexcept;

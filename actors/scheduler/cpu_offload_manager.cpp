@@ -184,6 +184,7 @@ std::optional<store_plan> cpu_offload_manager<Policy>::prepare_store(
     if (i + ahead < keys.size()) tracker_->prefetch(keys[i + ahead]);
     if (tracker_->count(keys[i]) >= threshold_) filtered_.push_back(keys[i]);
   }
+  skipped_ += keys.size() - filtered_.size();
   return store(filtered_);
 }
 

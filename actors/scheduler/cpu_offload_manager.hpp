@@ -67,6 +67,7 @@ class cpu_offload_manager final : public offload_manager {
   uint32_t capacity() const noexcept override { return cap_; }
   uint32_t size() const noexcept override { return policy_.size(); }
   size_t memory_bytes() const noexcept override;
+  uint64_t stores_skipped() const noexcept override { return skipped_; }
 
   // Introspection (tests, benchmarks).
   const Policy& policy() const noexcept { return policy_; }
@@ -116,6 +117,7 @@ class cpu_offload_manager final : public offload_manager {
   Policy policy_;
   std::unique_ptr<reuse_tracker> tracker_;
   uint32_t threshold_;
+  uint64_t skipped_ = 0;  // blocks the reuse filter left out
   bool events_on_;
   uint32_t high_water_ = 0;
   uint32_t free_head_ = npos;

@@ -45,6 +45,7 @@ class forwarding_manager : public offload_manager {
   uint32_t capacity() const noexcept override { return inner_->capacity(); }
   uint32_t size() const noexcept override { return inner_->size(); }
   size_t memory_bytes() const noexcept override { return inner_->memory_bytes(); }
+  uint64_t stores_skipped() const noexcept override { return inner_->stores_skipped(); }
 
  protected:
   offload_manager& inner() noexcept { return *inner_; }

@@ -97,6 +97,9 @@ class offload_manager {
   /// Heap bytes of the ledger proper: node arrays, key indexes, reuse tracker (not the reused
   /// call buffers, which scale with the largest batch and the undrained events).
   virtual size_t memory_bytes() const noexcept = 0;
+  /// Blocks prepare_store left out because the reuse filter had not seen them store_threshold
+  /// times (vLLM's stores_skipped); 0 without the filter.
+  virtual uint64_t stores_skipped() const noexcept { return 0; }
 };
 
 }  // namespace kvc::scheduler

@@ -139,6 +139,7 @@ TEST(CompletionAggregatorTest, StaleIncarnationIsDroppedAndRestartFailsUnreporte
   auto again = agg.on_rank_registered(1, 1);  // same incarnation: idempotent
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(*again, 0u);
+  EXPECT_EQ(agg.stats().restarts, 1u);  // counted once, not for the refused or repeated calls
   completion_event current = ok_report(1, 3);
   current.incarnation = 1;
   ASSERT_TRUE(agg.expect(3, store, 0, std::nullopt).ok());

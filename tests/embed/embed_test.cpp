@@ -13,9 +13,15 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <httplib.h>
+#include <msgpack.hpp>
+#include <zmq_addon.hpp>
 
 #include "cuda/manual_copy_engine.hpp"
 #include "tests/shm/shm_fixture.hpp"
@@ -426,6 +432,171 @@ TEST_P(EmbedTest, ShutdownReachesInProcessWorkers) {
   EXPECT_EQ(*again, 0u);
 }
 
+/// Request a (2 blocks) is stored, then loaded by request b: 3 steps, one store and one load
+/// job, 2 blocks x `page` bytes x `tp` ranks each way.
+void store_then_load(
+    scheduler_connector& sc,
+    const std::function<result<connector_update>(step_id)>& step_fn,
+    const std::function<result<connector_update>(step_id, std::vector<scheduler::scheduled_request>,
+                                                 std::vector<std::pair<gpu_block, uint64_t>>)>&
+        first_step) {
+  const auto ka = keys({11, 12});
+  const scheduler::request_view a{"a", ka, 8};
+  EXPECT_EQ(sc.get_num_new_matched_tokens(a, 0), (scheduler::match_result{0u, false}));
+  const std::vector<gpu_block> blocks_a{1, 2};
+  ASSERT_TRUE(sc.update_state_after_alloc(a, blocks_a, 0).ok());
+  auto out = first_step(1, {{a, blocks_a, 0, 8}}, {{1, 100}, {2, 100}});
+  ASSERT_TRUE(out.ok()) << out.error().to_string();
+  EXPECT_TRUE(sc.request_finished("a"));
+  out = step_fn(2);
+  ASSERT_TRUE(out.ok()) << out.error().to_string();
+  const scheduler::request_view b{"b", ka, 9};
+  EXPECT_EQ(sc.get_num_new_matched_tokens(b, 0), (scheduler::match_result{8u, true}));
+  const std::vector<gpu_block> blocks_b{5, 6, 7};
+  ASSERT_TRUE(sc.update_state_after_alloc(b, blocks_b, 8).ok());
+  out = step_fn(3);
+  ASSERT_TRUE(out.ok()) << out.error().to_string();
+  EXPECT_FALSE(sc.request_finished("b"));
+}
+
+bool has_line(const std::string& text, const std::string& line) {
+  return text.find("\n" + line + "\n") != std::string::npos;
+}
+
+TEST_P(EmbedTest, MetricsEndpointServesTheStepsCounters) {
+  auto cfg = sched_cfg(2);
+  cfg.observe.serve_metrics = true;  // port 0: a free one
+  auto sc = scheduler_connector::create(cfg);
+  ASSERT_TRUE(sc.ok()) << sc.error().to_string();
+  ASSERT_NE((*sc)->metrics_port(), 0);
+  ASSERT_TRUE(add_worker(sc->get(), worker_cfg(0, 2)));
+  ASSERT_TRUE(add_worker(sc->get(), worker_cfg(1, 2)));
+  ASSERT_TRUE((*sc)->wait_for_workers(5s).ok());
+  store_then_load(
+      **sc, [&](step_id s) { return step(**sc, s); },
+      [&](step_id s, auto fresh, auto writes) { return step(**sc, s, fresh, writes); });
+
+  httplib::Client client("127.0.0.1", (*sc)->metrics_port());
+  auto res = client.Get("/metrics");
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->get_header_value("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
+  const std::string& text = res->body;
+  const std::string moved = std::to_string(2 * page * 2);  // 2 blocks x 2 ranks, each way
+  for (const std::string& line : std::vector<std::string>{
+           "kvconnect_jobs_submitted_total{kind=\"store\"} 1",
+           "kvconnect_jobs_completed_total{kind=\"store\"} 1",
+           "kvconnect_jobs_completed_total{kind=\"load\"} 1",
+           "kvconnect_jobs_failed_total{kind=\"load\"} 0", "kvconnect_steps_sent_total 3",
+           "kvconnect_step_round_trip_seconds_count 3", "kvconnect_ranks_alive 2",
+           "kvconnect_world_size 2", "kvconnect_jobs_in_flight 0",
+           "kvconnect_lookup_hit_blocks_total 2", "vllm:kv_offload_store_bytes_total " + moved,
+           "vllm:kv_offload_load_bytes_total " + moved,
+           "vllm:kv_offload_total_bytes_total{transfer_type=\"GPU_to_CPU\"} " + moved,
+           "vllm:kv_offload_store_size_count 1", "vllm:kv_offload_cpu_allocation_size_count 1",
+           "vllm:kv_offload_cpu_cache_usage_perc 0.25",  // 2 of 8 slots
+       }) {
+    EXPECT_TRUE(has_line(text, line)) << line << "\n" << text;
+  }
+  EXPECT_EQ(text, (*sc)->metrics_text());  // the same numbers on the engine thread
+  EXPECT_EQ(client.Get("/other")->status, 404);
+  ASSERT_TRUE((*sc)->shutdown(5s).ok());
+  res = client.Get("/metrics");  // still served until the connector goes, ranks gone
+  ASSERT_TRUE(res);
+  EXPECT_TRUE(has_line(res->body, "kvconnect_jobs_completed_total{kind=\"load\"} 1"));
+}
+
+TEST_P(EmbedTest, MetricsPortInUseIsAnError) {
+  auto cfg = sched_cfg(1);
+  cfg.observe.serve_metrics = true;
+  auto first = scheduler_connector::create(cfg);
+  ASSERT_TRUE(first.ok()) << first.error().to_string();
+  auto cfg2 = cfg;
+  cfg2.pool.instance = instance_ + "-2";
+  cfg2.observe.metrics_port = (*first)->metrics_port();
+  auto second = scheduler_connector::create(cfg2);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.error().code(), errc::io_error);
+}
+
+/// (seq, payload) of every batch the replay endpoint keeps from `start` on.
+std::vector<std::pair<uint64_t, std::string>> replay_batches(const std::string& endpoint,
+                                                             uint64_t start) {
+  zmq::context_t ctx{1};
+  zmq::socket_t dealer(ctx, zmq::socket_type::dealer);
+  dealer.set(zmq::sockopt::linger, 0);
+  dealer.connect(endpoint);
+  std::string be(8, '\0');
+  for (int i = 0; i < 8; ++i) be[i] = static_cast<char>(start >> (56 - 8 * i));
+  dealer.send(zmq::message_t{}, zmq::send_flags::sndmore);
+  dealer.send(zmq::buffer(be), zmq::send_flags::none);
+  std::vector<std::pair<uint64_t, std::string>> out;
+  for (;;) {
+    std::vector<zmq::message_t> f;
+    (void)zmq::recv_multipart(dealer, std::back_inserter(f));
+    if (f.size() != 3) {
+      ADD_FAILURE() << "replay answer of " << f.size() << " frames";
+      return out;
+    }
+    if (f[1].to_string() == std::string(8, '\xff')) return out;
+    uint64_t seq = 0;
+    for (unsigned char c : f[1].to_string()) seq = (seq << 8) | c;
+    out.emplace_back(seq, f[2].to_string());
+  }
+}
+
+TEST_P(EmbedTest, KvEventsArePublishedInVllmsWireFormat) {
+  auto cfg = sched_cfg(2);
+  cfg.observe.kv_events_endpoint = "tcp://127.0.0.1:*";
+  cfg.observe.kv_events_replay_endpoint = "tcp://127.0.0.1:*";
+  auto sc = scheduler_connector::create(cfg);
+  ASSERT_TRUE(sc.ok()) << sc.error().to_string();
+  ASSERT_TRUE((*sc)->kv_events_endpoint().starts_with("tcp://127.0.0.1:"));
+  ASSERT_TRUE(add_worker(sc->get(), worker_cfg(0, 2)));
+  ASSERT_TRUE(add_worker(sc->get(), worker_cfg(1, 2)));
+  ASSERT_TRUE((*sc)->wait_for_workers(5s).ok());
+  store_then_load(
+      **sc, [&](step_id s) { return step(**sc, s); },
+      [&](step_id s, auto fresh, auto writes) { return step(**sc, s, fresh, writes); });
+  EXPECT_TRUE((*sc)->take_events().empty());  // they went to the publisher
+  ASSERT_TRUE((*sc)->shutdown(5s).ok());
+
+  const auto batches = replay_batches((*sc)->kv_events_replay_endpoint(), 0);
+  ASSERT_EQ(batches.size(), 2u);  // a's stored blocks, then the pool cleared at shutdown
+  EXPECT_EQ(batches[0].first, 0u);
+  EXPECT_EQ(batches[1].first, 1u);
+  msgpack::object_handle h = msgpack::unpack(batches[0].second.data(), batches[0].second.size());
+  const msgpack::object& batch = h.get();
+  ASSERT_EQ(batch.type, msgpack::type::ARRAY);
+  ASSERT_EQ(batch.via.array.size, 2u);  // [ts, events]
+  EXPECT_EQ(batch.via.array.ptr[0].type, msgpack::type::FLOAT64);
+  const msgpack::object& events = batch.via.array.ptr[1];
+  ASSERT_EQ(events.via.array.size, 1u);
+  const msgpack::object& ev = events.via.array.ptr[0];
+  ASSERT_EQ(ev.via.array.size, 8u);
+  EXPECT_EQ(ev.via.array.ptr[0].as<std::string>(), "BlockStored");
+  const msgpack::object& hashes = ev.via.array.ptr[1];
+  ASSERT_EQ(hashes.via.array.size, 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const block_key k = keys({11, 12})[i];
+    const msgpack::object& hb = hashes.via.array.ptr[i];
+    ASSERT_EQ(hb.type, msgpack::type::BIN);
+    std::string expected(16, '\0');
+    for (int j = 0; j < 8; ++j) {
+      expected[j] = static_cast<char>(k.hi >> (56 - 8 * j));
+      expected[8 + j] = static_cast<char>(k.lo >> (56 - 8 * j));
+    }
+    EXPECT_EQ(std::string(hb.via.bin.ptr, hb.via.bin.size), expected);
+  }
+  EXPECT_TRUE(ev.via.array.ptr[2].is_nil());
+  EXPECT_EQ(ev.via.array.ptr[3].via.array.size, 0u);
+  EXPECT_EQ(ev.via.array.ptr[4].as<uint32_t>(), bs);
+  EXPECT_EQ(ev.via.array.ptr[6].as<std::string>(), "CPU");
+  msgpack::object_handle c = msgpack::unpack(batches[1].second.data(), batches[1].second.size());
+  EXPECT_EQ(c.get().via.array.ptr[1].via.array.ptr[0].via.array.ptr[0].as<std::string>(),
+            "AllBlocksCleared");
+}
+
 TEST(EmbedConfigTest, BadConfigsAreRefusedBeforeAnythingStarts) {
   scheduler_connector_config s;
   s.token = "t";
@@ -452,6 +623,17 @@ TEST(EmbedConfigTest, BadConfigsAreRefusedBeforeAnythingStarts) {
   bad.topology.tp_size = 0;
   EXPECT_EQ(validate(bad).code(), errc::invalid_argument);
   EXPECT_EQ(scheduler_connector::create(bad).code(), errc::invalid_argument);
+  bad = s;
+  bad.observe.kv_events_replay_endpoint = "tcp://127.0.0.1:*";  // without a PUB endpoint
+  EXPECT_EQ(validate(bad).code(), errc::invalid_argument);
+  bad.observe.kv_events_endpoint = "tcp://127.0.0.1:*";
+  EXPECT_TRUE(validate(bad).ok());
+  bad.observe.kv_events_buffer = 0;
+  EXPECT_EQ(validate(bad).code(), errc::invalid_argument);
+  bad = s;
+  bad.observe.kv_events_endpoint = "tcp://127.0.0.1:*";
+  bad.planner.manager.enable_events = false;
+  EXPECT_EQ(validate(bad).code(), errc::invalid_argument);
 
   worker_connector_config w;
   w.token = "t";

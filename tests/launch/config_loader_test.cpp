@@ -266,6 +266,30 @@ TEST(ConfigLoaderTest, ToYamlReadsBackAsTheSameConfig) {
   EXPECT_THAT(yaml, HasSubstr("token: \"0123\""));  // a string stays a string
 }
 
+TEST(ConfigLoaderTest, ObserveSectionIsReadAndChecked) {
+  auto l = load(
+      "observe:\n  metrics_port: 9400\n  kv_events:\n    endpoint: tcp://*:5557\n"
+      "    replay_endpoint: tcp://*:5558\n    topic: kv\n");
+  ASSERT_TRUE(l.ok()) << ::testing::PrintToString(errors_of(l));
+  EXPECT_EQ(l.config.observe.metrics_port, 9400u);
+  EXPECT_EQ(l.config.observe.kv_events.endpoint, "tcp://*:5557");
+  EXPECT_EQ(l.config.observe.kv_events.replay_endpoint, "tcp://*:5558");
+  EXPECT_EQ(l.config.observe.kv_events.topic, "kv");
+  auto again = load(to_yaml(l.config));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again.config.observe, l.config.observe);
+
+  EXPECT_THAT(errors_of(load("observe:\n  metrics_port: 70000\n")),
+              ElementsAre(HasSubstr("tp4.yaml:2: observe.metrics_port:")));
+  EXPECT_THAT(errors_of(load("observe:\n  kv_event: {}\n")),
+              ElementsAre(HasSubstr("did you mean \"kv_events\"?")));
+  EXPECT_THAT(errors_of(load("", {"observe.kv_events.replay_endpoint=tcp://*:5558"})),
+              ElementsAre("--set: observe.kv_events.replay_endpoint: needs "
+                          "observe.kv_events.endpoint"));
+  EXPECT_THAT(errors_of(load("runtime:\n  port: 9400\nobserve:\n  metrics_port: 9400\n")),
+              ElementsAre("tp4.yaml:4: observe.metrics_port: port 9400 is runtime.port as well"));
+}
+
 TEST(ConfigLoaderTest, EditDistanceAndSuggestions) {
   EXPECT_EQ(edit_distance("", "abc"), 3u);
   EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);

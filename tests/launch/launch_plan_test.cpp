@@ -167,5 +167,30 @@ TEST(LaunchPlanTest, TheNodesProcessesGetTheSameTopologyAndPoolFlags) {
   for (const auto& a : worker_arguments(c, *plan, 0, 1)) EXPECT_NE(a, "secret");
 }
 
+TEST(LaunchPlanTest, ObserveReachesTheSchedulerConfigAndFlags) {
+  const auto c = loaded(
+      tp4pp2, {"observe.metrics_port=9400", "observe.kv_events.endpoint=tcp://*:5557",
+               "observe.kv_events.replay_endpoint=tcp://*:5558", "observe.kv_events.topic=kv"});
+  auto plan = make_plan(c, "inst", "secret");
+  ASSERT_TRUE(plan.ok()) << plan.error().to_string();
+  const auto& o = plan->scheduler.observe;
+  EXPECT_TRUE(o.serve_metrics);
+  EXPECT_EQ(o.metrics_port, 9400);
+  EXPECT_EQ(o.kv_events_endpoint, "tcp://*:5557");
+  EXPECT_EQ(o.kv_events_replay_endpoint, "tcp://*:5558");
+  EXPECT_EQ(o.kv_events_topic, "kv");
+  const auto args = scheduler_arguments(c, *plan);
+  const std::vector<std::string> tail(args.end() - 8, args.end());
+  EXPECT_EQ(tail, (std::vector<std::string>{"--metrics-port", "9400", "--kv-events-endpoint",
+                                            "tcp://*:5557", "--kv-events-replay-endpoint",
+                                            "tcp://*:5558", "--kv-events-topic", "kv"}));
+  // Off by default: no flag at all.
+  const auto off = loaded(tp4pp2);
+  auto plain = make_plan(off, "inst", "secret");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->scheduler.observe.serve_metrics);
+  for (const auto& a : scheduler_arguments(off, *plain)) EXPECT_FALSE(a.starts_with("--kv-events"));
+}
+
 }  // namespace
 }  // namespace kvc::launch

@@ -21,9 +21,11 @@ TEST(ReuseFilterTest, StoresOnlyKeysLookedUpThresholdTimes) {
   EXPECT_FALSE(lk(*m, 1));
   EXPECT_FALSE(lk(*m, 2));
   EXPECT_EQ(ps(*m, {1, 2}), (plan{}));
+  EXPECT_EQ(m->stores_skipped(), 2u);
 
   EXPECT_FALSE(lk(*m, 1));
   EXPECT_EQ(ps(*m, {1, 2}), (plan{{1}, {0}, {}}));
+  EXPECT_EQ(m->stores_skipped(), 3u);  // 2 was left out again
   EXPECT_EQ(tracked(*m), (counts{{2, 1}, {1, 2}}));
 
   EXPECT_FALSE(lk(*m, 3));
