@@ -227,6 +227,7 @@ result<launch_plan> make_plan(const launch_config& c, const std::string& instanc
   s.planner.manager.store_threshold = c.offload.store_threshold;
   s.planner.manager.max_tracker_size = c.offload.max_tracker_size;
   s.job_timeout = milliseconds{r.job_timeout_ms};
+  s.job_timeout_steps = r.job_timeout_steps;
   if (auto st = embed::validate(s); !st) return st;
 
   // Workers connect to the scheduler, which runs on the first node.

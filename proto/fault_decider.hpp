@@ -44,7 +44,8 @@ class fault_decider {
 
  private:
   explicit fault_decider(fault_config config)
-      : config_(std::move(config)), seen_(config_.specs.size(), 0),
+      : config_(std::move(config)),
+        seen_(config_.specs.size(), 0),
         fires_(config_.specs.size(), 0) {}
 
   fault_config config_;

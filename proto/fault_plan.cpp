@@ -86,7 +86,8 @@ status validate(const fault_spec& f) {
   const fault_site site = site_of(f.kind);
   if (static_cast<size_t>(f.kind) >= fault_kind_count) return bad("unknown fault kind");
   if (site != fault_site::process) {
-    if (f.trigger == fault_trigger::probability && !(f.probability >= 0.0 && f.probability <= 1.0)) {
+    if (f.trigger == fault_trigger::probability &&
+        !(f.probability >= 0.0 && f.probability <= 1.0)) {
       return bad("p must be in [0, 1], got " + std::to_string(f.probability));
     }
   }

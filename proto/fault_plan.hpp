@@ -101,10 +101,10 @@ struct fault_spec {
   fault_trigger trigger = fault_trigger::probability;
   uint64_t nth = 0;
   double probability = 0.0;
-  uint64_t max_fires = 0;    ///< 0 = unlimited
-  uint64_t delay_steps = 1;  ///< delay_report: >= 1
+  uint64_t max_fires = 0;      ///< 0 = unlimited
+  uint64_t delay_steps = 1;    ///< delay_report: >= 1
   uint64_t release_after = 0;  ///< delay_copy: fault_rule::release_after
-  uint32_t bits = 1;         ///< corrupt_frame: bits flipped, 1..64
+  uint32_t bits = 1;           ///< corrupt_frame: bits flipped, 1..64
   /// hang_rank: SIGCONT this long after SIGSTOP; none: never.
   std::optional<uint64_t> resume_ms;
 

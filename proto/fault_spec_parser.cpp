@@ -55,7 +55,9 @@ std::string number(double v) {
 
 }  // namespace
 
-std::span<const std::string_view> fault_kind_names() noexcept { return kind_names; }
+std::span<const std::string_view> fault_kind_names() noexcept {
+  return kind_names;
+}
 
 std::span<const std::string_view> fault_spec_keys(fault_kind kind) noexcept {
   switch (kind) {
@@ -90,16 +92,15 @@ result<fault_spec> parse_fault_spec(std::string_view text) {
   const std::string_view kind_text = text.substr(0, colon);
   auto kind_it = std::find(kind_names.begin(), kind_names.end(), kind_text);
   if (kind_it == kind_names.end()) {
-    return bad("unknown kind \"" + std::string(kind_text) + "\" (kinds: " + join(kind_names) +
-               ")");
+    return bad("unknown kind \"" + std::string(kind_text) + "\" (kinds: " + join(kind_names) + ")");
   }
   fault_spec f;
   f.kind = static_cast<fault_kind>(kind_it - kind_names.begin());
   const auto keys = fault_spec_keys(f.kind);
   const fault_site site = site_of(f.kind);
   std::set<std::string_view> seen;
-  std::string_view rest = colon == std::string_view::npos ? std::string_view{}
-                                                          : text.substr(colon + 1);
+  std::string_view rest =
+      colon == std::string_view::npos ? std::string_view{} : text.substr(colon + 1);
   if (colon != std::string_view::npos && rest.empty()) return bad("nothing after ':'");
   while (!rest.empty()) {
     const size_t comma = rest.find(',');
@@ -185,7 +186,8 @@ result<fault_spec> parse_fault_spec(std::string_view text) {
       f.bits = static_cast<uint32_t>(n);
     } else if (key == "resume") {
       if (value != "never") {
-        if (auto s = need_uint(); !s) return bad("resume=" + v + ": expected milliseconds or never");
+        if (auto s = need_uint(); !s)
+          return bad("resume=" + v + ": expected milliseconds or never");
         f.resume_ms = n;
       }
     }
@@ -226,10 +228,10 @@ std::string format_fault_spec(const fault_spec& f) {
     if (f.first_step == f.last_step) {
       add("step", std::to_string(f.first_step));
     } else {
-      add("steps", std::to_string(f.first_step) + "-" +
-                       (f.last_step == std::numeric_limits<step_id>::max()
-                            ? std::string{}
-                            : std::to_string(f.last_step)));
+      add("steps",
+          std::to_string(f.first_step) + "-" +
+              (f.last_step == std::numeric_limits<step_id>::max() ? std::string{}
+                                                                  : std::to_string(f.last_step)));
     }
   }
   if (site != fault_site::process) {

@@ -175,6 +175,8 @@ std::vector<kv_event> scheduler_connector::take_events() {
   return impl_->planner->take_events();
 }
 
+fault_stats scheduler_connector::fault_statistics() const { return impl_->host->faults(); }
+
 const scheduler::connector_stats& scheduler_connector::stats() const noexcept {
   return impl_->planner->stats();
 }

@@ -73,8 +73,7 @@ TEST(FaultSpecParserTest, EveryClassOfErrorIsOneClearLine) {
   EXPECT_NE(error_of("drop_report:dir=load,p=1").find("unknown key \"dir\""), std::string::npos);
 
   EXPECT_NE(error_of("drop_report:rank=1,rank=2,p=1").find("twice"), std::string::npos);
-  EXPECT_NE(error_of("drop_report:rank=x,p=1").find("not an unsigned integer"),
-            std::string::npos);
+  EXPECT_NE(error_of("drop_report:rank=x,p=1").find("not an unsigned integer"), std::string::npos);
   EXPECT_NE(error_of("drop_report:p=zero").find("not a number"), std::string::npos);
   EXPECT_NE(error_of("drop_report:p=1.5").find("[0, 1]"), std::string::npos);
   EXPECT_NE(error_of("drop_report:rank=1").find("needs p="), std::string::npos);
@@ -142,7 +141,8 @@ std::vector<int> decisions(fault_decider& d, rank_id rank, step_id from, step_id
 }
 
 TEST(FaultDeciderTest, TheSameSeedGivesTheSameFaults) {
-  fault_config c{.seed = 42, .specs = {parse("drop_report:p=0.3"), parse("duplicate_report:p=0.3")}};
+  fault_config c{.seed = 42,
+                 .specs = {parse("drop_report:p=0.3"), parse("duplicate_report:p=0.3")}};
   auto a = fault_decider::make(c, fault_site::channel);
   auto b = fault_decider::make(c, fault_site::channel);
   ASSERT_TRUE(a.ok() && b.ok());
@@ -176,8 +176,7 @@ TEST(FaultDeciderTest, ASpecsDecisionsDoNotDependOnOtherRanksOccurrences) {
 TEST(FaultDeciderTest, NthStepRangeAndMaxFiresScopeTheFaults) {
   fault_config c{.seed = 1,
                  .specs = {parse("duplicate_report:rank=2,nth=3"),
-                           parse("drop_report:steps=10-12,p=1"),
-                           parse("corrupt_frame:p=1,max=2")}};
+                           parse("drop_report:steps=10-12,p=1"), parse("corrupt_frame:p=1,max=2")}};
   auto d = fault_decider::make(c, fault_site::channel);
   ASSERT_TRUE(d.ok());
   std::vector<int> got;
@@ -189,8 +188,8 @@ TEST(FaultDeciderTest, NthStepRangeAndMaxFiresScopeTheFaults) {
   const int drop = static_cast<int>(fault_kind::drop_report);
   const int corrupt = static_cast<int>(fault_kind::corrupt_frame);
   // Corrupt fires on the first two occurrences, except where an earlier spec decided.
-  const std::vector<int> want{corrupt, corrupt, -1, dup, -1, -1, -1, -1, -1, -1,
-                              drop,    drop,    drop, -1};
+  const std::vector<int> want{corrupt, corrupt, -1, dup,  -1,   -1,   -1,
+                              -1,      -1,      -1, drop, drop, drop, -1};
   EXPECT_EQ(got, want);
   EXPECT_EQ(d->fired()[static_cast<size_t>(fault_kind::drop_report)], 3u);
   EXPECT_EQ(d->fired()[static_cast<size_t>(fault_kind::duplicate_report)], 1u);
@@ -209,10 +208,10 @@ TEST(FaultDeciderTest, KeepsOnlyTheSpecsOfItsSite) {
 }
 
 TEST(FaultConfigTest, CopyFaultsBecomeTheRanksCopyEngineRules) {
-  fault_config c{.seed = 5,
-                 .specs = {parse("fail_copy:rank=1,dir=load,at=completion,nth=3"),
-                           parse("delay_copy:dir=store,after=2,p=0.5,max=4"),
-                           parse("drop_report:p=1")}};
+  fault_config c{
+      .seed = 5,
+      .specs = {parse("fail_copy:rank=1,dir=load,at=completion,nth=3"),
+                parse("delay_copy:dir=store,after=2,p=0.5,max=4"), parse("drop_report:p=1")}};
   const fault_plan r0 = copy_fault_plan(c, 0);
   ASSERT_EQ(r0.rules.size(), 1u);  // rank 1's rule and the channel fault are not rank 0's
   EXPECT_EQ(r0.rules[0].action, fault_action::delay);
