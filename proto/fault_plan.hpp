@@ -1,12 +1,17 @@
 #pragma once
-/// fault_plan: a seeded, deterministic description of which transfers should fail or be held
-/// back, for fault-injection tests and chaos runs. A plain value (no behaviour beyond
-/// validation): cuda::fault_injector turns it into decisions, faulty_copy_engine applies them.
+/// The injected faults of a run, as plain values (no behaviour beyond validation and
+/// derivation; docs/faults.md):
+///   fault_config  every fault of a run (fault_spec: kind, site, scope, trigger) and its seed,
+///                 from --fault / --fault-seed or runtime.faults; fault_decider
+///                 (fault_decider.hpp) decides the channel's, the launcher owns the processes'.
+///   fault_plan    a copy engine's rules, derived per rank from the config (copy_fault_plan):
+///                 cuda::fault_injector turns it into decisions, faulty_copy_engine applies them.
 ///
-/// Rules are checked in order for every transfer; the first rule that fires decides. A rule
-/// watches the transfers of its target (stores, loads or any) and counts them from 0: `nth`
-/// fires on that ordinal, `probability` fires on each with probability p, drawn from a hash of
-/// (seed, rule index, ordinal) so a decision never depends on the order of other draws.
+/// A fault_plan's rules are checked in order for every transfer; the first that fires decides.
+/// A rule watches the transfers of its target (stores, loads or any) and counts them from 0:
+/// `nth` fires on that ordinal, `probability` fires on each with probability p, drawn from a
+/// hash of (seed, rule index, ordinal) so a decision never depends on the order of other draws.
+/// Plain values: thread-safe to copy and read.
 #include <array>
 #include <cstdint>
 #include <limits>

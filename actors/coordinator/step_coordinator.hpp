@@ -10,9 +10,9 @@
 /// fails with errc::timeout for the ranks that stayed silent. A deadline also releases: once a
 /// job timed out, the next poll_output hands out every result decided so far (stamped with the
 /// latest planned step, or the step after the last output) even when a silent rank holds the
-/// step barrier back, so no result waits longer than its deadline. Duplicates and late reports are counted and dropped (the
-/// aggregator's stats), a lost rank's pending jobs fail at once, a job completes exactly once
-/// and never before every rank succeeded.
+/// step barrier back, so no result waits longer than its deadline. Duplicates and late reports
+/// are counted and dropped (the aggregator's stats), a lost rank's pending jobs fail at once, a
+/// job completes exactly once and never before every rank succeeded.
 ///
 /// Pure: no CAF, no threads, no clock (callers pass `now`, nanoseconds on their monotonic
 /// clock), no logging. Not thread-safe: one owner.

@@ -153,9 +153,10 @@ TEST(LaunchPlanTest, TheNodesProcessesGetTheSameTopologyAndPoolFlags) {
                                            "1000"};
   std::vector<std::string> want{"scheduler"};
   want.insert(want.end(), shared.begin(), shared.end());
-  want.insert(want.end(), {"--host", "127.0.0.1", "--port", "0", "--job-timeout-ms", "250",
-                           "--job-timeout-steps", "1000", "--smoke-steps", "30", "--ready-timeout-ms", "30000",
-                           "--step-timeout-ms", "10000", "--stop-timeout-ms", "5000"});
+  want.insert(want.end(),
+              {"--host", "127.0.0.1", "--port", "0", "--job-timeout-ms", "250",
+               "--job-timeout-steps", "1000", "--smoke-steps", "30", "--ready-timeout-ms", "30000",
+               "--step-timeout-ms", "10000", "--stop-timeout-ms", "5000"});
   EXPECT_EQ(scheduler_arguments(c, *plan), want);
 
   want = {"worker"};
@@ -178,10 +179,10 @@ TEST(LaunchPlanTest, EachProcessGetsTheFaultsThatConcernIt) {
   };
   EXPECT_EQ(tail(scheduler_arguments(c, *plan), 4),
             (std::vector<std::string>{"--fault-seed", "9", "--fault", "drop_report:rank=1,p=0.5"}));
-  EXPECT_EQ(tail(worker_arguments(c, *plan, 5, 1), 6),
-            (std::vector<std::string>{"--fault-seed", "9", "--fault",
-                                      "fail_copy:rank=5,dir=load,nth=2", "--fault",
-                                      "delay_copy:p=0.25"}));
+  EXPECT_EQ(
+      tail(worker_arguments(c, *plan, 5, 1), 6),
+      (std::vector<std::string>{"--fault-seed", "9", "--fault", "fail_copy:rank=5,dir=load,nth=2",
+                                "--fault", "delay_copy:p=0.25"}));
   EXPECT_EQ(tail(worker_arguments(c, *plan, 4, 1), 4),
             (std::vector<std::string>{"--fault-seed", "9", "--fault", "delay_copy:p=0.25"}));
   const auto none = loaded(tp4pp2, {});
