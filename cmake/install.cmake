@@ -45,6 +45,7 @@ set(KVC_PUBLIC_HEADERS
   proto/connector_metadata.hpp
   proto/errc.hpp
   proto/exact_double.hpp
+  proto/fault_plan.hpp
   proto/ids.hpp
   proto/kv_event.hpp
   proto/status.hpp

@@ -5,17 +5,6 @@
 
 namespace kvc::cuda {
 
-namespace {
-
-uint64_t splitmix64(uint64_t x) noexcept {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
-
 result<fault_injector> fault_injector::make(fault_plan plan) {
   if (status s = validate(plan); !s) return s;
   return fault_injector(std::move(plan));
@@ -25,8 +14,7 @@ fault_injector::fault_injector(fault_plan plan)
     : plan_(std::move(plan)), fired_(plan_.rules.size(), 0) {}
 
 double fault_injector::draw(uint64_t seed, size_t rule, uint64_t ordinal) noexcept {
-  const uint64_t h = splitmix64(splitmix64(seed ^ splitmix64(rule)) ^ ordinal);
-  return static_cast<double>(h >> 11) * 0x1.0p-53;
+  return fault_draw(seed, rule, ordinal);
 }
 
 fault_injector::decision fault_injector::next(fault_target dir) {

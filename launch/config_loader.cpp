@@ -13,6 +13,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "actors/scheduler/manager_config.hpp"
+#include "launch/fault_options.hpp"
 #include "launch/launch_plan.hpp"
 
 namespace kvc::launch {
@@ -439,7 +440,36 @@ void read_runtime(reader& r, const YAML::Node& n, runtime_section& rt) {
          {"ready_timeout_ms", ms(rt.ready_timeout_ms, 1)},
          {"step_timeout_ms", ms(rt.step_timeout_ms, 1)},
          {"stop_timeout_ms", ms(rt.stop_timeout_ms, 1)},
-         {"job_timeout_ms", ms(rt.job_timeout_ms, 0)}});
+         {"job_timeout_ms", ms(rt.job_timeout_ms, 0)},
+         {"job_timeout_steps",
+          [&](auto& v, auto& p) { r.number(v, p, rt.job_timeout_steps, 0, u32_max); }},
+         {"faults",
+          [&](const YAML::Node& v, const std::string& p) {
+            if (v.IsNull()) {
+              rt.faults.clear();
+              r.note(p, v);
+              return;
+            }
+            if (!v.IsSequence()) {
+              r.error(p, v, std::string("expected a list of fault specs, got ") + kind_of(v));
+              return;
+            }
+            r.note(p, v);
+            rt.faults.clear();
+            for (size_t i = 0; i < v.size(); ++i) {
+              const std::string at = p + "[" + std::to_string(i) + "]";
+              std::string spec;
+              const size_t before = r.errors.size();
+              r.text(v[i], at, spec, true);
+              if (r.errors.size() != before) continue;
+              if (auto f = parse_fault_option(spec); !f) {
+                r.error(at, v[i], f.error().message());
+                continue;
+              }
+              rt.faults.push_back(spec);
+            }
+          }},
+         {"fault_seed", [&](auto& v, auto& p) { r.number(v, p, rt.fault_seed, 0, u64_max); }}});
 }
 
 void read_workload(reader& r, const YAML::Node& n, workload_section& w) {

@@ -1,14 +1,37 @@
-// `kvconnect launch [FILE] [--set key.path=value]... [--node N]`: starts the node's processes
-// from one config file (docs/config.md) and supervises them (launch/node_launcher.hpp).
+// `kvconnect launch [FILE] [--set key.path=value]... [--node N] [--fault SPEC]...
+// [--fault-seed N]`: starts the node's processes from one config file (docs/config.md) and
+// supervises them (launch/node_launcher.hpp).
 #include <unistd.h>
 
 #include <climits>
 #include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "launch/commands.hpp"
 #include "launch/node_launcher.hpp"
 
 namespace kvc::launch {
+
+namespace {
+
+/// ["a", "b"] as a YAML flow list of double-quoted strings.
+std::string yaml_list(const std::vector<std::string>& items) {
+  std::string out = "[";
+  for (const std::string& item : items) {
+    if (out.size() > 1) out += ", ";
+    out += '"';
+    for (char c : item) {
+      if (c == '"' || c == '\\') out += '\\';
+      out += c;
+    }
+    out += '"';
+  }
+  return out + "]";
+}
+
+}  // namespace
 
 void add_launch_command(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<launch_options>();
@@ -18,7 +41,17 @@ void add_launch_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--set", o->overrides, "key.path=value: overrides the file (repeatable)")
       ->allow_extra_args(false);
   cmd->add_option("--node", o->node, "Index of this node in topology.nodes")->capture_default_str();
-  cmd->callback([o, &exit_code] {
+  auto faults = std::make_shared<std::vector<std::string>>();
+  auto fault_seed = std::make_shared<std::optional<uint64_t>>();
+  cmd->add_option("--fault", *faults,
+                  "Inject a fault: kind:key=value,... (docs/faults.md; repeatable; replaces "
+                  "runtime.faults)")
+      ->allow_extra_args(false);
+  cmd->add_option("--fault-seed", *fault_seed, "The injected faults' seed (runtime.fault_seed)");
+  cmd->callback([o, faults, fault_seed, &exit_code] {
+    // Through --set, after the user's own: the loader checks them like the file's.
+    if (!faults->empty()) o->overrides.push_back("runtime.faults=" + yaml_list(*faults));
+    if (*fault_seed) o->overrides.push_back("runtime.fault_seed=" + std::to_string(**fault_seed));
     char self[PATH_MAX];
     const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
     o->binary = n > 0 ? std::string(self, static_cast<size_t>(n)) : "kvconnect";

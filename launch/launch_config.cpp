@@ -98,6 +98,11 @@ std::string to_yaml(const launch_config& c) {
   emit_number(out, "step_timeout_ms", r.step_timeout_ms);
   emit_number(out, "stop_timeout_ms", r.stop_timeout_ms);
   emit_number(out, "job_timeout_ms", r.job_timeout_ms);
+  emit_number(out, "job_timeout_steps", r.job_timeout_steps);
+  out << YAML::Key << "faults" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+  for (const auto& f : r.faults) out << YAML::DoubleQuoted << f;
+  out << YAML::EndSeq;
+  emit_number(out, "fault_seed", r.fault_seed);
   out << YAML::EndMap;
 
   const auto& w = c.workload;

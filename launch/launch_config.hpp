@@ -78,7 +78,11 @@ struct runtime_section {
   uint32_t ready_timeout_ms = 30000;
   uint32_t step_timeout_ms = 10000;
   uint32_t stop_timeout_ms = 5000;
-  uint32_t job_timeout_ms = 0;  ///< 0: jobs never time out
+  uint32_t job_timeout_ms = 30000;     ///< a job's deadline after its step; 0: none by time
+  uint32_t job_timeout_steps = 1000;  ///< a job's deadline in later steps; 0: none by steps
+  /// Injected faults, one spec each (docs/faults.md); checked by the loader.
+  std::vector<std::string> faults;
+  uint64_t fault_seed = 0;  ///< the injected faults' seed
   friend bool operator==(const runtime_section&, const runtime_section&) = default;
 };
 

@@ -242,6 +242,7 @@ result<launch_plan> make_plan(const launch_config& c, const std::string& instanc
   s.observe.kv_events_endpoint = c.observe.kv_events.endpoint;
   s.observe.kv_events_replay_endpoint = c.observe.kv_events.replay_endpoint;
   s.observe.kv_events_topic = c.observe.kv_events.topic;
+  s.job_timeout_steps = r.job_timeout_steps;
   if (auto st = embed::validate(s); !st) return st;
 
   // Workers connect to the scheduler, which runs on the first node.

@@ -293,6 +293,13 @@ int run_launch(const launch_options& o) {
     return refuse("topology.nodes has " + std::to_string(nodes) +
                   " nodes: a multi-node launch is not implemented yet");
   }
+  for (const std::string& spec : c.runtime.faults) {
+    if (spec.starts_with("kill_rank") || spec.starts_with("hang_rank") ||
+        spec.starts_with("kill_scheduler")) {
+      return refuse("runtime.faults: \"" + spec +
+                    "\": process faults are checked but not executed by the launcher yet");
+    }
+  }
   if (!c.offload.enabled) {
     return refuse(
         "offload.enabled is false: the launch runs the smoke engine over the pool "

@@ -1,5 +1,7 @@
 #include "launch/node_processes.hpp"
 
+#include "launch/fault_options.hpp"
+
 namespace kvc::launch {
 
 namespace {
@@ -35,6 +37,12 @@ std::vector<std::string> shared_flags(const launch_config& c, const launch_plan&
           str(c.runtime.connection_timeout_ms)};
 }
 
+/// The config's faults (the loader checked every spec).
+fault_config faults_of(const launch_config& c) {
+  auto f = parse_fault_options(c.runtime.faults, c.runtime.fault_seed);
+  return f ? *f : fault_config{};
+}
+
 void append(std::vector<std::string>& to, std::vector<std::string> more) {
   to.insert(to.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
 }
@@ -46,6 +54,7 @@ std::vector<std::string> scheduler_arguments(const launch_config& c, const launc
   append(args, shared_flags(c, p, 0));
   const auto& r = c.runtime;
   append(args, {"--host", r.host, "--port", str(r.port), "--job-timeout-ms", str(r.job_timeout_ms),
+                "--job-timeout-steps", str(r.job_timeout_steps),
                 "--smoke-steps", str(c.workload.steps), "--ready-timeout-ms",
                 str(r.ready_timeout_ms), "--step-timeout-ms", str(r.step_timeout_ms),
                 "--stop-timeout-ms", str(r.stop_timeout_ms)});
@@ -58,6 +67,7 @@ std::vector<std::string> scheduler_arguments(const launch_config& c, const launc
     }
     if (!ob.kv_events.topic.empty()) append(args, {"--kv-events-topic", ob.kv_events.topic});
   }
+  append(args, scheduler_fault_arguments(faults_of(c)));
   return args;
 }
 
@@ -69,6 +79,7 @@ std::vector<std::string> worker_arguments(const launch_config& c, const launch_p
   append(args, {"--host", w.network.host, "--port", str(port), "--rank", str(rank), "--backend",
                 w.backend, "--device", str(static_cast<uint64_t>(w.device)),
                 "--register-timeout-ms", str(c.runtime.register_timeout_ms)});
+  append(args, worker_fault_arguments(faults_of(c), rank));
   return args;
 }
 

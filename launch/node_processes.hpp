@@ -4,7 +4,8 @@
 /// --smoke-steps = workload.steps) and one `kvconnect worker` per rank placed on the node. Both
 /// get the same topology and pool flags, so the worker's layout checksum matches the segment.
 /// The token is not on the command line (other users can read it there): the launcher passes
-/// it as $KVCONNECT_TOKEN.
+/// it as $KVCONNECT_TOKEN. Injected faults (runtime.faults) go to the processes they concern:
+/// the channel's to the scheduler, a rank's copy faults to its worker (fault_options.hpp).
 ///
 /// Pure: argument lists only (without the binary's path).
 #include <cstdint>

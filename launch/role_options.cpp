@@ -62,6 +62,14 @@ void add_pool_flags(CLI::App& cmd, pool_options& pool) {
       ->capture_default_str();
 }
 
+void add_fault_flags(CLI::App& cmd, fault_options& faults) {
+  cmd.add_option("--fault", faults.specs,
+                 "Inject a fault: kind:key=value,... (docs/faults.md; repeatable)")
+      ->allow_extra_args(false);
+  cmd.add_option("--fault-seed", faults.seed, "Seed of the injected faults' draws")
+      ->capture_default_str();
+}
+
 void add_network_flags(CLI::App& cmd, std::string& token, network_options& net) {
   cmd.add_option("--token", token, "Shared secret of the deployment")
       ->envname("KVCONNECT_TOKEN")

@@ -5,6 +5,7 @@
 /// when the two were started with the same configuration. Plain data, no CAF.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -41,6 +42,12 @@ struct network_options {
   embed::network_config facade(const std::string& host, uint16_t port) const;
 };
 
+/// --fault SPEC (repeatable) and --fault-seed N (docs/faults.md).
+struct fault_options {
+  std::vector<std::string> specs;
+  uint64_t seed = 0;
+};
+
 struct scheduler_process_options {
   topology_options topology;
   pool_options pool;
@@ -49,7 +56,8 @@ struct scheduler_process_options {
   std::string host = "127.0.0.1";  ///< the address to listen on
   uint16_t port = 0;  ///< 0: any free port (printed in the "listening" line)
   bool prefault = false;
-  uint32_t job_timeout_ms = 0;  ///< 0: jobs never time out at the coordinator
+  uint32_t job_timeout_ms = 30000;     ///< a job's deadline after its step; 0: none by time
+  uint32_t job_timeout_steps = 1000;  ///< a job's deadline in later steps; 0: none by steps
   /// > 0: once every rank registered, drive this many steps of store/load round trips, check the
   /// pool's bytes, then stop the workers and exit (0 when every job succeeded and every check
   /// passed). 0: serve until SIGINT/SIGTERM.
@@ -63,6 +71,9 @@ struct scheduler_process_options {
   std::string kv_events_endpoint;         ///< ZeroMQ PUB bind address; empty: off
   std::string kv_events_replay_endpoint;  ///< ROUTER bind address; empty: no replay
   std::string kv_events_topic;
+  /// Injected faults: the channel's apply at this end of the step channel, the others are
+  /// ignored; with any, the run ends with a fault_report line.
+  fault_options faults;
 };
 
 struct worker_process_options {
@@ -78,20 +89,24 @@ struct worker_process_options {
   int device = 0;
   bool prefault = true;
   uint32_t register_timeout_ms = 5000;
+  /// Injected faults: this rank's copy faults wrap its copy engine, the others are ignored.
+  fault_options faults;
 };
 
 /// --tp-size, --pp-size, --node.
 void add_topology_flags(CLI::App& cmd, topology_options& topo);
 /// --instance, --slots, --kv-layers, --kv-page-bytes, --gpu-blocks, --block-factor.
 void add_pool_flags(CLI::App& cmd, pool_options& pool);
+/// --fault (repeatable), --fault-seed.
+void add_fault_flags(CLI::App& cmd, fault_options& faults);
 /// --token (or $KVCONNECT_TOKEN), --heartbeat-ms, --connection-timeout-ms.
 void add_network_flags(CLI::App& cmd, std::string& token, network_options& net);
 
 /// The role processes (role_processes.cpp): command-line wrappers around the embedding API's
 /// facades, the same code path an engine links. They print
 /// machine-readable JSON lines on stdout and log to stderr. Exit codes: 0 clean; 1 failure;
-/// worker only: 2 when its registration failed (refused, timed out, or the rank could not be
-/// set up after acceptance).
+/// 2 for a bad --fault before anything starts; worker: 2 also when its registration failed
+/// (refused, timed out, or the rank could not be set up after acceptance).
 int run_scheduler_process(const scheduler_process_options& opts);
 int run_worker_process(const worker_process_options& opts);
 

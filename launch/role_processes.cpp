@@ -21,6 +21,8 @@
 
 #include "actors/embed/scheduler_connector.hpp"
 #include "actors/embed/worker_connector.hpp"
+#include "launch/fault_options.hpp"
+#include "launch/fault_report.hpp"
 #include "launch/signal_watcher.hpp"
 #include "launch/smoke_engine.hpp"
 
@@ -43,15 +45,17 @@ void use_stderr_logging(const std::string& role) {
 
 /// One machine-readable line on stdout, flushed (readers wait for it). A reader that went away
 /// is logged once; the process goes on (SIGPIPE is ignored, see main.cpp).
-void emit(const nlohmann::json& line) {
+void emit(const std::string& line) {
   static bool reported = false;
-  std::cout << line.dump() << std::endl;
+  std::cout << line << std::endl;
   if (!std::cout && !reported) {
     reported = true;
     spdlog::warn("stdout is gone (its reader closed it): JSON lines are dropped from here on");
   }
   std::cout.clear();
 }
+
+void emit(const nlohmann::json& line) { emit(line.dump()); }
 
 int fail(const std::string& who, int code, const std::string& message) {
   std::cerr << "kvconnect " << who << ": " << message << std::endl;
@@ -127,8 +131,25 @@ status run_steps(embed::worker_connector& wc, signal_watcher& signals) {
 
 }  // namespace
 
+/// The fault report of the scheduler's end: the channel faults it injected and what the
+/// coordinator counted. Hung requests, leaks and byte checks are the engine's (the smoke run
+/// fails on any); the planner's in-flight jobs are the pending ones.
+fault_outcome scheduler_outcome(const embed::scheduler_connector& sc, uint64_t seed) {
+  const embed::fault_stats f = sc.fault_statistics();
+  fault_outcome o;
+  o.seed = seed;
+  o.fired = f.injected;
+  o.jobs_failed = sc.stats().loads_failed + sc.stats().stores_failed;
+  o.late_reports_dropped = f.late_reports;
+  o.duplicates_dropped = f.duplicates;
+  o.pending_jobs = sc.jobs_in_flight();
+  return o;
+}
+
 int run_scheduler_process(const scheduler_process_options& o) {
   use_stderr_logging("scheduler");
+  auto faults = parse_fault_options(o.faults.specs, o.faults.seed);
+  if (!faults) return fail("scheduler", 2, faults.error().message());
   auto plan = derive_pool(o.topology, o.pool);
   if (!plan) return fail("scheduler", 1, plan.error().to_string());
   std::optional<smoke_engine> engine;
@@ -151,6 +172,8 @@ int run_scheduler_process(const scheduler_process_options& o) {
   cfg.observe.kv_events_endpoint = o.kv_events_endpoint;
   cfg.observe.kv_events_replay_endpoint = o.kv_events_replay_endpoint;
   cfg.observe.kv_events_topic = o.kv_events_topic;
+  cfg.job_timeout_steps = o.job_timeout_steps;
+  cfg.faults = faults_at(*faults, fault_site::channel);
   auto sc = embed::scheduler_connector::create(cfg);
   if (!sc) return fail("scheduler", 1, "cannot start: " + sc.error().to_string());
   // A second signal exits at once; the pool's name must not outlive the process.
@@ -174,16 +197,25 @@ int run_scheduler_process(const scheduler_process_options& o) {
   if (int sig = signals.signalled()) spdlog::info("scheduler: signal {}: shutting down", sig);
   auto stopped = (*sc)->shutdown(milliseconds{o.stop_timeout_ms});
   if (!stopped) {
+    // The pool is removed anyway; the run did not end cleanly.
     spdlog::error("scheduler: stopping the workers: {}", stopped.error().to_string());
-    return 1;  // the pool is removed anyway; the run did not end cleanly
+    code = 1;
+  } else {
+    emit({{"event", "stopped"}, {"workers", *stopped}});
   }
-  emit({{"event", "stopped"}, {"workers", *stopped}});
+  if (!faults->empty()) {  // the last line
+    const fault_outcome outcome = scheduler_outcome(**sc, faults->seed);
+    emit(fault_report_line(outcome));
+    code = fault_report_exit_code(outcome, code);
+  }
   return code;
 }
 
 int run_worker_process(const worker_process_options& o) {
   const std::string who = "worker";
   use_stderr_logging("worker " + std::to_string(o.rank));
+  auto faults = parse_fault_options(o.faults.specs, o.faults.seed);
+  if (!faults) return fail(who, 2, faults.error().message());
   auto plan = derive_pool(o.topology, o.pool);
   const std::string rank = "rank " + std::to_string(o.rank) + ": ";
   if (!plan) return fail(who, 1, rank + plan.error().to_string());
@@ -206,6 +238,7 @@ int run_worker_process(const worker_process_options& o) {
   cfg.device = o.device;
   cfg.block_size_factor = o.pool.kv.block_factor;
   cfg.register_timeout = milliseconds{o.register_timeout_ms};
+  cfg.faults = faults_at(*faults, fault_site::copy);
   auto wc = embed::worker_connector::create(cfg);
   if (!wc) {
     const errc code = wc.error().code();
@@ -226,7 +259,13 @@ int run_worker_process(const worker_process_options& o) {
   if (!signals.signalled() && !(*wc)->stopped()) {
     return fail(who, 1, rank + "stopped: " + st.to_string());
   }
-  emit({{"event", "stopped"}, {"rank", o.rank}});
+  nlohmann::json stopped_line{{"event", "stopped"}, {"rank", o.rank}};
+  if (!faults->empty()) {
+    const fault_counts fired = (*wc)->injected_faults();
+    stopped_line["fired"] = {{"fail_copy", fired[static_cast<size_t>(fault_kind::fail_copy)]},
+                             {"delay_copy", fired[static_cast<size_t>(fault_kind::delay_copy)]}};
+  }
+  emit(stopped_line);
   return 0;
 }
 

@@ -20,7 +20,10 @@ void add_scheduler_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_flag("--prefault", o->prefault, "Fault the whole pool in at creation");
   cmd->add_option("--job-timeout-ms", o->job_timeout_ms,
-                  "Fail a job not completed this long after its step (0: never)")
+                  "Fail a job not completed this long after its step (0: no time deadline)")
+      ->capture_default_str();
+  cmd->add_option("--job-timeout-steps", o->job_timeout_steps,
+                  "Fail a job not completed this many steps after its step (0: no step deadline)")
       ->capture_default_str();
   cmd->add_option("--smoke-steps", o->smoke_steps,
                   "Once every rank registered, drive this many store/load steps, check the "
@@ -48,6 +51,7 @@ void add_scheduler_command(CLI::App& app, int& exit_code) {
                   "Serve missed KV-event batches on a ZeroMQ ROUTER socket bound here");
   cmd->add_option("--kv-events-topic", o->kv_events_topic,
                   "Topic frame of every KV-event batch (default: empty)");
+  add_fault_flags(*cmd, o->faults);
   cmd->callback([o, &exit_code] { exit_code = run_scheduler_process(*o); });
 }
 

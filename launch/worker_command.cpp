@@ -27,6 +27,7 @@ void add_worker_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--register-timeout-ms", o->register_timeout_ms,
                   "How long the scheduler may take to answer the registration")
       ->capture_default_str();
+  add_fault_flags(*cmd, o->faults);
   cmd->callback([o, &exit_code] { exit_code = run_worker_process(*o); });
 }
 

@@ -1,16 +1,25 @@
 #pragma once
-/// fault_plan: a seeded, deterministic description of which transfers should fail or be held
-/// back, for fault-injection tests and chaos runs. A plain value (no behaviour beyond
-/// validation): cuda::fault_injector turns it into decisions, faulty_copy_engine applies them.
+/// The injected faults of a run, as plain values (no behaviour beyond validation and
+/// derivation; docs/faults.md):
+///   fault_config  every fault of a run (fault_spec: kind, site, scope, trigger) and its seed,
+///                 from --fault / --fault-seed or runtime.faults; fault_decider
+///                 (fault_decider.hpp) decides the channel's, the launcher owns the processes'.
+///   fault_plan    a copy engine's rules, derived per rank from the config (copy_fault_plan):
+///                 cuda::fault_injector turns it into decisions, faulty_copy_engine applies them.
 ///
-/// Rules are checked in order for every transfer; the first rule that fires decides. A rule
-/// watches the transfers of its target (stores, loads or any) and counts them from 0: `nth`
-/// fires on that ordinal, `probability` fires on each with probability p, drawn from a hash of
-/// (seed, rule index, ordinal) so a decision never depends on the order of other draws.
+/// A fault_plan's rules are checked in order for every transfer; the first that fires decides.
+/// A rule watches the transfers of its target (stores, loads or any) and counts them from 0:
+/// `nth` fires on that ordinal, `probability` fires on each with probability p, drawn from a
+/// hash of (seed, rule index, ordinal) so a decision never depends on the order of other draws.
+/// Plain values: thread-safe to copy and read.
+#include <array>
 #include <cstdint>
+#include <limits>
+#include <optional>
 #include <string_view>
 #include <vector>
 
+#include "proto/ids.hpp"
 #include "proto/status.hpp"
 
 namespace kvc {
@@ -55,5 +64,88 @@ status validate(const fault_plan& plan);
 
 std::string_view to_string(fault_target t) noexcept;
 std::string_view to_string(fault_action a) noexcept;
+
+// --- the faults of a run: every kind, where it acts, how it is scoped -------------------------
+
+/// Every fault a run can inject. Stable values (they index fault_counts); names in to_string.
+enum class fault_kind : uint8_t {
+  drop_report = 0,       ///< channel: a rank's step report never reaches the coordinator
+  duplicate_report = 1,  ///< channel: the report arrives twice
+  delay_report = 2,      ///< channel: held until a report `delay_steps` steps later passed
+  reorder_reports = 3,   ///< channel: held until the next report passed (swapped with it)
+  corrupt_frame = 4,     ///< channel: `bits` bit flips in the encoded report
+  fail_copy = 5,         ///< copy engine: a transfer fails at submit or at completion
+  delay_copy = 6,        ///< copy engine: a transfer's completion is held back
+  kill_rank = 7,         ///< process: SIGKILL to a rank's worker at a step
+  hang_rank = 8,         ///< process: SIGSTOP to a rank's worker at a step, SIGCONT later or never
+  kill_scheduler = 9,    ///< process: SIGKILL to the scheduler at a step
+};
+inline constexpr size_t fault_kind_count = 10;
+
+/// Where a kind acts: the step channel's seam, the copy engine, or the launcher.
+enum class fault_site : uint8_t { channel = 0, copy = 1, process = 2 };
+fault_site site_of(fault_kind k) noexcept;
+
+/// How often each kind fired, indexed by fault_kind.
+using fault_counts = std::array<uint64_t, fault_kind_count>;
+
+/// One fault of a run, as written `kind:key=value,...` (fault_spec_parser.hpp). Plain data.
+/// The trigger is `nth` (the 0-based occurrence among those in scope) or `probability` (each
+/// occurrence in scope, drawn from seed + spec index + occurrence); process faults fire at
+/// `first_step` instead.
+struct fault_spec {
+  fault_kind kind = fault_kind::drop_report;
+  std::optional<rank_id> rank;  ///< none: every rank (kill_scheduler: none)
+  /// Copy faults: which transfers (store = GPU->CPU, load = CPU->GPU, any).
+  fault_target dir = fault_target::any;
+  /// fail_copy: fail_at_submit or fail_at_completion.
+  fault_action at = fault_action::fail_at_submit;
+  /// Channel faults: the steps in scope (inclusive). Process faults: the step = first_step.
+  step_id first_step = 0;
+  step_id last_step = std::numeric_limits<step_id>::max();
+  fault_trigger trigger = fault_trigger::probability;
+  uint64_t nth = 0;
+  double probability = 0.0;
+  uint64_t max_fires = 0;      ///< 0 = unlimited
+  uint64_t delay_steps = 1;    ///< delay_report: >= 1
+  uint64_t release_after = 0;  ///< delay_copy: fault_rule::release_after
+  uint32_t bits = 1;           ///< corrupt_frame: bits flipped, 1..64
+  /// hang_rank: SIGCONT this long after SIGSTOP; none: never.
+  std::optional<uint64_t> resume_ms;
+
+  friend bool operator==(const fault_spec&, const fault_spec&) = default;
+};
+
+/// The faults of a run and their seed (`--fault SPEC`... `--fault-seed N`, or the config's
+/// runtime.faults / runtime.fault_seed). The same config gives the same faults.
+struct fault_config {
+  uint64_t seed = 0;
+  std::vector<fault_spec> specs;
+
+  bool empty() const noexcept { return specs.empty(); }
+  friend bool operator==(const fault_config&, const fault_config&) = default;
+};
+
+/// errc::invalid_argument naming the spec (its index) and the bad field: a probability outside
+/// [0, 1], an empty step range, delay_steps 0, bits outside 1..64, a process fault without a
+/// rank (kill_scheduler: with one), copy-only fields on other kinds.
+status validate(const fault_spec& spec);
+status validate(const fault_config& config);
+
+/// The copy faults of `config` that concern `rank`, as the copy engine's rules (order kept),
+/// with a seed of its own per rank so that the ranks' draws are independent.
+fault_plan copy_fault_plan(const fault_config& config, rank_id rank);
+
+/// The specs of `config` acting at `site`.
+fault_config faults_at(const fault_config& config, fault_site site);
+
+std::string_view to_string(fault_kind k) noexcept;
+std::string_view to_string(fault_site s) noexcept;
+
+/// The deterministic uniform draw in [0, 1) for (seed, site, counter): a hash, so that a
+/// decision never depends on the order of other draws.
+double fault_draw(uint64_t seed, uint64_t site, uint64_t counter) noexcept;
+/// splitmix64, the hash behind fault_draw (also derives per-rank seeds).
+uint64_t fault_mix(uint64_t x) noexcept;
 
 }  // namespace kvc

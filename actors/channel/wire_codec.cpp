@@ -1,5 +1,6 @@
 #include "actors/channel/wire_codec.hpp"
 
+#include <array>
 #include <cstdlib>
 #include <string>
 
@@ -12,6 +13,27 @@ namespace kvc::channel {
 
 namespace {
 
+/// CRC-32 (IEEE 802.3, reflected, polynomial 0xEDB88320), one table lookup per byte.
+struct crc_table {
+  std::array<uint32_t, 256> t{};
+  constexpr crc_table() {
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      t[i] = c;
+    }
+  }
+};
+constexpr crc_table crc{};
+
+uint32_t read_trailer(std::span<const char> frame) {
+  uint32_t v = 0;
+  for (size_t i = 0; i < checksum_bytes; ++i) {
+    v |= uint32_t{static_cast<uint8_t>(frame[frame.size() - checksum_bytes + i])} << (8 * i);
+  }
+  return v;
+}
+
 template <class T>
 wire_bytes encode_as(wire_kind kind, const T& value) {
   wire_bytes buf{static_cast<char>(kind)};
@@ -20,6 +42,7 @@ wire_bytes encode_as(wire_kind kind, const T& value) {
   // message is not copied. Serialising plain structs into a vector cannot fail (no
   // type-erased content, no I/O).
   if (auto err = sink(const_cast<T&>(value))) std::abort();
+  seal_frame(buf);
   return buf;
 }
 
@@ -37,8 +60,19 @@ result<T> decode_as(wire_kind want, const char* what, std::span<const char> fram
                                                    " frame, got tag " +
                                                    std::to_string(static_cast<unsigned>(*k)));
   }
+  if (frame.size() < 1 + checksum_bytes) {
+    return make_error(errc::protocol_mismatch, std::string{"step channel: "} + what +
+                                                   " frame of " + std::to_string(frame.size()) +
+                                                   " bytes has no checksum");
+  }
+  const auto sealed = frame.first(frame.size() - checksum_bytes);
+  if (frame_checksum(sealed) != read_trailer(frame)) {
+    return make_error(errc::protocol_mismatch, std::string{"step channel: "} + what +
+                                                   " frame (" + std::to_string(frame.size()) +
+                                                   " bytes) fails its checksum: corrupt");
+  }
   T value{};
-  caf::binary_deserializer src{nullptr, frame.data() + 1, frame.size() - 1};
+  caf::binary_deserializer src{nullptr, sealed.data() + 1, sealed.size() - 1};
   if (auto err = src(value)) {
     return make_error(errc::protocol_mismatch, std::string{"step channel: malformed "} + what +
                                                    " frame (" + std::to_string(frame.size()) +
@@ -53,6 +87,17 @@ result<T> decode_as(wire_kind want, const char* what, std::span<const char> fram
 }
 
 }  // namespace
+
+uint32_t frame_checksum(std::span<const char> bytes) noexcept {
+  uint32_t c = 0xFFFFFFFFu;
+  for (char b : bytes) c = crc.t[(c ^ static_cast<uint8_t>(b)) & 0xFFu] ^ (c >> 8);
+  return c ^ 0xFFFFFFFFu;
+}
+
+void seal_frame(wire_bytes& frame) {
+  const uint32_t c = frame_checksum(frame);
+  for (size_t i = 0; i < checksum_bytes; ++i) frame.push_back(static_cast<char>(c >> (8 * i)));
+}
 
 wire_bytes encode(const wire_hello& x) {
   return encode_as(wire_kind::hello, x);

@@ -1,10 +1,13 @@
 #pragma once
-/// wire_codec: the step channel's messages as bytes. Each frame is one tag byte (wire_kind)
-/// followed by the message serialised with CAF's binary serialiser through the proto/ structs'
-/// `inspect` overloads, so the channel carries the typed structs, never text.
+/// wire_codec: the step channel's messages as bytes. Each frame is one tag byte (wire_kind),
+/// the message serialised with CAF's binary serialiser through the proto/ structs' `inspect`
+/// overloads (the channel carries the typed structs, never text), and a CRC-32 of the two
+/// (4 bytes, little-endian), so that bit flips on the way are refused instead of decoding into
+/// a different report.
 ///
-/// Decoding checks the tag, the whole payload (no trailing bytes) and the frame's size against
-/// max_frame_bytes; anything else is one errc::protocol_mismatch naming what was wrong.
+/// Decoding checks the frame's size against max_frame_bytes, the tag, the checksum and the
+/// whole payload (no trailing bytes); anything else is one errc::protocol_mismatch naming what
+/// was wrong.
 /// Pure functions; thread-safe.
 #include <cstddef>
 #include <cstdint>
@@ -45,6 +48,14 @@ typename Inspector::result_type inspect(Inspector& f, wire_hello& x) {
 }
 
 using wire_bytes = std::vector<char>;
+
+/// The checksum trailer's size.
+inline constexpr size_t checksum_bytes = 4;
+/// CRC-32 (IEEE) of `bytes`.
+uint32_t frame_checksum(std::span<const char> bytes) noexcept;
+/// Appends the checksum of `frame` (tag + payload) to it. encode() does it; tests and fuzzers
+/// that build raw frames use it to get past the checksum.
+void seal_frame(wire_bytes& frame);
 
 wire_bytes encode(const wire_hello& x);
 wire_bytes encode(const connector_metadata& x);

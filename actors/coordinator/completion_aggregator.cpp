@@ -148,7 +148,8 @@ size_t completion_aggregator::lose(rank_id rank) {
 // -- jobs ----------------------------------------------------------------------------------------
 
 status completion_aggregator::expect(job_id job, transfer_kind kind, step_id step,
-                                     std::optional<uint64_t> deadline) {
+                                     std::optional<uint64_t> deadline,
+                                     std::optional<step_id> step_deadline) {
   auto it = jobs_.find(job);
   if (it == jobs_.end()) {
     if (finished_.count(job) != 0) {
@@ -162,6 +163,7 @@ status completion_aggregator::expect(job_id job, transfer_kind kind, step_id ste
     e.step = step;
     e.expected = true;
     set_deadline(e, deadline);
+    set_step_deadline(e, step_deadline);
     // A rank that is lost now will never run the job: it fails at once (its result joins the
     // next output), and the lost ranks count as heard so that the entry can be freed.
     bool missing = false;
@@ -182,6 +184,7 @@ status completion_aggregator::expect(job_id job, transfer_kind kind, step_id ste
   e.expected = true;
   e.step = std::max(e.step, step);
   set_deadline(e, deadline);
+  if (!e.decided) set_step_deadline(e, step_deadline);
   if (e.result.kind != kind) {
     e.result.kind = kind;
     if (e.decided) {
@@ -212,11 +215,12 @@ report_outcome completion_aggregator::on_report(const completion_event& ev) {
   auto it = jobs_.find(ev.job);
   if (it == jobs_.end()) {
     if (auto f = finished_.find(ev.job); f != finished_.end()) {
-      if (f->second) {
+      if (f->second == finish::all_heard) {
         ++stats_.duplicates;
         return report_outcome::duplicate;
       }
       ++stats_.absorbed;
+      if (f->second == finish::timed_out) ++stats_.late;
       return report_outcome::absorbed;
     }
     it = jobs_.emplace(ev.job, job_entry{}).first;  // lazy: expect() has not arrived yet
@@ -237,6 +241,7 @@ report_outcome completion_aggregator::on_report(const completion_event& ev) {
   ++e.heard_count;
   if (e.decided) {
     ++stats_.absorbed;
+    if (e.result.error == errc::timeout) ++stats_.late;
     release_if_finished(it);
     return report_outcome::absorbed;
   }
@@ -257,6 +262,7 @@ report_outcome completion_aggregator::on_report(const completion_event& ev) {
 void completion_aggregator::fail(job_map::iterator it, errc why) {
   job_entry& e = it->second;
   e.decided = true;
+  set_step_deadline(e, std::nullopt);
   e.result.ok = false;
   e.result.error = why;
   if (e.expected) {
@@ -268,6 +274,7 @@ void completion_aggregator::fail(job_map::iterator it, errc why) {
 void completion_aggregator::succeed(job_map::iterator it) {
   job_entry& e = it->second;
   e.decided = true;
+  set_step_deadline(e, std::nullopt);
   e.result.ok = true;
   e.result.error = errc::ok;
   if (e.expected) {
@@ -296,8 +303,12 @@ completion_aggregator::job_map::iterator completion_aggregator::forget(job_map::
                                                                        bool remember) {
   job_entry& e = it->second;
   if (e.deadline) deadlines_.erase({*e.deadline, it->first});
+  if (e.step_deadline) step_deadlines_.erase({*e.step_deadline, it->first});
+  const finish how = e.heard_count == world_size_      ? finish::all_heard
+                     : e.result.error == errc::timeout ? finish::timed_out
+                                                       : finish::cut_short;
   if (remember && finished_memory_ > 0) {
-    if (finished_.emplace(it->first, e.heard_count == world_size_).second) {
+    if (finished_.emplace(it->first, how).second) {
       finished_order_.push_back(it->first);
       if (finished_order_.size() > finished_memory_) {
         finished_.erase(finished_order_.front());
@@ -314,6 +325,31 @@ void completion_aggregator::set_deadline(job_entry& e, std::optional<uint64_t> d
   if (deadline) deadlines_.emplace(*deadline, e.result.job);
 }
 
+void completion_aggregator::set_step_deadline(job_entry& e, std::optional<step_id> deadline) {
+  if (e.step_deadline) step_deadlines_.erase({*e.step_deadline, e.result.job});
+  e.step_deadline = deadline;
+  if (deadline) step_deadlines_.emplace(*deadline, e.result.job);
+}
+
+void completion_aggregator::time_out(job_map::iterator it, uint64_t now) {
+  ++stats_.timed_out;
+  fail(it, errc::timeout);  // not freed: some rank has not reported
+  set_deadline(it->second, saturating_add(now, straggler_grace_));
+}
+
+size_t completion_aggregator::expire_steps(step_id step, uint64_t now) {
+  size_t timed_out = 0;
+  while (!step_deadlines_.empty() && step_deadlines_.begin()->first <= step) {
+    auto it = jobs_.find(step_deadlines_.begin()->second);
+    step_deadlines_.erase(step_deadlines_.begin());
+    if (it == jobs_.end()) continue;  // cannot happen: forget() and deciding unlist them
+    it->second.step_deadline.reset();
+    ++timed_out;
+    time_out(it, now);
+  }
+  return timed_out;
+}
+
 size_t completion_aggregator::expire(uint64_t now) {
   size_t timed_out = 0;
   while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
@@ -328,9 +364,7 @@ size_t completion_aggregator::expire(uint64_t now) {
       forget(it, /*remember=*/false);
     } else if (!e.decided) {
       ++timed_out;
-      ++stats_.timed_out;
-      fail(it, errc::timeout);  // not freed: some rank has not reported
-      set_deadline(it->second, saturating_add(now, straggler_grace_));
+      time_out(it, now);
     } else {
       forget(it, /*remember=*/true);  // the straggler window of a failed job ran out
     }

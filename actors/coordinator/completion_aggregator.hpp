@@ -6,10 +6,12 @@
 /// early, a silent rank or a lost one fails the job instead of stalling it forever.
 ///
 /// Jobs. A job is *done* when every rank reported success, *failed* as soon as one rank reports
-/// a failure, its deadline passes (errc::timeout) or a rank it still waits on is lost or
-/// restarts (errc::io_error); a job expected while a rank is lost fails at once (io_error: that
-/// rank will never run it). Its result is sum(bytes) and max(seconds) over the reports seen
-/// until then. Reports that arrive after a failure are absorbed and never change the result.
+/// a failure, one of its deadlines passes (errc::timeout: a time, checked by expire(now), and a
+/// step, checked by expire_steps(step)) or a rank it still waits on is lost or restarts
+/// (errc::io_error); a job expected while a rank is lost fails at once (io_error: that rank will
+/// never run it). Its result is sum(bytes) and max(seconds) over the reports seen until then.
+/// Reports that arrive after a failure are absorbed and never change the result; those of a job
+/// that timed out are also counted as late.
 ///
 /// Senders. Ranks start alive at incarnation 0. on_rank_registered(rank, n) with a higher n
 /// means the rank restarted: the old incarnation's unreported jobs fail and its reports are
@@ -97,7 +99,8 @@ struct aggregator_stats {
   uint64_t sequence_gaps = 0;    ///< reports missing according to the senders' seq numbers
   uint64_t completed = 0;        ///< successful results emitted
   uint64_t failed = 0;           ///< failed results emitted (any cause)
-  uint64_t timed_out = 0;        ///< jobs failed by their deadline
+  uint64_t timed_out = 0;        ///< jobs failed by their deadline (time or step)
+  uint64_t late = 0;             ///< absorbed reports of jobs that had timed out
   uint64_t orphans_dropped = 0;  ///< never-expected jobs forgotten after the grace
   uint64_t restarts = 0;         ///< ranks registered again with a higher incarnation
 
@@ -114,7 +117,9 @@ class completion_aggregator {
   /// reported it, a held result is released (and a kind disagreement fails the job with
   /// errc::protocol_mismatch). Error (invalid_argument), nothing changed, if `job` was
   /// already expected.
-  status expect(job_id job, transfer_kind kind, step_id step, std::optional<uint64_t> deadline);
+  /// `step_deadline`: it also fails once expire_steps(s) sees s >= step_deadline.
+  status expect(job_id job, transfer_kind kind, step_id step, std::optional<uint64_t> deadline,
+                std::optional<step_id> step_deadline = std::nullopt);
 
   /// One rank's report for one job.
   report_outcome on_report(const completion_event& ev);
@@ -138,6 +143,9 @@ class completion_aggregator {
   /// never-expected jobs and failed jobs' straggler windows that ran out, and starts the grace
   /// period of jobs first reported since the previous call.
   size_t expire(uint64_t now);
+  /// Fails expected jobs whose step deadline is <= `step` (errc::timeout; returns how many);
+  /// their stragglers are awaited until now + straggler_grace.
+  size_t expire_steps(step_id step, uint64_t now);
 
   /// The next step output when the step barrier advanced (or, with no alive rank, when results
   /// are pending); std::nullopt otherwise. Call after every other mutating call.
@@ -147,11 +155,15 @@ class completion_aggregator {
   /// (poll_output is the normal path). Later poll_output calls stamp higher steps only.
   connector_output take_output(step_id step);
 
+  /// The step stamp of the last output handed out; std::nullopt before the first.
+  std::optional<step_id> last_output_step() const noexcept { return last_emitted_; }
   /// Highest step every alive rank has closed; std::nullopt while one has closed none (or none
   /// is alive).
   std::optional<step_id> closed_step() const noexcept;
   /// True when expire() has work: a deadline is pending or a new job awaits its grace period.
   bool needs_expire() const noexcept { return !deadlines_.empty() || !unstamped_.empty(); }
+  /// True when expire_steps() has work.
+  bool needs_expire_steps() const noexcept { return !step_deadlines_.empty(); }
   /// Jobs with live state (pending, held, or failed and absorbing stragglers).
   size_t tracked_jobs() const noexcept { return jobs_.size(); }
   /// Freed job ids remembered for duplicate detection (<= finished_memory).
@@ -176,8 +188,12 @@ class completion_aggregator {
     uint32_t heard_count = 0;
     bool expected = false;
     bool decided = false;
-    std::optional<uint64_t> deadline;  // present iff listed in deadlines_
+    std::optional<uint64_t> deadline;      // present iff listed in deadlines_
+    std::optional<step_id> step_deadline;  // present iff listed in step_deadlines_
   };
+
+  /// How a freed job ended, for classifying its late reports.
+  enum class finish : uint8_t { all_heard = 0, cut_short = 1, timed_out = 2 };
 
   using job_map = std::unordered_map<job_id, job_entry>;
 
@@ -196,6 +212,9 @@ class completion_aggregator {
   bool release_if_finished(job_map::iterator it);
   job_map::iterator forget(job_map::iterator it, bool remember);
   void set_deadline(job_entry& e, std::optional<uint64_t> deadline);
+  void set_step_deadline(job_entry& e, std::optional<step_id> deadline);
+  /// Times an undecided expected job out; its stragglers are awaited until now + grace.
+  void time_out(job_map::iterator it, uint64_t now);
   /// Fails / accounts every job not yet heard from `rank`; returns how many failed.
   size_t lose(rank_id rank);
 
@@ -205,8 +224,9 @@ class completion_aggregator {
   std::vector<rank_state> ranks_;
   job_map jobs_;
   std::set<std::pair<uint64_t, job_id>> deadlines_;
+  std::set<std::pair<step_id, job_id>> step_deadlines_;
   std::vector<job_id> unstamped_;                     // first reported since the last expire()
-  std::unordered_map<job_id, bool> finished_;         // freed id -> every rank had reported
+  std::unordered_map<job_id, finish> finished_;       // freed id -> how it ended
   std::deque<job_id> finished_order_;                 // FIFO bound of finished_
   std::map<step_id, std::vector<job_result>> ready_;  // output bucket -> results
   std::optional<step_id> last_emitted_;

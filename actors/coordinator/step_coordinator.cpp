@@ -24,7 +24,7 @@ result<step_coordinator> step_coordinator::create(const coordinator_options& opt
        .finished_memory = opts.finished_memory,
        .straggler_grace = static_cast<uint64_t>(opts.straggler_grace.count())});
   if (!agg) return agg.error();
-  return step_coordinator{std::move(agg).value(), opts.job_timeout};
+  return step_coordinator{std::move(agg).value(), opts.job_timeout, opts.job_timeout_steps};
 }
 
 void step_coordinator::note(level lvl, std::string text) {
@@ -52,18 +52,42 @@ void step_coordinator::report(const step_report& r) {
 }
 
 void step_coordinator::expect_one(job_id job, transfer_kind kind, step_id step,
-                                  std::optional<uint64_t> deadline) {
-  note_failure("expect", agg_.expect(job, kind, step, deadline));
+                                  std::optional<uint64_t> deadline,
+                                  std::optional<step_id> step_deadline) {
+  note_failure("expect", agg_.expect(job, kind, step, deadline, step_deadline));
 }
 
 void step_coordinator::expect(const connector_metadata& meta, uint64_t now) {
+  if (!planned_ || meta.step > *planned_) planned_ = meta.step;
+  timed_out(agg_.expire_steps(meta.step, now), "steps");
   std::optional<uint64_t> deadline;
   if (job_timeout_.count() > 0) deadline = now + static_cast<uint64_t>(job_timeout_.count());
-  for (const transfer_job& j : meta.loads)
-    expect_one(j.id, transfer_kind::load, meta.step, deadline);
-  for (const transfer_job& j : meta.stores) {
-    expect_one(j.id, transfer_kind::store, meta.step, deadline);
+  std::optional<step_id> step_deadline;
+  if (job_timeout_steps_ > 0) step_deadline = meta.step + job_timeout_steps_;
+  for (const transfer_job& j : meta.loads) {
+    expect_one(j.id, transfer_kind::load, meta.step, deadline, step_deadline);
   }
+  for (const transfer_job& j : meta.stores) {
+    expect_one(j.id, transfer_kind::store, meta.step, deadline, step_deadline);
+  }
+}
+
+void step_coordinator::timed_out(size_t n, const char* by) {
+  if (n == 0) return;
+  flush_due_ = true;
+  note(level::warn, "coordinator: " + std::to_string(n) + " jobs timed out (" + by + ")");
+}
+
+std::optional<connector_output> step_coordinator::poll_output() {
+  if (auto out = agg_.poll_output()) return out;
+  if (!flush_due_) return std::nullopt;
+  flush_due_ = false;
+  if (agg_.pending_results() == 0) return std::nullopt;
+  // Stamped with the latest planned step, or past the last output when that was it already.
+  const auto last = agg_.last_output_step();
+  step_id stamp = planned_.value_or(0);
+  if (last && stamp <= *last) stamp = *last + 1;
+  return agg_.take_output(stamp);
 }
 
 void step_coordinator::rank_up(rank_id rank, uint32_t incarnation) {
@@ -90,9 +114,7 @@ void step_coordinator::rank_down(rank_id rank) {
 }
 
 void step_coordinator::tick(uint64_t now) {
-  if (size_t n = agg_.expire(now); n > 0) {
-    note(level::warn, "coordinator: " + std::to_string(n) + " jobs timed out");
-  }
+  timed_out(agg_.expire(now), "time");
 }
 
 }  // namespace kvc::coordinator

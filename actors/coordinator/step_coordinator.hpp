@@ -1,9 +1,18 @@
 #pragma once
 /// step_coordinator: the coordinator's state and every decision it makes, on top of
-/// completion_aggregator: it turns the job timeout into deadlines, applies each rank's step
+/// completion_aggregator: it turns the job timeouts into deadlines, applies each rank's step
 /// report, rank arrivals and departures, and hands out released step outputs. What happened
 /// that an operator should know (rejected reports, refused calls, jobs failed by a rank's loss
 /// or a deadline) comes back as notes; the coordinator actor logs them.
+///
+/// Recovery rules (docs/faults.md). Every job has a deadline by default: `job_timeout` after it
+/// was planned and `job_timeout_steps` steps later (whichever comes first); past it the job
+/// fails with errc::timeout for the ranks that stayed silent. A deadline also releases: once a
+/// job timed out, the next poll_output hands out every result decided so far (stamped with the
+/// latest planned step, or the step after the last output) even when a silent rank holds the
+/// step barrier back, so no result waits longer than its deadline. Duplicates and late reports
+/// are counted and dropped (the aggregator's stats), a lost rank's pending jobs fail at once, a
+/// job completes exactly once and never before every rank succeeded.
 ///
 /// Pure: no CAF, no threads, no clock (callers pass `now`, nanoseconds on their monotonic
 /// clock), no logging. Not thread-safe: one owner.
@@ -24,11 +33,19 @@
 namespace kvc::coordinator {
 
 struct coordinator_options {
+  /// The default deadlines: far above a healthy transfer (milliseconds) and an engine's
+  /// stall, well below "forever".
+  static constexpr std::chrono::seconds default_job_timeout{30};
+  static constexpr uint64_t default_job_timeout_steps = 1000;
+
   uint32_t world_size = 1;
   size_t finished_memory = 4096;
   /// A job not completed this long after its step was planned fails with errc::timeout;
-  /// 0: never.
-  std::chrono::nanoseconds job_timeout{0};
+  /// 0: no time deadline.
+  std::chrono::nanoseconds job_timeout{default_job_timeout};
+  /// A job not completed once this many later steps were planned fails with errc::timeout;
+  /// 0: no step deadline.
+  uint64_t job_timeout_steps = default_job_timeout_steps;
   /// How long never-expected jobs and failed jobs' stragglers are waited for.
   std::chrono::nanoseconds straggler_grace{std::chrono::seconds{30}};
 };
@@ -51,29 +68,39 @@ class step_coordinator {
 
   /// A rank's report of one step; closes the step for the rank.
   void report(const step_report& r);
-  /// The scheduler planned this step's jobs at time `now`.
+  /// The scheduler planned this step's jobs at time `now`. Step deadlines up to meta.step pass
+  /// first.
   void expect(const connector_metadata& meta, uint64_t now);
   void rank_up(rank_id rank, uint32_t incarnation);
   void rank_down(rank_id rank);
   /// Deadlines and grace periods up to `now`.
   void tick(uint64_t now);
 
-  /// The next released step output (completion_aggregator::poll_output).
-  std::optional<connector_output> poll_output() { return agg_.poll_output(); }
+  /// The next released step output: completion_aggregator::poll_output, or after a job timed
+  /// out, every result decided so far (see the recovery rules above).
+  std::optional<connector_output> poll_output();
   bool needs_tick() const noexcept { return agg_.needs_expire(); }
+  /// What the coordinator counted: duplicates, late reports, timeouts, ... (the aggregator's).
+  const aggregator_stats& stats() const noexcept { return agg_.stats(); }
   const completion_aggregator& aggregator() const noexcept { return agg_; }
   /// What happened since the last call, for the caller to log.
   std::vector<coordinator_note> take_notes() { return std::exchange(notes_, {}); }
 
  private:
-  step_coordinator(completion_aggregator agg, std::chrono::nanoseconds job_timeout)
-      : agg_(std::move(agg)), job_timeout_(job_timeout) {}
+  step_coordinator(completion_aggregator agg, std::chrono::nanoseconds job_timeout,
+                   uint64_t job_timeout_steps)
+      : agg_(std::move(agg)), job_timeout_(job_timeout), job_timeout_steps_(job_timeout_steps) {}
+  void timed_out(size_t n, const char* by);
   void note(coordinator_note::level lvl, std::string text);
   void note_failure(const char* what, const status& st);
-  void expect_one(job_id job, transfer_kind kind, step_id step, std::optional<uint64_t> deadline);
+  void expect_one(job_id job, transfer_kind kind, step_id step, std::optional<uint64_t> deadline,
+                  std::optional<step_id> step_deadline);
 
   completion_aggregator agg_;
   std::chrono::nanoseconds job_timeout_;
+  uint64_t job_timeout_steps_;
+  std::optional<step_id> planned_;  ///< the latest planned step
+  bool flush_due_ = false;          ///< a job timed out: release what is decided
   std::vector<coordinator_note> notes_;
 };
 

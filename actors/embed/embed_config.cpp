@@ -55,6 +55,7 @@ status validate(const scheduler_connector_config& cfg) {
   m.capacity = cfg.pool.slots_per_rank;
   if (auto st = scheduler::validate(m); !st) return st;
   if (cfg.job_timeout.count() < 0) return invalid("embed: job_timeout must be >= 0");
+  if (auto st = validate(cfg.faults); !st) return invalid("embed: faults: " + st.message());
   if (cfg.transport != step_transport::zmq && cfg.transport != step_transport::memory) {
     return invalid("embed: transport must be zmq or memory");
   }
@@ -82,6 +83,7 @@ status validate(const worker_connector_config& cfg) {
                    std::to_string(cfg.topology.world_size()) + " ranks");
   }
   if (cfg.block_size_factor == 0) return invalid("embed: block_size_factor must be >= 1");
+  if (auto st = validate(cfg.faults); !st) return invalid("embed: faults: " + st.message());
   if (cfg.backend.empty() && !cfg.make_copy_engine) return invalid("embed: backend is empty (\"sim\" or \"cuda\")");
   if (cfg.mode == connection_mode::connect && cfg.network.port == 0) {
     return invalid("embed: connect mode needs the scheduler's network.port");

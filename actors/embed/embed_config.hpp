@@ -18,6 +18,7 @@
 #include "actors/scheduler/connector_config.hpp"
 #include "actors/scheduler/offload_manager.hpp"
 #include "cuda/copy_engine.hpp"
+#include "proto/fault_plan.hpp"
 #include "proto/ids.hpp"
 #include "proto/status.hpp"
 #include "proto/topology.hpp"
@@ -96,10 +97,28 @@ struct scheduler_connector_config {
   /// Block sizes and the CPU pool's ledger. planner.manager.capacity 0 means pool.slots_per_rank;
   /// any other value must equal it.
   scheduler::connector_config planner;
-  /// A job not completed this long after it was planned fails with errc::timeout; 0: never.
-  std::chrono::milliseconds job_timeout{0};
+  /// A job not completed this long after it was planned fails with errc::timeout; 0: no time
+  /// deadline.
+  std::chrono::milliseconds job_timeout{30'000};
+  /// A job not completed once this many later steps were planned fails with errc::timeout; 0:
+  /// no step deadline.
+  uint64_t job_timeout_steps = 1000;
+  /// Injected faults (docs/faults.md): the channel's apply to the ranks' step reports at the
+  /// scheduler's end of the step channel; the other kinds are ignored here. Empty: none.
+  fault_config faults;
   manager_factory make_manager;
   observe_config observe;
+};
+
+/// What the coordinator and the step channel's fault seam counted (docs/faults.md).
+struct fault_stats {
+  fault_counts injected{};        ///< channel faults fired at the scheduler's end, by kind
+  uint64_t duplicates = 0;        ///< duplicate reports, ignored
+  uint64_t late_reports = 0;      ///< reports after their job's deadline, dropped
+  uint64_t timed_out = 0;         ///< jobs failed by a deadline
+  uint64_t rejected_reports = 0;  ///< reports of unknown, stale or lost senders, dropped
+  uint64_t dropped_frames = 0;    ///< frames the step channel refused (corrupt, misrouted)
+  friend bool operator==(const fault_stats&, const fault_stats&) = default;
 };
 
 /// Builds a rank's copy engine (tests bring a deterministic one). Unset: cuda::make_copy_engine
@@ -122,6 +141,9 @@ struct worker_connector_config {
   /// How long the scheduler may take to accept the registration.
   std::chrono::milliseconds register_timeout{5000};
   copy_engine_factory make_copy_engine;
+  /// Injected faults (docs/faults.md): the copy faults concerning this rank wrap its copy engine
+  /// (cuda::faulty_copy_engine); the other kinds are ignored here. Empty: none.
+  fault_config faults;
 };
 
 /// Checks a config before anything starts: a token; tp/pp >= 1 within the handshake's world

@@ -20,6 +20,7 @@
 #include "actors/control/gate.hpp"
 #include "actors/control/tcp_probe.hpp"
 #include "cuda/engine_factory.hpp"
+#include "cuda/faulty_copy_engine.hpp"
 #include "shm/segment_header.hpp"
 
 namespace kvc::embed {
@@ -122,6 +123,12 @@ result<std::unique_ptr<rank_host>> rank_host::open(const worker_connector_config
   if (!engine) return engine.error();
   if (!*engine) return make_error(errc::invalid_argument, "embed: make_copy_engine returned null");
   h->engine_ = std::move(engine).value();
+  if (fault_plan plan = copy_fault_plan(cfg.faults, cfg.rank); !plan.empty()) {
+    auto faulty = cuda::faulty_copy_engine::make(std::move(h->engine_), std::move(plan));
+    if (!faulty) return faulty.error();
+    h->faulty_ = faulty->get();
+    h->engine_ = std::move(faulty).value();
+  }
   const shm::pool_geometry geometry{cfg.topology.world_size(), cfg.pool.slots_per_rank,
                                     cfg.pool.slot_bytes};
   auto seg = shm::segment::attach(h->segment_name_, &geometry);
@@ -184,6 +191,18 @@ status rank_host::register_rank() {
   if (!ch) return ch.error();
   channel_ = std::move(ch).value();
   return {};
+}
+
+fault_counts rank_host::injected_faults() const noexcept {
+  fault_counts counts{};
+  if (!faulty_) return counts;
+  const fault_plan& plan = faulty_->injector().plan();
+  for (size_t i = 0; i < plan.rules.size(); ++i) {
+    const bool delay = plan.rules[i].action == fault_action::delay;
+    const fault_kind kind = delay ? fault_kind::delay_copy : fault_kind::fail_copy;
+    counts[static_cast<size_t>(kind)] += faulty_->injector().fired(i);
+  }
+  return counts;
 }
 
 }  // namespace kvc::embed

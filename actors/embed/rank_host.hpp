@@ -25,6 +25,7 @@
 #include "actors/embed/local_endpoint.hpp"
 #include "actors/worker/transfer_executor.hpp"
 #include "cuda/copy_engine.hpp"
+#include "cuda/faulty_copy_engine.hpp"
 #include "proto/status.hpp"
 #include "shm/segment.hpp"
 
@@ -41,6 +42,8 @@ class rank_host {
   ~rank_host();
 
   cuda::copy_engine& engine() noexcept { return *engine_; }
+  /// Copy faults fired on this rank's engine (fail_copy, delay_copy), by kind.
+  fault_counts injected_faults() const noexcept;
   const shm::segment& pool() const noexcept { return *segment_; }
   /// This rank's region of the pool.
   worker::cpu_pool_region region() const noexcept;
@@ -71,6 +74,7 @@ class rank_host {
   // registered; the rank's actor before the actor system.
   std::optional<shm::segment> segment_;
   std::unique_ptr<cuda::copy_engine> engine_;
+  cuda::faulty_copy_engine* faulty_ = nullptr;  // engine_ when copy faults wrap it
   std::unique_ptr<control::gate_tunnel> tunnel_;  // connect: CAF's way through the gate
   std::shared_ptr<actor_host> host_;
   caf::actor rank_actor_;

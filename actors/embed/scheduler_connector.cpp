@@ -292,6 +292,7 @@ std::string scheduler_connector::kv_events_endpoint() const {
 std::string scheduler_connector::kv_events_replay_endpoint() const {
   return impl_->events ? impl_->events->replay_endpoint() : std::string{};
 }
+fault_stats scheduler_connector::fault_statistics() const { return impl_->host->faults(); }
 
 const scheduler::connector_stats& scheduler_connector::stats() const noexcept {
   return impl_->planner->stats();

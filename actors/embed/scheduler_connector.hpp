@@ -130,6 +130,9 @@ class scheduler_connector {
 
   // --- introspection ---
   const scheduler::connector_stats& stats() const noexcept;
+  /// Duplicates, late reports, timeouts, refused frames and injected channel faults so far
+  /// (kept after shutdown).
+  fault_stats fault_statistics() const;
   /// Jobs planned and not completed (their keys are pinned or pending in the ledger).
   size_t jobs_in_flight() const noexcept;
   size_t tracked_requests() const noexcept;

@@ -9,6 +9,7 @@
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
 
+#include "actors/channel/faulty_server_transport.hpp"
 #include "actors/channel/memory_transport.hpp"
 #include "actors/channel/zmq_transport.hpp"
 #include "actors/control/error_bridge.hpp"
@@ -46,13 +47,28 @@ result<std::unique_ptr<scheduler_host>> scheduler_host::start(
 
   auto transport = make_transport(cfg);
   if (!transport) return transport.error();
+  if (!faults_at(cfg.faults, fault_site::channel).empty()) {
+    // The step channel's fault seam: every fault that fires is counted and logged here.
+    auto faulty = channel::faulty_server_transport::make(
+        std::move(transport).value(), cfg.faults,
+        [host = h.get()](const channel::channel_fault& f) {
+          ++host->injected_[static_cast<size_t>(f.kind)];
+          spdlog::warn("fault injected: {} of rank {} step {} (fault spec {})",
+                       to_string(f.kind), f.rank, f.step, f.spec);
+        });
+    if (!faulty) return faulty.error();
+    transport = std::unique_ptr<channel::server_transport>{std::move(faulty).value()};
+  }
   auto channel =
       channel::scheduler_channel::create(std::move(transport).value(), h->world_size_, cfg.token);
   if (!channel) return channel.error();
   h->host_ = actor_host::start(cfg.network, cfg.listen);
   // From here on ~scheduler_host cleans up after a failure.
   auto coord = coordinator::blocking_coordinator::create(
-      h->host_->system(), {.world_size = h->world_size_, .job_timeout = cfg.job_timeout},
+      h->host_->system(),
+      {.world_size = h->world_size_,
+       .job_timeout = cfg.job_timeout,
+       .job_timeout_steps = cfg.job_timeout_steps},
       std::move(channel).value());
   if (!coord) return coord.error();
   h->coordinator_ = std::move(coord).value();
@@ -125,6 +141,19 @@ status scheduler_host::wait_ready(std::chrono::milliseconds timeout) {
   return st;
 }
 
+fault_stats scheduler_host::faults() const {
+  if (!coordinator_) return stopped_faults_;
+  const auto& s = coordinator_->core().stats();
+  fault_stats f;
+  f.injected = injected_;
+  f.duplicates = s.duplicates;
+  f.late_reports = s.late;
+  f.timed_out = s.timed_out;
+  f.rejected_reports = s.rejected;
+  f.dropped_frames = coordinator_->channel().dropped_frames();
+  return f;
+}
+
 result<uint32_t> scheduler_host::stop(std::chrono::milliseconds timeout) {
   if (!host_) return 0u;
   uint32_t stopped = 0;
@@ -137,7 +166,8 @@ result<uint32_t> scheduler_host::stop(std::chrono::milliseconds timeout) {
     caf::anon_send_exit(scheduler_, caf::exit_reason::user_shutdown);
     scheduler_ = nullptr;
   }
-  gate_.reset();         // no new peer from here on
+  gate_.reset();  // no new peer from here on
+  stopped_faults_ = faults();
   coordinator_.reset();  // its scoped actor ends here
   host_.reset();         // the last owner waits for the actors to end
   segment_.reset();      // removes the segment's name

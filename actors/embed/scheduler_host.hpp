@@ -37,6 +37,8 @@ class scheduler_host {
   ~scheduler_host();
 
   uint16_t port() const noexcept { return port_; }
+  /// The coordinator's and the fault seam's counts (kept after stop()).
+  fault_stats faults() const;
   const std::string& segment_name() const noexcept { return segment_name_; }
   /// The coordinator; valid until stop().
   coordinator::blocking_coordinator& coordinator() noexcept { return *coordinator_; }
@@ -72,6 +74,8 @@ class scheduler_host {
   scheduler::scheduler_impl scheduler_;        // invalid after stop
   std::unique_ptr<control::gatekeeper> gate_;  // with listen: in front of CAF's port
   uint16_t port_ = 0;
+  fault_counts injected_{};  // counted by the fault seam's hook
+  fault_stats stopped_faults_;  // faults() as stop() found it
 };
 
 }  // namespace kvc::embed

@@ -87,6 +87,10 @@ result<std::unique_ptr<worker_connector>> worker_connector::create(
   return std::unique_ptr<worker_connector>{new worker_connector(std::move(p))};
 }
 
+fault_counts worker_connector::injected_faults() const noexcept {
+  return impl_->host->injected_faults();
+}
+
 cuda::copy_engine& worker_connector::copy_engine() noexcept {
   return impl_->host->engine();
 }

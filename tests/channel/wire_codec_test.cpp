@@ -157,12 +157,33 @@ TEST(WireCodecTest, BadFramesAreOneClearError) {
   EXPECT_THAT(kind_of(unknown).error().message(), HasSubstr("unknown frame tag 9"));
   const auto meta = encode(sample_metadata());
   EXPECT_THAT(decode_report(meta).error().message(), HasSubstr("expected a report frame"));
+  // A sealed frame whose payload is cut short or has more after it (a peer that computes the
+  // checksum over garbage).
   wire_bytes truncated = meta;
-  truncated.resize(truncated.size() / 2);
+  truncated.resize((truncated.size() - checksum_bytes) / 2);
+  seal_frame(truncated);
   EXPECT_THAT(decode_metadata(truncated).error().message(), HasSubstr("malformed metadata"));
   wire_bytes trailing = encode(wire_hello{1, 1, "t"});
+  trailing.resize(trailing.size() - checksum_bytes);
   trailing.push_back('x');
+  seal_frame(trailing);
   EXPECT_THAT(decode_hello(trailing).error().message(), HasSubstr("1 trailing bytes"));
+  const wire_bytes too_short{static_cast<char>(wire_kind::hello), char{0}};
+  EXPECT_THAT(decode_hello(too_short).error().message(), HasSubstr("no checksum"));
+}
+
+TEST(WireCodecTest, EverySingleBitFlipIsRefusedByTheChecksum) {
+  const wire_bytes good = encode(sample_report());
+  for (size_t bit = 8; bit < good.size() * 8; ++bit) {  // the tag's flips are other errors
+    wire_bytes bad = good;
+    bad[bit / 8] = static_cast<char>(bad[bit / 8] ^ (1 << (bit % 8)));
+    auto r = decode_report(bad);
+    ASSERT_FALSE(r.ok()) << "bit " << bit;
+    EXPECT_THAT(r.error().message(), HasSubstr("checksum")) << "bit " << bit;
+  }
+  // The standard CRC-32 check value.
+  const std::string check = "123456789";
+  EXPECT_EQ(frame_checksum(check), 0xCBF43926u);
 }
 
 TEST(WireCodecTest, AFrameAboveTheLimitIsRefusedBeforeDecoding) {

@@ -500,6 +500,40 @@ TEST(CompletionAggregatorTest, InvalidWorldSizeIsRejected) {
   EXPECT_EQ(agg.on_report(ok_report(max_world_size - 1, 1)), report_outcome::completed);
 }
 
+TEST(CompletionAggregatorTest, AStepDeadlineFailsTheJobAndLateReportsAreCounted) {
+  completion_aggregator agg = make_aggregator(2);
+  ASSERT_TRUE(agg.expect(1, store, 3, std::nullopt, /*step_deadline=*/5).ok());
+  ASSERT_TRUE(agg.expect(2, store, 3, std::nullopt, /*step_deadline=*/5).ok());
+  EXPECT_EQ(agg.on_report(ok_report(0, 1)), report_outcome::accepted);
+  EXPECT_EQ(agg.on_report(ok_report(0, 2)), report_outcome::accepted);
+  EXPECT_EQ(agg.on_report(ok_report(1, 2)), report_outcome::completed);  // done: no deadline
+  ASSERT_TRUE(agg.expect(3, store, 4, std::nullopt, 6).ok());
+  EXPECT_EQ(agg.expire_steps(4, 0), 0u);
+  EXPECT_EQ(agg.expire_steps(5, 100), 1u);  // job 1; job 3's deadline is step 6
+  connector_output out = agg.take_output(5);
+  ASSERT_EQ(out.jobs.size(), 2u);
+  EXPECT_TRUE(out.jobs[0].ok);
+  EXPECT_EQ(out.jobs[1].job, 1u);
+  EXPECT_EQ(out.jobs[1].error, errc::timeout);
+  EXPECT_EQ(agg.stats().timed_out, 1u);
+  // Rank 1's report comes after the deadline: absorbed, counted as late, no second result.
+  EXPECT_EQ(agg.on_report(ok_report(1, 1)), report_outcome::absorbed);
+  EXPECT_EQ(agg.stats().late, 1u);
+  EXPECT_EQ(agg.stats().absorbed, 1u);
+  EXPECT_TRUE(agg.take_output(6).jobs.empty());
+  // A late duplicate of a job freed after its deadline is late too.
+  ASSERT_TRUE(agg.expect(4, store, 6, std::nullopt, 7).ok());
+  EXPECT_TRUE(agg.needs_expire_steps());
+  EXPECT_EQ(agg.expire_steps(7, 200), 2u);  // jobs 3 and 4
+  EXPECT_FALSE(agg.needs_expire_steps());
+  EXPECT_EQ(agg.tracked_jobs(), 2u);  // failed, awaiting stragglers (job 1 heard from all)
+  EXPECT_EQ(agg.expire(200 + grace), 0u);  // the straggler windows end: freed, not failed again
+  EXPECT_EQ(agg.tracked_jobs(), 0u);
+  EXPECT_EQ(agg.on_report(ok_report(0, 4)), report_outcome::absorbed);
+  EXPECT_EQ(agg.stats().late, 2u);
+  EXPECT_EQ(agg.stats().timed_out, 3u);
+}
+
 TEST(CompletionAggregatorTest, OutcomeNamesAreStable) {
   EXPECT_EQ(to_string(report_outcome::accepted), "accepted");
   EXPECT_EQ(to_string(report_outcome::stale_incarnation), "stale_incarnation");

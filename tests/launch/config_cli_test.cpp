@@ -96,6 +96,28 @@ TEST(ConfigCliTest, AMissingFileIsAConfigError) {
   EXPECT_EQ(show.code, 2);
 }
 
+TEST(ConfigCliTest, ABadFaultSpecIsExitTwoBeforeAnythingStarts) {
+  const std::vector<std::vector<std::string>> roles{
+      {"scheduler", "--token", "t"}, {"worker", "--token", "t", "--port", "1", "--rank", "0"}};
+  for (auto args : roles) {
+    args.insert(args.end(), {"--fault", "drop_reprot:p=1"});
+    auto r = run(args);
+    EXPECT_EQ(r.code, 2) << args[0] << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr("did you mean \"drop_report\"?")) << args[0];
+    EXPECT_EQ(r.out, "") << args[0] << ": started something";
+  }
+  auto launch = run({"launch", "--fault", "kill_rank:rank=1"});
+  EXPECT_EQ(launch.code, 2) << launch.err;
+  EXPECT_THAT(launch.err, HasSubstr("runtime.faults[0]"));
+  EXPECT_THAT(launch.err, HasSubstr("needs step=N"));
+  auto process = run({"launch", "--fault", "kill_rank:rank=1,step=3"});
+  EXPECT_EQ(process.code, 2) << process.err;
+  EXPECT_THAT(process.err, HasSubstr("not executed by the launcher yet"));
+  auto shown = run({"config", "show", "--set", "runtime.fault_seed=5"});
+  EXPECT_EQ(shown.code, 0);
+  EXPECT_THAT(shown.out, HasSubstr("fault_seed: 5"));
+}
+
 TEST(ConfigCliTest, CheckNeedsAFile) {
   auto r = run({"config", "check"});
   EXPECT_NE(r.code, 0);  // a usage error

@@ -14,6 +14,7 @@
 namespace kvc::launch {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -255,7 +256,8 @@ TEST(ConfigLoaderTest, ToYamlReadsBackAsTheSameConfig) {
       "  pipeline_parallel: 2\n"
       "  restart: {policy: on-failure, limit: 5}\n"
       "offload: {block_size: 32, eviction_policy: arc, store_threshold: 2}\n"
-      "runtime: {token: \"0123\", instance: demo, log_level: debug}\n"
+      "runtime: {token: \"0123\", instance: demo, log_level: debug, fault_seed: 4,\n"
+      "  faults: [\"drop_report:rank=1,p=0.05\", \"kill_rank:rank=2,step=300\"]}\n"
       "workload: {zipf: 0.9, arrival_rate: 2.5, seed: 18446744073709551615}\n");
   ASSERT_TRUE(base.ok()) << ::testing::PrintToString(errors_of(base));
   const std::string yaml = to_yaml(base.config);
@@ -288,6 +290,29 @@ TEST(ConfigLoaderTest, ObserveSectionIsReadAndChecked) {
                           "observe.kv_events.endpoint"));
   EXPECT_THAT(errors_of(load("runtime:\n  port: 9400\nobserve:\n  metrics_port: 9400\n")),
               ElementsAre("tp4.yaml:4: observe.metrics_port: port 9400 is runtime.port as well"));
+}
+
+TEST(ConfigLoaderTest, DeadlinesAreOnByDefaultAndFaultSpecsAreChecked) {
+  auto d = load("");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d.config.runtime.job_timeout_ms, 30000u);
+  EXPECT_EQ(d.config.runtime.job_timeout_steps, 1000u);
+  EXPECT_TRUE(d.config.runtime.faults.empty());
+  auto bad = load(
+      "runtime:\n"
+      "  faults:\n"
+      "    - drop_report:rank=1,p=0.05\n"
+      "    - drop_reprot:p=1\n"
+      "    - fail_copy:dri=load,p=1\n",
+      {"runtime.fault_seed=x"});
+  EXPECT_THAT(errors_of(bad),
+              ElementsAre(HasSubstr("tp4.yaml:4: runtime.faults[1]: fault \"drop_reprot:p=1\": "
+                                    "unknown kind \"drop_reprot\""),
+                          AllOf(HasSubstr("tp4.yaml:5: runtime.faults[2]"),
+                                HasSubstr("did you mean \"dir\"?")),
+                          HasSubstr("--set: runtime.fault_seed")));
+  EXPECT_THAT(errors_of(load("runtime: {faults: drop_report}\n")),
+              ElementsAre(HasSubstr("expected a list of fault specs")));
 }
 
 TEST(ConfigLoaderTest, EditDistanceAndSuggestions) {

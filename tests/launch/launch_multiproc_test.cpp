@@ -122,6 +122,39 @@ TEST_F(LaunchMultiprocTest, TheEmbeddedDefaultLaunchesAndPasses) {
               HasSubstr("[scheduler] {\"event\":\"stopped\",\"workers\":2}"));
 }
 
+TEST_F(LaunchMultiprocTest, FaultsThatLoseNothingPassAndAreReportedByEachProcess) {
+  // A duplicated report is ignored; a held copy is released when the worker waits for it.
+  launch({"--fault", "duplicate_report:nth=3", "--fault", "delay_copy:p=0.5", "--fault-seed", "11",
+          "--set", "workload.steps=40"});
+  started();
+  EXPECT_EQ(exit_code(), 0) << launcher_.stderr_text();
+  EXPECT_EQ(summary().at("jobs_ok"), 40);
+  const std::string err = launcher_.stderr_text();
+  const std::string tag = "[scheduler] {\"event\":\"fault_report\"";
+  const size_t at = err.find(tag);
+  ASSERT_NE(at, std::string::npos) << err;
+  const size_t begin = err.find('{', at);
+  auto report = json::parse(err.substr(begin, err.find('\n', begin) - begin));
+  EXPECT_EQ(report.at("seed"), 11);
+  EXPECT_EQ(report.at("fired").at("duplicate_report"), 1);
+  EXPECT_EQ(report.at("fired").at("delay_copy"), 0);  // the workers' own, not the channel's
+  EXPECT_EQ(report.at("jobs_failed"), 0);
+  EXPECT_EQ(report.at("invariants_ok"), true);
+  EXPECT_THAT(err, HasSubstr("fault injected: duplicate_report"));
+  uint64_t delayed = 0;
+  for (const std::string rank : {"0", "1"}) {
+    const std::string stopped = "[worker " + rank + "] {\"event\":\"stopped\"";
+    const size_t w = err.find(stopped);
+    ASSERT_NE(w, std::string::npos) << err;
+    const size_t b = err.find('{', w);
+    delayed += json::parse(err.substr(b, err.find('\n', b) - b))
+                   .at("fired")
+                   .at("delay_copy")
+                   .get<uint64_t>();
+  }
+  EXPECT_GT(delayed, 0u);
+}
+
 TEST_F(LaunchMultiprocTest, SigtermMidRunLeavesNoChildAndNoSegment) {
   launch({"--set", "workload.steps=4000000000"});
   started();

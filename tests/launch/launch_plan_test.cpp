@@ -153,9 +153,10 @@ TEST(LaunchPlanTest, TheNodesProcessesGetTheSameTopologyAndPoolFlags) {
                                            "1000"};
   std::vector<std::string> want{"scheduler"};
   want.insert(want.end(), shared.begin(), shared.end());
-  want.insert(want.end(), {"--host", "127.0.0.1", "--port", "0", "--job-timeout-ms", "250",
-                           "--smoke-steps", "30", "--ready-timeout-ms", "30000",
-                           "--step-timeout-ms", "10000", "--stop-timeout-ms", "5000"});
+  want.insert(want.end(),
+              {"--host", "127.0.0.1", "--port", "0", "--job-timeout-ms", "250",
+               "--job-timeout-steps", "1000", "--smoke-steps", "30", "--ready-timeout-ms", "30000",
+               "--step-timeout-ms", "10000", "--stop-timeout-ms", "5000"});
   EXPECT_EQ(scheduler_arguments(c, *plan), want);
 
   want = {"worker"};
@@ -190,6 +191,28 @@ TEST(LaunchPlanTest, ObserveReachesTheSchedulerConfigAndFlags) {
   ASSERT_TRUE(plain.ok());
   EXPECT_FALSE(plain->scheduler.observe.serve_metrics);
   for (const auto& a : scheduler_arguments(off, *plain)) EXPECT_FALSE(a.starts_with("--kv-events"));
+}
+
+TEST(LaunchPlanTest, EachProcessGetsTheFaultsThatConcernIt) {
+  const auto c = loaded(tp4pp2, {"runtime.fault_seed=9",
+                                 "runtime.faults=[\"drop_report:rank=1,p=0.5\", "
+                                 "\"fail_copy:rank=5,dir=load,nth=2\", \"delay_copy:p=0.25\"]"});
+  auto plan = make_plan(c, "inst", "secret");
+  ASSERT_TRUE(plan.ok()) << plan.error().to_string();
+  auto tail = [](std::vector<std::string> args, size_t n) {
+    return std::vector<std::string>(args.end() - static_cast<std::ptrdiff_t>(n), args.end());
+  };
+  EXPECT_EQ(tail(scheduler_arguments(c, *plan), 4),
+            (std::vector<std::string>{"--fault-seed", "9", "--fault", "drop_report:rank=1,p=0.5"}));
+  EXPECT_EQ(
+      tail(worker_arguments(c, *plan, 5, 1), 6),
+      (std::vector<std::string>{"--fault-seed", "9", "--fault", "fail_copy:rank=5,dir=load,nth=2",
+                                "--fault", "delay_copy:p=0.25"}));
+  EXPECT_EQ(tail(worker_arguments(c, *plan, 4, 1), 4),
+            (std::vector<std::string>{"--fault-seed", "9", "--fault", "delay_copy:p=0.25"}));
+  const auto none = loaded(tp4pp2, {});
+  auto plain = make_plan(none, "inst", "secret");
+  for (const auto& a : worker_arguments(none, *plain, 0, 1)) EXPECT_NE(a, "--fault");
 }
 
 }  // namespace

@@ -1,0 +1,30 @@
+#pragma once
+/// The `--fault SPEC` / `--fault-seed N` options and the config's runtime.faults /
+/// runtime.fault_seed as a fault_config (proto/fault_plan.hpp, docs/faults.md), and what a
+/// launcher forwards of it to each process: the channel's faults to the scheduler (applied at
+/// its end of the step channel), a rank's copy faults to that rank's worker. Process faults
+/// (kill_rank, hang_rank, kill_scheduler) are the launcher's own. Pure functions; thread-safe.
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "proto/fault_plan.hpp"
+#include "proto/ids.hpp"
+#include "proto/status.hpp"
+
+namespace kvc::launch {
+
+/// parse_fault_spec, with "did you mean" for a misspelt kind or key.
+result<fault_spec> parse_fault_option(std::string_view text);
+
+/// Every spec of `texts` with `seed`; the first bad one is the error.
+result<fault_config> parse_fault_options(std::span<const std::string> texts, uint64_t seed);
+
+/// The command-line arguments (`--fault-seed N --fault SPEC ...`) that carry the faults
+/// concerning the scheduler process (the channel's); empty when there are none.
+std::vector<std::string> scheduler_fault_arguments(const fault_config& faults);
+/// The same for rank `rank`'s worker process (its copy faults: rank=`rank` or every rank).
+std::vector<std::string> worker_fault_arguments(const fault_config& faults, rank_id rank);
+
+}  // namespace kvc::launch
