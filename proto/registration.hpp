@@ -18,7 +18,7 @@ namespace kvc {
 ///    connect mode); workers are stopped with kvc_stop.
 /// 4: connector_metadata carries flush_requests and finished_requests, and each job its
 ///    KV-cache groups' sizes and block indices (vLLM's GPULoadStoreSpec).
-inline constexpr uint32_t protocol_version = 4;
+inline constexpr uint32_t protocol_version = 5;
 
 struct worker_registration {
   uint32_t protocol_version = 0;

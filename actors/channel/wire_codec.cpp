@@ -8,23 +8,11 @@
 #include <caf/binary_serializer.hpp>
 #include <caf/error.hpp>
 #include <caf/sec.hpp>
+#include <zlib.h>
 
 namespace kvc::channel {
 
 namespace {
-
-/// CRC-32 (IEEE 802.3, reflected, polynomial 0xEDB88320), one table lookup per byte.
-struct crc_table {
-  std::array<uint32_t, 256> t{};
-  constexpr crc_table() {
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-      t[i] = c;
-    }
-  }
-};
-constexpr crc_table crc{};
 
 uint32_t read_trailer(std::span<const char> frame) {
   uint32_t v = 0;
@@ -89,9 +77,10 @@ result<T> decode_as(wire_kind want, const char* what, std::span<const char> fram
 }  // namespace
 
 uint32_t frame_checksum(std::span<const char> bytes) noexcept {
-  uint32_t c = 0xFFFFFFFFu;
-  for (char b : bytes) c = crc.t[(c ^ static_cast<uint8_t>(b)) & 0xFFu] ^ (c >> 8);
-  return c ^ 0xFFFFFFFFu;
+  // zlib's CRC-32 (IEEE 802.3); its length type is 32-bit, and frames are capped far below that.
+  static_assert(max_frame_bytes < (size_t{1} << 32));
+  return static_cast<uint32_t>(
+      crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));
 }
 
 void seal_frame(wire_bytes& frame) {
