@@ -5,6 +5,7 @@
 /// when the two were started with the same configuration. Plain data, no CAF.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -57,6 +58,13 @@ struct scheduler_process_options {
   uint32_t ready_timeout_ms = 30000;  ///< smoke: how long to wait for every rank to register
   uint32_t step_timeout_ms = 10000;   ///< smoke: how long one step's results may take
   uint32_t stop_timeout_ms = 5000;    ///< how long stopping the workers may take
+  /// Smoke: a rank may be lost and come back (restart.policy on-failure): a job failed by the
+  /// loss is counted, not a failure, and the run waits for the rank (smoke_engine.hpp).
+  bool rank_restarts = false;
+  /// Several nodes: the node of every rank (empty: every rank on this node). The scheduler
+  /// serves every node's workers; the smoke run checks the slots of this node's ranks only
+  /// (the others write into their own node's segment).
+  std::vector<uint32_t> rank_nodes;
 };
 
 struct worker_process_options {

@@ -179,6 +179,10 @@ const scheduler::connector_stats& scheduler_connector::stats() const noexcept {
   return impl_->planner->stats();
 }
 
+coordinator::aggregator_stats scheduler_connector::coordinator_stats() const noexcept {
+  return impl_->host->coordinator_stats();
+}
+
 size_t scheduler_connector::jobs_in_flight() const noexcept {
   return impl_->planner->jobs_in_flight();
 }

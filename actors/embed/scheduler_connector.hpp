@@ -34,6 +34,7 @@
 #include <string_view>
 #include <vector>
 
+#include "actors/coordinator/completion_aggregator.hpp"
 #include "actors/embed/embed_config.hpp"
 #include "actors/scheduler/planner.hpp"
 #include "proto/completion.hpp"
@@ -120,6 +121,9 @@ class scheduler_connector {
 
   // --- introspection ---
   const scheduler::connector_stats& stats() const noexcept;
+  /// The coordinator's counters: reports, job outcomes, rank losses and restarts (an engine
+  /// that checks work across steps sees here that a rank's process changed in between).
+  coordinator::aggregator_stats coordinator_stats() const noexcept;
   /// Jobs planned and not completed (their keys are pinned or pending in the ledger).
   size_t jobs_in_flight() const noexcept;
   size_t tracked_requests() const noexcept;
