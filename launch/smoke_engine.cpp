@@ -32,8 +32,8 @@ smoke_engine::smoke_engine(uint32_t world_size, const synthetic_kv_spec& kv, smo
       rank_nodes_(std::move(opts.rank_nodes)) {}
 
 uint64_t smoke_engine::membership(const embed::scheduler_connector& sc) {
-  const auto st = sc.coordinator_stats();
-  return st.rank_losses + st.rank_restarts;
+  const auto changed = sc.ranks_changed();
+  return changed.losses + changed.restarts;
 }
 
 void smoke_engine::skip_round() {

@@ -75,7 +75,8 @@ class smoke_engine {
 
   std::vector<gpu_block> blocks(uint64_t round, bool destination) const;
   std::vector<block_key> keys(uint64_t round, bool fresh) const;
-  /// Checks the step's one job result, and the slot it stored into against `source` blocks.
+  /// Checks the step's one job result, and the slot it stored into against `source` blocks
+  /// (not when `interrupted`: a rank was lost or restarted since the round began).
   status check(const embed::connector_update& up, const connector_metadata& meta,
                const embed::scheduler_connector& sc, const std::vector<gpu_block>* source,
                bool interrupted);

@@ -179,8 +179,9 @@ const scheduler::connector_stats& scheduler_connector::stats() const noexcept {
   return impl_->planner->stats();
 }
 
-coordinator::aggregator_stats scheduler_connector::coordinator_stats() const noexcept {
-  return impl_->host->coordinator_stats();
+rank_changes scheduler_connector::ranks_changed() const noexcept {
+  const auto st = impl_->host->coordinator_stats();
+  return {.losses = st.rank_losses, .restarts = st.rank_restarts};
 }
 
 size_t scheduler_connector::jobs_in_flight() const noexcept {

@@ -34,7 +34,6 @@
 #include <string_view>
 #include <vector>
 
-#include "actors/coordinator/completion_aggregator.hpp"
 #include "actors/embed/embed_config.hpp"
 #include "actors/scheduler/planner.hpp"
 #include "proto/completion.hpp"
@@ -53,6 +52,12 @@ struct connector_update {
   std::vector<job_result> jobs;
   /// The highest step whose output has been applied; 0 before the first.
   step_id through_step = 0;
+};
+
+/// Counts of rank membership changes since the scheduler started.
+struct rank_changes {
+  uint64_t losses = 0;    ///< a live rank lost (its process died or went silent)
+  uint64_t restarts = 0;  ///< a rank registered again with a higher incarnation
 };
 
 class worker_connector;
@@ -121,9 +126,9 @@ class scheduler_connector {
 
   // --- introspection ---
   const scheduler::connector_stats& stats() const noexcept;
-  /// The coordinator's counters: reports, job outcomes, rank losses and restarts (an engine
-  /// that checks work across steps sees here that a rank's process changed in between).
-  coordinator::aggregator_stats coordinator_stats() const noexcept;
+  /// Rank losses and restarts the coordinator has seen (an engine that checks work across
+  /// steps sees here that a rank's process changed in between).
+  rank_changes ranks_changed() const noexcept;
   /// Jobs planned and not completed (their keys are pinned or pending in the ledger).
   size_t jobs_in_flight() const noexcept;
   size_t tracked_requests() const noexcept;
