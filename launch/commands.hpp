@@ -34,5 +34,7 @@ void add_config_command(CLI::App& app, int& exit_code);
 void add_events_command(CLI::App& app, int& exit_code);
 /// `launch [FILE] [--node N]`: starts and supervises a node's processes (node_launcher.hpp).
 void add_launch_command(CLI::App& app, int& exit_code);
+/// `cleanup`: removes this user's segments left by crashed runs (shm/stale_segments.hpp).
+void add_cleanup_command(CLI::App& app, int& exit_code);
 
 }  // namespace kvc::launch

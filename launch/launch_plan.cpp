@@ -223,10 +223,14 @@ result<launch_plan> make_plan(const launch_config& c, const std::string& instanc
                                     .prefault = false};
   const topology topo{c.topology.tensor_parallel, c.topology.pipeline_parallel, 0};
 
+  const bool multi_node = c.topology.nodes.size() > 1;
   auto& s = p.scheduler;
   s.network = net;
+  // Several nodes: the scheduler listens on the first node's host, where the others reach it.
+  if (multi_node) s.network.host = c.topology.nodes[0].host;
   s.token = token;
   s.topology = topo;
+  s.nodes = static_cast<uint32_t>(c.topology.nodes.size());
   s.pool = pool_cfg;
   s.planner.gpu_block_size = c.kv_cache.gpu_block_size;
   s.planner.offloaded_block_size = p.kv.factor * c.kv_cache.gpu_block_size;
@@ -252,7 +256,7 @@ result<launch_plan> make_plan(const launch_config& c, const std::string& instanc
     embed::worker_connector_config w;
     w.mode = embed::connection_mode::connect;
     w.network = net;
-    w.network.host = c.topology.nodes.size() > 1 ? c.topology.nodes[0].host : r.host;
+    w.network.host = s.network.host;
     w.token = token;
     w.topology = topo;
     w.topology.node = node;

@@ -23,6 +23,7 @@
 #include "launch/spawned_process.hpp"
 #include "launch/supervision.hpp"
 #include "shm/segment.hpp"
+#include "shm/stale_segments.hpp"
 
 extern char** environ;
 
@@ -70,8 +71,9 @@ std::vector<std::string> child_environment(const std::string& token, const std::
 /// One node's processes and what they said.
 class node_run {
  public:
-  node_run(const launch_config& config, const launch_plan& plan, std::vector<rank_id> ranks,
-           std::string binary, std::vector<std::string> env)
+  /// `node`: the node this launch runs; the scheduler runs on node 0 only.
+  node_run(const launch_config& config, const launch_plan& plan, uint32_t node,
+           std::vector<rank_id> ranks, std::string binary, std::vector<std::string> env)
       : config_(config),
         plan_(plan),
         ranks_(std::move(ranks)),
@@ -79,7 +81,9 @@ class node_run {
         env_(std::move(env)),
         children_(1 + ranks_.size()),
         buffers_(children_.size()),
-        sup_(names(ranks_), std::chrono::milliseconds{config.runtime.stop_timeout_ms}) {}
+        sup_(names(ranks_), std::chrono::milliseconds{config.runtime.stop_timeout_ms},
+             restarts_allowed(config) ? config.topology.restart.limit : 0, node == 0),
+        node_(node) {}
 
   /// Runs until every child is gone; the launch's exit code.
   int run(signal_watcher& signals) {
@@ -92,12 +96,19 @@ class node_run {
       const uint64_t one = 1;
       (void)!::write(fd, &one, sizeof one);
     });
-    std::vector<std::string> argv{binary_};
-    for (auto& a : scheduler_arguments(config_, plan_)) argv.push_back(std::move(a));
-    if (!start(0, argv)) {
-      signals.on_signal(nullptr);
-      ::close(wake_);
-      return 1;
+    if (node_ == 0) {
+      std::vector<std::string> argv{binary_};
+      for (auto& a : scheduler_arguments(config_, plan_)) argv.push_back(std::move(a));
+      if (!start(0, argv)) {
+        signals.on_signal(nullptr);
+        ::close(wake_);
+        return 1;
+      }
+    } else {
+      // The scheduler runs on node 0 at the fixed runtime.port: the workers start at once.
+      on_listening(
+          {{"port", config_.runtime.port},
+           {"segment", shm::segment_name(::getuid(), plan_.scheduler.pool.instance, node_)}});
     }
     while (!sup_.finished()) step(signals);
     signals.on_signal(nullptr);
@@ -107,6 +118,8 @@ class node_run {
 
   const supervision& outcome() const { return sup_; }
   const std::optional<json>& smoke() const { return smoke_; }
+  /// When the scheduler said every rank registered (its first step follows at once).
+  const std::optional<clock::time_point>& ready_at() const { return ready_at_; }
 
  private:
   /// A message of the launcher's own at `level`, shown unless runtime.log_level is above it.
@@ -190,8 +203,41 @@ class node_run {
       tell(spdlog::level::info, role(child) + " (pid " + std::to_string(children_[child].pid()) +
                                     ") exited with code " + std::to_string(code));
       apply(sup_.on_exit(child, code, clock::now()));
+      restart_due();
     }
     apply(sup_.on_time(clock::now()));
+  }
+
+  /// Starts the workers supervision decided to restart, each with its next incarnation: it
+  /// re-attaches to the node's segment and registers again.
+  void restart_due() {
+    // A restart that cannot start counts as its failure, which may be restarted in turn.
+    for (auto due = sup_.take_restarts(); !due.empty(); due = sup_.take_restarts()) {
+      for (size_t child : due) restart(child);
+    }
+  }
+
+  void restart(size_t child) {
+    const rank_id rank = ranks_[child - 1];
+    const uint32_t incarnation = sup_.incarnation(child);
+    tell(spdlog::level::warn, "restarting " + role(child) + " as incarnation " +
+                                  std::to_string(incarnation) + " (restart.limit " +
+                                  std::to_string(config_.topology.restart.limit) + ")");
+    std::vector<std::string> argv{binary_};
+    for (auto& a :
+         worker_arguments(config_, plan_, rank, static_cast<uint16_t>(port_), incarnation)) {
+      argv.push_back(std::move(a));
+    }
+    buffers_[child].clear();  // a partial line of the process that died
+    if (!start(child, argv)) {
+      apply(sup_.on_exit(child, 127, clock::now()));  // as if it had failed at once
+      return;
+    }
+    emit({{"event", "restarted"},
+          {"rank", rank},
+          {"incarnation", incarnation},
+          {"pid", children_[child].pid()},
+          {"restarts", sup_.restarts()}});
   }
 
   /// Reads what the child wrote (all of it up to the end when `to_end`) and handles its lines.
@@ -218,13 +264,23 @@ class node_run {
 
   void on_line(size_t child, const std::string& line) {
     tell(spdlog::level::info, "[" + role(child) + "] " + line, false);
-    if (child != 0) return;
     const json j = json::parse(line, nullptr, false);
     if (!j.is_object() || !j.contains("event")) return;
     const std::string event = j.value("event", "");
+    if (child != 0) {
+      // A restarted worker registered again: it re-attached to the segment and rejoined.
+      if (event == "registered" && j.value("incarnation", 0) > 0) {
+        emit({{"event", "rejoined"},
+              {"rank", j.value("rank", 0)},
+              {"incarnation", j.value("incarnation", 0)},
+              {"pid", j.value("pid", 0)}});
+      }
+      return;
+    }
     if (event == "listening") {
       on_listening(j);
     } else if (event == "ready") {
+      if (!ready_at_) ready_at_ = clock::now();
       emit({{"event", "ready"}, {"world_size", j.value("world_size", 0)}});
     } else if (event == "smoke") {
       smoke_ = j;
@@ -243,15 +299,17 @@ class node_run {
       }
       if (!start(k + 1, argv)) {
         apply(sup_.on_exit(k + 1, 127, clock::now()));  // as if it had failed at once
-        return;
+        if (sup_.stopping()) return;
+        continue;  // restarted below
       }
       pids.push_back(children_[k + 1].pid());
     }
+    restart_due();
     emit({{"event", "started"},
-          {"node", plan_.workers.empty() ? 0 : plan_.workers[ranks_[0]].topology.node},
+          {"node", node_},
           {"port", port_},
           {"segment", j.value("segment", "")},
-          {"scheduler_pid", children_[0].pid()},
+          {"scheduler_pid", node_ == 0 ? json(children_[0].pid()) : json()},
           {"ranks", ranks_},
           {"worker_pids", pids}});
   }
@@ -264,10 +322,33 @@ class node_run {
   std::vector<spawned_process> children_;  ///< 0: the scheduler; k + 1: ranks_[k]
   std::vector<std::string> buffers_;       ///< a partial stdout line per child
   supervision sup_;
+  uint32_t node_;
   int wake_ = -1;
   int port_ = 0;
   std::optional<json> smoke_;
+  std::optional<clock::time_point> ready_at_;
 };
+
+/// Removes the segments earlier runs of this user left behind (their creator is gone); prints
+/// {"event":"cleanup","removed":[...]} when there were any.
+void sweep_stale_segments(const std::string& log_level) {
+  auto sweep = shm::remove_stale_segments(::getuid());
+  if (!sweep) {
+    say("cannot look for stale segments: " + sweep.error().to_string());
+    return;
+  }
+  for (const auto& p : sweep->problems) say(p);
+  if (sweep->removed.empty()) return;
+  json names = json::array();
+  for (const auto& r : sweep->removed) {
+    names.push_back(r.name);
+    if (spdlog::level::from_str(log_level) <= spdlog::level::warn) {
+      say("removed " + r.name + ", left by an earlier run (creator pid " +
+          std::to_string(r.creator) + " is gone)");
+    }
+  }
+  emit({{"event", "cleanup"}, {"removed", names}});
+}
 
 }  // namespace
 
@@ -289,10 +370,6 @@ int run_launch(const launch_options& o) {
     return refuse("--node " + std::to_string(o.node) + ": topology.nodes has " +
                   std::to_string(nodes) + (nodes == 1 ? " node" : " nodes"));
   }
-  if (nodes > 1) {
-    return refuse("topology.nodes has " + std::to_string(nodes) +
-                  " nodes: a multi-node launch is not implemented yet");
-  }
   for (const std::string& spec : c.runtime.faults) {
     if (spec.starts_with("kill_rank") || spec.starts_with("hang_rank") ||
         spec.starts_with("kill_scheduler")) {
@@ -309,6 +386,24 @@ int run_launch(const launch_options& o) {
   if (token.empty()) {
     if (const char* env = std::getenv("KVCONNECT_TOKEN"); env != nullptr) token = env;
   }
+  if (nodes > 1) {
+    // The other nodes reach the scheduler at the first node's host, a fixed port, the token.
+    if (token.empty()) {
+      return refuse("a launch over " + std::to_string(nodes) +
+                    " nodes needs the shared token: set runtime.token or $KVCONNECT_TOKEN on "
+                    "every node");
+    }
+    if (c.runtime.port == 0) {
+      return refuse("a launch over " + std::to_string(nodes) +
+                    " nodes needs a fixed runtime.port (0 picks a free one, which the other "
+                    "nodes cannot know)");
+    }
+    const std::string& h = c.topology.nodes[0].host;
+    if (h == "0.0.0.0" || h == "::" || h == "*") {
+      return refuse("topology.nodes[0].host: \"" + h +
+                    "\" is no address the other nodes can reach the scheduler at");
+    }
+  }
   if (token.empty()) token = generate_token();  // one node: nobody else needs to know it
   const std::string instance =
       c.runtime.instance.empty() ? "launch-" + std::to_string(::getpid()) : c.runtime.instance;
@@ -317,9 +412,22 @@ int run_launch(const launch_options& o) {
   const auto ranks = plan->ranks_on(o.node);
   const std::string segment = shm::segment_name(::getuid(), instance, o.node);
 
+  sweep_stale_segments(c.runtime.log_level);
   signal_watcher signals;  // before any child: they must not inherit a half-set-up state
-  node_run run(c, *plan, ranks, o.binary, child_environment(token, c.runtime.log_level));
+  // Another node's segment: its launcher creates it (node 0's scheduler creates node 0's) and
+  // removes it at the end; its workers attach to it.
+  std::optional<shm::segment> own_segment;
+  if (o.node != 0) {
+    auto seg = shm::segment::create(segment, plan->pool);
+    if (!seg) {
+      say("cannot create " + segment + ": " + seg.error().to_string());
+      return 1;
+    }
+    own_segment.emplace(std::move(seg).value());
+  }
+  node_run run(c, *plan, o.node, ranks, o.binary, child_environment(token, c.runtime.log_level));
   const int code = run.run(signals);
+  own_segment.reset();  // removes it
 
   // A scheduler that was killed cannot remove its segment: the launch does.
   bool segment_left = false;
@@ -337,11 +445,18 @@ int run_launch(const launch_options& o) {
                {"node", o.node},
                {"ranks", ranks.size()},
                {"world_size", plan->kv.world_size},
-               {"restarts", 0},
+               {"restarts", run.outcome().restarts()},
                {"segment", segment},
                {"segment_left", segment_left},
                {"wall_seconds", std::round(wall * 1000) / 1000}};
-  for (const char* k : {"steps", "jobs_ok", "slots_checked", "bytes"}) {
+  // From the launcher's start to the scheduler's first step (every rank registered).
+  summary["first_step_seconds"] =
+      run.ready_at()
+          ? json(std::round(std::chrono::duration<double>(*run.ready_at() - t0).count() * 1000) /
+                 1000)
+          : json();
+  for (const char* k :
+       {"steps", "jobs_ok", "jobs_failed", "rounds_interrupted", "slots_checked", "bytes"}) {
     summary[k] = run.smoke() ? run.smoke()->value(k, json()) : json();
   }
   emit(summary);

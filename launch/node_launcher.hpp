@@ -1,21 +1,27 @@
 #pragma once
 /// node_launcher: the body of `kvconnect launch`, a supervisor like torchrun's agent for one
-/// node. It loads and checks the config (exit 2 and nothing started on any error), derives the
-/// plan, starts the scheduler process (node 0), reads its "listening" line for the port, starts
-/// one worker process per rank of the node, and then carries out supervision's orders
-/// (supervision.hpp): signals forwarded, a child's unexpected exit noticed at once (pidfds),
-/// every child waited for. At every exit no child is left (PR_SET_PDEATHSIG covers a launcher
-/// that is killed) and no shm segment of the launch is left (the scheduler removes it; the
-/// launcher removes one a killed scheduler left behind).
+/// node. It loads and checks the config (exit 2 and nothing started on any error, including a
+/// multi-node launch without a token or a fixed runtime.port), removes the segments crashed runs
+/// of this user left (shm/stale_segments.hpp), derives the plan, and starts the node's
+/// processes: on node 0 the scheduler process first, whose "listening" line gives the port, then
+/// one worker process per rank of the node; on any other node the node's segment (created here,
+/// removed at the end) and its workers, which register with node 0's scheduler at
+/// runtime.port. Then it carries out supervision's orders (supervision.hpp): signals forwarded,
+/// a child's unexpected exit noticed at once (pidfds), a failed worker restarted with its next
+/// incarnation under restart.policy on-failure, every child waited for. At every exit no child
+/// is left (PR_SET_PDEATHSIG covers a launcher that is killed) and no shm segment of the launch
+/// is left (the scheduler removes node 0's; the launcher removes one a killed scheduler left).
 ///
-/// stdout carries the launcher's JSON lines: {"event":"started",...} once the processes run,
-/// {"event":"ready",...} once every rank registered, and last {"event":"summary",...} with the
-/// smoke run's figures (steps, jobs_ok, slots_checked, bytes) and the launch's own (ranks,
-/// restarts, wall_seconds, exit_code, reason). The children's stdout lines are relayed to
-/// stderr with their role in front; their logs go to stderr as they are.
+/// stdout carries the launcher's JSON lines: {"event":"cleanup",...} when stale segments were
+/// removed, {"event":"started",...} once the processes run, {"event":"ready",...} once every rank
+/// registered, {"event":"restarted",...} / {"event":"rejoined",...} for a worker restarted and
+/// registered again, and last {"event":"summary",...} with the smoke run's figures (steps,
+/// jobs_ok, jobs_failed, rounds_interrupted, slots_checked, bytes) and the launch's own (ranks,
+/// restarts, first_step_seconds, wall_seconds, exit_code, reason). The children's stdout lines
+/// are relayed to stderr with their role in front; their logs go to stderr as they are.
 ///
-/// Exit codes: 0 the smoke run passed; 1 a failure; 2 a config error (nothing started);
-/// 128 + signal when interrupted.
+/// Exit codes: 0 the smoke run passed (another node: the scheduler stopped its workers); 1 a
+/// failure; 2 a config error (nothing started); 128 + signal when interrupted.
 #include <cstdint>
 #include <string>
 #include <vector>

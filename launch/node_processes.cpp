@@ -53,11 +53,17 @@ std::vector<std::string> scheduler_arguments(const launch_config& c, const launc
   std::vector<std::string> args{"scheduler"};
   append(args, shared_flags(c, p, 0));
   const auto& r = c.runtime;
-  append(args, {"--host", r.host, "--port", str(r.port), "--job-timeout-ms", str(r.job_timeout_ms),
-                "--job-timeout-steps", str(r.job_timeout_steps),
+  append(args, {"--host", p.scheduler.network.host, "--port", str(r.port), "--job-timeout-ms",
+                str(r.job_timeout_ms), "--job-timeout-steps", str(r.job_timeout_steps),
                 "--smoke-steps", str(c.workload.steps), "--ready-timeout-ms",
                 str(r.ready_timeout_ms), "--step-timeout-ms", str(r.step_timeout_ms),
                 "--stop-timeout-ms", str(r.stop_timeout_ms)});
+  if (restarts_allowed(c)) args.push_back("--rank-restarts");
+  if (c.topology.nodes.size() > 1) {
+    std::string nodes;
+    for (uint32_t n : p.rank_node) nodes += (nodes.empty() ? "" : ",") + str(n);
+    append(args, {"--rank-nodes", nodes});
+  }
   const auto& ob = c.observe;
   if (ob.metrics_port != 0) append(args, {"--metrics-port", str(ob.metrics_port)});
   if (!ob.kv_events.endpoint.empty()) {
@@ -71,14 +77,19 @@ std::vector<std::string> scheduler_arguments(const launch_config& c, const launc
   return args;
 }
 
+bool restarts_allowed(const launch_config& c) {
+  return c.topology.restart.policy == "on-failure" && c.topology.restart.limit > 0;
+}
+
 std::vector<std::string> worker_arguments(const launch_config& c, const launch_plan& p,
-                                          rank_id rank, uint16_t port) {
+                                          rank_id rank, uint16_t port, uint32_t incarnation) {
   const auto& w = p.workers.at(rank);
   std::vector<std::string> args{"worker"};
   append(args, shared_flags(c, p, w.topology.node));
-  append(args, {"--host", w.network.host, "--port", str(port), "--rank", str(rank), "--backend",
-                w.backend, "--device", str(static_cast<uint64_t>(w.device)),
-                "--register-timeout-ms", str(c.runtime.register_timeout_ms)});
+  append(args,
+         {"--host", w.network.host, "--port", str(port), "--rank", str(rank), "--backend",
+          w.backend, "--device", str(static_cast<uint64_t>(w.device)), "--register-timeout-ms",
+          str(c.runtime.register_timeout_ms), "--incarnation", str(incarnation)});
   append(args, worker_fault_arguments(faults_of(c), rank));
   return args;
 }

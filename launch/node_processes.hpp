@@ -1,7 +1,9 @@
 #pragma once
 /// node_processes: the command lines `kvconnect launch` starts on one node, derived from the
 /// config and its plan: the scheduler process (`kvconnect scheduler`, on the first node, with
-/// --smoke-steps = workload.steps) and one `kvconnect worker` per rank placed on the node. Both
+/// --smoke-steps = workload.steps, --rank-restarts under restart.policy on-failure; several
+/// nodes: listening on the first node's host, --rank-nodes) and one
+/// `kvconnect worker` per rank placed on the node (--incarnation: how often it restarted). Both
 /// get the same topology and pool flags, so the worker's layout checksum matches the segment.
 /// The token is not on the command line (other users can read it there): the launcher passes
 /// it as $KVCONNECT_TOKEN. Injected faults (runtime.faults) go to the processes they concern:
@@ -20,8 +22,13 @@ namespace kvc::launch {
 /// `scheduler ...` for the node that runs the scheduler.
 std::vector<std::string> scheduler_arguments(const launch_config& config, const launch_plan& plan);
 
-/// `worker ...` for `rank`, registering with the scheduler at its host and `port`.
+/// restart.policy is on-failure with a limit above 0: the launcher restarts failed workers and
+/// the scheduler's smoke run waits for them (--rank-restarts).
+bool restarts_allowed(const launch_config& config);
+
+/// `worker ...` for `rank`, registering with the scheduler at its host and `port` as
+/// `incarnation` (0 at the start, + 1 at each restart of the rank).
 std::vector<std::string> worker_arguments(const launch_config& config, const launch_plan& plan,
-                                          rank_id rank, uint16_t port);
+                                          rank_id rank, uint16_t port, uint32_t incarnation = 0);
 
 }  // namespace kvc::launch

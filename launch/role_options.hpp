@@ -74,6 +74,13 @@ struct scheduler_process_options {
   /// Injected faults: the channel's apply at this end of the step channel, the others are
   /// ignored; with any, the run ends with a fault_report line.
   fault_options faults;
+  /// Smoke: a rank may be lost and come back (restart.policy on-failure): a job failed by the
+  /// loss is counted, not a failure, and the run waits for the rank (smoke_engine.hpp).
+  bool rank_restarts = false;
+  /// Several nodes: the node of every rank (empty: every rank on this node). The scheduler
+  /// serves every node's workers; the smoke run checks the slots of this node's ranks only
+  /// (the others write into their own node's segment).
+  std::vector<uint32_t> rank_nodes;
 };
 
 struct worker_process_options {

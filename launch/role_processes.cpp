@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <memory>
@@ -69,6 +70,23 @@ embed::pool_config pool_of(const pool_options& p, bool prefault) {
           .prefault = prefault};
 }
 
+/// Waits up to --ready-timeout-ms for every rank to be registered again, in slices, so that a
+/// signal ends the wait (success: the caller looks at the signal).
+status wait_for_restarts(embed::scheduler_connector& sc, const scheduler_process_options& o,
+                         signal_watcher& signals) {
+  const auto deadline = std::chrono::steady_clock::now() + milliseconds{o.ready_timeout_ms};
+  while (!signals.signalled()) {
+    const auto left = std::chrono::ceil<milliseconds>(deadline - std::chrono::steady_clock::now());
+    auto st = sc.wait_for_workers(std::clamp(left, milliseconds{1}, idle_slice));
+    if (st || st.code() != errc::timeout) return st;
+    if (left <= idle_slice) {
+      return make_error(errc::timeout, "smoke: a lost rank did not register again within " +
+                                           std::to_string(o.ready_timeout_ms) + " ms");
+    }
+  }
+  return status::success();  // signalled: the caller ends the run
+}
+
 /// Smoke mode: waits for every rank, then runs the engine loop's steps one after the other.
 int smoke(embed::scheduler_connector& sc, smoke_engine& engine, const scheduler_process_options& o,
           signal_watcher& signals) {
@@ -80,6 +98,15 @@ int smoke(embed::scheduler_connector& sc, smoke_engine& engine, const scheduler_
   emit({{"event", "ready"}, {"world_size", o.topology.world_size()}});
   for (uint64_t k = 0; k < o.smoke_steps; ++k) {
     if (signals.signalled()) return 1;
+    if (engine.needs_workers()) {  // a rank was lost: its restart registers again
+      if (auto st = wait_for_restarts(sc, o, signals); !st) {
+        spdlog::error("{}", st.to_string());
+        return 1;
+      }
+      if (signals.signalled()) return 1;
+      engine.workers_back();
+      spdlog::info("smoke: every rank is registered again (step {})", k + 1);
+    }
     if (auto st = engine.run_step(sc, k, milliseconds{o.step_timeout_ms}); !st) {
       spdlog::error("{}", st.to_string());
       return 1;
@@ -88,6 +115,8 @@ int smoke(embed::scheduler_connector& sc, smoke_engine& engine, const scheduler_
   emit({{"event", "smoke"},
         {"steps", o.smoke_steps},
         {"jobs_ok", engine.jobs_ok()},
+        {"jobs_failed", engine.jobs_failed()},
+        {"rounds_interrupted", engine.rounds_interrupted()},
         {"slots_checked", engine.slots_checked()},
         {"bytes", engine.bytes_moved()}});
   return 0;
@@ -154,7 +183,8 @@ int run_scheduler_process(const scheduler_process_options& o) {
   if (!plan) return fail("scheduler", 1, plan.error().to_string());
   std::optional<smoke_engine> engine;
   if (o.smoke_steps > 0) {
-    auto s = smoke_engine::create(plan->geometry.world_size, o.pool.slots, o.pool.kv);
+    auto s = smoke_engine::create(plan->geometry.world_size, o.pool.slots, o.pool.kv,
+                                  {.rank_restarts = o.rank_restarts, .rank_nodes = o.rank_nodes});
     if (!s) return fail("scheduler", 1, s.error().to_string());
     engine.emplace(std::move(s).value());
   }
@@ -163,6 +193,7 @@ int run_scheduler_process(const scheduler_process_options& o) {
   cfg.network = o.network.facade(o.host, o.port);
   cfg.token = o.token;
   cfg.topology = o.topology;
+  for (uint32_t n : o.rank_nodes) cfg.nodes = std::max(cfg.nodes, n + 1);
   cfg.pool = pool_of(o.pool, o.prefault);
   cfg.planner.gpu_block_size = smoke_engine::gpu_block_size;
   cfg.planner.offloaded_block_size = o.pool.kv.block_factor * smoke_engine::gpu_block_size;

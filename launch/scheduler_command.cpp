@@ -35,6 +35,13 @@ void add_scheduler_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--step-timeout-ms", o->step_timeout_ms,
                   "Smoke: how long one step's results may take")
       ->capture_default_str();
+  cmd->add_option("--rank-nodes", o->rank_nodes,
+                  "Several nodes: the node of every rank, comma-separated (the scheduler runs on "
+                  "node 0 and serves them all)")
+      ->delimiter(',');
+  cmd->add_flag("--rank-restarts", o->rank_restarts,
+                "Smoke: a lost rank may come back with a higher incarnation (its failed jobs are "
+                "counted, the run waits for it)");
   cmd->add_option("--stop-timeout-ms", o->stop_timeout_ms,
                   "How long stopping the workers may take at shutdown")
       ->capture_default_str();

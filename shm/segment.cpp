@@ -397,6 +397,15 @@ result<bool> segment::exists(std::string_view name_view) {
   return make_error(errc::shm_error, "cannot look up segment " + name + ": " + errno_text(err));
 }
 
+result<std::optional<pid_t>> segment::stale_creator(std::string_view name_view) {
+  if (auto st = validate_name(name_view); !st) return st;
+  const std::string name(name_view);
+  auto found = inspect(name);
+  if (!found) return found.error();
+  if (found->kind != occupant::stale) return std::optional<pid_t>{};
+  return std::optional<pid_t>{found->pid};
+}
+
 std::byte* segment::pool_base() const noexcept { return impl_->base() + pool_offset; }
 
 std::byte* segment::slot(rank_id r, cpu_slot s) const noexcept {

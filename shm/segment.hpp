@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -60,6 +61,10 @@ class segment {
   /// Removes the name unconditionally (existing mappings stay valid). errc::not_found if absent.
   static status remove(std::string_view name);
   static result<bool> exists(std::string_view name);
+  /// The creator's pid when `name` is a kvconnect segment whose creator is gone (dead, or its
+  /// pid recycled: process_identity); std::nullopt when its creator lives, its header is not
+  /// written yet, or it is no kvconnect segment. errc::not_found when absent.
+  static result<std::optional<pid_t>> stale_creator(std::string_view name);
 
   segment(segment&&) noexcept;
   segment& operator=(segment&&) noexcept;

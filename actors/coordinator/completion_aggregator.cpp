@@ -105,7 +105,7 @@ result<size_t> completion_aggregator::on_rank_registered(rank_id rank, uint32_t 
     return sender_error(report_outcome::stale_incarnation, rank, incarnation);
   }
   size_t failed = rs.alive ? lose(rank) : 0;
-  ++stats_.restarts;
+  ++stats_.rank_restarts;
   rs.incarnation = incarnation;
   rs.alive = true;
   rs.next_seq = 0;
@@ -120,6 +120,7 @@ result<size_t> completion_aggregator::on_rank_lost(rank_id rank) {
   if (!rs.alive) return size_t{0};
   size_t failed = lose(rank);
   rs.alive = false;
+  ++stats_.rank_losses;
   return failed;
 }
 

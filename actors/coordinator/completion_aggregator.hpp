@@ -102,7 +102,8 @@ struct aggregator_stats {
   uint64_t timed_out = 0;        ///< jobs failed by their deadline (time or step)
   uint64_t late = 0;             ///< absorbed reports of jobs that had timed out
   uint64_t orphans_dropped = 0;  ///< never-expected jobs forgotten after the grace
-  uint64_t restarts = 0;         ///< ranks registered again with a higher incarnation
+  uint64_t rank_losses = 0;      ///< an alive rank lost (on_rank_lost)
+  uint64_t rank_restarts = 0;    ///< a rank registered with a higher incarnation
 
   friend bool operator==(const aggregator_stats&, const aggregator_stats&) = default;
 };

@@ -93,6 +93,9 @@ struct scheduler_connector_config {
   network_config network;
   std::string token;  ///< shared secret every worker must present (1 to 64 bytes)
   topology_config topology;
+  /// Nodes whose workers register with this scheduler (topology.node must then be 0): each
+  /// node has its own segment of the pool's layout (scheduler::handshake_expectation).
+  uint32_t nodes = 1;
   pool_config pool;
   /// Block sizes and the CPU pool's ledger. planner.manager.capacity 0 means pool.slots_per_rank;
   /// any other value must equal it.

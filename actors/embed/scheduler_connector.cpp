@@ -56,6 +56,15 @@ struct scheduler_connector::impl {
 
   coordinator::blocking_coordinator& coord() { return host->coordinator(); }
 
+  std::vector<std::pair<std::string, uint64_t>> fired() const {
+    std::vector<std::pair<std::string, uint64_t>> out;
+    const fault_counts counts = host->faults().injected;
+    for (size_t k = 0; k < counts.size(); ++k) {
+      if (counts[k] != 0) out.emplace_back(to_string(static_cast<fault_kind>(k)), counts[k]);
+    }
+    return out;
+  }
+
   metrics::scheduler_sample sample() {
     if (host->live()) {
       coordinator_stats = coord().core().aggregator().stats();
@@ -71,7 +80,8 @@ struct scheduler_connector::impl {
                            .jobs_in_flight = planner->jobs_in_flight(),
                            .world_size = cfg.topology.world_size(),
                            .ranks_alive = ranks_alive,
-                           .frames_dropped = frames_dropped});
+                           .frames_dropped = frames_dropped,
+                           .faults_fired = fired()});
   }
 
   /// The end of a step's work on this thread: publish the manager's events and a sample.
@@ -296,6 +306,11 @@ fault_stats scheduler_connector::fault_statistics() const { return impl_->host->
 
 const scheduler::connector_stats& scheduler_connector::stats() const noexcept {
   return impl_->planner->stats();
+}
+
+rank_changes scheduler_connector::ranks_changed() const noexcept {
+  const auto st = impl_->host->coordinator_stats();
+  return {.losses = st.rank_losses, .restarts = st.rank_restarts};
 }
 
 size_t scheduler_connector::jobs_in_flight() const noexcept {

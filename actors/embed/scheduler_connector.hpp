@@ -54,6 +54,12 @@ struct connector_update {
   step_id through_step = 0;
 };
 
+/// Counts of rank membership changes since the scheduler started.
+struct rank_changes {
+  uint64_t losses = 0;    ///< a live rank lost (its process died or went silent)
+  uint64_t restarts = 0;  ///< a rank registered again with a higher incarnation
+};
+
 class worker_connector;
 struct local_endpoint;  // actors/embed/local_endpoint.hpp (internal)
 
@@ -133,6 +139,9 @@ class scheduler_connector {
   /// Duplicates, late reports, timeouts, refused frames and injected channel faults so far
   /// (kept after shutdown).
   fault_stats fault_statistics() const;
+  /// Rank losses and restarts the coordinator has seen (an engine that checks work across
+  /// steps sees here that a rank's process changed in between).
+  rank_changes ranks_changed() const noexcept;
   /// Jobs planned and not completed (their keys are pinned or pending in the ledger).
   size_t jobs_in_flight() const noexcept;
   size_t tracked_requests() const noexcept;

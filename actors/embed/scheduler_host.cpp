@@ -77,7 +77,8 @@ result<std::unique_ptr<scheduler_host>> scheduler_host::start(
   so.handshake = {.topology = cfg.topology,
                   .segment = h->segment_name_,
                   .layout_checksum = h->segment_->layout_checksum(),
-                  .token = cfg.token};
+                  .token = cfg.token,
+                  .nodes = cfg.nodes};
   so.channel_endpoint = h->coordinator_->transport_endpoint();
   auto actor = scheduler::spawn_scheduler(h->host_->system(), so, h->coordinator_->handle());
   if (!actor) return actor.error();

@@ -42,6 +42,11 @@ class scheduler_host {
   const std::string& segment_name() const noexcept { return segment_name_; }
   /// The coordinator; valid until stop().
   coordinator::blocking_coordinator& coordinator() noexcept { return *coordinator_; }
+  /// The coordinator's counters (job outcomes, rank losses and restarts); zeros after stop().
+  coordinator::aggregator_stats coordinator_stats() const noexcept {
+    return coordinator_ ? coordinator_->core().aggregator().stats()
+                        : coordinator::aggregator_stats{};
+  }
   /// For in-process workers; an invalid scheduler handle after stop().
   local_endpoint endpoint() const;
   /// Rank `rank`'s bytes of slot `s`; empty when out of range or stopped.

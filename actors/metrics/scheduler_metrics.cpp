@@ -93,6 +93,7 @@ scheduler_sample scheduler_metrics::sample(const scheduler_sources& src) const {
   s.world_size = src.world_size;
   s.ranks_alive = src.ranks_alive;
   s.frames_dropped = src.frames_dropped;
+  s.faults_fired = src.faults_fired;
   s.load = load_;
   s.store = store_;
   s.allocation_size = allocation_size_;
@@ -173,7 +174,9 @@ std::string render(const scheduler_sample& s) {
   b.family("kvconnect_reports_dropped", mt::counter,
            "Completion reports the coordinator dropped, by reason.");
   b.value("kvconnect_reports_dropped", {{"reason", "duplicate"}}, d(s.coordinator.duplicates));
-  b.value("kvconnect_reports_dropped", {{"reason", "late"}}, d(s.coordinator.absorbed));
+  b.value("kvconnect_reports_dropped", {{"reason", "late"}}, d(s.coordinator.late));
+  b.value("kvconnect_reports_dropped", {{"reason", "straggler"}},
+          d(s.coordinator.absorbed - s.coordinator.late));
   b.value("kvconnect_reports_dropped", {{"reason", "rejected"}}, d(s.coordinator.rejected));
   b.value("kvconnect_reports_dropped", {{"reason", "orphan"}}, d(s.coordinator.orphans_dropped));
   b.family("kvconnect_report_sequence_gaps", mt::counter,
@@ -192,7 +195,7 @@ std::string render(const scheduler_sample& s) {
   b.value("kvconnect_ranks_alive", none, d(s.ranks_alive));
   b.family("kvconnect_rank_restarts", mt::counter,
            "Ranks that registered again with a higher incarnation.");
-  b.value("kvconnect_rank_restarts", none, d(s.coordinator.restarts));
+  b.value("kvconnect_rank_restarts", none, d(s.coordinator.rank_restarts));
   b.family("kvconnect_faults_fired", mt::counter, "Injected faults fired, by kind.");
   for (const auto& [kind, n] : s.faults_fired) {
     b.value("kvconnect_faults_fired", {{"kind", kind}}, d(n));

@@ -49,8 +49,7 @@ struct scheduler_sample {
   histogram step_round_trip;  ///< seconds from metadata sent to the step's output applied
   uint64_t steps_sent = 0;
   uint64_t steps_applied = 0;
-  /// Faults fired, by kind (the fault plan's names). Filled by whoever injects faults into this
-  /// process; empty while none does.
+  /// Faults fired, by kind (the fault plan's names); empty while none fired.
   std::vector<std::pair<std::string, uint64_t>> faults_fired;
 };
 
@@ -65,6 +64,8 @@ struct scheduler_sources {
   uint32_t world_size = 0;
   uint32_t ranks_alive = 0;
   uint64_t frames_dropped = 0;
+  /// Faults fired in this process, by kind (fault_kind's names); kinds that never fired are left out.
+  std::vector<std::pair<std::string, uint64_t>> faults_fired;
 };
 
 class scheduler_metrics {

@@ -33,6 +33,12 @@ status validate_expectation(const handshake_expectation& want) {
   if (auto st = validate(want.topology); !st) return st;
   if (want.segment.empty()) return make_error(errc::invalid_argument, "no shm segment name");
   if (want.token.empty()) return make_error(errc::invalid_argument, "no shared token");
+  if (want.nodes == 0 || (want.nodes > 1 && want.topology.node != 0)) {
+    return make_error(errc::invalid_argument,
+                      "nodes " + std::to_string(want.nodes) + " with the scheduler on node " +
+                          std::to_string(want.topology.node) +
+                          ": one node, or several with the scheduler on node 0");
+  }
   return status::success();
 }
 
@@ -47,10 +53,15 @@ status validate_registration(const handshake_expectation& want, const worker_reg
   }
   if (!same_secret(got.token, want.token)) return refuse(errc::protocol_mismatch, "wrong token");
   const kvc::topology& t = want.topology;
-  if (got.node != t.node) {
+  if (want.nodes <= 1 && got.node != t.node) {
     return refuse(errc::protocol_mismatch, "node " + std::to_string(got.node) +
                                                ", the scheduler serves node " +
                                                std::to_string(t.node));
+  }
+  if (want.nodes > 1 && got.node >= want.nodes) {
+    return refuse(errc::protocol_mismatch, "node " + std::to_string(got.node) +
+                                               ", the scheduler serves nodes 0.." +
+                                               std::to_string(want.nodes - 1));
   }
   if (got.tp_size != t.tp_size || got.pp_size != t.pp_size) {
     return refuse(errc::protocol_mismatch,
@@ -65,7 +76,7 @@ status validate_registration(const handshake_expectation& want, const worker_reg
                       " pp_rank=" + std::to_string(got.pp_rank) + " in a world of " +
                       std::to_string(want.world_size()));
   }
-  if (got.segment != want.segment) {
+  if (got.node == t.node && got.segment != want.segment) {
     return refuse(errc::layout_mismatch,
                   "shm segment " + got.segment + ", the scheduler's is " + want.segment);
   }

@@ -139,11 +139,14 @@ TEST(CompletionAggregatorTest, StaleIncarnationIsDroppedAndRestartFailsUnreporte
   auto again = agg.on_rank_registered(1, 1);  // same incarnation: idempotent
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(*again, 0u);
-  EXPECT_EQ(agg.stats().restarts, 1u);  // counted once, not for the refused or repeated calls
+  EXPECT_EQ(agg.stats().rank_restarts, 1u);  // counted once, not for the refused or repeated calls
   completion_event current = ok_report(1, 3);
   current.incarnation = 1;
   ASSERT_TRUE(agg.expect(3, store, 0, std::nullopt).ok());
   EXPECT_EQ(agg.on_report(current), report_outcome::accepted);
+  // One restart counted; the refused and the repeated registrations changed nothing.
+  EXPECT_EQ(agg.stats().rank_restarts, 1u);
+  EXPECT_EQ(agg.stats().rank_losses, 0u);
 }
 
 TEST(CompletionAggregatorTest, UnregisteredFutureIncarnationIsDropped) {
@@ -176,7 +179,10 @@ TEST(CompletionAggregatorTest, AJobExpectedWhileARankIsLostFailsAtOnce) {
   EXPECT_FALSE(out->jobs[0].ok);
   EXPECT_EQ(out->jobs[0].error, errc::io_error);
   // Once the rank is back, new jobs wait for it again.
+  ASSERT_TRUE(agg.on_rank_lost(1).ok());  // lost again while lost: a no-op
   ASSERT_TRUE(agg.on_rank_registered(1, 1).ok());
+  EXPECT_EQ(agg.stats().rank_losses, 1u);
+  EXPECT_EQ(agg.stats().rank_restarts, 1u);
   ASSERT_TRUE(agg.expect(8, store, 2, std::nullopt).ok());
   EXPECT_EQ(agg.on_report(ok_report(0, 8, store, 2)), report_outcome::accepted);
 }

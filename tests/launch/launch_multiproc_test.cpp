@@ -3,10 +3,13 @@
 // run, or a worker killed, ends the launch with no child and no segment left; a bad config
 // exits 2 and starts nothing. Synchronisation reads the launcher's JSON lines and waits for
 // its exit (no sleeps).
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -63,10 +66,15 @@ class LaunchMultiprocTest : public ::testing::Test {
     return shm::testing::shm_entries(instance_ + "-");
   }
 
-  void launch(std::vector<std::string> extra) {
+  /// `kvconnect launch` with this test's instance and `extra`.
+  std::vector<std::string> launch_argv(const std::vector<std::string>& extra) const {
     std::vector<std::string> argv{KVC_BINARY, "launch", "--set", "runtime.instance=" + instance_};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    auto c = child_process::start(argv);
+    return argv;
+  }
+
+  void launch(std::vector<std::string> extra) {
+    auto c = child_process::start(launch_argv(extra));
     ASSERT_TRUE(c.ok()) << c.error().to_string();
     launcher_ = std::move(c).value();
   }
@@ -85,6 +93,64 @@ class LaunchMultiprocTest : public ::testing::Test {
   int exit_code() {
     auto code = launcher_.wait_exit(patience);
     return code.ok() ? *code : -1;
+  }
+
+  /// $KVCONNECT_TOKEN set while it lives (the launches inherit it).
+  struct token_env {
+    token_env() { ::setenv("KVCONNECT_TOKEN", "two-nodes-test-token", 1); }
+    ~token_env() { ::unsetenv("KVCONNECT_TOKEN"); }
+  };
+
+  /// A free TCP port on 127.0.0.1 (the kernel's pick; released for the scheduler to take).
+  static int free_port() {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+    ::close(fd);
+    return ntohs(a.sin_port);
+  }
+
+  /// `kvconnect launch two-nodes.yaml` (127.0.0.1 and 127.0.0.2) with this test's instance and
+  /// a free port, without --node.
+  std::vector<std::string> two_nodes_argv(std::vector<std::string> extra) const {
+    std::vector<std::string> argv{KVC_SOURCE_DIR "/launch/examples/two-nodes.yaml", "--set",
+                                  "runtime.port=" + std::to_string(free_port())};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  }
+
+  static std::vector<std::string> with_node(std::vector<std::string> argv, int node) {
+    argv.insert(argv.end(), {"--node", std::to_string(node)});
+    return argv;
+  }
+
+  static std::string segment_of(const std::string& instance) {
+    return "/kvc-" + std::to_string(::getuid()) + "-" + instance + "-node0";
+  }
+
+  /// A one-rank scheduler process of `instance`, its segment created ("listening").
+  static child_process start_scheduler(const std::string& instance) {
+    auto c = child_process::start({KVC_BINARY, "scheduler", "--instance", instance, "--tp-size",
+                                   "1", "--slots", "8", "--kv-page-bytes", "256", "--gpu-blocks",
+                                   "16", "--block-factor", "2", "--kv-layers", "2", "--token",
+                                   "cleanup-test"});
+    EXPECT_TRUE(c.ok()) << c.error().to_string();
+    if (!c) return {};
+    EXPECT_TRUE(c->find_stdout("\"listening\"", patience).ok()) << c->stderr_text();
+    return std::move(c).value();
+  }
+
+  /// A segment whose creator is gone: its scheduler process was SIGKILLed.
+  static void leave_stale_segment(const std::string& instance) {
+    child_process s = start_scheduler(instance);
+    ASSERT_TRUE(s.signal(SIGKILL).ok());
+    auto code = s.wait_exit(patience);
+    ASSERT_TRUE(code.ok());
+    ASSERT_EQ(*code, 128 + SIGKILL);
   }
 
   json summary() {
@@ -118,6 +184,8 @@ TEST_F(LaunchMultiprocTest, TheEmbeddedDefaultLaunchesAndPasses) {
   EXPECT_EQ(j.at("restarts"), 0);
   EXPECT_EQ(j.at("segment_left"), false);
   EXPECT_GT(j.at("wall_seconds").get<double>(), 0.0);
+  EXPECT_GT(j.at("first_step_seconds").get<double>(), 0.0);
+  EXPECT_LE(j.at("first_step_seconds").get<double>(), j.at("wall_seconds").get<double>());
   EXPECT_THAT(launcher_.stderr_text(),
               HasSubstr("[scheduler] {\"event\":\"stopped\",\"workers\":2}"));
 }
@@ -175,7 +243,172 @@ TEST_F(LaunchMultiprocTest, AWorkerKilledEndsTheLaunchAtOnce) {
   ASSERT_TRUE(launcher_.find_stdout("\"ready\"", patience).ok()) << launcher_.stderr_text();
   ASSERT_EQ(::kill(s.at("worker_pids")[1].get<pid_t>(), SIGKILL), 0);
   EXPECT_EQ(exit_code(), 1) << launcher_.stderr_text();
-  EXPECT_EQ(summary().at("reason"), "worker 1 exited with code 137 before the smoke run ended");
+  auto j = summary();
+  EXPECT_EQ(j.at("reason"), "worker 1 exited with code 137 before the smoke run ended");
+  EXPECT_EQ(j.at("restarts"), 0);  // restart.policy never (the default)
+}
+
+TEST_F(LaunchMultiprocTest, AWorkerKilledUnderOnFailureRejoinsAndTheRunCompletes) {
+  launch({"--set", "topology.restart.policy=on-failure", "--set", "workload.steps=3000"});
+  auto s = started();
+  ASSERT_TRUE(launcher_.find_stdout("\"ready\"", patience).ok()) << launcher_.stderr_text();
+  const pid_t victim = s.at("worker_pids")[1].get<pid_t>();
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  auto line = launcher_.find_stdout("\"restarted\"", patience);
+  ASSERT_TRUE(line.ok()) << launcher_.stderr_text();
+  const auto restarted = json::parse(*line);
+  children_.push_back(restarted.at("pid").get<pid_t>());
+  EXPECT_NE(restarted.at("pid").get<pid_t>(), victim);
+  EXPECT_EQ(restarted.at("rank"), 1);
+  EXPECT_EQ(restarted.at("incarnation"), 1);
+  // The new process registered as incarnation 1 with the scheduler that kept running.
+  line = launcher_.find_stdout("\"rejoined\"", patience);
+  ASSERT_TRUE(line.ok()) << launcher_.stderr_text();
+  const auto rejoined = json::parse(*line);
+  EXPECT_EQ(rejoined.at("rank"), 1);
+  EXPECT_EQ(rejoined.at("incarnation"), 1);
+  EXPECT_EQ(rejoined.at("pid"), restarted.at("pid"));
+  EXPECT_EQ(exit_code(), 0) << launcher_.stderr_text();
+  auto j = summary();
+  EXPECT_EQ(j.at("ok"), true);
+  EXPECT_EQ(j.at("reason"), "the smoke run passed");
+  EXPECT_EQ(j.at("restarts"), 1);
+  EXPECT_EQ(j.at("steps"), 3000);
+  // The job the lost rank owed failed (the coordinator failed the old incarnation's jobs);
+  // every other step's job succeeded, and every check outside the interrupted round passed.
+  EXPECT_GE(j.at("jobs_failed").get<uint64_t>(), 1u);
+  EXPECT_EQ(j.at("jobs_ok").get<uint64_t>() + j.at("jobs_failed").get<uint64_t>(), 3000u);
+  EXPECT_GT(j.at("slots_checked").get<uint64_t>(), 1000u);
+  EXPECT_THAT(launcher_.stderr_text(),
+              HasSubstr("[scheduler] {\"event\":\"stopped\",\"workers\":2}"));
+}
+
+TEST_F(LaunchMultiprocTest, PastTheRestartLimitTheLaunchFailsCleanly) {
+  launch({"--set", "topology.restart.policy=on-failure", "--set", "topology.restart.limit=1",
+          "--set", "workload.steps=4000000000"});
+  auto s = started();
+  ASSERT_TRUE(launcher_.find_stdout("\"ready\"", patience).ok()) << launcher_.stderr_text();
+  ASSERT_EQ(::kill(s.at("worker_pids")[0].get<pid_t>(), SIGKILL), 0);
+  auto line = launcher_.find_stdout("\"rejoined\"", patience);
+  ASSERT_TRUE(line.ok()) << launcher_.stderr_text();
+  const pid_t second = json::parse(*line).at("pid").get<pid_t>();
+  children_.push_back(second);
+  ASSERT_EQ(::kill(second, SIGKILL), 0);
+  EXPECT_EQ(exit_code(), 1) << launcher_.stderr_text();
+  auto j = summary();
+  EXPECT_EQ(j.at("restarts"), 1);
+  EXPECT_EQ(j.at("reason"),
+            "worker 0 exited with code 137 before the smoke run ended (restart.limit 1 reached)");
+}
+
+TEST_F(LaunchMultiprocTest, CleanupRemovesAStaleSegmentAndNeverALiveOne) {
+  const std::string stale = segment_of(instance_ + "-stale");
+  const std::string live = segment_of(instance_ + "-live");
+  leave_stale_segment(instance_ + "-stale");
+  child_process running = start_scheduler(instance_ + "-live");
+  children_.push_back(running.pid());
+  ASSERT_EQ(leftover_segments().size(), 2u);
+  auto c = child_process::start({KVC_BINARY, "cleanup"});
+  ASSERT_TRUE(c.ok()) << c.error().to_string();
+  auto code = c->wait_exit(patience);
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, 0) << c->stderr_text();
+  EXPECT_THAT(c->stdout_text(), HasSubstr("removed " + stale + " (creator pid "));
+  EXPECT_THAT(c->stdout_text(), ::testing::Not(HasSubstr(live)));
+  EXPECT_EQ(leftover_segments(), std::vector<std::string>{live});
+  // The live run goes on and removes its own segment at its end.
+  ASSERT_TRUE(running.signal(SIGTERM).ok());
+  auto ended = running.wait_exit(patience);
+  ASSERT_TRUE(ended.ok());
+  EXPECT_EQ(*ended, 0) << running.stderr_text();
+}
+
+TEST_F(LaunchMultiprocTest, ALaunchRemovesAStaleSegmentAtItsStart) {
+  const std::string stale = segment_of(instance_ + "-old");
+  leave_stale_segment(instance_ + "-old");
+  launch({"--set", "workload.steps=10"});
+  auto line = launcher_.find_stdout("\"cleanup\"", patience);
+  ASSERT_TRUE(line.ok()) << launcher_.stderr_text();
+  EXPECT_THAT(json::parse(*line).at("removed").get<std::vector<std::string>>(),
+              ::testing::Contains(stale));
+  started();
+  EXPECT_EQ(exit_code(), 0) << launcher_.stderr_text();
+  EXPECT_EQ(summary().at("ok"), true);
+}
+
+TEST_F(LaunchMultiprocTest, TwoNodesOnTwoLoopbackAddressesCompleteTheRun) {
+  token_env token;
+  const auto argv = two_nodes_argv({});
+  launch(with_node(argv, 0));
+  const auto s0 = started();
+  EXPECT_EQ(s0.at("ranks"), json({0, 1}));
+  // Node 1's launch: its own segment, its workers register with node 0's scheduler.
+  auto c = child_process::start(launch_argv(with_node(argv, 1)));
+  ASSERT_TRUE(c.ok()) << c.error().to_string();
+  child_process node1 = std::move(c).value();
+  auto line = node1.find_stdout("\"started\"", patience);
+  ASSERT_TRUE(line.ok()) << node1.stderr_text();
+  const auto s1 = json::parse(*line);
+  for (const auto& p : s1.at("worker_pids")) children_.push_back(p.get<pid_t>());
+  EXPECT_EQ(s1.at("ranks"), json({2, 3}));
+  EXPECT_TRUE(s1.at("scheduler_pid").is_null());
+  EXPECT_EQ(s1.at("segment"), "/kvc-" + std::to_string(::getuid()) + "-" + instance_ + "-node1");
+  EXPECT_EQ(leftover_segments().size(), 2u);  // one segment per node
+  EXPECT_EQ(exit_code(), 0) << launcher_.stderr_text();
+  auto j = summary();
+  EXPECT_EQ(j.at("ok"), true);
+  EXPECT_EQ(j.at("world_size"), 4);
+  EXPECT_EQ(j.at("ranks"), 2);
+  EXPECT_EQ(j.at("steps"), 200);
+  EXPECT_EQ(j.at("jobs_ok"), 200);
+  EXPECT_GT(j.at("slots_checked").get<uint64_t>(), 0u);  // node 0's ranks' slots
+  // The scheduler stopped node 1's workers: its launch ends on its own, cleanly.
+  auto code = node1.wait_exit(patience);
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, 0) << node1.stderr_text();
+  line = node1.find_stdout("\"summary\"", patience);
+  ASSERT_TRUE(line.ok());
+  const auto j1 = json::parse(*line);
+  EXPECT_EQ(j1.at("reason"), "the scheduler stopped the node's workers");
+  EXPECT_EQ(j1.at("segment_left"), false);
+  EXPECT_TRUE(leftover_segments().empty());
+}
+
+TEST_F(LaunchMultiprocTest, SigtermToTheFirstNodeEndsBothNodesLeavingNothing) {
+  token_env token;
+  const auto argv = two_nodes_argv({"--set", "workload.steps=4000000000"});
+  launch(with_node(argv, 0));
+  started();
+  auto c = child_process::start(launch_argv(with_node(argv, 1)));
+  ASSERT_TRUE(c.ok()) << c.error().to_string();
+  child_process node1 = std::move(c).value();
+  auto line = node1.find_stdout("\"started\"", patience);
+  ASSERT_TRUE(line.ok()) << node1.stderr_text();
+  for (const auto& p : json::parse(*line).at("worker_pids")) children_.push_back(p.get<pid_t>());
+  ASSERT_TRUE(launcher_.find_stdout("\"ready\"", patience).ok()) << launcher_.stderr_text();
+  ASSERT_EQ(leftover_segments().size(), 2u);
+  ASSERT_TRUE(launcher_.signal(SIGTERM).ok());
+  EXPECT_EQ(exit_code(), 128 + SIGTERM) << launcher_.stderr_text();
+  auto code = node1.wait_exit(patience);
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, 0) << node1.stderr_text();  // its workers were stopped by the scheduler
+  // TearDown: no child of either launch, no segment of either node.
+}
+
+TEST_F(LaunchMultiprocTest, AMultiNodeLaunchWithoutTokenPortOrReachableHostIsAConfigError) {
+  ::unsetenv("KVCONNECT_TOKEN");
+  launch(with_node(two_nodes_argv({}), 1));
+  EXPECT_EQ(exit_code(), 2);
+  EXPECT_THAT(launcher_.stderr_text(), HasSubstr("needs the shared token"));
+  token_env token;
+  launch(with_node(two_nodes_argv({"--set", "runtime.port=0"}), 0));
+  EXPECT_EQ(exit_code(), 2);
+  EXPECT_THAT(launcher_.stderr_text(), HasSubstr("needs a fixed runtime.port"));
+  launch(with_node(two_nodes_argv({"--set", "topology.nodes[0].host=0.0.0.0"}), 1));
+  EXPECT_EQ(exit_code(), 2);
+  EXPECT_THAT(launcher_.stderr_text(), HasSubstr("\"0.0.0.0\" is no address the other nodes"));
+  EXPECT_EQ(launcher_.stdout_text(), "");  // nothing started
+  EXPECT_TRUE(leftover_segments().empty());
 }
 
 TEST_F(LaunchMultiprocTest, TheOneNodeExamplesLaunchAndPass) {
@@ -239,13 +472,6 @@ TEST_F(LaunchMultiprocTest, ABadConfigExitsTwoAndStartsNothing) {
                         "kv_cache.gpu_block_size 16"));
   EXPECT_THAT(launcher_.stderr_text(), HasSubstr("nothing started"));
   EXPECT_TRUE(leftover_segments().empty());
-}
-
-TEST_F(LaunchMultiprocTest, AMultiNodeConfigIsRefusedBeforeAnythingStarts) {
-  launch({KVC_SOURCE_DIR "/launch/examples/two-nodes.yaml"});
-  EXPECT_EQ(exit_code(), 2);
-  EXPECT_EQ(launcher_.stdout_text(), "");
-  EXPECT_THAT(launcher_.stderr_text(), HasSubstr("a multi-node launch is not implemented yet"));
 }
 
 }  // namespace

@@ -161,9 +161,19 @@ TEST(LaunchPlanTest, TheNodesProcessesGetTheSameTopologyAndPoolFlags) {
 
   want = {"worker"};
   want.insert(want.end(), shared.begin(), shared.end());
-  want.insert(want.end(), {"--host", "127.0.0.1", "--port", "4242", "--rank", "5", "--backend",
-                           "sim", "--device", "5", "--register-timeout-ms", "700"});
+  want.insert(want.end(),
+              {"--host", "127.0.0.1", "--port", "4242", "--rank", "5", "--backend", "sim",
+               "--device", "5", "--register-timeout-ms", "700", "--incarnation", "0"});
   EXPECT_EQ(worker_arguments(c, *plan, 5, 4242), want);
+  // A restart: the same command with the rank's next incarnation.
+  want.back() = "2";
+  EXPECT_EQ(worker_arguments(c, *plan, 5, 4242, 2), want);
+  // on-failure: the scheduler's smoke run waits for a restarted rank.
+  auto restarting = c;
+  restarting.topology.restart = {"on-failure", 3};
+  EXPECT_EQ(scheduler_arguments(restarting, *plan).back(), "--rank-restarts");
+  restarting.topology.restart = {"on-failure", 0};
+  EXPECT_EQ(scheduler_arguments(restarting, *plan).back(), "5000");
   // The token is never on a command line.
   for (const auto& a : worker_arguments(c, *plan, 0, 1)) EXPECT_NE(a, "secret");
 }

@@ -117,3 +117,99 @@ TEST(SupervisionStartTest, NoWorkerStartsOnceTheSchedulerFailed) {
 
 }  // namespace
 }  // namespace kvc::launch
+
+namespace kvc::launch {
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+using order = supervision::order;
+
+/// restart.policy on-failure with restart.limit 2: the scheduler and two workers, all started.
+class RestartTest : public ::testing::Test {
+ protected:
+  RestartTest() : sup_({"scheduler", "worker 0", "worker 1"}, 100ms, 2) {
+    for (size_t i = 0; i < 3; ++i) sup_.on_started(i);
+  }
+  supervision::time_point t0_{};
+  supervision sup_;
+};
+
+TEST_F(RestartTest, AFailedWorkerIsRestartedWithItsNextIncarnationAndTheLaunchGoesOn) {
+  EXPECT_THAT(sup_.on_exit(2, 137, t0_), IsEmpty());  // nobody is stopped
+  EXPECT_FALSE(sup_.stopping());
+  EXPECT_THAT(sup_.take_restarts(), ElementsAre(2u));
+  EXPECT_THAT(sup_.take_restarts(), IsEmpty());  // each restart once
+  EXPECT_EQ(sup_.incarnation(2), 1u);
+  EXPECT_EQ(sup_.incarnation(1), 0u);
+  EXPECT_EQ(sup_.restarts(), 1u);
+  sup_.on_started(2);
+  // The run ends normally after it.
+  sup_.on_smoke(true);
+  EXPECT_THAT(sup_.on_exit(0, 0, t0_ + 1ms), IsEmpty());
+  EXPECT_THAT(sup_.on_exit(1, 0, t0_ + 2ms), IsEmpty());
+  EXPECT_FALSE(sup_.finished());  // the restarted worker 1 runs
+  EXPECT_THAT(sup_.on_exit(2, 0, t0_ + 3ms), IsEmpty());
+  EXPECT_TRUE(sup_.finished());
+  EXPECT_EQ(sup_.exit_code(), 0);
+  EXPECT_EQ(sup_.restarts(), 1u);
+}
+
+TEST_F(RestartTest, TheLimitIsPerRankAndPastItTheLaunchFails) {
+  for (uint32_t n = 1; n <= 2; ++n) {
+    EXPECT_THAT(sup_.on_exit(1, 1, t0_), IsEmpty());
+    EXPECT_THAT(sup_.take_restarts(), ElementsAre(1u));
+    EXPECT_EQ(sup_.incarnation(1), n);
+    sup_.on_started(1);
+  }
+  // Worker 1 still has its own two restarts.
+  EXPECT_THAT(sup_.on_exit(2, 137, t0_), IsEmpty());
+  EXPECT_THAT(sup_.take_restarts(), ElementsAre(2u));
+  sup_.on_started(2);
+  EXPECT_EQ(sup_.restarts(), 3u);
+  // Worker 0's third failure ends the launch.
+  EXPECT_THAT(sup_.on_exit(1, 1, t0_ + 1ms), ElementsAre(order{0, SIGTERM}, order{2, SIGTERM}));
+  EXPECT_TRUE(sup_.stopping());
+  EXPECT_EQ(sup_.exit_code(), 1);
+  EXPECT_EQ(sup_.reason(),
+            "worker 0 exited with code 1 before the smoke run ended (restart.limit 2 reached)");
+  EXPECT_THAT(sup_.take_restarts(), IsEmpty());
+}
+
+TEST_F(RestartTest, AStoppingLaunchRestartsNothing) {
+  EXPECT_THAT(sup_.on_exit(1, 137, t0_), IsEmpty());
+  // A signal before the restart was carried out: it is dropped, and the launch can finish.
+  EXPECT_THAT(sup_.on_signal(SIGTERM, t0_ + 1ms),
+              ElementsAre(order{0, SIGTERM}, order{2, SIGTERM}));
+  EXPECT_THAT(sup_.take_restarts(), IsEmpty());
+  EXPECT_THAT(sup_.on_exit(0, 0, t0_ + 2ms), IsEmpty());
+  EXPECT_THAT(sup_.on_exit(2, 0, t0_ + 3ms), IsEmpty());
+  EXPECT_TRUE(sup_.finished());
+  EXPECT_EQ(sup_.exit_code(), 128 + SIGTERM);
+}
+
+TEST_F(RestartTest, AFailureAfterTheSmokeRunIsNotRestarted) {
+  sup_.on_smoke(true);
+  EXPECT_THAT(sup_.on_exit(1, 137, t0_), ElementsAre(order{0, SIGTERM}, order{2, SIGTERM}));
+  EXPECT_THAT(sup_.take_restarts(), IsEmpty());
+  EXPECT_EQ(sup_.exit_code(), 1);
+}
+
+TEST_F(RestartTest, ARefusedWorkerIsNotRestarted) {
+  // Exit code 2: its registration was refused; the same command would be refused again.
+  EXPECT_THAT(sup_.on_exit(1, 2, t0_), ElementsAre(order{0, SIGTERM}, order{2, SIGTERM}));
+  EXPECT_THAT(sup_.take_restarts(), IsEmpty());
+  EXPECT_EQ(sup_.restarts(), 0u);
+  EXPECT_EQ(sup_.reason(),
+            "worker 0 exited with code 2 before the smoke run ended (refused: not restarted)");
+}
+
+TEST_F(RestartTest, TheSchedulerIsNeverRestarted) {
+  EXPECT_THAT(sup_.on_exit(0, 137, t0_), ElementsAre(order{1, SIGTERM}, order{2, SIGTERM}));
+  EXPECT_THAT(sup_.take_restarts(), IsEmpty());
+  EXPECT_EQ(sup_.exit_code(), 1);
+}
+
+}  // namespace
+}  // namespace kvc::launch

@@ -94,8 +94,9 @@ TEST(SchedulerMetricsTest, CountersComeFromThePureClassesStats) {
   coordinator::aggregator_stats cs;
   cs.duplicates = 7;
   cs.absorbed = 8;
+  cs.late = 3;
   cs.timed_out = 9;
-  cs.restarts = 2;
+  cs.rank_restarts = 2;
   scheduler_metrics m;
   scheduler_sample s = m.sample({.planner = &ps,
                                  .coordinator = &cs,
@@ -105,8 +106,8 @@ TEST(SchedulerMetricsTest, CountersComeFromThePureClassesStats) {
                                  .jobs_in_flight = 1,
                                  .world_size = 4,
                                  .ranks_alive = 3,
-                                 .frames_dropped = 5});
-  s.faults_fired = {{"copy_error", 2}};
+                                 .frames_dropped = 5,
+                                 .faults_fired = {{"drop_report", 2}}});
   const std::string text = render(s);
   for (const char* line : {
            "kvconnect_lookup_blocks_total 40",
@@ -118,12 +119,13 @@ TEST(SchedulerMetricsTest, CountersComeFromThePureClassesStats) {
            "kvconnect_jobs_timed_out_total 9",
            "kvconnect_jobs_in_flight 1",
            "kvconnect_reports_dropped_total{reason=\"duplicate\"} 7",
-           "kvconnect_reports_dropped_total{reason=\"late\"} 8",
+           "kvconnect_reports_dropped_total{reason=\"late\"} 3",
+           "kvconnect_reports_dropped_total{reason=\"straggler\"} 5",
            "kvconnect_step_frames_dropped_total 5",
            "kvconnect_ranks_alive 3",
            "kvconnect_world_size 4",
            "kvconnect_rank_restarts_total 2",
-           "kvconnect_faults_fired_total{kind=\"copy_error\"} 2",
+           "kvconnect_faults_fired_total{kind=\"drop_report\"} 2",
            "vllm:kv_offload_allocation_failure_total 6",
            "vllm:kv_offload_stores_skipped_total 11",
            "vllm:kv_offload_cpu_cache_usage_perc 0.25",

@@ -118,6 +118,37 @@ TEST(HandshakeTest, RefusesAnotherSegmentOrLayout) {
                                  HasSubstr("segment /kvc-1000-demo-node0's 0x1234abcd5678ef00")));
 }
 
+TEST(HandshakeTest, AMultiNodeSchedulerServesEveryNodesWorkersWithTheirOwnSegments) {
+  handshake_expectation e = expectation();
+  e.nodes = 2;
+  // A worker of node 1 names node 1's segment; the layout is what must match.
+  worker_registration r = good();
+  r.node = 1;
+  r.segment = "/kvc-1001-demo-node1";
+  EXPECT_TRUE(validate_registration(e, r).ok());
+  r.layout_checksum ^= 1;
+  EXPECT_EQ(validate_registration(e, r).code(), errc::layout_mismatch);
+  // Node 0's workers still name the scheduler's segment.
+  r = good();
+  r.segment = "/kvc-1000-demo-node1";
+  EXPECT_EQ(validate_registration(e, r).code(), errc::layout_mismatch);
+  // A node past the topology's is refused.
+  r = good();
+  r.node = 2;
+  const status s = validate_registration(e, r);
+  EXPECT_EQ(s.code(), errc::protocol_mismatch);
+  EXPECT_THAT(s.message(), HasSubstr("node 2, the scheduler serves nodes 0..1"));
+  // One node (the default): another node's worker is refused as before.
+  r.node = 1;
+  EXPECT_EQ(validate_registration(expectation(), r).code(), errc::protocol_mismatch);
+  // A multi-node scheduler runs on node 0.
+  e.topology.node = 1;
+  EXPECT_EQ(validate_expectation(e).code(), errc::invalid_argument);
+  e.topology.node = 0;
+  e.nodes = 0;
+  EXPECT_EQ(validate_expectation(e).code(), errc::invalid_argument);
+}
+
 TEST(HandshakeTest, ReportsTheFirstDifferenceInCheckOrder) {
   worker_registration r = good();
   r.layout_checksum = 0;

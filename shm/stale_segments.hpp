@@ -1,0 +1,34 @@
+#pragma once
+/// stale_segments: sweeps the kvconnect segments a crashed run left behind. A segment of one
+/// user (`/kvc-<uid>-*` in /dev/shm) is stale when its creator is gone (segment::stale_creator:
+/// the pid is dead or was recycled); those are removed. A segment whose creator lives (a
+/// running launch, on this node or any other user's) is never touched, nor one whose header is
+/// still being written. `kvconnect launch` sweeps at its start; `kvconnect cleanup` on demand.
+///
+/// Free function, thread-safe (reads /dev/shm and /proc). The check and the removal are two
+/// steps: a creator replacing the same stale name in between (segment::create does the same
+/// sweep for its own name) could lose its new segment; launches use distinct instance names.
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "proto/status.hpp"
+
+namespace kvc::shm {
+
+struct stale_sweep {
+  struct removed_segment {
+    std::string name;  ///< "/kvc-<uid>-<instance>-node<n>"
+    pid_t creator = 0;
+  };
+  std::vector<removed_segment> removed;
+  /// Segments that could not be looked at or removed, one message each.
+  std::vector<std::string> problems;
+};
+
+/// Removes user `uid`'s stale segments. errc::io_error when /dev/shm cannot be read.
+result<stale_sweep> remove_stale_segments(uint32_t uid);
+
+}  // namespace kvc::shm
