@@ -3,8 +3,10 @@
 /// followed by the message serialised with CAF's binary serialiser through the proto/ structs'
 /// `inspect` overloads, so the channel carries the typed structs, never text.
 ///
-/// Decoding checks the tag, the whole payload (no trailing bytes) and the frame's size against
-/// max_frame_bytes; anything else is one errc::protocol_mismatch naming what was wrong.
+/// Decoding checks the tag, the whole payload (no trailing bytes), the frame's size against
+/// max_frame_bytes and the values no peer sends (a job or event kind other than load/store, an
+/// unknown errc, seconds that are NaN or negative); anything else is one
+/// errc::protocol_mismatch naming what was wrong.
 /// Pure functions; thread-safe.
 #include <cstddef>
 #include <cstdint>
