@@ -103,7 +103,8 @@ class replay_session {
     if (op != "config" && !manager_)
       return make_error(errc::precondition_failed,
                         "no manager yet: the first op must be \"config\"");
-    for (const auto& [name, value] : obj.items()) {  // sorted by name, like the Python reference
+    for (const auto& item : obj.items()) {  // sorted by name, like the Python reference
+      const std::string& name = item.key();  // (clang 14 cannot capture a structured binding)
       if (name == "op") continue;
       auto known = [&](const std::vector<std::string_view>& v) {
         return std::find(v.begin(), v.end(), name) != v.end();
