@@ -149,7 +149,10 @@ class reader {
     }
     note(path, n);
     for (auto it = n.begin(); it != n.end(); ++it) {
-      const YAML::Node& key_node = it->first;
+      // Copies (handles): `it->first` lives in a temporary proxy that ends with the statement
+      // (a dangling reference found by fuzzing under ASan).
+      const YAML::Node key_node = it->first;
+      const YAML::Node value = it->second;
       if (!key_node.IsScalar()) {
         error(path, key_node, "a key must be a name");
         continue;
@@ -168,7 +171,7 @@ class reader {
         error(child, key_node, std::move(msg));
         continue;
       }
-      f->read(it->second, child);
+      f->read(value, child);
     }
   }
 

@@ -270,17 +270,25 @@ int run_worker_process(const worker_process_options& o) {
   cfg.block_size_factor = o.pool.kv.block_factor;
   cfg.register_timeout = milliseconds{o.register_timeout_ms};
   cfg.faults = faults_at(*faults, fault_site::copy);
-  auto wc = embed::worker_connector::create(cfg);
-  if (!wc) {
-    const errc code = wc.error().code();
+  // Everything that can fail here (copy engine, device, pool, the KV cache) comes before the
+  // registration: a failed set-up must not use up the rank's incarnation.
+  // prepare() reaches the scheduler (through its gate) but does not register yet.
+  auto refused = [&](const status& st, bool registering) {
+    const errc code = st.code();
     const bool unreachable = code == errc::io_error || code == errc::timeout;
-    return unreachable && wc.error().message().find("cannot reach") != std::string::npos
-               ? fail(who, 1, rank + wc.error().to_string())
-               : fail(who, 2, rank + "registration failed: " + wc.error().to_string());
-  }
+    if (unreachable && st.message().find("cannot reach") != std::string::npos) {
+      return fail(who, 1, rank + st.to_string());
+    }
+    return registering || code == errc::protocol_mismatch
+               ? fail(who, 2, rank + "registration failed: " + st.to_string())
+               : fail(who, 2, rank + "set-up failed: " + st.to_string());
+  };
+  auto wc = embed::worker_connector::prepare(cfg);
+  if (!wc) return refused(wc.error(), false);
   if (auto st = install_synthetic_kv(**wc, o.pool.kv); !st) {
     return fail(who, 2, rank + "set-up failed: " + st.to_string());
   }
+  if (auto st = (*wc)->register_with_scheduler(); !st) return refused(st, true);
   spdlog::info("worker: registered as rank {} (incarnation {})", o.rank, o.incarnation);
   emit({{"event", "registered"},
         {"rank", o.rank},

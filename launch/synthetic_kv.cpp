@@ -1,6 +1,9 @@
 #include "launch/synthetic_kv.hpp"
 
 #include <limits>
+#include <new>
+#include <stdexcept>
+#include <string>
 
 namespace kvc::launch {
 
@@ -38,7 +41,9 @@ std::byte kv_pattern(rank_id rank, uint32_t layer, gpu_block block, uint64_t off
                                 static_cast<uint8_t>(offset >> 3));
 }
 
-status install_synthetic_kv(embed::worker_connector& wc, const synthetic_kv_spec& kv) {
+namespace {
+
+status install(embed::worker_connector& wc, const synthetic_kv_spec& kv) {
   if (auto st = validate(kv); !st) return st;
   cuda::copy_engine& engine = wc.copy_engine();
   const uint64_t layer_bytes = kv.page_bytes * kv.gpu_blocks;
@@ -60,6 +65,23 @@ status install_synthetic_kv(embed::worker_connector& wc, const synthetic_kv_spec
                      .block_dim = 0});
   }
   return wc.register_kv_caches(descs);
+}
+
+std::string too_big(const synthetic_kv_spec& kv) {
+  return "kv cache: cannot allocate " + std::to_string(kv.layers) + " layers of " +
+         std::to_string(kv.gpu_blocks) + " blocks of " + std::to_string(kv.page_bytes) + " bytes";
+}
+
+}  // namespace
+
+status install_synthetic_kv(embed::worker_connector& wc, const synthetic_kv_spec& kv) {
+  try {
+    return install(wc, kv);
+  } catch (const std::bad_alloc&) {
+    return make_error(errc::capacity_exhausted, too_big(kv));
+  } catch (const std::length_error&) {  // a size no vector can have
+    return make_error(errc::capacity_exhausted, too_big(kv));
+  }
 }
 
 }  // namespace kvc::launch

@@ -86,6 +86,12 @@ size_t scheduler_channel::receive(std::chrono::milliseconds timeout,
   }
 }
 
+size_t scheduler_channel::queued_steps() const noexcept {
+  size_t n = 0;
+  for (const route& r : routes_) n += r.backlog.size();
+  return n;
+}
+
 uint32_t scheduler_channel::routed_ranks() const noexcept {
   uint32_t n = 0;
   for (const route& r : routes_) n += r.routed ? 1 : 0;

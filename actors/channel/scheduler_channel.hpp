@@ -54,6 +54,8 @@ class scheduler_channel {
 
   /// Ranks with a routed connection.
   uint32_t routed_ranks() const noexcept;
+  /// Steps queued for registered ranks whose hello has not come (0 once every rank said hello).
+  size_t queued_steps() const noexcept;
   /// Frames dropped or sends that failed since the start.
   uint64_t dropped_frames() const noexcept { return dropped_; }
   /// Why frames were dropped since the last call (one line each), for the caller to log.

@@ -34,6 +34,40 @@ wire_bytes encode_as(wire_kind kind, const T& value) {
   return buf;
 }
 
+status refuse(const std::string& what) {
+  return make_error(errc::protocol_mismatch, "step channel: " + what);
+}
+
+bool valid(transfer_kind k) noexcept {
+  return k == transfer_kind::load || k == transfer_kind::store;
+}
+
+/// Values the types can hold but no rank or scheduler sends (found by fuzzing: a NaN
+/// `seconds` poisons the coordinator's max); refused like a malformed frame.
+status check(const wire_hello&) { return {}; }
+
+status check(const connector_metadata& m) {
+  for (const auto* jobs : {&m.loads, &m.stores}) {
+    for (const transfer_job& j : *jobs) {
+      if (!valid(j.kind)) return refuse("a job of unknown kind in metadata");
+    }
+  }
+  return {};
+}
+
+status check(const step_report& r) {
+  for (const completion_event& e : r.events) {
+    if (!valid(e.kind)) return refuse("a completion event of unknown kind");
+    if (static_cast<uint8_t>(e.error) > static_cast<uint8_t>(errc::internal)) {
+      return refuse("a completion event with an unknown error code");
+    }
+    if (!(e.seconds >= 0.0)) {  // NaN compares false
+      return refuse("a completion event whose seconds is NaN or negative");
+    }
+  }
+  return {};
+}
+
 template <class T>
 result<T> decode_as(wire_kind want, const char* what, std::span<const char> frame) {
   if (frame.size() > max_frame_bytes) {
@@ -71,6 +105,7 @@ result<T> decode_as(wire_kind want, const char* what, std::span<const char> fram
                                                    " frame has " + std::to_string(src.remaining()) +
                                                    " trailing bytes");
   }
+  if (auto st = check(value); !st) return st;
   return value;
 }
 

@@ -5,9 +5,10 @@
 /// (4 bytes, little-endian), so that bit flips on the way are refused instead of decoding into
 /// a different report.
 ///
-/// Decoding checks the frame's size against max_frame_bytes, the tag, the checksum and the
-/// whole payload (no trailing bytes); anything else is one errc::protocol_mismatch naming what
-/// was wrong.
+/// Decoding checks the frame's size against max_frame_bytes, the tag, the checksum, the whole
+/// payload (no trailing bytes) and the values no peer sends (a job or event kind other than
+/// load/store, an unknown errc, seconds that are NaN or negative); anything else is one
+/// errc::protocol_mismatch naming what was wrong.
 /// Pure functions; thread-safe.
 #include <cstddef>
 #include <cstdint>

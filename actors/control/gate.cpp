@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <list>
@@ -176,13 +177,24 @@ bool check_auth_frame(const auth_frame& frame, std::string_view token) noexcept 
   return diff == 0;
 }
 
+auth_reader::verdict auth_reader::feed(std::span<const char> bytes, std::string_view token,
+                                       size_t& taken) noexcept {
+  taken = std::min(bytes.size(), missing());
+  if (taken == 0) return verdict_;
+  std::memcpy(frame_.data() + got_, bytes.data(), taken);
+  got_ += taken;
+  if (got_ == auth_frame_bytes) {
+    verdict_ = check_auth_frame(frame_, token) ? verdict::admitted : verdict::refused;
+  }
+  return verdict_;
+}
+
 // --- gatekeeper ---
 
 struct gatekeeper::impl {
   struct pending {
     unique_fd fd;
-    auth_frame frame{};
-    size_t got = 0;
+    auth_reader reader;
     steady::time_point deadline;
   };
 
@@ -211,21 +223,23 @@ struct gatekeeper::impl {
         waiting.pop_front();
         ++stats.overflow;
       }
-      waiting.push_back({std::move(c), {}, 0, steady::now() + limits.auth_timeout});
+      waiting.push_back({std::move(c), {}, steady::now() + limits.auth_timeout});
     }
   }
 
   /// Reads what the peer sent of its frame. Whether it is finished with (admitted or refused).
   bool read_frame(pending& p) {
-    const ssize_t n = ::read(p.fd.get(), p.frame.data() + p.got, auth_frame_bytes - p.got);
+    char buf[auth_frame_bytes];
+    const ssize_t n = ::read(p.fd.get(), buf, p.reader.missing());
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) return false;
     if (n <= 0) {
       ++stats.refused;
       return true;
     }
-    p.got += static_cast<size_t>(n);
-    if (p.got < auth_frame_bytes) return false;
-    if (!check_auth_frame(p.frame, token)) {
+    size_t taken = 0;
+    const auto v = p.reader.feed({buf, static_cast<size_t>(n)}, token, taken);
+    if (v == auth_reader::verdict::incomplete) return false;
+    if (v == auth_reader::verdict::refused) {
       ++stats.refused;
       (void)!::send(p.fd.get(), &refused_byte, 1, MSG_NOSIGNAL);
       spdlog::warn("gate: a connection was refused: wrong token");

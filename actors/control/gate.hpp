@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -37,6 +38,26 @@ using auth_frame = std::array<char, auth_frame_bytes>;
 result<auth_frame> make_auth_frame(std::string_view token);
 /// The frame carries the magic and `token` (constant-time compare).
 bool check_auth_frame(const auth_frame& frame, std::string_view token) noexcept;
+
+/// A connection's auth frame as its bytes arrive, in pieces of any size: the whole judgement of
+/// the gatekeeper's pre-handshake read, pure (no allocation; no length is taken from the peer).
+/// It takes at most the bytes the frame still lacks; what follows the frame is the relay's and
+/// is never read before the verdict.
+class auth_reader {
+ public:
+  enum class verdict { incomplete, admitted, refused };
+
+  /// Takes the first min(bytes.size(), missing()) bytes (`taken`); the verdict once the frame
+  /// is whole (then every later call takes nothing and repeats it).
+  verdict feed(std::span<const char> bytes, std::string_view token, size_t& taken) noexcept;
+  /// Bytes the frame still lacks (0 once it is whole).
+  size_t missing() const noexcept { return auth_frame_bytes - got_; }
+
+ private:
+  auth_frame frame_{};
+  size_t got_ = 0;
+  verdict verdict_ = verdict::incomplete;
+};
 
 struct gate_limits {
   size_t max_pending = 64;                       ///< connections waiting for their frame

@@ -171,6 +171,19 @@ class completion_aggregator {
   size_t remembered_jobs() const noexcept { return finished_order_.size(); }
   /// Results decided but not yet handed out.
   size_t pending_results() const noexcept;
+  /// Entries of each per-job table: all 0 but `remembered` (bounded by finished_memory) at
+  /// quiescence, whatever the number of steps before (flat memory; tests assert it).
+  struct tables {
+    size_t jobs = 0;
+    size_t deadlines = 0;
+    size_t unstamped = 0;
+    size_t ready_steps = 0;
+    size_t remembered = 0;
+  };
+  tables table_sizes() const noexcept {
+    return {jobs_.size(), deadlines_.size(), unstamped_.size(), ready_.size(),
+            finished_order_.size()};
+  }
   uint32_t world_size() const noexcept { return world_size_; }
   const aggregator_stats& stats() const noexcept { return stats_; }
 

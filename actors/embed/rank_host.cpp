@@ -184,7 +184,7 @@ status rank_host::register_rank() {
   }
   const std::string peer = channel::peer_id(cfg_.rank, cfg_.incarnation);
   auto transport = local_transport_ ? local_transport_->connect_local(peer)
-                                    : channel::zmq_connect(endpoint, peer);
+                                    : channel::zmq_connect(endpoint, peer, cfg_.token);
   if (!transport) return transport.error();
   auto ch = channel::rank_channel::open(std::move(transport).value(),
                                         {cfg_.rank, cfg_.incarnation, cfg_.token});

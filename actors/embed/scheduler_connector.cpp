@@ -321,6 +321,18 @@ size_t scheduler_connector::tracked_requests() const noexcept {
   return impl_->planner->tracked_requests();
 }
 
+scheduler_connector::table_sizes scheduler_connector::tables() const {
+  const auto& coord = impl_->host->coordinator();
+  const auto agg = coord.core().aggregator().table_sizes();
+  return {.planner = impl_->planner->tables(),
+          .coordinator_jobs = agg.jobs,
+          .coordinator_deadlines = agg.deadlines,
+          .coordinator_unstamped = agg.unstamped,
+          .coordinator_ready_steps = agg.ready_steps,
+          .coordinator_remembered = agg.remembered,
+          .channel_queued_steps = coord.channel().queued_steps()};
+}
+
 std::span<const std::byte> scheduler_connector::pool_slot(rank_id rank, cpu_slot s) const noexcept {
   return impl_->host->pool_slot(rank, s);
 }

@@ -145,6 +145,18 @@ class scheduler_connector {
   /// Jobs planned and not completed (their keys are pinned or pending in the ledger).
   size_t jobs_in_flight() const noexcept;
   size_t tracked_requests() const noexcept;
+  /// Every per-request / per-job table on the scheduler's side: the planner's, the
+  /// coordinator's aggregator's and the step channel's queues (flat-memory checks).
+  struct table_sizes {
+    scheduler::planner_tables planner;
+    size_t coordinator_jobs = 0;         ///< aggregator: jobs with live state
+    size_t coordinator_deadlines = 0;    ///< aggregator: pending deadlines / grace periods
+    size_t coordinator_unstamped = 0;    ///< aggregator: jobs awaiting their grace period
+    size_t coordinator_ready_steps = 0;  ///< aggregator: step outputs not handed out
+    size_t coordinator_remembered = 0;   ///< aggregator: freed ids (bounded, never 0 after use)
+    size_t channel_queued_steps = 0;     ///< steps queued for ranks without a hello
+  };
+  table_sizes tables() const;
   /// Rank `rank`'s bytes of CPU slot `s` in the pool; empty when out of range or shut down
   /// (checks, debugging: not ordered against transfers in flight).
   std::span<const std::byte> pool_slot(rank_id rank, cpu_slot s) const noexcept;

@@ -27,7 +27,7 @@ result<std::unique_ptr<channel::server_transport>> make_transport(
   if (cfg.transport == step_transport::memory) {
     return std::unique_ptr<channel::server_transport>{new channel::memory_server()};
   }
-  auto z = channel::zmq_server::create(cfg.listen ? cfg.network.host : std::string{});
+  auto z = channel::zmq_server::create(cfg.listen ? cfg.network.host : std::string{}, cfg.token);
   if (!z) return z.error();
   return std::unique_ptr<channel::server_transport>{std::move(z).value()};
 }

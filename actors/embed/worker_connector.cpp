@@ -44,6 +44,10 @@ struct worker_connector::impl {
   /// The next metadata within `timeout`. errc::timeout when none came, errc::io_error when the
   /// scheduler is gone, the channel's error for a frame that is not metadata.
   result<connector_metadata> receive(std::chrono::nanoseconds timeout) {
+    if (!reports) {
+      return make_error(errc::precondition_failed,
+                        "embed: rank " + std::to_string(cfg.rank) + " is not registered yet");
+    }
     const auto deadline = steady::now() + timeout;
     for (;;) {
       const auto left = std::max(deadline - steady::now(), steady::duration::zero());
@@ -69,6 +73,24 @@ worker_connector::~worker_connector() = default;
 
 result<std::unique_ptr<worker_connector>> worker_connector::create(
     const worker_connector_config& cfg, scheduler_connector* local) {
+  auto w = prepare(cfg, local);
+  if (!w) return w.error();
+  if (auto st = (*w)->register_with_scheduler(); !st) return st;
+  return w;
+}
+
+status worker_connector::register_with_scheduler() {
+  if (impl_->reports) {
+    return make_error(errc::precondition_failed, "embed: rank " + std::to_string(impl_->cfg.rank) +
+                                                     " is registered already");
+  }
+  if (auto st = impl_->host->register_rank(); !st) return st;
+  impl_->reports.emplace(impl_->cfg.rank, impl_->cfg.incarnation);
+  return {};
+}
+
+result<std::unique_ptr<worker_connector>> worker_connector::prepare(
+    const worker_connector_config& cfg, scheduler_connector* local) {
   if (auto st = validate(cfg); !st) return st;
   auto p = std::make_unique<impl>();
   p->cfg = cfg;
@@ -82,8 +104,6 @@ result<std::unique_ptr<worker_connector>> worker_connector::create(
       p->host->engine());
   if (!w) return w.error();
   p->worker.emplace(std::move(w).value());
-  if (auto st = p->host->register_rank(); !st) return st;
-  p->reports.emplace(cfg.rank, cfg.incarnation);
   return std::unique_ptr<worker_connector>{new worker_connector(std::move(p))};
 }
 

@@ -69,6 +69,15 @@ class worker_connector {
   /// within register_timeout: CAF's own connect has no limit, control/tcp_probe.hpp).
   static result<std::unique_ptr<worker_connector>> create(const worker_connector_config& cfg,
                                                           scheduler_connector* local = nullptr);
+  /// create() up to the registration: everything that can fail on this machine (config, copy
+  /// engine, device, the pool's segment) is done and the scheduler has heard nothing, so the
+  /// engine can set up its KV cache (copy_engine(), register_kv_caches) first and a failure
+  /// there does not use up the rank's incarnation. Steps need register_with_scheduler().
+  static result<std::unique_ptr<worker_connector>> prepare(const worker_connector_config& cfg,
+                                                           scheduler_connector* local = nullptr);
+  /// The registration of create() (its waiting and errors). errc::precondition_failed when the
+  /// rank is registered already.
+  status register_with_scheduler();
 
   worker_connector(const worker_connector&) = delete;
   worker_connector& operator=(const worker_connector&) = delete;

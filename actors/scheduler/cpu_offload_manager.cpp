@@ -15,9 +15,10 @@ namespace {
 
 static_assert(std::has_unique_object_representations_v<block_key>);  // no padding bytes
 
-/// keys == [other, other + keys.size()), byte for byte.
+/// keys == [other, other + keys.size()), byte for byte. (An empty span may have no data:
+/// memcmp must not see its null pointer, found by fuzzing under UBSan.)
 bool same_keys(std::span<const block_key> keys, const block_key* other) noexcept {
-  return std::memcmp(keys.data(), other, keys.size_bytes()) == 0;
+  return keys.empty() || std::memcmp(keys.data(), other, keys.size_bytes()) == 0;
 }
 
 /// Keys made by block_key::from_index print as their index, other keys as 32 hex digits.

@@ -77,6 +77,19 @@ size_t planner::jobs_in_flight() const noexcept {
 size_t planner::tracked_requests() const noexcept {
   return impl_->index_.size();
 }
+planner_tables planner::tables() const noexcept {
+  const impl& m = *impl_;
+  const request_completions& c = m.completions_;
+  return {.requests = m.index_.size(),
+          .request_slots = m.states_.size() - m.free_slots_.size(),
+          .jobs = m.jobs_.size(),
+          .loads = m.loads_in_flight_,
+          .pending_loads = m.pending_loads_.size(),
+          .owed_sending = m.owed_sending_.size(),
+          .completions = c.finished_sending.size() + c.finished_recving.size() +
+                         c.invalid_block_ids.size(),
+          .finished_for_meta = m.finished_since_meta_.size()};
+}
 std::span<const transfer_job> planner::pending_loads() const noexcept {
   return impl_->pending_loads_;
 }

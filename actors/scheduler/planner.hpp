@@ -153,6 +153,21 @@ struct request_output {
   std::span<const std::string_view> finished_recving;
 };
 
+/// Entries of each of the planner's per-request and per-job tables: every one is 0 at
+/// quiescence (every request finished, every job completed, the outcomes taken), whatever the
+/// number of steps before (flat memory; tests assert it).
+struct planner_tables {
+  size_t requests = 0;             ///< request ids with state
+  size_t request_slots = 0;        ///< request states in use (the slot vector minus free ones)
+  size_t jobs = 0;                 ///< jobs in flight
+  size_t loads = 0;                ///< load jobs recorded or in flight
+  size_t pending_loads = 0;        ///< recorded for the next metadata
+  size_t owed_sending = 0;         ///< finished requests waiting to be reported
+  size_t completions = 0;          ///< request outcomes not taken yet
+  size_t finished_for_meta = 0;    ///< finished request ids for the next metadata
+  friend bool operator==(const planner_tables&, const planner_tables&) = default;
+};
+
 /// Cumulative counters, cheap to read.
 struct connector_stats {
   uint64_t lookups = 0;         ///< manager lookups issued by get_num_new_matched_tokens
@@ -248,6 +263,8 @@ class planner {
   /// Requests with state (running, or finished and still held: jobs in flight or
   /// finished_sending owed).
   size_t tracked_requests() const noexcept;
+  /// Every per-request / per-job table's size.
+  planner_tables tables() const noexcept;
   /// The loads recorded by update_state_after_alloc for the next build_connector_meta.
   std::span<const transfer_job> pending_loads() const noexcept;
   /// The offload keys of a job in flight, in slot order (empty for unknown ids); valid until

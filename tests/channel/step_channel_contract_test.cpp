@@ -71,7 +71,7 @@ class StepChannelContract : public ::testing::TestWithParam<kind> {
     if (GetParam() == kind::memory) {
       t = std::make_unique<memory_server>();
     } else {
-      auto z = zmq_server::create(GetParam() == kind::zmq_tcp ? "127.0.0.1" : "");
+      auto z = zmq_server::create(GetParam() == kind::zmq_tcp ? "127.0.0.1" : "", "token");
       if (!z) return ::testing::AssertionFailure() << z.error().to_string();
       t = std::move(z).value();
     }
@@ -81,11 +81,13 @@ class StepChannelContract : public ::testing::TestWithParam<kind> {
     return ::testing::AssertionSuccess();
   }
 
-  /// A raw connection known as the routing id of (rank, incarnation).
+  /// A raw connection known as the routing id of (rank, incarnation). Over tcp it passes the
+  /// transport's own handshake (zmq_auth_test.cpp tests that one); the hello is the channel's.
   std::unique_ptr<client_transport> connect_raw(rank_id rank, uint32_t incarnation) {
     const std::string peer = peer_id(rank, incarnation);
-    auto c = GetParam() == kind::zmq_tcp ? zmq_connect(sched_->transport().remote_endpoint(), peer)
-                                         : sched_->transport().connect_local(peer);
+    auto c = GetParam() == kind::zmq_tcp
+                 ? zmq_connect(sched_->transport().remote_endpoint(), peer, "token")
+                 : sched_->transport().connect_local(peer);
     EXPECT_TRUE(c.ok()) << c.error().to_string();
     return c ? std::move(c).value() : nullptr;
   }

@@ -186,6 +186,27 @@ TEST(WireCodecTest, EverySingleBitFlipIsRefusedByTheChecksum) {
   EXPECT_EQ(frame_checksum(check), 0xCBF43926u);
 }
 
+// Found by fuzzing (tests/fuzz/corpus/wire_codec/report_nan_seconds): a report whose event
+// says NaN seconds decoded, and NaN poisons the coordinator's max over the ranks.
+TEST(WireCodecTest, ValuesNoPeerSendsAreRefused) {
+  for (double d : {std::numeric_limits<double>::quiet_NaN(), -1.0,
+                   -std::numeric_limits<double>::infinity()}) {
+    step_report r = sample_report();
+    r.events[0].seconds = d;
+    EXPECT_THAT(decode_report(encode(r)).error().message(), HasSubstr("seconds")) << d;
+  }
+  step_report kind = sample_report();
+  kind.events[0].kind = static_cast<transfer_kind>(7);
+  EXPECT_THAT(decode_report(encode(kind)).error().message(), HasSubstr("unknown kind"));
+  step_report code = sample_report();
+  code.events[0].error = static_cast<errc>(200);
+  EXPECT_THAT(decode_report(encode(code)).error().message(), HasSubstr("unknown error code"));
+  connector_metadata meta = sample_metadata();
+  meta.stores.push_back(sample_job(99, static_cast<transfer_kind>(2)));
+  EXPECT_THAT(decode_metadata(encode(meta)).error().message(), HasSubstr("unknown kind"));
+  EXPECT_TRUE(decode_report(encode(sample_report())).ok());
+}
+
 TEST(WireCodecTest, AFrameAboveTheLimitIsRefusedBeforeDecoding) {
   wire_bytes huge(max_frame_bytes + 1, '\0');
   huge[0] = static_cast<char>(wire_kind::report);

@@ -117,6 +117,30 @@ TEST(AuthFrameTest, CarriesTheTokenAndChecksItExactly) {
   EXPECT_TRUE(make_auth_frame(std::string(max_token_bytes, 'x')).ok());
 }
 
+TEST(AuthReaderTest, JudgesAFrameInPiecesAndNeverTakesTheBytesAfterIt) {
+  const auto f = *make_auth_frame("secret");
+  std::vector<char> bytes(f.begin(), f.end());
+  bytes.insert(bytes.end(), {'B', 'A', 'S', 'P'});  // the relay's, not the reader's
+  auth_reader r;
+  size_t taken = 0;
+  EXPECT_EQ(r.feed({bytes.data(), 1}, "secret", taken), auth_reader::verdict::incomplete);
+  EXPECT_EQ(taken, 1u);
+  EXPECT_EQ(r.feed({bytes.data() + 1, 40}, "secret", taken), auth_reader::verdict::incomplete);
+  EXPECT_EQ(r.missing(), auth_frame_bytes - 41);
+  EXPECT_EQ(r.feed({bytes.data() + 41, bytes.size() - 41}, "secret", taken),
+            auth_reader::verdict::admitted);
+  EXPECT_EQ(taken, auth_frame_bytes - 41);
+  EXPECT_EQ(r.feed({bytes.data(), bytes.size()}, "secret", taken), auth_reader::verdict::admitted);
+  EXPECT_EQ(taken, 0u);
+
+  auth_reader wrong;
+  std::vector<char> basp(auth_frame_bytes + 100, '\xff');
+  EXPECT_EQ(wrong.feed({basp.data(), basp.size()}, "secret", taken),
+            auth_reader::verdict::refused);
+  EXPECT_EQ(taken, auth_frame_bytes);
+  EXPECT_EQ(wrong.feed({}, "secret", taken), auth_reader::verdict::refused);
+}
+
 TEST(GatekeeperTest, AnAdmittedConnectionIsRelayedBothWays) {
   inner_server caf;
   auto gate = gatekeeper::start("127.0.0.1", 0, caf.port, "secret");

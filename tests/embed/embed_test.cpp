@@ -23,6 +23,7 @@
 #include <msgpack.hpp>
 #include <zmq_addon.hpp>
 
+#include "actors/coordinator/step_coordinator.hpp"
 #include "cuda/manual_copy_engine.hpp"
 #include "tests/shm/shm_fixture.hpp"
 
@@ -258,6 +259,7 @@ TEST_P(EmbedTest, TwentyThousandStepsLeaveNoPerRequestStateBehind) {
   constexpr uint64_t steps = 20000;
   std::vector<block_key> key(1);
   size_t most_tracked = 0;
+  scheduler_connector::table_sizes held;
   for (step_id s = 1; s <= steps + 2; ++s) {
     std::vector<scheduler::scheduled_request> fresh;
     const std::string id = "r" + std::to_string(s);
@@ -283,7 +285,10 @@ TEST_P(EmbedTest, TwentyThousandStepsLeaveNoPerRequestStateBehind) {
     if (s <= steps) (void)(*sc)->request_finished(id);
     (void)(*sc)->take_events();
     most_tracked = std::max(most_tracked, w.tracked_requests());
+    if (s == steps / 2) held = (*sc)->tables();  // a request in the middle of the run
   }
+  // The accessors see the tables in use (a stored request is held until its job completed).
+  EXPECT_GT(held.planner.requests + held.planner.jobs + held.coordinator_remembered, 0u);
   EXPECT_EQ((*sc)->stats().stores_ok, steps);
   EXPECT_LE(most_tracked, 3u);  // bounded all along: a request's entry ends a step after it
   EXPECT_EQ(w.tracked_requests(), 0u);
@@ -291,6 +296,18 @@ TEST_P(EmbedTest, TwentyThousandStepsLeaveNoPerRequestStateBehind) {
   EXPECT_EQ(w.transfers_in_flight(), 0u);
   EXPECT_EQ((*sc)->tracked_requests(), 0u);
   EXPECT_EQ((*sc)->jobs_in_flight(), 0u);
+  // Every table of the planner, the coordinator's aggregator and the step channel.
+  const auto t = (*sc)->tables();
+  EXPECT_EQ(t.planner, scheduler::planner_tables{});
+  EXPECT_EQ(t.planner.requests, 0u);  // (named, for the failure message)
+  EXPECT_EQ(t.planner.request_slots, 0u);
+  EXPECT_EQ(t.planner.finished_for_meta, 0u);
+  EXPECT_EQ(t.coordinator_jobs, 0u);
+  EXPECT_EQ(t.coordinator_deadlines, 0u);
+  EXPECT_EQ(t.coordinator_unstamped, 0u);
+  EXPECT_EQ(t.coordinator_ready_steps, 0u);
+  EXPECT_LE(t.coordinator_remembered, coordinator::coordinator_options{}.finished_memory);
+  EXPECT_EQ(t.channel_queued_steps, 0u);
 }
 
 TEST_P(EmbedTest, WorkerOverLoopbackTcpRegistersAndReportsEachStep) {

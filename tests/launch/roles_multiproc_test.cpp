@@ -17,6 +17,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -186,6 +187,37 @@ TEST_F(RolesMultiprocTest, AnotherPoolLayoutIsRefusedBeforeTheWorkerRegisters) {
   EXPECT_THAT(w.stderr_text(), HasSubstr("num_slots 8"));
   child_process& ok = start_worker(1, 0);  // the same incarnation, configured right
   ASSERT_TRUE(ok.find_stdout("\"registered\"", patience)) << ok.stderr_text();
+  stop_scheduler(sched, 1);
+  EXPECT_EQ(exit_code(ok), 0) << ok.stderr_text();
+}
+
+TEST_F(RolesMultiprocTest, AWorkerWhoseSetUpFailsHasNotUsedUpItsIncarnation) {
+  child_process& sched = start_scheduler(1);
+  // A backend that does not exist, a device that is not there (the cuda backend without a
+  // device or not built), a KV cache that cannot be allocated: each fails before the worker
+  // registers, so the corrected worker with the same incarnation is admitted.
+  child_process& backend = start_worker(1, 0, {"--backend", "warp-drive"});
+  EXPECT_EQ(exit_code(backend), 2) << backend.stderr_text();
+  EXPECT_THAT(backend.stderr_text(), HasSubstr("set-up failed"));
+  child_process& device = start_worker(1, 0, {"--backend", "cuda", "--device", "99"});
+  EXPECT_EQ(exit_code(device), 2) << device.stderr_text();
+  EXPECT_THAT(device.stderr_text(), HasSubstr("set-up failed"));
+  auto argv = common("worker", 1);
+  const auto blocks = std::find(argv.begin(), argv.end(), "--gpu-blocks");
+  ASSERT_NE(blocks, argv.end());
+  *(blocks + 1) = "4000000000";  // 2 layers of 4e9 pages of 256 bytes: about 2 TB
+  argv.insert(argv.end(), {"--port", std::to_string(port_), "--rank", "0", "--token", token_});
+  child_process& huge = start(argv);
+  EXPECT_EQ(exit_code(huge), 2) << huge.stderr_text();
+  EXPECT_THAT(huge.stderr_text(), HasSubstr("set-up failed"));
+  EXPECT_THAT(huge.stderr_text(), HasSubstr("cannot allocate"));
+  for (child_process* w : {&backend, &device, &huge}) {
+    EXPECT_THAT(w->stdout_text(), ::testing::Not(HasSubstr("registered")));
+    EXPECT_THAT(w->stdout_text() + w->stderr_text(), ::testing::Not(HasSubstr("bad_alloc")));
+  }
+  child_process& ok = start_worker(1, 0);  // incarnation 0, configured right
+  ASSERT_TRUE(ok.find_stdout("\"registered\"", patience)) << ok.stderr_text();
+  EXPECT_THAT(sched.stderr_text(), ::testing::Not(HasSubstr("refused")));
   stop_scheduler(sched, 1);
   EXPECT_EQ(exit_code(ok), 0) << ok.stderr_text();
 }
