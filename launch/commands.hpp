@@ -32,5 +32,7 @@ void add_worker_command(CLI::App& app, int& exit_code);
 void add_config_command(CLI::App& app, int& exit_code);
 /// `launch [FILE] [--node N]`: starts and supervises a node's processes (node_launcher.hpp).
 void add_launch_command(CLI::App& app, int& exit_code);
+/// `soak [FILE] [--steps N] [--seed S] [--compare]`: the simulated engine in one process.
+void add_soak_command(CLI::App& app, int& exit_code);
 
 }  // namespace kvc::launch

@@ -48,7 +48,7 @@ struct kv_cache_section {
   uint32_t head_dim = 64;
   uint32_t dtype_bytes = 2;
   uint32_t gpu_block_size = 16;       ///< tokens per GPU block
-  uint32_t gpu_blocks = 64;           ///< GPU blocks per rank
+  uint32_t gpu_blocks = 256;          ///< GPU blocks per rank
   std::string layout = "flash_attn";  ///< flash_attn | flashinfer | cross_layer
   friend bool operator==(const kv_cache_section&, const kv_cache_section&) = default;
 };
@@ -94,8 +94,8 @@ struct multi_turn_config {
   friend bool operator==(const multi_turn_config&, const multi_turn_config&) = default;
 };
 
-/// The simulated engine's workload. Today `kvconnect launch` drives only the smoke run
-/// (`steps` store/load steps); the other keys are parsed and checked for the simulated engine.
+/// The simulated engine's workload and its model's costs (launch/sim_engine/, docs/config.md).
+/// The smoke run of `kvconnect launch` reads only `steps`.
 struct workload_section {
   uint32_t requests = 1000;
   double arrival_rate = 4.0;  ///< requests per step (Poisson); 0: all arrive at step 0
@@ -108,6 +108,13 @@ struct workload_section {
   multi_turn_config multi_turn;
   token_range output_tokens{16, 256};
   uint32_t max_running = 64;
+  /// Tokens one step may compute (vLLM's max_num_batched_tokens); prefills are chunked to it.
+  uint32_t max_batched_tokens = 2048;
+  /// The simulated model's time: per prefill token computed, per step that decodes, per
+  /// token loaded from the CPU pool.
+  double prefill_token_us = 50.0;
+  double decode_step_us = 5000.0;
+  double load_token_us = 2.0;
   uint64_t seed = 0;
   uint32_t steps = 200;
   friend bool operator==(const workload_section&, const workload_section&) = default;

@@ -22,6 +22,10 @@
 #include "proto/status.hpp"
 #include "proto/topology.hpp"
 
+namespace kvc::channel {
+class server_transport;  // actors/channel/transport.hpp
+}  // namespace kvc::channel
+
 namespace kvc::embed {
 
 /// Where a worker_connector's scheduler lives: in_process registers with a
@@ -68,6 +72,11 @@ using manager_factory = std::function<result<std::unique_ptr<scheduler::offload_
 ///           are deterministic.
 enum class step_transport : uint8_t { zmq = 0, memory = 1 };
 
+/// Wraps the scheduler's end of the step channel in a decorator (every frame of every rank
+/// passes it once: fault injection, recording). Returns the transport to use; null is an error.
+using transport_decorator = std::function<std::unique_ptr<channel::server_transport>(
+    std::unique_ptr<channel::server_transport>)>;
+
 struct scheduler_connector_config {
   step_transport transport = step_transport::zmq;
   /// Accept worker processes on network.host:network.port. Off: only workers of this process
@@ -83,6 +92,9 @@ struct scheduler_connector_config {
   /// A job not completed this long after it was planned fails with errc::timeout; 0: never.
   std::chrono::milliseconds job_timeout{0};
   manager_factory make_manager;
+  /// Unset: the transport as made. The decorator must include actors/channel/transport.hpp
+  /// (an internal header: for kvconnect's own tools and tests).
+  transport_decorator wrap_transport;
 };
 
 /// Builds a rank's copy engine (tests bring a deterministic one). Unset: cuda::make_copy_engine

@@ -26,7 +26,9 @@ const char* tp4pp2 =
     "           gpu_blocks: 32}\n"
     "offload: {cpu_bytes_to_use: 512MiB, block_size: 32, eviction_policy: arc,\n"
     "          store_threshold: 2, max_tracker_size: 1000}\n"
-    "runtime: {port: 5710, job_timeout_ms: 250, register_timeout_ms: 700}\n";
+    "runtime: {port: 5710, job_timeout_ms: 250, register_timeout_ms: 700}\n"
+    "workload: {prompt_tokens: {min: 64, max: 384}, shared_prefix_tokens: {min: 32, max: 256},\n"
+    "           output_tokens: {min: 8, max: 64}}\n";
 
 TEST(LaunchPlanTest, GeometrySplitsHeadsOverTpAndLayersOverPp) {
   const auto g = derive_geometry(loaded(tp4pp2));
