@@ -18,6 +18,10 @@ void add_launch_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--set", o->overrides, "key.path=value: overrides the file (repeatable)")
       ->allow_extra_args(false);
   cmd->add_option("--node", o->node, "Index of this node in topology.nodes")->capture_default_str();
+  cmd->add_option("--engine", o->engine,
+                  "sim: the simulated engine's workload; smoke: store/load round trips")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"sim", "smoke"}));
   cmd->callback([o, &exit_code] {
     char self[PATH_MAX];
     const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);

@@ -71,15 +71,17 @@ std::vector<std::string> child_environment(const std::string& token, const std::
 class node_run {
  public:
   node_run(const launch_config& config, const launch_plan& plan, std::vector<rank_id> ranks,
-           std::string binary, std::vector<std::string> env)
-      : config_(config),
+           std::string binary, std::vector<std::string> env, bool sim_engine)
+      : sim_engine_(sim_engine),
+        config_(config),
         plan_(plan),
         ranks_(std::move(ranks)),
         binary_(std::move(binary)),
         env_(std::move(env)),
         children_(1 + ranks_.size()),
         buffers_(children_.size()),
-        sup_(names(ranks_), std::chrono::milliseconds{config.runtime.stop_timeout_ms}) {}
+        sup_(names(ranks_), std::chrono::milliseconds{config.runtime.stop_timeout_ms},
+             sim_engine ? "simulated run" : "smoke run") {}
 
   /// Runs until every child is gone; the launch's exit code.
   int run(signal_watcher& signals) {
@@ -93,7 +95,7 @@ class node_run {
       (void)!::write(fd, &one, sizeof one);
     });
     std::vector<std::string> argv{binary_};
-    for (auto& a : scheduler_arguments(config_, plan_)) argv.push_back(std::move(a));
+    for (auto& a : scheduler_arguments(config_, plan_, sim_engine_)) argv.push_back(std::move(a));
     if (!start(0, argv)) {
       signals.on_signal(nullptr);
       ::close(wake_);
@@ -107,6 +109,8 @@ class node_run {
 
   const supervision& outcome() const { return sup_; }
   const std::optional<json>& smoke() const { return smoke_; }
+  const std::optional<json>& sim() const { return sim_; }
+  const std::vector<json>& runners() const { return runners_; }
 
  private:
   /// A message of the launcher's own at `level`, shown unless runtime.log_level is above it.
@@ -218,10 +222,13 @@ class node_run {
 
   void on_line(size_t child, const std::string& line) {
     tell(spdlog::level::info, "[" + role(child) + "] " + line, false);
-    if (child != 0) return;
     const json j = json::parse(line, nullptr, false);
     if (!j.is_object() || !j.contains("event")) return;
     const std::string event = j.value("event", "");
+    if (child != 0) {
+      if (event == "runner") runners_.push_back(j);
+      return;
+    }
     if (event == "listening") {
       on_listening(j);
     } else if (event == "ready") {
@@ -229,16 +236,21 @@ class node_run {
     } else if (event == "smoke") {
       smoke_ = j;
       sup_.on_smoke(true);  // the scheduler prints it only when every job and check passed
+    } else if (event == "sim") {
+      sim_ = j;
+      sup_.on_smoke(j.value("ok", false));
     }
   }
 
   void on_listening(const json& j) {
     if (!sup_.start_workers()) return;
     port_ = j.value("port", 0);
+    const std::string executor = j.value("executor", "");
     json pids = json::array();
     for (size_t k = 0; k < ranks_.size(); ++k) {
       std::vector<std::string> argv{binary_};
-      for (auto& a : worker_arguments(config_, plan_, ranks_[k], static_cast<uint16_t>(port_))) {
+      for (auto& a :
+           worker_arguments(config_, plan_, ranks_[k], static_cast<uint16_t>(port_), executor)) {
         argv.push_back(std::move(a));
       }
       if (!start(k + 1, argv)) {
@@ -256,6 +268,7 @@ class node_run {
           {"worker_pids", pids}});
   }
 
+  bool sim_engine_;
   const launch_config& config_;
   const launch_plan& plan_;
   std::vector<rank_id> ranks_;
@@ -267,7 +280,32 @@ class node_run {
   int wake_ = -1;
   int port_ = 0;
   std::optional<json> smoke_;
+  std::optional<json> sim_;
+  std::vector<json> runners_;  ///< the workers' "runner" lines
 };
+
+/// The simulated engine's summary fields: the scheduler's "sim" line with the workers' checks.
+/// False when a worker's line is missing or reports a mismatch.
+bool add_sim_figures(json& summary, const json& sim, const std::vector<json>& runners,
+                     size_t ranks) {
+  for (const auto& [k, v] : sim.items()) {
+    if (!summary.contains(k)) summary[k] = v;  // the launch's own fields stay
+  }
+  uint64_t verified = 0;
+  uint64_t mismatches = 0;
+  uint64_t step_errors = 0;
+  for (const auto& r : runners) {
+    verified += r.value("loads_verified", uint64_t{0});
+    mismatches += r.value("load_mismatches", uint64_t{0});
+    step_errors += r.value("step_errors", uint64_t{0});
+    for (const auto& m : r.value("mismatches", json::array())) summary["problems"].push_back(m);
+  }
+  summary["loads_verified"] = verified;
+  summary["load_mismatches"] = mismatches;
+  summary["step_errors"] = step_errors;
+  summary["ranks_reported"] = runners.size();
+  return runners.size() == ranks && mismatches == 0;
+}
 
 }  // namespace
 
@@ -295,8 +333,11 @@ int run_launch(const launch_options& o) {
   }
   if (!c.offload.enabled) {
     return refuse(
-        "offload.enabled is false: the launch runs the smoke engine over the pool "
-        "(the simulated engine without offloading is not implemented yet)");
+        "offload.enabled is false: a launch needs the pool (`kvconnect soak --compare` runs the "
+        "simulated engine without offloading)");
+  }
+  if (o.engine != "sim" && o.engine != "smoke") {
+    return refuse("--engine " + o.engine + ": sim or smoke");
   }
   std::string token = c.runtime.token;
   if (token.empty()) {
@@ -311,8 +352,9 @@ int run_launch(const launch_options& o) {
   const std::string segment = shm::segment_name(::getuid(), instance, o.node);
 
   signal_watcher signals;  // before any child: they must not inherit a half-set-up state
-  node_run run(c, *plan, ranks, o.binary, child_environment(token, c.runtime.log_level));
-  const int code = run.run(signals);
+  node_run run(c, *plan, ranks, o.binary, child_environment(token, c.runtime.log_level),
+               o.engine == "sim");
+  int code = run.run(signals);
 
   // A scheduler that was killed cannot remove its segment: the launch does.
   bool segment_left = false;
@@ -334,8 +376,24 @@ int run_launch(const launch_options& o) {
                {"segment", segment},
                {"segment_left", segment_left},
                {"wall_seconds", std::round(wall * 1000) / 1000}};
-  for (const char* k : {"steps", "jobs_ok", "slots_checked", "bytes"}) {
-    summary[k] = run.smoke() ? run.smoke()->value(k, json()) : json();
+  if (o.engine == "sim") {
+    if (run.sim()) {
+      const bool checked = add_sim_figures(summary, *run.sim(), run.runners(), ranks.size());
+      if (code == 0 && !checked) {
+        code = 1;
+        summary["reason"] =
+            std::to_string(run.runners().size()) + " of " + std::to_string(ranks.size()) +
+            " workers reported their load checks; mismatches: " + summary["load_mismatches"].dump();
+      }
+    } else {
+      summary["steps"] = json();
+    }
+    summary["ok"] = code == 0;
+    summary["exit_code"] = code;
+  } else {
+    for (const char* k : {"steps", "jobs_ok", "slots_checked", "bytes"}) {
+      summary[k] = run.smoke() ? run.smoke()->value(k, json()) : json();
+    }
   }
   emit(summary);
   return code;

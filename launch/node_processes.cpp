@@ -41,25 +41,36 @@ void append(std::vector<std::string>& to, std::vector<std::string> more) {
 
 }  // namespace
 
-std::vector<std::string> scheduler_arguments(const launch_config& c, const launch_plan& p) {
+std::vector<std::string> scheduler_arguments(const launch_config& c, const launch_plan& p,
+                                             bool sim_engine) {
   std::vector<std::string> args{"scheduler"};
   append(args, shared_flags(c, p, 0));
   const auto& r = c.runtime;
   append(args, {"--host", r.host, "--port", str(r.port), "--job-timeout-ms", str(r.job_timeout_ms),
-                "--smoke-steps", str(c.workload.steps), "--ready-timeout-ms",
-                str(r.ready_timeout_ms), "--step-timeout-ms", str(r.step_timeout_ms),
-                "--stop-timeout-ms", str(r.stop_timeout_ms)});
+                "--ready-timeout-ms", str(r.ready_timeout_ms), "--step-timeout-ms",
+                str(r.step_timeout_ms), "--stop-timeout-ms", str(r.stop_timeout_ms)});
+  if (sim_engine) {
+    launch_config shown = c;
+    shown.runtime.token.clear();  // other users can read a command line
+    append(args, {"--sim-engine-config", to_yaml(shown)});
+  } else {
+    append(args, {"--smoke-steps", str(c.workload.steps)});
+  }
   return args;
 }
 
 std::vector<std::string> worker_arguments(const launch_config& c, const launch_plan& p,
-                                          rank_id rank, uint16_t port) {
+                                          rank_id rank, uint16_t port,
+                                          const std::string& executor) {
   const auto& w = p.workers.at(rank);
   std::vector<std::string> args{"worker"};
   append(args, shared_flags(c, p, w.topology.node));
   append(args, {"--host", w.network.host, "--port", str(port), "--rank", str(rank), "--backend",
                 w.backend, "--device", str(static_cast<uint64_t>(w.device)),
                 "--register-timeout-ms", str(c.runtime.register_timeout_ms)});
+  if (!executor.empty()) {
+    append(args, {"--executor", executor, "--gpu-block-size", str(c.kv_cache.gpu_block_size)});
+  }
   return args;
 }
 

@@ -1,7 +1,7 @@
 #pragma once
 /// node_processes: the command lines `kvconnect launch` starts on one node, derived from the
 /// config and its plan: the scheduler process (`kvconnect scheduler`, on the first node, with
-/// --smoke-steps = workload.steps) and one `kvconnect worker` per rank placed on the node. Both
+/// the simulated engine's config or --smoke-steps = workload.steps) and one `kvconnect worker` per rank placed on the node. Both
 /// get the same topology and pool flags, so the worker's layout checksum matches the segment.
 /// The token is not on the command line (other users can read it there): the launcher passes
 /// it as $KVCONNECT_TOKEN.
@@ -16,11 +16,17 @@
 
 namespace kvc::launch {
 
-/// `scheduler ...` for the node that runs the scheduler.
-std::vector<std::string> scheduler_arguments(const launch_config& config, const launch_plan& plan);
+/// `scheduler ...` for the node that runs the scheduler: the smoke run (--smoke-steps), or with
+/// `sim_engine` the simulated engine (--sim-engine-config: the config as YAML, its token left
+/// out).
+std::vector<std::string> scheduler_arguments(const launch_config& config, const launch_plan& plan,
+                                             bool sim_engine = false);
 
-/// `worker ...` for `rank`, registering with the scheduler at its host and `port`.
+/// `worker ...` for `rank`, registering with the scheduler at its host and `port`; with an
+/// `executor` endpoint, it runs the simulated engine's model runner (--executor,
+/// --gpu-block-size).
 std::vector<std::string> worker_arguments(const launch_config& config, const launch_plan& plan,
-                                          rank_id rank, uint16_t port);
+                                          rank_id rank, uint16_t port,
+                                          const std::string& executor = {});
 
 }  // namespace kvc::launch

@@ -5,8 +5,12 @@
 
 namespace kvc::launch {
 
-supervision::supervision(std::vector<std::string> names, std::chrono::milliseconds grace)
-    : names_(std::move(names)), children_(names_.size(), state::idle), grace_(grace) {}
+supervision::supervision(std::vector<std::string> names, std::chrono::milliseconds grace,
+                         std::string run)
+    : names_(std::move(names)),
+      children_(names_.size(), state::idle),
+      grace_(grace),
+      run_(std::move(run)) {}
 
 void supervision::on_started(size_t child) {
   if (child < children_.size()) children_[child] = state::running;
@@ -23,16 +27,16 @@ std::vector<supervision::order> supervision::on_exit(size_t child, int code, tim
   if (stopping_) return {};
   const std::string& who = names_[child];
   if (child == 0) {
-    if (code == 0 && smoke_passed_) return stop(0, "the smoke run passed", false, SIGTERM, now);
+    if (code == 0 && smoke_passed_) return stop(0, "the " + run_ + " passed", false, SIGTERM, now);
     return stop(1,
                 who + " exited with code " + std::to_string(code) +
-                    (smoke_seen_ ? "" : " before its smoke run ended"),
+                    (smoke_seen_ ? "" : " before its " + run_ + " ended"),
                 true, SIGTERM, now);
   }
   if (code != 0 || !smoke_seen_) {
     return stop(1,
                 who + " exited with code " + std::to_string(code) +
-                    (smoke_seen_ ? "" : " before the smoke run ended"),
+                    (smoke_seen_ ? "" : " before the " + run_ + " ended"),
                 true, SIGTERM, now);
   }
   return {};  // stopped by the scheduler after the smoke run

@@ -39,7 +39,9 @@ class supervision {
 
   /// `names`: the node's children as reasons name them ("scheduler", "worker 3"), the
   /// scheduler first; none started yet.
-  supervision(std::vector<std::string> names, std::chrono::milliseconds grace);
+  /// `run` names the scheduler's run in the reasons ("smoke run", "simulated run").
+  supervision(std::vector<std::string> names, std::chrono::milliseconds grace,
+              std::string run = "smoke run");
 
   void on_started(size_t child);
   /// The scheduler's smoke line: `passed` when every job succeeded and every check passed.
@@ -73,6 +75,7 @@ class supervision {
   std::vector<std::string> names_;
   std::vector<state> children_;
   std::chrono::milliseconds grace_;
+  std::string run_;
   bool smoke_seen_ = false;
   bool smoke_passed_ = false;
   bool stopping_ = false;

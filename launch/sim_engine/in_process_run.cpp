@@ -6,8 +6,8 @@
 #include "actors/embed/worker_connector.hpp"
 #include "cuda/manual_copy_engine.hpp"
 #include "launch/launch_plan.hpp"
+#include "launch/sim_engine/engine_loop.hpp"
 #include "launch/sim_engine/model_runner.hpp"
-#include "launch/sim_engine/sim_scheduler.hpp"
 
 namespace kvc::sim {
 
@@ -18,48 +18,6 @@ using clock = std::chrono::steady_clock;
 double ns_since(clock::time_point t0) {
   return static_cast<double>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - t0).count());
-}
-
-/// The scheduler_connector as the core's connector_calls, timing every call.
-class timed_connector final : public connector_calls {
- public:
-  explicit timed_connector(embed::scheduler_connector& sc) : sc_(sc) {}
-  scheduler::match_result get_num_new_matched_tokens(const scheduler::request_view& req,
-                                                     uint32_t num_computed) override {
-    const auto t0 = clock::now();
-    auto m = sc_.get_num_new_matched_tokens(req, num_computed);
-    ns += ns_since(t0);
-    return m;
-  }
-  status update_state_after_alloc(const scheduler::request_view& req,
-                                  std::span<const gpu_block> blocks,
-                                  uint32_t num_external) override {
-    const auto t0 = clock::now();
-    auto st = sc_.update_state_after_alloc(req, blocks, num_external);
-    ns += ns_since(t0);
-    return st;
-  }
-  bool request_finished(std::string_view id) override {
-    const auto t0 = clock::now();
-    const bool delay = sc_.request_finished(id);
-    ns += ns_since(t0);
-    return delay;
-  }
-  double ns = 0;
-
- private:
-  embed::scheduler_connector& sc_;
-};
-
-engine_limits limits_of(const launch::launch_config& c) {
-  const auto& w = c.workload;
-  return {.gpu_blocks = c.kv_cache.gpu_blocks,
-          .gpu_block_size = c.kv_cache.gpu_block_size,
-          .max_running = w.max_running,
-          .max_batched_tokens = w.max_batched_tokens,
-          .prefill_token_us = w.prefill_token_us,
-          .decode_step_us = w.decode_step_us,
-          .load_token_us = w.load_token_us};
 }
 
 /// Everything of one run that lives as long as it.
@@ -132,126 +90,34 @@ result<run_report> run_in_process(const in_process_options& o) {
   if (!built) return built.error();
   rig& r = *built;
 
-  const auto& c = o.config;
-  const engine_limits limits = limits_of(c);
-  no_connector none;
-  std::unique_ptr<timed_connector> timed;
-  if (r.sc) timed = std::make_unique<timed_connector>(*r.sc);
-  connector_calls& calls = timed ? static_cast<connector_calls&>(*timed) : none;
-  sim_scheduler core(limits, calls);
-  const uint64_t room = uint64_t{limits.gpu_blocks - 1} * limits.gpu_block_size;
-  workload_generator gen(c.workload, static_cast<uint32_t>(std::min<uint64_t>(room, UINT32_MAX)));
-
-  run_report rep;
-  rep.offload = o.offload;
-  const uint64_t block_bytes = plan->kv.slot_bytes * plan->kv.world_size;
-  double connector_ns = 0;
-  double store_seconds = 0;
-  double load_seconds = 0;
-  std::vector<double> step_us;
-  auto problem = [&rep](std::string p) {
-    if (rep.problems.size() < 20) rep.problems.push_back(std::move(p));
-  };
-
-  const uint64_t last = uint64_t{c.workload.steps} + o.drain_limit;
-  for (uint64_t s = 1; s <= last; ++s) {
-    const auto t0 = clock::now();
-    const bool draining = s > c.workload.steps;
-    if (!draining) {
-      for (auto& spec : gen.arrivals(s)) {
-        if (auto st = core.add(std::move(spec)); !st) problem(st.to_string());
-      }
-    } else if (s == c.workload.steps + 1) {
-      core.abort_all();
-    }
-    if (draining && core.idle() && (!r.sc || r.sc->jobs_in_flight() == 0)) break;
-    core.schedule();
-    const step_id step = core.step();
-    scheduler::request_completions completions;
-    if (r.sc) {
-      auto t = clock::now();
-      auto meta = r.sc->build_connector_meta(core.input());
-      connector_ns += ns_since(t);
-      if (!meta) {
-        problem("step " + std::to_string(step) +
-                ": build_connector_meta: " + meta.error().to_string());
-        break;
-      }
-    }
+  loop_options lo;
+  lo.drain_limit = o.drain_limit;
+  lo.step_timeout = o.step_timeout;
+  lo.offloaded_block_bytes = plan->kv.slot_bytes * plan->kv.world_size;
+  lo.run_model = [&](const model_input& in) -> result<double> {
+    double connector_ns = 0;
     for (auto& runner : r.runners) {
       const double model_before = runner.stats().model_ns;
-      auto t = clock::now();
-      (void)runner.run_step(core.model(), o.step_timeout);  // counted in step_errors
+      const auto t = clock::now();
+      (void)runner.run_step(in, o.step_timeout);  // counted in step_errors
       connector_ns += ns_since(t) - (runner.stats().model_ns - model_before);
     }
-    if (r.sc) {
-      auto t = clock::now();
-      auto up = r.sc->update_connector_output(step, o.step_timeout);
-      connector_ns += ns_since(t);
-      if (!up) {
-        problem("step " + std::to_string(step) +
-                ": update_connector_output: " + up.error().to_string());
-        break;
-      }
-      for (const auto& j : up->jobs) {
-        const bool load = j.kind == transfer_kind::load;
-        if (!j.ok) {
-          ++rep.jobs_failed;
-          continue;
-        }
-        (load ? rep.bytes_loaded : rep.bytes_stored) += j.bytes;
-        (load ? rep.blocks_loaded : rep.blocks_stored) += block_bytes ? j.bytes / block_bytes : 0;
-        (load ? load_seconds : store_seconds) += j.seconds;
-      }
-      completions = std::move(up->completions);
-      t = clock::now();
-      (void)r.sc->take_events();
-      connector_ns += ns_since(t);
-    }
-    for (auto& turn : core.complete(completions)) {
-      if (draining) continue;
-      if (auto next = gen.follow_up(turn.conversation, turn.turn, turn.tokens)) {
-        if (auto st = core.add(std::move(*next)); !st) problem(st.to_string());
-      }
-    }
-    step_us.push_back(ns_since(t0) / 1000.0);
-  }
-
-  const auto& st = core.stats();
-  rep.steps = core.step();
-  rep.requests_arrived = st.requests_arrived;
-  rep.requests_finished = st.requests_finished;
-  rep.requests_aborted = st.requests_aborted;
-  rep.preemptions = st.preemptions;
-  rep.gpu_hit_tokens = st.gpu_hit_tokens;
-  rep.cpu_hit_tokens = st.cpu_hit_tokens;
-  rep.prefill_tokens_computed = st.prefill_tokens_computed;
-  rep.prefill_tokens_saved = st.cpu_hit_tokens;
-  rep.output_tokens = st.output_tokens;
-  rep.hung_requests = core.unfinished();
-  for (const auto& e : core.errors()) problem(e);
+    return connector_ns;
+  };
+  run_report rep = run_engine_loop(o.config, r.sc.get(), lo);
+  rep.offload = o.offload;
   for (const auto& runner : r.runners) {
     rep.loads_verified += runner.stats().loads_verified;
     rep.load_mismatches += runner.stats().load_mismatches;
     rep.step_errors += runner.stats().step_errors;
-    for (const auto& m : runner.stats().mismatches) problem(m);
+    for (const auto& m : runner.stats().mismatches) {
+      if (rep.problems.size() < 20) rep.problems.push_back(m);
+    }
   }
-  if (timed) connector_ns += timed->ns;
   if (r.sc) {
-    rep.pending_jobs = r.sc->jobs_in_flight();
     for (const auto& w : r.workers) rep.rank_jobs_known += w->jobs_known();
     (void)r.sc->shutdown(std::chrono::milliseconds{5000});
   }
-  rep.sim_seconds = st.clock_us / 1e6;
-  std::vector<double> ttft = st.ttft_us;
-  rep.ttft_p50_ms = percentile(ttft, 50) / 1000.0;
-  rep.ttft_p99_ms = percentile(ttft, 99) / 1000.0;
-  rep.output_tokens_per_s = rep.sim_seconds > 0 ? rep.output_tokens / rep.sim_seconds : 0;
-  rep.step_p50_us = percentile(step_us, 50);
-  rep.step_p99_us = percentile(step_us, 99);
-  rep.connector_share = st.clock_us > 0 ? connector_ns / 1000.0 / st.clock_us : 0;
-  rep.store_gbps = store_seconds > 0 ? rep.bytes_stored / store_seconds / 1e9 : 0;
-  rep.load_gbps = load_seconds > 0 ? rep.bytes_loaded / load_seconds / 1e9 : 0;
   rep.wall_seconds = ns_since(wall0) / 1e9;
   return rep;
 }

@@ -156,15 +156,28 @@ TEST(LaunchPlanTest, TheNodesProcessesGetTheSameTopologyAndPoolFlags) {
   std::vector<std::string> want{"scheduler"};
   want.insert(want.end(), shared.begin(), shared.end());
   want.insert(want.end(), {"--host", "127.0.0.1", "--port", "0", "--job-timeout-ms", "250",
-                           "--smoke-steps", "30", "--ready-timeout-ms", "30000",
-                           "--step-timeout-ms", "10000", "--stop-timeout-ms", "5000"});
-  EXPECT_EQ(scheduler_arguments(c, *plan), want);
+                           "--ready-timeout-ms", "30000", "--step-timeout-ms", "10000",
+                           "--stop-timeout-ms", "5000"});
+  auto smoke = want;
+  smoke.insert(smoke.end(), {"--smoke-steps", "30"});
+  EXPECT_EQ(scheduler_arguments(c, *plan), smoke);
+  // The simulated engine gets the whole config, without its token.
+  auto sim = scheduler_arguments(c, *plan, true);
+  ASSERT_EQ(sim.size(), want.size() + 2);
+  EXPECT_TRUE(std::equal(want.begin(), want.end(), sim.begin()));
+  EXPECT_EQ(sim[want.size()], "--sim-engine-config");
+  auto shown = c;
+  shown.runtime.token.clear();
+  EXPECT_EQ(sim.back(), to_yaml(shown));
+  EXPECT_EQ(load_config(sim.back(), "<args>", {}).config, shown);
 
   want = {"worker"};
   want.insert(want.end(), shared.begin(), shared.end());
   want.insert(want.end(), {"--host", "127.0.0.1", "--port", "4242", "--rank", "5", "--backend",
                            "sim", "--device", "5", "--register-timeout-ms", "700"});
   EXPECT_EQ(worker_arguments(c, *plan, 5, 4242), want);
+  want.insert(want.end(), {"--executor", "tcp://127.0.0.1:9", "--gpu-block-size", "16"});
+  EXPECT_EQ(worker_arguments(c, *plan, 5, 4242, "tcp://127.0.0.1:9"), want);
   // The token is never on a command line.
   for (const auto& a : worker_arguments(c, *plan, 0, 1)) EXPECT_NE(a, "secret");
 }
