@@ -307,6 +307,23 @@ bool add_sim_figures(json& summary, const json& sim, const std::vector<json>& ru
   return runners.size() == ranks && mismatches == 0;
 }
 
+/// The human table of a simulated run's summary, on stderr.
+void print_sim_table(const json& s) {
+  std::string out = "simulated engine over " + s.value("ranks", json(0)).dump() + " ranks: " +
+                    s.value("reason", std::string{}) + "\n";
+  for (const char* k :
+       {"steps", "requests_finished", "requests_aborted", "prefill_tokens_computed",
+        "gpu_hit_tokens", "cpu_hit_tokens", "prefill_tokens_saved", "blocks_stored",
+        "blocks_loaded", "loads_verified", "load_mismatches", "jobs_failed", "preemptions",
+        "hung_requests", "pending_jobs", "sim_seconds", "ttft_p50_ms", "output_tokens_per_s",
+        "step_p50_us", "step_p99_us", "store_gbps", "load_gbps", "wall_seconds"}) {
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "  %-24s %s\n", k, s.value(k, json()).dump().c_str());
+    out += buf;
+  }
+  std::cerr << out << std::flush;
+}
+
 }  // namespace
 
 int run_launch(const launch_options& o) {
@@ -390,6 +407,7 @@ int run_launch(const launch_options& o) {
     }
     summary["ok"] = code == 0;
     summary["exit_code"] = code;
+    if (run.sim()) print_sim_table(summary);
   } else {
     for (const char* k : {"steps", "jobs_ok", "slots_checked", "bytes"}) {
       summary[k] = run.smoke() ? run.smoke()->value(k, json()) : json();
