@@ -10,6 +10,10 @@
 #include <memory>
 #include <optional>
 
+#include <spdlog/cfg/env.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
 #include "launch/commands.hpp"
 #include "launch/config_file.hpp"
 #include "launch/sim_engine/in_process_run.hpp"
@@ -27,6 +31,12 @@ struct soak_options {
 };
 
 int run_soak(const soak_options& o) {
+  // Logs go to stderr (level: $SPDLOG_LEVEL); stdout carries only the JSON lines.
+  auto logger =
+      std::make_shared<spdlog::logger>("kvc", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [soak] [%l] %v");
+  spdlog::set_default_logger(std::move(logger));
+  spdlog::cfg::load_env_levels();
   std::vector<std::string> overrides = o.overrides;
   if (o.steps) overrides.push_back("workload.steps=" + std::to_string(*o.steps));
   if (o.seed) overrides.push_back("workload.seed=" + std::to_string(*o.seed));

@@ -140,7 +140,11 @@ status model_runner::run_step(const model_input& in, std::chrono::nanoseconds bi
   keep(forward(in));
   stats_.model_ns += ns_since(t0);
   keep(wc_->wait_for_save());
-  if (g_.finish_transfers) keep(wc_->finish_transfers());
+  if (g_.finish_transfers) {
+    const auto t1 = steady::now();
+    keep(wc_->finish_transfers());
+    stats_.copy_ns += ns_since(t1);
+  }
   const auto done = wc_->get_finished(wc_->metadata()->finished_requests);
   const auto failed = wc_->get_block_ids_with_load_errors();
   t0 = steady::now();

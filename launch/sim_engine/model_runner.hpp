@@ -45,7 +45,8 @@ struct runner_stats {
   uint64_t load_mismatches = 0;     ///< of those, blocks whose bytes differ
   uint64_t blocks_load_failed = 0;  ///< blocks of failed loads (not checked)
   uint64_t step_errors = 0;         ///< connector calls that failed
-  double model_ns = 0;  ///< wall time in the forward and the checks (the rest is the connector)
+  double model_ns = 0;  ///< wall time in the forward and the checks
+  double copy_ns = 0;   ///< wall time in finish_transfers (the copies; a GPU runs them as DMA)
   std::vector<std::string> mismatches;  ///< the first few, described
 };
 

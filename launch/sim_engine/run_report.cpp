@@ -81,6 +81,7 @@ nlohmann::json summary_json(const run_report& r) {
   j["step_p50_us"] = round3(r.step_p50_us);
   j["step_p99_us"] = round3(r.step_p99_us);
   j["connector_share"] = std::round(r.connector_share * 1e6) / 1e6;
+  j["copy_share"] = std::round(r.copy_share * 1e6) / 1e6;
   j["wall_seconds"] = round3(r.wall_seconds);
   j["ok"] = r.ok();
   return j;
@@ -106,6 +107,7 @@ std::string summary_table(const run_report& r) {
   out += line("output tokens/s (sim)", num(r.output_tokens_per_s));
   out += line("step p50 / p99 (wall)", num(r.step_p50_us) + " / " + num(r.step_p99_us) + " us");
   out += line("connector share", num(r.connector_share * 100) + " % of the simulated time");
+  out += line("copy share", num(r.copy_share * 100) + " % of the simulated time");
   out += line("hung / pending", std::to_string(r.hung_requests) + " requests / " +
                                     std::to_string(r.pending_jobs) + " jobs");
   for (const auto& p : r.problems) out += "  problem: " + p + "\n";

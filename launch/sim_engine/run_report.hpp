@@ -46,7 +46,11 @@ struct run_report {
   // Wall-clock timings (not deterministic).
   double step_p50_us = 0;
   double step_p99_us = 0;
-  double connector_share = 0;  ///< connector wall time / simulated time, over the run
+  /// Connector wall time (the facades' calls, without the copies) / simulated time, over the run.
+  double connector_share = 0;
+  /// In-process runs: wall time of the copies (run on the step's thread by finish_transfers)
+  /// / simulated time.
+  double copy_share = 0;
   double store_gbps = 0;
   double load_gbps = 0;
   double wall_seconds = 0;
