@@ -36,5 +36,7 @@ void add_events_command(CLI::App& app, int& exit_code);
 void add_launch_command(CLI::App& app, int& exit_code);
 /// `cleanup`: removes this user's segments left by crashed runs (shm/stale_segments.hpp).
 void add_cleanup_command(CLI::App& app, int& exit_code);
+/// `soak [FILE] [--steps N] [--seed S] [--compare]`: the simulated engine in one process.
+void add_soak_command(CLI::App& app, int& exit_code);
 
 }  // namespace kvc::launch

@@ -480,7 +480,7 @@ void read_workload(reader& r, const YAML::Node& n, workload_section& w) {
         {{"requests", [&](auto& v, auto& p) { r.number(v, p, w.requests, 1, u32_max); }},
          {"arrival_rate", [&](auto& v, auto& p) { r.real(v, p, w.arrival_rate, 0, 1e6); }},
          {"prompt_tokens", [&](auto& v, auto& p) { r.range(v, p, w.prompt_tokens, 1); }},
-         {"documents", [&](auto& v, auto& p) { r.number(v, p, w.documents, 1, u32_max); }},
+         {"documents", [&](auto& v, auto& p) { r.number(v, p, w.documents, 1, 10'000'000); }},
          {"zipf", [&](auto& v, auto& p) { r.real(v, p, w.zipf, 0, 100); }},
          {"shared_prefix_tokens",
           [&](auto& v, auto& p) { r.range(v, p, w.shared_prefix_tokens, 0); }},
@@ -494,6 +494,11 @@ void read_workload(reader& r, const YAML::Node& n, workload_section& w) {
           }},
          {"output_tokens", [&](auto& v, auto& p) { r.range(v, p, w.output_tokens, 1); }},
          {"max_running", [&](auto& v, auto& p) { r.number(v, p, w.max_running, 1, u32_max); }},
+         {"max_batched_tokens",
+          [&](auto& v, auto& p) { r.number(v, p, w.max_batched_tokens, 1, u32_max); }},
+         {"prefill_token_us", [&](auto& v, auto& p) { r.real(v, p, w.prefill_token_us, 0, 1e9); }},
+         {"decode_step_us", [&](auto& v, auto& p) { r.real(v, p, w.decode_step_us, 0, 1e9); }},
+         {"load_token_us", [&](auto& v, auto& p) { r.real(v, p, w.load_token_us, 0, 1e9); }},
          {"seed", [&](auto& v, auto& p) { r.number(v, p, w.seed, 0, u64_max); }},
          {"steps", [&](auto& v, auto& p) { r.number(v, p, w.steps, 1, u32_max); }}});
 }

@@ -41,6 +41,10 @@ void add_launch_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--set", o->overrides, "key.path=value: overrides the file (repeatable)")
       ->allow_extra_args(false);
   cmd->add_option("--node", o->node, "Index of this node in topology.nodes")->capture_default_str();
+  cmd->add_option("--engine", o->engine,
+                  "sim: the simulated engine's workload; smoke: store/load round trips")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"sim", "smoke"}));
   auto faults = std::make_shared<std::vector<std::string>>();
   auto fault_seed = std::make_shared<std::optional<uint64_t>>();
   cmd->add_option("--fault", *faults,

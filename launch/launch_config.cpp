@@ -119,6 +119,10 @@ std::string to_yaml(const launch_config& c) {
   out << YAML::EndMap;
   emit_range(out, "output_tokens", w.output_tokens);
   emit_number(out, "max_running", w.max_running);
+  emit_number(out, "max_batched_tokens", w.max_batched_tokens);
+  emit_double(out, "prefill_token_us", w.prefill_token_us);
+  emit_double(out, "decode_step_us", w.decode_step_us);
+  emit_double(out, "load_token_us", w.load_token_us);
   emit_number(out, "seed", w.seed);
   emit_number(out, "steps", w.steps);
   out << YAML::EndMap;

@@ -48,7 +48,7 @@ struct kv_cache_section {
   uint32_t head_dim = 64;
   uint32_t dtype_bytes = 2;
   uint32_t gpu_block_size = 16;       ///< tokens per GPU block
-  uint32_t gpu_blocks = 64;           ///< GPU blocks per rank
+  uint32_t gpu_blocks = 256;          ///< GPU blocks per rank
   std::string layout = "flash_attn";  ///< flash_attn | flashinfer | cross_layer
   friend bool operator==(const kv_cache_section&, const kv_cache_section&) = default;
 };
@@ -56,7 +56,7 @@ struct kv_cache_section {
 /// vLLM's kv_connector_extra_config of the OffloadingConnector.
 struct offload_section {
   bool enabled = true;                      ///< false: no connector, no pool
-  uint64_t cpu_bytes_to_use = 64ull << 20;  ///< the CPU pool, total over all ranks
+  uint64_t cpu_bytes_to_use = 256ull << 20;  ///< the CPU pool, total over all ranks
   uint32_t block_size = 0;                  ///< tokens per offloaded block; 0: gpu_block_size
   std::string eviction_policy = "lru";      ///< lru | arc
   uint32_t store_threshold = 0;             ///< 0: reuse filter off; >= 2 enables it
@@ -93,25 +93,32 @@ struct token_range {
 };
 
 struct multi_turn_config {
-  double probability = 0.0;  ///< chance that a finished request comes back with a next turn
+  double probability = 0.3;  ///< chance that a finished request comes back with a next turn
   uint32_t max_turns = 4;
   friend bool operator==(const multi_turn_config&, const multi_turn_config&) = default;
 };
 
-/// The simulated engine's workload. Today `kvconnect launch` drives only the smoke run
-/// (`steps` store/load steps); the other keys are parsed and checked for the simulated engine.
+/// The simulated engine's workload and its model's costs (launch/sim_engine/, docs/config.md).
+/// The smoke run of `kvconnect launch` reads only `steps`.
 struct workload_section {
   uint32_t requests = 1000;
-  double arrival_rate = 4.0;  ///< requests per step (Poisson); 0: all arrive at step 0
-  token_range prompt_tokens{128, 2048};
+  double arrival_rate = 0.5;  ///< requests per step (Poisson); 0: all arrive at step 1
+  token_range prompt_tokens{64, 768};
   /// Prompts start with a prefix of one of `documents` shared documents, chosen with Zipf
   /// popularity of exponent `zipf`.
-  uint32_t documents = 4000;
+  uint32_t documents = 64;
   double zipf = 1.1;
-  token_range shared_prefix_tokens{64, 1024};
+  token_range shared_prefix_tokens{32, 512};
   multi_turn_config multi_turn;
-  token_range output_tokens{16, 256};
-  uint32_t max_running = 64;
+  token_range output_tokens{8, 64};
+  uint32_t max_running = 32;
+  /// Tokens one step may compute (vLLM's max_num_batched_tokens); prefills are chunked to it.
+  uint32_t max_batched_tokens = 2048;
+  /// The simulated model's time: per prefill token computed, per step that decodes, per
+  /// token loaded from the CPU pool.
+  double prefill_token_us = 50.0;
+  double decode_step_us = 5000.0;
+  double load_token_us = 2.0;
   uint64_t seed = 0;
   uint32_t steps = 200;
   friend bool operator==(const workload_section&, const workload_section&) = default;

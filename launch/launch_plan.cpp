@@ -180,6 +180,16 @@ std::vector<config_problem> check_config(const launch_config& c) {
     problem("observe.metrics_port",
             "port " + str(c.observe.metrics_port) + " is runtime.port as well");
   }
+  // The simulated engine refuses nothing: its longest request must fit in the GPU blocks.
+  const uint64_t longest = uint64_t{w.prompt_tokens.max} + w.output_tokens.max;
+  const uint64_t room = uint64_t{k.gpu_blocks - 1} * k.gpu_block_size;
+  if (longest > room) {
+    problem("kv_cache.gpu_blocks",
+            str(k.gpu_blocks) + " GPU blocks of " + str(k.gpu_block_size) + " tokens hold " +
+                str(room) + " tokens (block 0 is the null block), fewer than the longest " +
+                "request: workload.prompt_tokens.max + workload.output_tokens.max = " +
+                str(longest));
+  }
   return out;
 }
 

@@ -71,10 +71,13 @@ std::vector<std::string> child_environment(const std::string& token, const std::
 /// One node's processes and what they said.
 class node_run {
  public:
-  /// `node`: the node this launch runs; the scheduler runs on node 0 only.
+  /// `node`: the node this launch runs; the scheduler runs on node 0 only. `sim_engine`: the
+  /// scheduler runs the simulated engine, else the smoke run.
   node_run(const launch_config& config, const launch_plan& plan, uint32_t node,
-           std::vector<rank_id> ranks, std::string binary, std::vector<std::string> env)
-      : config_(config),
+           std::vector<rank_id> ranks, std::string binary, std::vector<std::string> env,
+           bool sim_engine)
+      : sim_engine_(sim_engine),
+        config_(config),
         plan_(plan),
         ranks_(std::move(ranks)),
         binary_(std::move(binary)),
@@ -82,7 +85,8 @@ class node_run {
         children_(1 + ranks_.size()),
         buffers_(children_.size()),
         sup_(names(ranks_), std::chrono::milliseconds{config.runtime.stop_timeout_ms},
-             restarts_allowed(config) ? config.topology.restart.limit : 0, node == 0),
+             restarts_allowed(config) ? config.topology.restart.limit : 0, node == 0,
+             sim_engine ? "simulated run" : "smoke run"),
         node_(node) {}
 
   /// Runs until every child is gone; the launch's exit code.
@@ -98,7 +102,7 @@ class node_run {
     });
     if (node_ == 0) {
       std::vector<std::string> argv{binary_};
-      for (auto& a : scheduler_arguments(config_, plan_)) argv.push_back(std::move(a));
+      for (auto& a : scheduler_arguments(config_, plan_, sim_engine_)) argv.push_back(std::move(a));
       if (!start(0, argv)) {
         signals.on_signal(nullptr);
         ::close(wake_);
@@ -120,6 +124,8 @@ class node_run {
   const std::optional<json>& smoke() const { return smoke_; }
   /// When the scheduler said every rank registered (its first step follows at once).
   const std::optional<clock::time_point>& ready_at() const { return ready_at_; }
+  const std::optional<json>& sim() const { return sim_; }
+  const std::vector<json>& runners() const { return runners_; }
 
  private:
   /// A message of the launcher's own at `level`, shown unless runtime.log_level is above it.
@@ -225,7 +231,8 @@ class node_run {
                                   std::to_string(config_.topology.restart.limit) + ")");
     std::vector<std::string> argv{binary_};
     for (auto& a :
-         worker_arguments(config_, plan_, rank, static_cast<uint16_t>(port_), incarnation)) {
+         worker_arguments(config_, plan_, rank, static_cast<uint16_t>(port_), incarnation,
+                          executor_)) {
       argv.push_back(std::move(a));
     }
     buffers_[child].clear();  // a partial line of the process that died
@@ -275,6 +282,7 @@ class node_run {
               {"incarnation", j.value("incarnation", 0)},
               {"pid", j.value("pid", 0)}});
       }
+      if (event == "runner") runners_.push_back(j);
       return;
     }
     if (event == "listening") {
@@ -285,16 +293,21 @@ class node_run {
     } else if (event == "smoke") {
       smoke_ = j;
       sup_.on_smoke(true);  // the scheduler prints it only when every job and check passed
+    } else if (event == "sim") {
+      sim_ = j;
+      sup_.on_smoke(j.value("ok", false));
     }
   }
 
   void on_listening(const json& j) {
     if (!sup_.start_workers()) return;
     port_ = j.value("port", 0);
+    executor_ = j.value("executor", "");
     json pids = json::array();
     for (size_t k = 0; k < ranks_.size(); ++k) {
       std::vector<std::string> argv{binary_};
-      for (auto& a : worker_arguments(config_, plan_, ranks_[k], static_cast<uint16_t>(port_))) {
+      for (auto& a :
+           worker_arguments(config_, plan_, ranks_[k], static_cast<uint16_t>(port_), 0, executor_)) {
         argv.push_back(std::move(a));
       }
       if (!start(k + 1, argv)) {
@@ -314,6 +327,7 @@ class node_run {
           {"worker_pids", pids}});
   }
 
+  bool sim_engine_;
   const launch_config& config_;
   const launch_plan& plan_;
   std::vector<rank_id> ranks_;
@@ -325,8 +339,11 @@ class node_run {
   uint32_t node_;
   int wake_ = -1;
   int port_ = 0;
+  std::string executor_;  ///< the simulated engine's executor channel (its "listening" line)
   std::optional<json> smoke_;
   std::optional<clock::time_point> ready_at_;
+  std::optional<json> sim_;
+  std::vector<json> runners_;  ///< the workers' "runner" lines
 };
 
 /// Removes the segments earlier runs of this user left behind (their creator is gone); prints
@@ -348,6 +365,46 @@ void sweep_stale_segments(const std::string& log_level) {
     }
   }
   emit({{"event", "cleanup"}, {"removed", names}});
+}
+
+/// The simulated engine's summary fields: the scheduler's "sim" line with the workers' checks.
+/// False when a worker's line is missing or reports a mismatch.
+bool add_sim_figures(json& summary, const json& sim, const std::vector<json>& runners,
+                     size_t ranks) {
+  for (const auto& [k, v] : sim.items()) {
+    if (!summary.contains(k)) summary[k] = v;  // the launch's own fields stay
+  }
+  uint64_t verified = 0;
+  uint64_t mismatches = 0;
+  uint64_t step_errors = 0;
+  for (const auto& r : runners) {
+    verified += r.value("loads_verified", uint64_t{0});
+    mismatches += r.value("load_mismatches", uint64_t{0});
+    step_errors += r.value("step_errors", uint64_t{0});
+    for (const auto& m : r.value("mismatches", json::array())) summary["problems"].push_back(m);
+  }
+  summary["loads_verified"] = verified;
+  summary["load_mismatches"] = mismatches;
+  summary["step_errors"] = step_errors;
+  summary["ranks_reported"] = runners.size();
+  return runners.size() == ranks && mismatches == 0;
+}
+
+/// The human table of a simulated run's summary, on stderr.
+void print_sim_table(const json& s) {
+  std::string out = "simulated engine over " + s.value("ranks", json(0)).dump() + " ranks: " +
+                    s.value("reason", std::string{}) + "\n";
+  for (const char* k :
+       {"steps", "requests_finished", "requests_aborted", "prefill_tokens_computed",
+        "gpu_hit_tokens", "cpu_hit_tokens", "prefill_tokens_saved", "blocks_stored",
+        "blocks_loaded", "loads_verified", "load_mismatches", "jobs_failed", "preemptions",
+        "hung_requests", "pending_jobs", "sim_seconds", "ttft_p50_ms", "output_tokens_per_s",
+        "step_p50_us", "step_p99_us", "store_gbps", "load_gbps", "wall_seconds"}) {
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "  %-24s %s\n", k, s.value(k, json()).dump().c_str());
+    out += buf;
+  }
+  std::cerr << out << std::flush;
 }
 
 }  // namespace
@@ -379,8 +436,24 @@ int run_launch(const launch_options& o) {
   }
   if (!c.offload.enabled) {
     return refuse(
-        "offload.enabled is false: the launch runs the smoke engine over the pool "
-        "(the simulated engine without offloading is not implemented yet)");
+        "offload.enabled is false: a launch needs the pool (`kvconnect soak --compare` runs the "
+        "simulated engine without offloading)");
+  }
+  if (o.engine != "sim" && o.engine != "smoke") {
+    return refuse("--engine " + o.engine + ": sim or smoke");
+  }
+  // The simulated engine's model runners keep each rank's GPU KV in the worker process and take
+  // the model input from node 0's executor channel: a restarted rank would come back without its
+  // GPU prefix cache, and another node does not learn the executor's endpoint. Both run the
+  // smoke engine today.
+  if (o.engine == "sim" && nodes > 1) {
+    return refuse("topology.nodes has " + std::to_string(nodes) +
+                  " nodes: the simulated engine runs on one node; use --engine smoke");
+  }
+  if (o.engine == "sim" && restarts_allowed(c)) {
+    return refuse(
+        "topology.restart.policy on-failure: the simulated engine does not take a restarted rank "
+        "back yet; use --engine smoke");
   }
   std::string token = c.runtime.token;
   if (token.empty()) {
@@ -425,8 +498,9 @@ int run_launch(const launch_options& o) {
     }
     own_segment.emplace(std::move(seg).value());
   }
-  node_run run(c, *plan, o.node, ranks, o.binary, child_environment(token, c.runtime.log_level));
-  const int code = run.run(signals);
+  node_run run(c, *plan, o.node, ranks, o.binary, child_environment(token, c.runtime.log_level),
+               o.engine == "sim");
+  int code = run.run(signals);
   own_segment.reset();  // removes it
 
   // A scheduler that was killed cannot remove its segment: the launch does.
@@ -455,9 +529,26 @@ int run_launch(const launch_options& o) {
           ? json(std::round(std::chrono::duration<double>(*run.ready_at() - t0).count() * 1000) /
                  1000)
           : json();
-  for (const char* k :
-       {"steps", "jobs_ok", "jobs_failed", "rounds_interrupted", "slots_checked", "bytes"}) {
-    summary[k] = run.smoke() ? run.smoke()->value(k, json()) : json();
+  if (o.engine == "sim") {
+    if (run.sim()) {
+      const bool checked = add_sim_figures(summary, *run.sim(), run.runners(), ranks.size());
+      if (code == 0 && !checked) {
+        code = 1;
+        summary["reason"] =
+            std::to_string(run.runners().size()) + " of " + std::to_string(ranks.size()) +
+            " workers reported their load checks; mismatches: " + summary["load_mismatches"].dump();
+      }
+    } else {
+      summary["steps"] = json();
+    }
+    summary["ok"] = code == 0;
+    summary["exit_code"] = code;
+    if (run.sim()) print_sim_table(summary);
+  } else {
+    for (const char* k :
+         {"steps", "jobs_ok", "jobs_failed", "rounds_interrupted", "slots_checked", "bytes"}) {
+      summary[k] = run.smoke() ? run.smoke()->value(k, json()) : json();
+    }
   }
   emit(summary);
   return code;

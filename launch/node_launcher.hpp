@@ -15,13 +15,17 @@
 /// stdout carries the launcher's JSON lines: {"event":"cleanup",...} when stale segments were
 /// removed, {"event":"started",...} once the processes run, {"event":"ready",...} once every rank
 /// registered, {"event":"restarted",...} / {"event":"rejoined",...} for a worker restarted and
-/// registered again, and last {"event":"summary",...} with the smoke run's figures (steps,
-/// jobs_ok, jobs_failed, rounds_interrupted, slots_checked, bytes) and the launch's own (ranks,
-/// restarts, first_step_seconds, wall_seconds, exit_code, reason). The children's stdout lines
-/// are relayed to stderr with their role in front; their logs go to stderr as they are.
+/// registered again, and last {"event":"summary",...} with the run's figures and the launch's
+/// own (ranks, restarts, first_step_seconds, wall_seconds, exit_code, reason). The simulated
+/// engine's figures are the scheduler's "sim" line (run_report.hpp) with the workers' load
+/// checks summed from their "runner" lines (loads_verified, load_mismatches, step_errors); the
+/// smoke run's are steps, jobs_ok, jobs_failed, rounds_interrupted, slots_checked, bytes. The
+/// children's stdout lines are relayed to stderr with their role in front; their logs go to
+/// stderr as they are.
 ///
-/// Exit codes: 0 the smoke run passed (another node: the scheduler stopped its workers); 1 a
-/// failure; 2 a config error (nothing started); 128 + signal when interrupted.
+/// Exit codes: 0 the run passed (the simulated engine: every worker reported, zero mismatches;
+/// another node: the scheduler stopped its workers); 1 a failure; 2 a config error (nothing
+/// started); 128 + signal when interrupted.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -33,6 +37,8 @@ struct launch_options {
   std::vector<std::string> overrides;
   uint32_t node = 0;
   std::string binary;  ///< the kvconnect binary the children run
+  /// "sim": the simulated engine (launch/sim_engine/); "smoke": the smoke run.
+  std::string engine = "sim";
 };
 
 int run_launch(const launch_options& options);

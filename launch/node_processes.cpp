@@ -49,15 +49,22 @@ void append(std::vector<std::string>& to, std::vector<std::string> more) {
 
 }  // namespace
 
-std::vector<std::string> scheduler_arguments(const launch_config& c, const launch_plan& p) {
+std::vector<std::string> scheduler_arguments(const launch_config& c, const launch_plan& p,
+                                             bool sim_engine) {
   std::vector<std::string> args{"scheduler"};
   append(args, shared_flags(c, p, 0));
   const auto& r = c.runtime;
   append(args, {"--host", p.scheduler.network.host, "--port", str(r.port), "--job-timeout-ms",
                 str(r.job_timeout_ms), "--job-timeout-steps", str(r.job_timeout_steps),
-                "--smoke-steps", str(c.workload.steps), "--ready-timeout-ms",
-                str(r.ready_timeout_ms), "--step-timeout-ms", str(r.step_timeout_ms),
-                "--stop-timeout-ms", str(r.stop_timeout_ms)});
+                "--ready-timeout-ms", str(r.ready_timeout_ms), "--step-timeout-ms",
+                str(r.step_timeout_ms), "--stop-timeout-ms", str(r.stop_timeout_ms)});
+  if (sim_engine) {
+    launch_config shown = c;
+    shown.runtime.token.clear();  // other users can read a command line
+    append(args, {"--sim-engine-config", to_yaml(shown)});
+  } else {
+    append(args, {"--smoke-steps", str(c.workload.steps)});
+  }
   if (restarts_allowed(c)) args.push_back("--rank-restarts");
   if (c.topology.nodes.size() > 1) {
     std::string nodes;
@@ -82,7 +89,8 @@ bool restarts_allowed(const launch_config& c) {
 }
 
 std::vector<std::string> worker_arguments(const launch_config& c, const launch_plan& p,
-                                          rank_id rank, uint16_t port, uint32_t incarnation) {
+                                          rank_id rank, uint16_t port, uint32_t incarnation,
+                                          const std::string& executor) {
   const auto& w = p.workers.at(rank);
   std::vector<std::string> args{"worker"};
   append(args, shared_flags(c, p, w.topology.node));
@@ -90,6 +98,9 @@ std::vector<std::string> worker_arguments(const launch_config& c, const launch_p
          {"--host", w.network.host, "--port", str(port), "--rank", str(rank), "--backend",
           w.backend, "--device", str(static_cast<uint64_t>(w.device)), "--register-timeout-ms",
           str(c.runtime.register_timeout_ms), "--incarnation", str(incarnation)});
+  if (!executor.empty()) {
+    append(args, {"--executor", executor, "--gpu-block-size", str(c.kv_cache.gpu_block_size)});
+  }
   append(args, worker_fault_arguments(faults_of(c), rank));
   return args;
 }

@@ -62,7 +62,12 @@ struct scheduler_process_options {
   /// pool's bytes, then stop the workers and exit (0 when every job succeeded and every check
   /// passed). 0: serve until SIGINT/SIGTERM.
   uint32_t smoke_steps = 0;
-  uint32_t ready_timeout_ms = 30000;  ///< smoke: how long to wait for every rank to register
+  /// Non-empty: the launch config (YAML, docs/config.md) of the simulated engine this process
+  /// runs instead of serving (launch/sim_engine/): every rank registered and subscribed to the
+  /// executor channel, it runs the workload's steps, prints {"event":"sim",...} and stops the
+  /// workers. Exclusive with smoke_steps.
+  std::string sim_engine_config;
+  uint32_t ready_timeout_ms = 30000;  ///< smoke / sim: how long to wait for every rank
   uint32_t step_timeout_ms = 10000;   ///< smoke: how long one step's results may take
   uint32_t stop_timeout_ms = 5000;    ///< how long stopping the workers may take
   /// Smoke: after the steps, keep serving (metrics, KV-event replay) until SIGINT/SIGTERM.
@@ -98,6 +103,11 @@ struct worker_process_options {
   uint32_t register_timeout_ms = 5000;
   /// Injected faults: this rank's copy faults wrap its copy engine, the others are ignored.
   fault_options faults;
+  /// Non-empty: run the simulated engine's model runner, taking each step's model input from
+  /// the scheduler's executor channel at this endpoint; prints {"event":"runner",...} (its
+  /// load checks) when it ends. Empty: the synthetic cache, no forward pass.
+  std::string executor;
+  uint32_t gpu_block_size = 16;  ///< tokens per GPU block (the model runner's slots)
 };
 
 /// --tp-size, --pp-size, --node.

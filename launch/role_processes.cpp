@@ -22,9 +22,14 @@
 
 #include "actors/embed/scheduler_connector.hpp"
 #include "actors/embed/worker_connector.hpp"
+#include "launch/config_loader.hpp"
 #include "launch/fault_options.hpp"
 #include "launch/fault_report.hpp"
+#include "launch/launch_plan.hpp"
 #include "launch/signal_watcher.hpp"
+#include "launch/sim_engine/engine_loop.hpp"
+#include "launch/sim_engine/executor_channel.hpp"
+#include "launch/sim_engine/model_runner.hpp"
 #include "launch/smoke_engine.hpp"
 
 namespace kvc::launch {
@@ -122,6 +127,42 @@ int smoke(embed::scheduler_connector& sc, smoke_engine& engine, const scheduler_
   return 0;
 }
 
+/// The simulated engine's scheduler loop: waits for every rank and its executor-channel
+/// subscription, runs the workload (each step's model input published to the workers), ends
+/// the channel and prints the run's figures ("sim"). 0 when the scheduler side saw no problem
+/// (nothing hung or pending); the workers report their load checks themselves.
+int simulate(embed::scheduler_connector& sc, const launch_config& c,
+             sim::executor_publisher& executor, const scheduler_process_options& o,
+             uint64_t offloaded_block_bytes, signal_watcher& signals) {
+  const milliseconds ready{o.ready_timeout_ms};
+  if (auto st = sc.wait_for_workers(ready); !st) {
+    spdlog::error("sim: not every rank registered within {} ms: {}", o.ready_timeout_ms,
+                  st.to_string());
+    return 1;
+  }
+  if (auto st = executor.wait_for_subscribers(o.topology.world_size(), ready); !st) {
+    spdlog::error("sim: {}", st.to_string());
+    return 1;
+  }
+  emit({{"event", "ready"}, {"world_size", o.topology.world_size()}});
+  sim::loop_options lo;
+  lo.step_timeout = milliseconds{o.step_timeout_ms};
+  lo.offloaded_block_bytes = offloaded_block_bytes;
+  lo.run_model = [&](const sim::model_input& in) -> result<double> {
+    if (int sig = signals.signalled()) {
+      return make_error(errc::io_error, "signal " + std::to_string(sig));
+    }
+    if (auto st = executor.publish({false, in}); !st) return st;
+    return 0.0;  // the ranks' connector time is theirs, not measured here
+  };
+  auto rep = sim::run_engine_loop(c, &sc, lo);
+  if (auto st = executor.publish({true, {}}); !st) spdlog::warn("sim: {}", st.to_string());
+  auto line = sim::summary_json(rep);  // the launcher adds the workers' checks and prints it
+  line["event"] = "sim";
+  emit(line);
+  return rep.ok() ? 0 : 1;
+}
+
 /// Without an engine loop: the coordinator still takes what arrives (rank arrivals and
 /// departures), as an idle engine's scheduler loop would, until a signal.
 int serve(embed::scheduler_connector& sc, signal_watcher& signals) {
@@ -158,6 +199,27 @@ status run_steps(embed::worker_connector& wc, signal_watcher& signals) {
   return status::success();
 }
 
+/// The simulated engine's model on this rank: each step's model input from the executor
+/// channel, run through the model runner, until the channel's end, the scheduler's going or a
+/// signal.
+status run_model(embed::worker_connector& wc, sim::model_runner& runner,
+                 sim::executor_subscriber& executor, signal_watcher& signals) {
+  constexpr std::chrono::seconds bind_timeout{30};
+  while (!signals.signalled()) {
+    auto m = executor.receive(idle_slice);
+    if (!m) return m.error();
+    if (!m->has_value()) {
+      if (!wc.connected()) return status::success();
+      continue;
+    }
+    if ((*m)->end) return status::success();
+    if (auto st = runner.run_step((*m)->input, bind_timeout); !st) {
+      spdlog::error("worker {}: step {}: {}", wc.rank(), (*m)->input.step, st.to_string());
+    }
+  }
+  return status::success();
+}
+
 }  // namespace
 
 /// The fault report of the scheduler's end: the channel faults it injected and what the
@@ -181,6 +243,22 @@ int run_scheduler_process(const scheduler_process_options& o) {
   if (!faults) return fail("scheduler", 2, faults.error().message());
   auto plan = derive_pool(o.topology, o.pool);
   if (!plan) return fail("scheduler", 1, plan.error().to_string());
+  std::optional<launch_config> sim_config;
+  std::optional<launch_plan> sim_plan;
+  if (!o.sim_engine_config.empty()) {
+    auto loaded = load_config(o.sim_engine_config, "--sim-engine-config", {});
+    if (!loaded.ok()) {
+      return fail("scheduler", 1, "--sim-engine-config: " + loaded.errors[0].to_string());
+    }
+    auto derived = make_plan(loaded.config, o.pool.instance, o.token);
+    if (!derived) return fail("scheduler", 1, derived.error().to_string());
+    if (derived->pool.num_slots != plan->geometry.num_slots ||
+        derived->kv.slot_bytes != plan->geometry.slot_bytes) {
+      return fail("scheduler", 1, "--sim-engine-config: its pool differs from the pool flags'");
+    }
+    sim_config = loaded.config;
+    sim_plan = std::move(derived).value();
+  }
   std::optional<smoke_engine> engine;
   if (o.smoke_steps > 0) {
     auto s = smoke_engine::create(plan->geometry.world_size, o.pool.slots, o.pool.kv,
@@ -197,6 +275,7 @@ int run_scheduler_process(const scheduler_process_options& o) {
   cfg.pool = pool_of(o.pool, o.prefault);
   cfg.planner.gpu_block_size = smoke_engine::gpu_block_size;
   cfg.planner.offloaded_block_size = o.pool.kv.block_factor * smoke_engine::gpu_block_size;
+  if (sim_plan) cfg.planner = sim_plan->scheduler.planner;  // the config's block sizes, policy
   cfg.job_timeout = milliseconds{o.job_timeout_ms};
   cfg.observe.serve_metrics = o.metrics_port != 0;
   cfg.observe.metrics_port = o.metrics_port;
@@ -207,6 +286,12 @@ int run_scheduler_process(const scheduler_process_options& o) {
   cfg.faults = faults_at(*faults, fault_site::channel);
   auto sc = embed::scheduler_connector::create(cfg);
   if (!sc) return fail("scheduler", 1, "cannot start: " + sc.error().to_string());
+  std::unique_ptr<sim::executor_publisher> executor;
+  if (sim_config) {
+    auto p = sim::executor_publisher::create(o.host);
+    if (!p) return fail("scheduler", 1, "cannot start: " + p.error().to_string());
+    executor = std::move(p).value();
+  }
   // A second signal exits at once; the pool's name must not outlive the process.
   signals.on_second_signal([name = plan->segment] { ::shm_unlink(name.c_str()); });
   emit({{"event", "listening"},
@@ -214,6 +299,7 @@ int run_scheduler_process(const scheduler_process_options& o) {
         {"segment", plan->segment},
         {"layout_checksum", plan->layout_checksum},
         {"world_size", plan->geometry.world_size},
+        {"executor", executor ? executor->endpoint() : std::string{}},
         {"pid", ::getpid()},
         {"metrics_port", (*sc)->metrics_port()},
         {"kv_events_endpoint", (*sc)->kv_events_endpoint()},
@@ -223,7 +309,10 @@ int run_scheduler_process(const scheduler_process_options& o) {
       "bytes per rank)",
       o.host, (*sc)->port(), plan->geometry.world_size, plan->segment, plan->geometry.num_slots,
       plan->geometry.slot_bytes);
-  int code = engine ? smoke(**sc, *engine, o, signals) : serve(**sc, signals);
+  int code = engine     ? smoke(**sc, *engine, o, signals)
+             : executor ? simulate(**sc, *sim_config, *executor, o,
+                                   sim_plan->kv.slot_bytes * sim_plan->kv.world_size, signals)
+                        : serve(**sc, signals);
   if (engine && code == 0 && o.serve_after_smoke) code = serve(**sc, signals);
   if (int sig = signals.signalled()) spdlog::info("scheduler: signal {}: shutting down", sig);
   auto stopped = (*sc)->shutdown(milliseconds{o.stop_timeout_ms});
@@ -285,8 +374,24 @@ int run_worker_process(const worker_process_options& o) {
   };
   auto wc = embed::worker_connector::prepare(cfg);
   if (!wc) return refused(wc.error(), false);
-  if (auto st = install_synthetic_kv(**wc, o.pool.kv); !st) {
-    return fail(who, 2, rank + "set-up failed: " + st.to_string());
+  std::optional<sim::model_runner> runner;
+  std::unique_ptr<sim::executor_subscriber> executor;
+  if (o.executor.empty()) {
+    if (auto st = install_synthetic_kv(**wc, o.pool.kv); !st) {
+      return fail(who, 2, rank + "set-up failed: " + st.to_string());
+    }
+  } else {
+    const sim::runner_geometry g{.layers = o.pool.kv.layers,
+                                 .page_bytes = o.pool.kv.page_bytes,
+                                 .gpu_blocks = o.pool.kv.gpu_blocks,
+                                 .gpu_block_size = o.gpu_block_size,
+                                 .finish_transfers = true};
+    auto r = sim::model_runner::create((*wc)->copy_engine(), wc->get(), o.rank, g);
+    if (!r) return fail(who, 2, rank + "set-up failed: " + r.error().to_string());
+    runner.emplace(std::move(r).value());
+    auto sub = sim::executor_subscriber::connect(o.executor);
+    if (!sub) return fail(who, 2, rank + "set-up failed: " + sub.error().to_string());
+    executor = std::move(sub).value();
   }
   if (auto st = (*wc)->register_with_scheduler(); !st) return refused(st, true);
   spdlog::info("worker: registered as rank {} (incarnation {})", o.rank, o.incarnation);
@@ -294,6 +399,21 @@ int run_worker_process(const worker_process_options& o) {
         {"rank", o.rank},
         {"incarnation", o.incarnation},
         {"pid", ::getpid()}});
+  if (runner) {
+    if (auto st = run_model(**wc, *runner, *executor, signals); !st) {
+      spdlog::error("worker {}: {}", o.rank, st.to_string());
+    }
+    const auto& s = runner->stats();
+    emit({{"event", "runner"},
+          {"rank", o.rank},
+          {"steps", s.steps},
+          {"tokens_written", s.tokens_written},
+          {"loads_verified", s.loads_verified},
+          {"load_mismatches", s.load_mismatches},
+          {"blocks_load_failed", s.blocks_load_failed},
+          {"step_errors", s.step_errors},
+          {"mismatches", s.mismatches}});
+  }
   const status st = run_steps(**wc, signals);
   if (!signals.signalled() && !(*wc)->stopped()) {
     return fail(who, 1, rank + "stopped: " + st.to_string());

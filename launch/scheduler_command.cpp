@@ -29,8 +29,12 @@ void add_scheduler_command(CLI::App& app, int& exit_code) {
                   "Once every rank registered, drive this many store/load steps, check the "
                   "pool, stop the workers and exit (0: serve until SIGINT/SIGTERM)")
       ->capture_default_str();
+  cmd->add_option("--sim-engine-config", o->sim_engine_config,
+                  "Run the simulated engine with this launch config (YAML text) once every rank "
+                  "registered, then stop the workers and exit")
+      ->excludes("--smoke-steps");
   cmd->add_option("--ready-timeout-ms", o->ready_timeout_ms,
-                  "Smoke: how long every rank may take to register")
+                  "Smoke / simulated engine: how long every rank may take to register")
       ->capture_default_str();
   cmd->add_option("--step-timeout-ms", o->step_timeout_ms,
                   "Smoke: how long one step's results may take")

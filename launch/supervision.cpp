@@ -8,13 +8,14 @@
 namespace kvc::launch {
 
 supervision::supervision(std::vector<std::string> names, std::chrono::milliseconds grace,
-                         uint32_t restart_limit, bool scheduler_here)
+                         uint32_t restart_limit, bool scheduler_here, std::string run)
     : names_(std::move(names)),
       children_(names_.size(), state::idle),
       restarted_(names_.size(), 0),
       grace_(grace),
       restart_limit_(restart_limit),
-      scheduler_here_(scheduler_here) {}
+      scheduler_here_(scheduler_here),
+      run_(std::move(run)) {}
 
 void supervision::on_started(size_t child) {
   if (child < children_.size()) children_[child] = state::running;
@@ -31,10 +32,10 @@ std::vector<supervision::order> supervision::on_exit(size_t child, int code, tim
   if (stopping_) return {};
   const std::string& who = names_[child];
   if (child == 0) {
-    if (code == 0 && smoke_passed_) return stop(0, "the smoke run passed", false, SIGTERM, now);
+    if (code == 0 && smoke_passed_) return stop(0, "the " + run_ + " passed", false, SIGTERM, now);
     return stop(1,
                 who + " exited with code " + std::to_string(code) +
-                    (smoke_seen_ ? "" : " before its smoke run ended"),
+                    (smoke_seen_ ? "" : " before its " + run_ + " ended"),
                 true, SIGTERM, now);
   }
   if (!scheduler_here_ && code == 0) {
@@ -56,7 +57,7 @@ std::vector<supervision::order> supervision::on_exit(size_t child, int code, tim
       return {};
     }
     std::string why = who + " exited with code " + std::to_string(code);
-    if (!smoke_seen_) why += " before the smoke run ended";
+    if (!smoke_seen_) why += " before the " + run_ + " ended";
     if (!smoke_seen_ && restart_limit_ > 0) {
       why += code == refused_exit_code
                  ? " (refused: not restarted)"

@@ -51,8 +51,10 @@ class supervision {
   /// scheduler first; none started yet. `restart_limit`: restarts allowed per worker (0: a
   /// failure ends the launch, restart.policy never).
   /// `scheduler_here`: false on a node whose scheduler runs elsewhere.
+  /// `run` names the scheduler's run in the reasons ("smoke run", "simulated run").
   supervision(std::vector<std::string> names, std::chrono::milliseconds grace,
-              uint32_t restart_limit = 0, bool scheduler_here = true);
+              uint32_t restart_limit = 0, bool scheduler_here = true,
+              std::string run = "smoke run");
 
   void on_started(size_t child);
   /// The scheduler's smoke line: `passed` when every job succeeded and every check passed.
@@ -99,6 +101,7 @@ class supervision {
   uint32_t restart_limit_;
   bool scheduler_here_;
   uint32_t restarts_total_ = 0;
+  std::string run_;
   bool smoke_seen_ = false;
   bool smoke_passed_ = false;
   bool stopping_ = false;

@@ -28,6 +28,12 @@ void add_worker_command(CLI::App& app, int& exit_code) {
                   "How long the scheduler may take to answer the registration")
       ->capture_default_str();
   add_fault_flags(*cmd, o->faults);
+  cmd->add_option("--executor", o->executor,
+                  "The simulated engine's executor channel (tcp://host:port): run its model")
+      ->capture_default_str();
+  cmd->add_option("--gpu-block-size", o->gpu_block_size, "Tokens per GPU block (with --executor)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1u << 20));
   cmd->callback([o, &exit_code] { exit_code = run_worker_process(*o); });
 }
 

@@ -23,6 +23,10 @@
 #include "proto/status.hpp"
 #include "proto/topology.hpp"
 
+namespace kvc::channel {
+class server_transport;  // actors/channel/transport.hpp
+}  // namespace kvc::channel
+
 namespace kvc::embed {
 
 /// Where a worker_connector's scheduler lives: in_process registers with a
@@ -84,6 +88,10 @@ struct observe_config {
   std::string kv_events_topic;      ///< first frame of every batch (vLLM's default: empty)
   size_t kv_events_buffer = 10000;  ///< batches kept for replay (vLLM's buffer_steps)
 };
+/// Wraps the scheduler's end of the step channel in a decorator (every frame of every rank
+/// passes it once: fault injection, recording). Returns the transport to use; null is an error.
+using transport_decorator = std::function<std::unique_ptr<channel::server_transport>(
+    std::unique_ptr<channel::server_transport>)>;
 
 struct scheduler_connector_config {
   step_transport transport = step_transport::zmq;
@@ -122,6 +130,9 @@ struct fault_stats {
   uint64_t rejected_reports = 0;  ///< reports of unknown, stale or lost senders, dropped
   uint64_t dropped_frames = 0;    ///< frames the step channel refused (corrupt, misrouted)
   friend bool operator==(const fault_stats&, const fault_stats&) = default;
+  /// Unset: the transport as made. The decorator must include actors/channel/transport.hpp
+  /// (an internal header: for kvconnect's own tools and tests).
+  transport_decorator wrap_transport;
 };
 
 /// Builds a rank's copy engine (tests bring a deterministic one). Unset: cuda::make_copy_engine

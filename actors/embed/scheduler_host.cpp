@@ -22,7 +22,7 @@ namespace {
 
 using steady = std::chrono::steady_clock;
 
-result<std::unique_ptr<channel::server_transport>> make_transport(
+result<std::unique_ptr<channel::server_transport>> make_bare_transport(
     const scheduler_connector_config& cfg) {
   if (cfg.transport == step_transport::memory) {
     return std::unique_ptr<channel::server_transport>{new channel::memory_server()};
@@ -30,6 +30,16 @@ result<std::unique_ptr<channel::server_transport>> make_transport(
   auto z = channel::zmq_server::create(cfg.listen ? cfg.network.host : std::string{}, cfg.token);
   if (!z) return z.error();
   return std::unique_ptr<channel::server_transport>{std::move(z).value()};
+}
+
+/// The transport, wrapped by cfg.wrap_transport when one is set (fault injection, recording).
+result<std::unique_ptr<channel::server_transport>> make_transport(
+    const scheduler_connector_config& cfg) {
+  auto t = make_bare_transport(cfg);
+  if (!t || !cfg.wrap_transport) return t;
+  auto wrapped = cfg.wrap_transport(std::move(t).value());
+  if (!wrapped) return make_error(errc::invalid_argument, "wrap_transport returned no transport");
+  return wrapped;
 }
 
 }  // namespace

@@ -45,7 +45,7 @@
 #include "actors/scheduler/planner.hpp"
 #include "actors/worker/transfer_executor.hpp"
 #include "cuda/copy_engine.hpp"
-#include "tests/connector/gpu_block_pool.hpp"
+#include "launch/sim_engine/gpu_block_pool.hpp"
 #include "tests/connector/recording_manager.hpp"
 
 namespace kvc::testing {
@@ -138,7 +138,7 @@ class engine_model {
   recording_manager& manager() noexcept { return *manager_; }
   worker::transfer_executor& worker(rank_id r) { return workers_.at(r); }
   cuda::copy_engine& engine(rank_id r) { return *engines_.at(r); }
-  gpu_block_pool& pool() noexcept { return pool_; }
+  sim::gpu_block_pool& pool() noexcept { return pool_; }
   const model_stats& stats() const noexcept { return stats_; }
   std::optional<request_state> state_of(const std::string& id) const;
   /// All of the request's tokens so far (prompt + outputs); empty for unknown ids.
@@ -188,7 +188,7 @@ class engine_model {
   recording_manager* manager_ = nullptr;  ///< owned by sched_
   std::unique_ptr<scheduler::planner> sched_;
   std::unique_ptr<rank_aggregator> agg_;
-  gpu_block_pool pool_;
+  sim::gpu_block_pool pool_;
 
   std::map<std::string, std::unique_ptr<request>> requests_;
   std::vector<request*> running_;

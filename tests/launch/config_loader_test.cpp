@@ -197,16 +197,21 @@ TEST(ConfigLoaderTest, ImpossibleGeometryIsNamedAtTheKeyToChange) {
 
   auto shm = load("topology:\n  nodes: [{name: a, shm_bytes: 32MiB}]\n");
   EXPECT_THAT(errors_of(shm), ElementsAre(HasSubstr("tp4.yaml:2: topology.nodes[0].shm_bytes: "
-                                                    "the node's segment takes 69206016 bytes")));
+                                                    "the node's segment takes 270532608 bytes")));
 }
 
 TEST(ConfigLoaderTest, CrossKeyProblemsNameWhereTheValueCameFrom) {
   // From --set; 4 GPU blocks cannot hold the smoke run's source and destination groups of 2 blocks
   // each.
+  // They cannot hold the simulated engine's longest request either.
   auto l = load("offload:\n  block_size: 32\n", {"kv_cache.gpu_blocks=4"});
   EXPECT_THAT(errors_of(l), ElementsAre("--set: kv_cache.gpu_blocks: 4 GPU blocks are too few "
                                         "for the smoke run: needs >= 2 x (offload.block_size / "
-                                        "kv_cache.gpu_block_size) + 1 = 5"));
+                                        "kv_cache.gpu_block_size) + 1 = 5",
+                                        "--set: kv_cache.gpu_blocks: 4 GPU blocks of 16 tokens "
+                                        "hold 48 tokens (block 0 is the null block), fewer than "
+                                        "the longest request: workload.prompt_tokens.max + "
+                                        "workload.output_tokens.max = 832"));
   auto d = load("kv_cache:\n  kv_heads: 3\n");
   EXPECT_THAT(errors_of(d), ElementsAre("tp4.yaml:2: kv_cache.kv_heads: 3 heads cannot be split "
                                         "over tensor_parallel 2 ranks (one must divide the "
@@ -216,8 +221,8 @@ TEST(ConfigLoaderTest, CrossKeyProblemsNameWhereTheValueCameFrom) {
                                              "than pipeline_parallel 2 stages"));
   auto dflt = load("workload:\n  prompt_tokens: {max: 32}\n");
   EXPECT_THAT(errors_of(dflt),
-              ElementsAre("tp4.yaml:2: workload.prompt_tokens: min 128 > max 32",
-                          "tp4.yaml: workload.shared_prefix_tokens.max: 1024 tokens exceed "
+              ElementsAre("tp4.yaml:2: workload.prompt_tokens: min 64 > max 32",
+                          "tp4.yaml: workload.shared_prefix_tokens.max: 512 tokens exceed "
                           "workload.prompt_tokens.max 32"));
 }
 

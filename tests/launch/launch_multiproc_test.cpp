@@ -66,15 +66,18 @@ class LaunchMultiprocTest : public ::testing::Test {
     return shm::testing::shm_entries(instance_ + "-");
   }
 
-  /// `kvconnect launch` with this test's instance and `extra`.
-  std::vector<std::string> launch_argv(const std::vector<std::string>& extra) const {
-    std::vector<std::string> argv{KVC_BINARY, "launch", "--set", "runtime.instance=" + instance_};
+  /// `kvconnect launch` with this test's instance, the smoke run unless `engine` says otherwise,
+  /// and `extra`.
+  std::vector<std::string> launch_argv(const std::vector<std::string>& extra,
+                                       const std::string& engine = "smoke") const {
+    std::vector<std::string> argv{KVC_BINARY, "launch", "--engine",
+                                  engine,     "--set",  "runtime.instance=" + instance_};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return argv;
   }
 
-  void launch(std::vector<std::string> extra) {
-    auto c = child_process::start(launch_argv(extra));
+  void launch(std::vector<std::string> extra, const std::string& engine = "smoke") {
+    auto c = child_process::start(launch_argv(extra, engine));
     ASSERT_TRUE(c.ok()) << c.error().to_string();
     launcher_ = std::move(c).value();
   }
@@ -223,6 +226,49 @@ TEST_F(LaunchMultiprocTest, FaultsThatLoseNothingPassAndAreReportedByEachProcess
   EXPECT_GT(delayed, 0u);
 }
 
+TEST_F(LaunchMultiprocTest, TheSimulatedEngineRunsTheDefaultWorkloadAndVerifiesEveryLoad) {
+  // The embedded default (TP=2) with a shorter run; the workers check every load they did.
+  launch({"--set", "workload.steps=120"}, "sim");
+  started();
+  EXPECT_EQ(exit_code(), 0) << launcher_.stderr_text();
+  auto j = summary();
+  EXPECT_EQ(j.at("ok"), true) << j.dump();
+  EXPECT_EQ(j.at("reason"), "the simulated run passed");
+  EXPECT_GE(j.at("steps").get<uint64_t>(), 120u);  // and the drain
+  EXPECT_GT(j.at("requests_finished").get<uint64_t>(), 0u);
+  EXPECT_GT(j.at("blocks_stored").get<uint64_t>(), 0u);
+  EXPECT_GT(j.at("loads_verified").get<uint64_t>(), 0u) << j.dump();
+  EXPECT_EQ(j.at("loads_verified").get<uint64_t>(),
+            j.at("blocks_loaded").get<uint64_t>() * 2);  // one GPU block per offloaded, 2 ranks
+  EXPECT_EQ(j.at("load_mismatches"), 0);
+  EXPECT_EQ(j.at("jobs_failed"), 0);
+  EXPECT_EQ(j.at("hung_requests"), 0);
+  EXPECT_EQ(j.at("pending_jobs"), 0);
+  EXPECT_EQ(j.at("ranks_reported"), 2);
+  EXPECT_EQ(j.at("restarts"), 0);
+  for (const char* k : {"gpu_hit_tokens", "cpu_hit_tokens", "prefill_tokens_computed",
+                        "prefill_tokens_saved", "bytes_stored", "bytes_loaded", "store_gbps",
+                        "load_gbps", "step_p50_us", "step_p99_us", "ttft_p50_ms"}) {
+    EXPECT_TRUE(j.contains(k)) << k;
+  }
+  EXPECT_TRUE(leftover_segments().empty());
+}
+
+TEST_F(LaunchMultiprocTest, TheSimulatedEngineRunsTp4Pp2) {
+  launch({KVC_SOURCE_DIR "/launch/examples/tp4pp2.yaml", "--set", "workload.steps=60"}, "sim");
+  started();
+  ASSERT_EQ(exit_code(), 0) << launcher_.stderr_text();
+  auto j = summary();
+  EXPECT_EQ(j.at("ok"), true) << j.dump();
+  EXPECT_EQ(j.at("ranks"), 8);
+  EXPECT_EQ(j.at("ranks_reported"), 8);
+  EXPECT_GT(j.at("requests_finished").get<uint64_t>(), 0u);
+  EXPECT_EQ(j.at("load_mismatches"), 0);
+  // Each offloaded block is 2 GPU blocks, checked on each of the 8 ranks.
+  EXPECT_EQ(j.at("loads_verified").get<uint64_t>(), j.at("blocks_loaded").get<uint64_t>() * 16);
+  EXPECT_TRUE(leftover_segments().empty());
+}
+
 TEST_F(LaunchMultiprocTest, SigtermMidRunLeavesNoChildAndNoSegment) {
   launch({"--set", "workload.steps=4000000000"});
   started();
@@ -234,6 +280,18 @@ TEST_F(LaunchMultiprocTest, SigtermMidRunLeavesNoChildAndNoSegment) {
   EXPECT_EQ(j.at("ok"), false);
   EXPECT_EQ(j.at("reason"), "signal 15");
   EXPECT_TRUE(j.at("jobs_ok").is_null());  // the smoke run did not finish
+  // TearDown checks that no child and no segment is left.
+}
+
+TEST_F(LaunchMultiprocTest, SigtermMidSimulatedRunLeavesNoChildAndNoSegment) {
+  launch({"--set", "workload.steps=4000000000"}, "sim");
+  started();
+  ASSERT_TRUE(launcher_.find_stdout("\"ready\"", patience).ok()) << launcher_.stderr_text();
+  ASSERT_TRUE(launcher_.signal(SIGTERM).ok());
+  EXPECT_EQ(exit_code(), 128 + SIGTERM) << launcher_.stderr_text();
+  auto j = summary();
+  EXPECT_EQ(j.at("ok"), false);
+  EXPECT_EQ(j.at("reason"), "signal 15");
   // TearDown checks that no child and no segment is left.
 }
 

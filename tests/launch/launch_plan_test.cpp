@@ -26,7 +26,9 @@ const char* tp4pp2 =
     "           gpu_blocks: 32}\n"
     "offload: {cpu_bytes_to_use: 512MiB, block_size: 32, eviction_policy: arc,\n"
     "          store_threshold: 2, max_tracker_size: 1000}\n"
-    "runtime: {port: 5710, job_timeout_ms: 250, register_timeout_ms: 700}\n";
+    "runtime: {port: 5710, job_timeout_ms: 250, register_timeout_ms: 700}\n"
+    "workload: {prompt_tokens: {min: 64, max: 384}, shared_prefix_tokens: {min: 32, max: 256},\n"
+    "           output_tokens: {min: 8, max: 64}}\n";
 
 TEST(LaunchPlanTest, GeometrySplitsHeadsOverTpAndLayersOverPp) {
   const auto g = derive_geometry(loaded(tp4pp2));
@@ -153,11 +155,21 @@ TEST(LaunchPlanTest, TheNodesProcessesGetTheSameTopologyAndPoolFlags) {
                                            "1000"};
   std::vector<std::string> want{"scheduler"};
   want.insert(want.end(), shared.begin(), shared.end());
-  want.insert(want.end(),
-              {"--host", "127.0.0.1", "--port", "0", "--job-timeout-ms", "250",
-               "--job-timeout-steps", "1000", "--smoke-steps", "30", "--ready-timeout-ms", "30000",
-               "--step-timeout-ms", "10000", "--stop-timeout-ms", "5000"});
-  EXPECT_EQ(scheduler_arguments(c, *plan), want);
+  want.insert(want.end(), {"--host", "127.0.0.1", "--port", "0", "--job-timeout-ms", "250",
+                           "--job-timeout-steps", "1000", "--ready-timeout-ms", "30000",
+                           "--step-timeout-ms", "10000", "--stop-timeout-ms", "5000"});
+  auto smoke = want;
+  smoke.insert(smoke.end(), {"--smoke-steps", "30"});
+  EXPECT_EQ(scheduler_arguments(c, *plan), smoke);
+  // The simulated engine gets the whole config, without its token.
+  auto sim = scheduler_arguments(c, *plan, true);
+  ASSERT_EQ(sim.size(), want.size() + 2);
+  EXPECT_TRUE(std::equal(want.begin(), want.end(), sim.begin()));
+  EXPECT_EQ(sim[want.size()], "--sim-engine-config");
+  auto shown = c;
+  shown.runtime.token.clear();
+  EXPECT_EQ(sim.back(), to_yaml(shown));
+  EXPECT_EQ(load_config(sim.back(), "<args>", {}).config, shown);
 
   want = {"worker"};
   want.insert(want.end(), shared.begin(), shared.end());
@@ -173,7 +185,10 @@ TEST(LaunchPlanTest, TheNodesProcessesGetTheSameTopologyAndPoolFlags) {
   restarting.topology.restart = {"on-failure", 3};
   EXPECT_EQ(scheduler_arguments(restarting, *plan).back(), "--rank-restarts");
   restarting.topology.restart = {"on-failure", 0};
-  EXPECT_EQ(scheduler_arguments(restarting, *plan).back(), "5000");
+  EXPECT_EQ(scheduler_arguments(restarting, *plan).back(), "30");  // --smoke-steps
+  want.back() = "0";
+  want.insert(want.end(), {"--executor", "tcp://127.0.0.1:9", "--gpu-block-size", "16"});
+  EXPECT_EQ(worker_arguments(c, *plan, 5, 4242, 0, "tcp://127.0.0.1:9"), want);
   // The token is never on a command line.
   for (const auto& a : worker_arguments(c, *plan, 0, 1)) EXPECT_NE(a, "secret");
 }

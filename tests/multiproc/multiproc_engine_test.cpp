@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "actors/embed/scheduler_connector.hpp"
-#include "tests/connector/gpu_block_pool.hpp"
+#include "launch/sim_engine/gpu_block_pool.hpp"
 #include "tests/connector/recording_manager.hpp"
 #include "tests/multiproc/mp_protocol.hpp"
 #include "tests/shm/shm_entries.hpp"
@@ -279,7 +279,7 @@ class mp_engine {
 
   embed::scheduler_connector& sc_;
   std::vector<child_process>& workers_;
-  kvc::testing::gpu_block_pool pool_;
+  kvc::sim::gpu_block_pool pool_;
   std::vector<std::unique_ptr<request>> requests_;
   std::vector<request*> waiting_;
   std::vector<request*> running_;

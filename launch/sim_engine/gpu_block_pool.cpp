@@ -1,8 +1,8 @@
-#include "tests/connector/gpu_block_pool.hpp"
+#include "launch/sim_engine/gpu_block_pool.hpp"
 
 #include <cassert>
 
-namespace kvc::testing {
+namespace kvc::sim {
 
 gpu_block_pool::gpu_block_pool(uint32_t num_blocks) : blocks_(num_blocks) {
   assert(num_blocks >= 2);
@@ -67,4 +67,4 @@ void gpu_block_pool::reset_prefix_cache() {
   for (auto& blk : blocks_) blk.hash.reset();
 }
 
-}  // namespace kvc::testing
+}  // namespace kvc::sim

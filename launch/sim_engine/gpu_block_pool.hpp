@@ -1,6 +1,6 @@
 #pragma once
-/// gpu_block_pool: the test engine's GPU KV-block allocator with prefix caching, a small model of
-/// vLLM's BlockPool + KVCacheManager for one KV-cache group.
+/// gpu_block_pool: the simulated engine's GPU KV-block allocator with prefix caching, a small
+/// model of vLLM's BlockPool + KVCacheManager for one KV-cache group.
 ///
 /// Block 0 is the null block and never handed out. Every other block has a ref count (requests
 /// using it) and, once full and computed, may carry a block hash that makes it findable by
@@ -10,7 +10,8 @@
 /// free block can be revived by take() (it leaves the free queue). Only the first block computed
 /// for a hash is registered; a second block with the same content stays anonymous.
 ///
-/// Test support; not thread-safe.
+/// Used by the simulated engine (sim_scheduler) and the connector tests' engine_model; not
+/// thread-safe.
 #include <cstdint>
 #include <list>
 #include <optional>
@@ -21,7 +22,7 @@
 #include "proto/block_key.hpp"
 #include "proto/ids.hpp"
 
-namespace kvc::testing {
+namespace kvc::sim {
 
 class gpu_block_pool {
  public:
@@ -62,4 +63,4 @@ class gpu_block_pool {
   std::unordered_map<block_key, gpu_block, block_key_hash> cached_;
 };
 
-}  // namespace kvc::testing
+}  // namespace kvc::sim

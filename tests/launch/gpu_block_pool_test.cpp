@@ -1,8 +1,8 @@
-#include "tests/connector/gpu_block_pool.hpp"
+#include "launch/sim_engine/gpu_block_pool.hpp"
 
 #include <gtest/gtest.h>
 
-namespace kvc::testing {
+namespace kvc::sim {
 namespace {
 
 using blocks = std::vector<gpu_block>;
@@ -60,4 +60,4 @@ TEST(GpuBlockPoolTest, SharedBlocksAreFreedByTheirLastUser) {
 }
 
 }  // namespace
-}  // namespace kvc::testing
+}  // namespace kvc::sim

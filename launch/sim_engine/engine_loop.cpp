@@ -1,0 +1,180 @@
+#include "launch/sim_engine/engine_loop.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+
+#include "launch/sim_engine/workload_generator.hpp"
+
+namespace kvc::sim {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+double ns_since(clock::time_point t0) {
+  return static_cast<double>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - t0).count());
+}
+
+/// The scheduler_connector as the core's connector_calls, timing every call.
+class timed_connector final : public connector_calls {
+ public:
+  explicit timed_connector(embed::scheduler_connector& sc) : sc_(sc) {}
+  scheduler::match_result get_num_new_matched_tokens(const scheduler::request_view& req,
+                                                     uint32_t num_computed) override {
+    const auto t0 = clock::now();
+    auto m = sc_.get_num_new_matched_tokens(req, num_computed);
+    ns += ns_since(t0);
+    return m;
+  }
+  status update_state_after_alloc(const scheduler::request_view& req,
+                                  std::span<const gpu_block> blocks,
+                                  uint32_t num_external) override {
+    const auto t0 = clock::now();
+    auto st = sc_.update_state_after_alloc(req, blocks, num_external);
+    ns += ns_since(t0);
+    return st;
+  }
+  bool request_finished(std::string_view id) override {
+    const auto t0 = clock::now();
+    const bool delay = sc_.request_finished(id);
+    ns += ns_since(t0);
+    return delay;
+  }
+  double ns = 0;
+
+ private:
+  embed::scheduler_connector& sc_;
+};
+
+}  // namespace
+
+engine_limits limits_of(const launch::launch_config& c) {
+  const auto& w = c.workload;
+  return {.gpu_blocks = c.kv_cache.gpu_blocks,
+          .gpu_block_size = c.kv_cache.gpu_block_size,
+          .max_running = w.max_running,
+          .max_batched_tokens = w.max_batched_tokens,
+          .prefill_token_us = w.prefill_token_us,
+          .decode_step_us = w.decode_step_us,
+          .load_token_us = w.load_token_us};
+}
+
+run_report run_engine_loop(const launch::launch_config& c, embed::scheduler_connector* sc,
+                           const loop_options& o) {
+  const engine_limits limits = limits_of(c);
+  no_connector none;
+  std::unique_ptr<timed_connector> timed;
+  if (sc) timed = std::make_unique<timed_connector>(*sc);
+  connector_calls& calls = timed ? static_cast<connector_calls&>(*timed) : none;
+  sim_scheduler core(limits, calls);
+  const uint64_t room = uint64_t{limits.gpu_blocks - 1} * limits.gpu_block_size;
+  workload_generator gen(c.workload, static_cast<uint32_t>(std::min<uint64_t>(room, UINT32_MAX)));
+
+  run_report rep;
+  rep.offload = sc != nullptr;
+  const uint64_t block_bytes = o.offloaded_block_bytes;
+  double connector_ns = 0;
+  double store_seconds = 0;
+  double load_seconds = 0;
+  std::vector<double> step_us;
+  auto problem = [&rep](std::string p) {
+    if (rep.problems.size() < 20) rep.problems.push_back(std::move(p));
+  };
+
+  const uint64_t last = uint64_t{c.workload.steps} + o.drain_limit;
+  for (uint64_t s = 1; s <= last; ++s) {
+    const auto t0 = clock::now();
+    const bool draining = s > c.workload.steps;
+    if (!draining) {
+      for (auto& spec : gen.arrivals(s)) {
+        if (auto st = core.add(std::move(spec)); !st) problem(st.to_string());
+      }
+    } else if (s == c.workload.steps + 1) {
+      core.abort_all();
+    }
+    if (draining && core.idle() && (!sc || sc->jobs_in_flight() == 0)) break;
+    core.schedule();
+    const step_id step = core.step();
+    scheduler::request_completions completions;
+    if (sc) {
+      auto t = clock::now();
+      auto meta = sc->build_connector_meta(core.input());
+      connector_ns += ns_since(t);
+      if (!meta) {
+        problem("step " + std::to_string(step) +
+                ": build_connector_meta: " + meta.error().to_string());
+        break;
+      }
+    }
+    auto ranks_ns = o.run_model(core.model());
+    if (!ranks_ns) {
+      problem("step " + std::to_string(step) + ": " + ranks_ns.error().to_string());
+      break;
+    }
+    connector_ns += *ranks_ns;
+    if (sc) {
+      auto t = clock::now();
+      auto up = sc->update_connector_output(step, o.step_timeout);
+      connector_ns += ns_since(t);
+      if (!up) {
+        problem("step " + std::to_string(step) +
+                ": update_connector_output: " + up.error().to_string());
+        break;
+      }
+      for (const auto& j : up->jobs) {
+        const bool load = j.kind == transfer_kind::load;
+        if (!j.ok) {
+          ++rep.jobs_failed;
+          continue;
+        }
+        (load ? rep.bytes_loaded : rep.bytes_stored) += j.bytes;
+        (load ? rep.blocks_loaded : rep.blocks_stored) += block_bytes ? j.bytes / block_bytes : 0;
+        (load ? load_seconds : store_seconds) += j.seconds;
+      }
+      completions = std::move(up->completions);
+      t = clock::now();
+      (void)sc->take_events();
+      connector_ns += ns_since(t);
+    }
+    for (auto& turn : core.complete(completions)) {
+      if (draining) continue;
+      if (auto next = gen.follow_up(turn.conversation, turn.turn, turn.tokens)) {
+        if (auto st = core.add(std::move(*next)); !st) problem(st.to_string());
+      }
+    }
+    step_us.push_back(ns_since(t0) / 1000.0);
+    rep.steps = core.step();
+    if (o.on_step) o.on_step(rep);
+  }
+
+  const auto& st = core.stats();
+  rep.steps = core.step();
+  rep.requests_arrived = st.requests_arrived;
+  rep.requests_finished = st.requests_finished;
+  rep.requests_aborted = st.requests_aborted;
+  rep.preemptions = st.preemptions;
+  rep.gpu_hit_tokens = st.gpu_hit_tokens;
+  rep.cpu_hit_tokens = st.cpu_hit_tokens;
+  rep.prefill_tokens_computed = st.prefill_tokens_computed;
+  rep.prefill_tokens_saved = st.cpu_hit_tokens;
+  rep.output_tokens = st.output_tokens;
+  rep.hung_requests = core.unfinished();
+  for (const auto& e : core.errors()) problem(e);
+  if (timed) connector_ns += timed->ns;
+  if (sc) rep.pending_jobs = sc->jobs_in_flight();
+  rep.sim_seconds = st.clock_us / 1e6;
+  std::vector<double> ttft = st.ttft_us;
+  rep.ttft_p50_ms = percentile(ttft, 50) / 1000.0;
+  rep.ttft_p99_ms = percentile(ttft, 99) / 1000.0;
+  rep.output_tokens_per_s = rep.sim_seconds > 0 ? rep.output_tokens / rep.sim_seconds : 0;
+  rep.step_p50_us = percentile(step_us, 50);
+  rep.step_p99_us = percentile(step_us, 99);
+  rep.connector_share = st.clock_us > 0 ? connector_ns / 1000.0 / st.clock_us : 0;
+  rep.store_gbps = store_seconds > 0 ? rep.bytes_stored / store_seconds / 1e9 : 0;
+  rep.load_gbps = load_seconds > 0 ? rep.bytes_loaded / load_seconds / 1e9 : 0;
+  return rep;
+}
+
+}  // namespace kvc::sim

@@ -1,0 +1,41 @@
+#pragma once
+/// engine_loop: the simulated engine's scheduler loop over the embedding API's
+/// scheduler_connector, shared by the in-process run (every rank's model runner called in
+/// turn) and the scheduler process of `kvconnect launch` (the model input published on the
+/// executor channel to the worker processes). Per step: arrivals, sim_scheduler::schedule,
+/// build_connector_meta, run_model(the step's model input), update_connector_output(step),
+/// the job results counted, sim_scheduler::complete, follow-up turns. After workload.steps
+/// steps the run drains (every request left aborted) until nothing is left and no job is in
+/// flight, at most drain_limit steps.
+///
+/// Not thread-safe: the engine's scheduler thread runs it. Borrows what it is given.
+#include <chrono>
+#include <functional>
+
+#include "actors/embed/scheduler_connector.hpp"
+#include "launch/launch_config.hpp"
+#include "launch/sim_engine/run_report.hpp"
+#include "launch/sim_engine/sim_scheduler.hpp"
+
+namespace kvc::sim {
+
+struct loop_options {
+  uint32_t drain_limit = 1000;
+  std::chrono::milliseconds step_timeout{10000};
+  uint64_t offloaded_block_bytes = 0;  ///< one offloaded block over every rank (blocks counted)
+  /// Runs the step's model on every rank; returns the wall time spent in connector calls of the
+  /// ranks, in ns (0 when not measured). A failure ends the run (it is a problem of the report).
+  std::function<result<double>(const model_input&)> run_model;
+  /// Called once per step with its number, after it completed (progress lines).
+  std::function<void(const run_report&)> on_step;
+};
+
+/// Runs the workload of `config` with `sc` (null: offloading off). Fills every field of the
+/// report except the ranks' (loads_verified, load_mismatches, step_errors, rank_jobs_known).
+run_report run_engine_loop(const launch::launch_config& config, embed::scheduler_connector* sc,
+                           const loop_options& options);
+
+/// The engine limits a config gives.
+engine_limits limits_of(const launch::launch_config& config);
+
+}  // namespace kvc::sim

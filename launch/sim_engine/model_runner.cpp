@@ -1,0 +1,163 @@
+#include "launch/sim_engine/model_runner.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "launch/sim_engine/kv_content.hpp"
+
+namespace kvc::sim {
+
+namespace {
+
+constexpr size_t mismatches_kept = 8;
+
+using steady = std::chrono::steady_clock;
+
+double ns_since(steady::time_point t0) {
+  return static_cast<double>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(steady::now() - t0).count());
+}
+
+}  // namespace
+
+result<model_runner> model_runner::create(cuda::copy_engine& engine, embed::worker_connector* wc,
+                                          rank_id rank, const runner_geometry& g) {
+  if (g.layers == 0 || g.gpu_blocks < 2 || g.gpu_block_size == 0 || g.page_bytes == 0 ||
+      g.page_bytes % g.gpu_block_size != 0) {
+    return make_error(errc::invalid_argument,
+                      "model runner: layers, gpu blocks (>= 2) and a page of whole tokens needed");
+  }
+  const uint64_t layer_bytes = g.page_bytes * g.gpu_blocks;
+  std::vector<std::byte*> layers;
+  std::vector<cuda::kv_tensor_desc> descs;
+  for (uint32_t l = 0; l < g.layers; ++l) {
+    auto buf = engine.allocate_device(layer_bytes);
+    if (!buf) return buf.error();
+    layers.push_back(static_cast<std::byte*>(buf->data));
+    descs.push_back({.base = reinterpret_cast<uintptr_t>(buf->data),
+                     .shape = {int64_t{g.gpu_blocks}, static_cast<int64_t>(g.page_bytes)},
+                     .strides = {static_cast<int64_t>(g.page_bytes), 1},
+                     .element_size = 1,
+                     .block_dim = 0});
+  }
+  if (wc != nullptr) {
+    if (auto st = wc->register_kv_caches(descs); !st) return st;
+  }
+  return model_runner{engine, wc, rank, g, std::move(layers)};
+}
+
+model_runner::model_runner(cuda::copy_engine& engine, embed::worker_connector* wc, rank_id rank,
+                           const runner_geometry& g, std::vector<std::byte*> layers)
+    : engine_(&engine),
+      wc_(wc),
+      rank_(rank),
+      g_(g),
+      token_bytes_(g.page_bytes / g.gpu_block_size),
+      layers_(std::move(layers)) {}
+
+std::byte* model_runner::slot_ptr(uint32_t layer, gpu_block b, uint32_t slot) const {
+  return layers_[layer] + uint64_t{b} * g_.page_bytes + uint64_t{slot} * token_bytes_;
+}
+
+status model_runner::forward(const model_input& in) {
+  // Consecutive slots of one block go up in one upload per layer.
+  const auto& w = in.writes;
+  for (size_t i = 0; i < w.size();) {
+    size_t j = i + 1;
+    while (j < w.size() && w[j].block == w[i].block && w[j].slot == w[j - 1].slot + 1) ++j;
+    const size_t n = j - i;
+    buf_.resize(n * token_bytes_);
+    for (uint32_t l = 0; l < g_.layers; ++l) {
+      for (size_t k = 0; k < n; ++k) {
+        token_kv(w[i + k].hash, l, rank(), {buf_.data() + k * token_bytes_, token_bytes_});
+      }
+      if (auto st = engine_->upload(slot_ptr(l, w[i].block, w[i].slot), buf_.data(), buf_.size());
+          !st) {
+        return st;
+      }
+    }
+    stats_.tokens_written += n;
+    i = j;
+  }
+  return status::success();
+}
+
+void model_runner::verify(const load_check& check, const std::vector<gpu_block>& failed) {
+  buf_.resize(g_.page_bytes);
+  got_.resize(g_.page_bytes);
+  for (size_t b = 0; b < check.blocks.size(); ++b) {
+    const gpu_block block = check.blocks[b];
+    if (std::find(failed.begin(), failed.end(), block) != failed.end()) {
+      ++stats_.blocks_load_failed;
+      continue;
+    }
+    bool same = true;
+    for (uint32_t l = 0; l < g_.layers && same; ++l) {
+      for (uint32_t s = 0; s < g_.gpu_block_size; ++s) {
+        token_kv(check.hashes[b * g_.gpu_block_size + s], l, rank(),
+                 {buf_.data() + s * token_bytes_, token_bytes_});
+      }
+      if (auto st = engine_->download(got_.data(), slot_ptr(l, block, 0), g_.page_bytes);
+          !st || got_ != buf_) {
+        same = false;
+        if (stats_.mismatches.size() < mismatches_kept) {
+          stats_.mismatches.push_back(
+              "rank " + std::to_string(rank()) + ": request " + check.request_id + ": GPU block " +
+              std::to_string(block) + " layer " + std::to_string(l) +
+              (st ? " differs from its tokens' KV" : ": " + st.to_string()));
+        }
+      }
+    }
+    ++stats_.loads_verified;
+    if (!same) ++stats_.load_mismatches;
+  }
+}
+
+status model_runner::run_step(const model_input& in, std::chrono::nanoseconds bind_timeout) {
+  if (wc_ == nullptr) {
+    ++stats_.steps;
+    const auto t0 = steady::now();
+    auto st = forward(in);
+    stats_.model_ns += ns_since(t0);
+    return st;
+  }
+  if (auto st = wc_->bind_connector_metadata(in.step, bind_timeout); !st) {
+    ++stats_.step_errors;
+    if (wc_->metadata() == nullptr) return st;  // nothing bound: nothing to clear
+  }
+  status first = status::success();
+  auto keep = [&](status st) {
+    if (!st) {
+      ++stats_.step_errors;
+      if (first) first = std::move(st);
+    }
+  };
+  keep(wc_->handle_preemptions());
+  keep(wc_->start_load_kv());
+  for (const auto& c : in.loads) loading_[c.request_id] = c;
+  auto t0 = steady::now();
+  keep(forward(in));
+  stats_.model_ns += ns_since(t0);
+  keep(wc_->wait_for_save());
+  if (g_.finish_transfers) {
+    const auto t1 = steady::now();
+    keep(wc_->finish_transfers());
+    stats_.copy_ns += ns_since(t1);
+  }
+  const auto done = wc_->get_finished(wc_->metadata()->finished_requests);
+  const auto failed = wc_->get_block_ids_with_load_errors();
+  t0 = steady::now();
+  for (const auto& id : done.finished_recving) {
+    auto it = loading_.find(id);
+    if (it == loading_.end()) continue;  // a load this runner was not told about
+    verify(it->second, failed);
+    loading_.erase(it);
+  }
+  stats_.model_ns += ns_since(t0);
+  wc_->clear_connector_metadata();
+  ++stats_.steps;
+  return first;
+}
+
+}  // namespace kvc::sim

@@ -1,0 +1,140 @@
+#include "launch/sim_engine/run_report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace kvc::sim {
+
+namespace {
+
+double round3(double v) {
+  return std::round(v * 1000) / 1000;
+}
+
+double ratio(double a, double b) {
+  return b > 0 ? round3(a / b) : 0.0;
+}
+
+std::string line(const char* name, const std::string& value) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "  %-26s %s\n", name, value.c_str());
+  return buf;
+}
+
+std::string num(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.3f", v);
+  return buf;
+}
+
+}  // namespace
+
+bool run_report::ok() const noexcept {
+  return load_mismatches == 0 && hung_requests == 0 && pending_jobs == 0 && rank_jobs_known == 0 &&
+         problems.empty();
+}
+
+double percentile(std::vector<double>& v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const auto rank = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(v.size())));
+  return v[std::clamp<size_t>(rank, 1, v.size()) - 1];
+}
+
+nlohmann::json counts_json(const run_report& r) {
+  return {{"offload", r.offload},
+          {"steps", r.steps},
+          {"requests_arrived", r.requests_arrived},
+          {"requests_finished", r.requests_finished},
+          {"requests_aborted", r.requests_aborted},
+          {"preemptions", r.preemptions},
+          {"gpu_hit_tokens", r.gpu_hit_tokens},
+          {"cpu_hit_tokens", r.cpu_hit_tokens},
+          {"prefill_tokens_computed", r.prefill_tokens_computed},
+          {"prefill_tokens_saved", r.prefill_tokens_saved},
+          {"output_tokens", r.output_tokens},
+          {"blocks_stored", r.blocks_stored},
+          {"blocks_loaded", r.blocks_loaded},
+          {"bytes_stored", r.bytes_stored},
+          {"bytes_loaded", r.bytes_loaded},
+          {"jobs_failed", r.jobs_failed},
+          {"loads_verified", r.loads_verified},
+          {"load_mismatches", r.load_mismatches},
+          {"step_errors", r.step_errors},
+          {"hung_requests", r.hung_requests},
+          {"pending_jobs", r.pending_jobs},
+          {"rank_jobs_known", r.rank_jobs_known},
+          {"restarts", r.restarts},
+          {"sim_seconds", round3(r.sim_seconds)},
+          {"ttft_p50_ms", round3(r.ttft_p50_ms)},
+          {"ttft_p99_ms", round3(r.ttft_p99_ms)},
+          {"output_tokens_per_s", round3(r.output_tokens_per_s)},
+          {"problems", r.problems}};
+}
+
+nlohmann::json summary_json(const run_report& r) {
+  nlohmann::json j{{"event", "summary"}};
+  j.update(counts_json(r));
+  j["store_gbps"] = round3(r.store_gbps);
+  j["load_gbps"] = round3(r.load_gbps);
+  j["step_p50_us"] = round3(r.step_p50_us);
+  j["step_p99_us"] = round3(r.step_p99_us);
+  j["connector_share"] = std::round(r.connector_share * 1e6) / 1e6;
+  j["copy_share"] = std::round(r.copy_share * 1e6) / 1e6;
+  j["wall_seconds"] = round3(r.wall_seconds);
+  j["ok"] = r.ok();
+  return j;
+}
+
+std::string summary_table(const run_report& r) {
+  std::string out = std::string("simulated engine, offload ") + (r.offload ? "on" : "off") + "\n";
+  out += line("steps", std::to_string(r.steps));
+  out += line("requests finished", std::to_string(r.requests_finished) + " of " +
+                                       std::to_string(r.requests_arrived) + " (" +
+                                       std::to_string(r.requests_aborted) + " aborted at the end)");
+  out += line("prefill tokens computed", std::to_string(r.prefill_tokens_computed));
+  out += line("hit tokens gpu / cpu",
+              std::to_string(r.gpu_hit_tokens) + " / " + std::to_string(r.cpu_hit_tokens));
+  out += line("blocks stored / loaded",
+              std::to_string(r.blocks_stored) + " / " + std::to_string(r.blocks_loaded));
+  out += line("loads verified", std::to_string(r.loads_verified) + " blocks, " +
+                                    std::to_string(r.load_mismatches) + " mismatches");
+  out += line("jobs failed", std::to_string(r.jobs_failed));
+  out += line("preemptions", std::to_string(r.preemptions));
+  out += line("simulated time", num(r.sim_seconds) + " s");
+  out += line("ttft p50 / p99 (sim)", num(r.ttft_p50_ms) + " / " + num(r.ttft_p99_ms) + " ms");
+  out += line("output tokens/s (sim)", num(r.output_tokens_per_s));
+  out += line("step p50 / p99 (wall)", num(r.step_p50_us) + " / " + num(r.step_p99_us) + " us");
+  out += line("connector share", num(r.connector_share * 100) + " % of the simulated time");
+  out += line("copy share", num(r.copy_share * 100) + " % of the simulated time");
+  out += line("hung / pending", std::to_string(r.hung_requests) + " requests / " +
+                                    std::to_string(r.pending_jobs) + " jobs");
+  for (const auto& p : r.problems) out += "  problem: " + p + "\n";
+  return out;
+}
+
+nlohmann::json compare_json(const run_report& on, const run_report& off) {
+  return {{"event", "compare"},
+          {"offload_on", summary_json(on)},
+          {"offload_off", summary_json(off)},
+          {"prefill_tokens_saved", static_cast<int64_t>(off.prefill_tokens_computed) -
+                                       static_cast<int64_t>(on.prefill_tokens_computed)},
+          {"ttft_p50_ratio", ratio(off.ttft_p50_ms, on.ttft_p50_ms)},
+          {"throughput_ratio", ratio(on.output_tokens_per_s, off.output_tokens_per_s)},
+          {"sim_time_ratio", ratio(off.sim_seconds, on.sim_seconds)}};
+}
+
+std::string compare_table(const run_report& on, const run_report& off) {
+  std::string out = "offload on vs off (same workload, simulated time)\n";
+  out += line("prefill tokens computed", std::to_string(on.prefill_tokens_computed) + " vs " +
+                                             std::to_string(off.prefill_tokens_computed));
+  out += line("ttft p50", num(on.ttft_p50_ms) + " vs " + num(off.ttft_p50_ms) + " ms (" +
+                              num(ratio(off.ttft_p50_ms, on.ttft_p50_ms)) + "x)");
+  out += line("output tokens/s",
+              num(on.output_tokens_per_s) + " vs " + num(off.output_tokens_per_s) + " (" +
+                  num(ratio(on.output_tokens_per_s, off.output_tokens_per_s)) + "x)");
+  return out;
+}
+
+}  // namespace kvc::sim

@@ -1,0 +1,75 @@
+#pragma once
+/// run_report: what a simulated-engine run measured, and its summary JSON line
+/// ({"event":"summary",...}, docs/config.md) and human table. The counts are deterministic for
+/// a seed on the deterministic copy engine; the timings (step_*_us, *_gbps, connector_share,
+/// wall_seconds) are wall-clock measurements and are not.
+///
+/// Plain data; the functions are pure.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace kvc::sim {
+
+struct run_report {
+  bool offload = true;
+  uint64_t steps = 0;
+  uint64_t requests_arrived = 0;
+  uint64_t requests_finished = 0;
+  uint64_t requests_aborted = 0;  ///< unfinished when the run drained
+  uint64_t preemptions = 0;
+  uint64_t gpu_hit_tokens = 0;
+  uint64_t cpu_hit_tokens = 0;
+  uint64_t prefill_tokens_computed = 0;
+  uint64_t prefill_tokens_saved = 0;  ///< prompt tokens not computed thanks to the CPU pool
+  uint64_t output_tokens = 0;
+  uint64_t blocks_stored = 0;  ///< offloaded blocks of successful store jobs
+  uint64_t blocks_loaded = 0;  ///< offloaded blocks of successful load jobs
+  uint64_t bytes_stored = 0;   ///< over every rank
+  uint64_t bytes_loaded = 0;
+  uint64_t jobs_failed = 0;
+  uint64_t loads_verified = 0;  ///< GPU blocks checked byte for byte after a load, every rank
+  uint64_t load_mismatches = 0;
+  uint64_t step_errors = 0;      ///< connector calls of the ranks that failed
+  uint64_t hung_requests = 0;    ///< not released when the drain ended
+  uint64_t pending_jobs = 0;     ///< planned and not completed at the end (pins or pending slots)
+  uint64_t rank_jobs_known = 0;  ///< jobs bound on a rank and never reported
+  uint64_t restarts = 0;
+  double sim_seconds = 0;  ///< simulated time of the run
+  double ttft_p50_ms = 0;  ///< simulated
+  double ttft_p99_ms = 0;
+  double output_tokens_per_s = 0;     ///< simulated throughput
+  std::vector<std::string> problems;  ///< protocol errors and mismatches, described
+
+  // Wall-clock timings (not deterministic).
+  double step_p50_us = 0;
+  double step_p99_us = 0;
+  /// Connector wall time (the facades' calls, without the copies) / simulated time, over the run.
+  double connector_share = 0;
+  /// In-process runs: wall time of the copies (run on the step's thread by finish_transfers)
+  /// / simulated time.
+  double copy_share = 0;
+  double store_gbps = 0;
+  double load_gbps = 0;
+  double wall_seconds = 0;
+
+  /// Zero mismatches, nothing hung or pending, no protocol error.
+  bool ok() const noexcept;
+};
+
+/// The deterministic part as JSON (what two runs of one seed must agree on).
+nlohmann::json counts_json(const run_report& r);
+/// {"event":"summary", ...}: every field of the summary line and the rest.
+nlohmann::json summary_json(const run_report& r);
+/// The human table (several lines).
+std::string summary_table(const run_report& r);
+/// The comparison of a run with offloading and one without: both, and the ratios.
+nlohmann::json compare_json(const run_report& on, const run_report& off);
+std::string compare_table(const run_report& on, const run_report& off);
+
+/// The p-th percentile (0..100) by nearest rank; 0 for no values. Sorts `v`.
+double percentile(std::vector<double>& v, double p);
+
+}  // namespace kvc::sim
