@@ -88,6 +88,7 @@ struct observe_config {
   std::string kv_events_topic;      ///< first frame of every batch (vLLM's default: empty)
   size_t kv_events_buffer = 10000;  ///< batches kept for replay (vLLM's buffer_steps)
 };
+
 /// Wraps the scheduler's end of the step channel in a decorator (every frame of every rank
 /// passes it once: fault injection, recording). Returns the transport to use; null is an error.
 using transport_decorator = std::function<std::unique_ptr<channel::server_transport>(
@@ -119,6 +120,9 @@ struct scheduler_connector_config {
   fault_config faults;
   manager_factory make_manager;
   observe_config observe;
+  /// Unset: the transport as made. The decorator must include actors/channel/transport.hpp
+  /// (an internal header: for kvconnect's own tools and tests).
+  transport_decorator wrap_transport;
 };
 
 /// What the coordinator and the step channel's fault seam counted (docs/faults.md).
@@ -130,9 +134,6 @@ struct fault_stats {
   uint64_t rejected_reports = 0;  ///< reports of unknown, stale or lost senders, dropped
   uint64_t dropped_frames = 0;    ///< frames the step channel refused (corrupt, misrouted)
   friend bool operator==(const fault_stats&, const fault_stats&) = default;
-  /// Unset: the transport as made. The decorator must include actors/channel/transport.hpp
-  /// (an internal header: for kvconnect's own tools and tests).
-  transport_decorator wrap_transport;
 };
 
 /// Builds a rank's copy engine (tests bring a deterministic one). Unset: cuda::make_copy_engine
