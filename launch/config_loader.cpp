@@ -442,6 +442,15 @@ void read_runtime(reader& r, const YAML::Node& n, runtime_section& rt) {
          {"job_timeout_ms", ms(rt.job_timeout_ms, 0)}});
 }
 
+void read_observe(reader& r, const YAML::Node& n, observe_section& o) {
+  r.map(n, "observe",
+        {{"trace",
+          [&](auto& v, auto& p) {
+            r.choice(v, p, o.trace, {"off", "messages", "jobs"});
+          }},
+         {"trace_dir", [&](auto& v, auto& p) { r.text(v, p, o.trace_dir, false); }}});
+}
+
 void read_workload(reader& r, const YAML::Node& n, workload_section& w) {
   r.map(n, "workload",
         {{"requests", [&](auto& v, auto& p) { r.number(v, p, w.requests, 1, u32_max); }},
@@ -558,14 +567,15 @@ loaded_config load_config(std::string_view text, std::string_view file_name,
   if (!root.IsMap()) {
     r.error("", root,
             std::string("expected a map of sections (topology, kv_cache, offload, ") +
-                "runtime, workload), got " + kind_of(root));
+                "runtime, workload, observe), got " + kind_of(root));
   } else {
     r.map(root, "",
           {{"topology", [&](auto& v, auto&) { read_topology(r, v, c.topology); }},
            {"kv_cache", [&](auto& v, auto&) { read_kv_cache(r, v, c.kv_cache); }},
            {"offload", [&](auto& v, auto&) { read_offload(r, v, c.offload); }},
            {"runtime", [&](auto& v, auto&) { read_runtime(r, v, c.runtime); }},
-           {"workload", [&](auto& v, auto&) { read_workload(r, v, c.workload); }}});
+           {"workload", [&](auto& v, auto&) { read_workload(r, v, c.workload); }},
+           {"observe", [&](auto& v, auto&) { read_observe(r, v, c.observe); }}});
   }
   out.errors = std::move(r.errors);
   out.errors.insert(out.errors.end(), set_errors.begin(), set_errors.end());

@@ -118,6 +118,12 @@ std::string to_yaml(const launch_config& c) {
   emit_number(out, "steps", w.steps);
   out << YAML::EndMap;
 
+  const auto& ob = c.observe;
+  out << YAML::Key << "observe" << YAML::Value << YAML::BeginMap;
+  emit_string(out, "trace", ob.trace);
+  emit_string(out, "trace_dir", ob.trace_dir);
+  out << YAML::EndMap;
+
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
 }

@@ -113,12 +113,20 @@ struct workload_section {
   friend bool operator==(const workload_section&, const workload_section&) = default;
 };
 
+/// What the processes record about themselves (docs/observability.md).
+struct observe_section {
+  std::string trace = "off";  ///< off | messages | jobs
+  std::string trace_dir;      ///< where every process writes its trace file; needed unless off
+  friend bool operator==(const observe_section&, const observe_section&) = default;
+};
+
 struct launch_config {
   topology_section topology;
   kv_cache_section kv_cache;
   offload_section offload;
   runtime_section runtime;
   workload_section workload;
+  observe_section observe;
   friend bool operator==(const launch_config&, const launch_config&) = default;
 };
 

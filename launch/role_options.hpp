@@ -41,6 +41,14 @@ struct network_options {
   embed::network_config facade(const std::string& host, uint16_t port) const;
 };
 
+/// --trace DIR and --trace-level: observe.trace / observe.trace_dir of a role process.
+struct trace_options {
+  std::string dir;                 ///< empty: no trace
+  std::string level = "messages";  ///< messages | jobs (with --trace)
+  /// The facades' observe config: off without a directory.
+  embed::observe_config observe() const;
+};
+
 struct scheduler_process_options {
   topology_options topology;
   pool_options pool;
@@ -57,6 +65,7 @@ struct scheduler_process_options {
   uint32_t ready_timeout_ms = 30000;  ///< smoke: how long to wait for every rank to register
   uint32_t step_timeout_ms = 10000;   ///< smoke: how long one step's results may take
   uint32_t stop_timeout_ms = 5000;    ///< how long stopping the workers may take
+  trace_options trace;
 };
 
 struct worker_process_options {
@@ -72,12 +81,15 @@ struct worker_process_options {
   int device = 0;
   bool prefault = true;
   uint32_t register_timeout_ms = 5000;
+  trace_options trace;
 };
 
 /// --tp-size, --pp-size, --node.
 void add_topology_flags(CLI::App& cmd, topology_options& topo);
 /// --instance, --slots, --kv-layers, --kv-page-bytes, --gpu-blocks, --block-factor.
 void add_pool_flags(CLI::App& cmd, pool_options& pool);
+/// --trace DIR, --trace-level messages|jobs.
+void add_trace_flags(CLI::App& cmd, trace_options& trace);
 /// --token (or $KVCONNECT_TOKEN), --heartbeat-ms, --connection-timeout-ms.
 void add_network_flags(CLI::App& cmd, std::string& token, network_options& net);
 

@@ -146,6 +146,7 @@ int run_scheduler_process(const scheduler_process_options& o) {
   cfg.planner.gpu_block_size = smoke_engine::gpu_block_size;
   cfg.planner.offloaded_block_size = o.pool.kv.block_factor * smoke_engine::gpu_block_size;
   cfg.job_timeout = milliseconds{o.job_timeout_ms};
+  cfg.observe = o.trace.observe();
   auto sc = embed::scheduler_connector::create(cfg);
   if (!sc) return fail("scheduler", 1, "cannot start: " + sc.error().to_string());
   // A second signal exits at once; the pool's name must not outlive the process.
@@ -197,6 +198,7 @@ int run_worker_process(const worker_process_options& o) {
   cfg.device = o.device;
   cfg.block_size_factor = o.pool.kv.block_factor;
   cfg.register_timeout = milliseconds{o.register_timeout_ms};
+  cfg.observe = o.trace.observe();
   auto wc = embed::worker_connector::create(cfg);
   if (!wc) {
     const errc code = wc.error().code();

@@ -17,6 +17,7 @@
 
 #include "actors/scheduler/connector_config.hpp"
 #include "actors/scheduler/offload_manager.hpp"
+#include "actors/trace/trace_record.hpp"
 #include "cuda/copy_engine.hpp"
 #include "proto/ids.hpp"
 #include "proto/status.hpp"
@@ -54,6 +55,14 @@ struct network_config {
   size_t actor_threads = 2;  ///< CAF scheduler threads of an actor system the facade starts
 };
 
+/// What a process records about itself (docs/observability.md): with trace not off, every
+/// message through the step channel and the control plane (and with `jobs` every copy job at
+/// the workers) goes to `<trace_dir>/<role>-<pid>-<tag>.jsonl`.
+struct observe_config {
+  trace::trace_level trace = trace::trace_level::off;
+  std::string trace_dir;  ///< required unless trace is off
+};
+
 /// Builds the CPU pool's ledger from the planner's manager config (tests wrap the real manager,
 /// engines may bring their own policy). Unset: offload_manager::create.
 using manager_factory = std::function<result<std::unique_ptr<scheduler::offload_manager>>(
@@ -82,6 +91,7 @@ struct scheduler_connector_config {
   scheduler::connector_config planner;
   /// A job not completed this long after it was planned fails with errc::timeout; 0: never.
   std::chrono::milliseconds job_timeout{0};
+  observe_config observe;
   manager_factory make_manager;
 };
 
@@ -104,6 +114,7 @@ struct worker_connector_config {
   uint32_t block_size_factor = 1;
   /// How long the scheduler may take to accept the registration.
   std::chrono::milliseconds register_timeout{5000};
+  observe_config observe;
   copy_engine_factory make_copy_engine;
 };
 

@@ -13,6 +13,7 @@
 #include "actors/channel/zmq_transport.hpp"
 #include "actors/control/error_bridge.hpp"
 #include "actors/control/gate.hpp"
+#include "actors/trace/traced_transport.hpp"
 #include "shm/segment_header.hpp"
 
 namespace kvc::embed {
@@ -21,7 +22,7 @@ namespace {
 
 using steady = std::chrono::steady_clock;
 
-result<std::unique_ptr<channel::server_transport>> make_transport(
+result<std::unique_ptr<channel::server_transport>> make_bare_transport(
     const scheduler_connector_config& cfg) {
   if (cfg.transport == step_transport::memory) {
     return std::unique_ptr<channel::server_transport>{new channel::memory_server()};
@@ -29,6 +30,15 @@ result<std::unique_ptr<channel::server_transport>> make_transport(
   auto z = channel::zmq_server::create(cfg.listen ? cfg.network.host : std::string{});
   if (!z) return z.error();
   return std::unique_ptr<channel::server_transport>{std::move(z).value()};
+}
+
+/// The transport, behind the recording decorator when there is a tracer.
+result<std::unique_ptr<channel::server_transport>> make_transport(
+    const scheduler_connector_config& cfg, const std::shared_ptr<trace::tracer>& tracer) {
+  auto t = make_bare_transport(cfg);
+  if (!t || !tracer) return t;
+  return std::unique_ptr<channel::server_transport>{
+      new trace::traced_server_transport(std::move(t).value(), tracer)};
 }
 
 }  // namespace
@@ -43,8 +53,14 @@ result<std::unique_ptr<scheduler_host>> scheduler_host::start(
                                   {.prefault = cfg.pool.prefault, .remove_on_close = true});
   if (!seg) return seg.error();
   h->segment_.emplace(std::move(seg).value());
+  if (cfg.observe.trace != trace::trace_level::off) {
+    auto t = trace::tracer::open(cfg.observe.trace, cfg.observe.trace_dir, "scheduler",
+                                 "node" + std::to_string(cfg.topology.node), cfg.topology.node);
+    if (!t) return t.error();
+    h->tracer_ = std::move(t).value();
+  }
 
-  auto transport = make_transport(cfg);
+  auto transport = make_transport(cfg, h->tracer_);
   if (!transport) return transport.error();
   auto channel =
       channel::scheduler_channel::create(std::move(transport).value(), h->world_size_, cfg.token);
@@ -63,6 +79,7 @@ result<std::unique_ptr<scheduler_host>> scheduler_host::start(
                   .layout_checksum = h->segment_->layout_checksum(),
                   .token = cfg.token};
   so.channel_endpoint = h->coordinator_->transport_endpoint();
+  so.tracer = h->tracer_;
   auto actor = scheduler::spawn_scheduler(h->host_->system(), so, h->coordinator_->handle());
   if (!actor) return actor.error();
   h->scheduler_ = std::move(actor).value();
