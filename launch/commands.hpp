@@ -32,5 +32,7 @@ void add_worker_command(CLI::App& app, int& exit_code);
 void add_config_command(CLI::App& app, int& exit_code);
 /// `launch [FILE] [--node N]`: starts and supervises a node's processes (node_launcher.hpp).
 void add_launch_command(CLI::App& app, int& exit_code);
+/// `trace export DIR -o FILE` / `trace summary DIR [--request ID]` (docs/observability.md).
+void add_trace_command(CLI::App& app, int& exit_code);
 
 }  // namespace kvc::launch

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   kvc::launch::add_worker_command(app, exit_code);
   kvc::launch::add_config_command(app, exit_code);
   kvc::launch::add_launch_command(app, exit_code);
+  kvc::launch::add_trace_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
