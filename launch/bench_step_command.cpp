@@ -150,6 +150,9 @@ int run_kvc_worker(const worker_options& o) {
   cfg.pool = {.instance = o.instance, .slots_per_rank = slots, .slot_bytes = slot_bytes};
   cfg.rank = o.rank;
   cfg.register_timeout = 30s;
+  // 16 processes start at once: on a loaded host the first connection may take over the
+  // default second.
+  cfg.network.connection_timeout = 10s;
   if (!o.trace_dir.empty()) cfg.observe = {trace::trace_level::messages, o.trace_dir};
   auto wc = embed::worker_connector::create(cfg);
   if (!wc) {

@@ -7,8 +7,10 @@
 ///
 /// open() writes `<dir>/<role>-<pid>-<tag>.jsonl`, one JSON object per line
 /// (trace_record.hpp), through an spdlog async logger with a thread pool of its own (a full
-/// queue blocks the writer rather than losing records); the file is complete once the tracer is
-/// destroyed. Tests hand a sink of their own to the constructor.
+/// queue blocks the writer rather than losing records). Lines reach the logger in chunks of
+/// 64 KiB (one wake-up of its thread per chunk, not per record); the file is complete once the
+/// tracer is destroyed, and a process killed before that loses its last chunk. Tests hand a sink
+/// of their own to the constructor.
 ///
 /// Thread-safe: every thread of a process may emit through one tracer.
 #include <cstdint>
