@@ -89,8 +89,9 @@ caf::typed_response_promise<uint32_t> stop(self_pointer self) {
   scheduler_state& st = self->state;
   auto rp = self->make_response_promise<uint32_t>();
   for (rank_id r : st.registry->begin_stop()) {
-    self->send(st.workers[r], control::stop_atom::value);
+    // Recorded before it goes: the rank may record its receive before send() returns here.
     record(st, trace::direction::send, "stop", r);
+    self->send(st.workers[r], control::stop_atom::value);
   }
   if (st.registry->stop_complete()) {
     rp.deliver(st.registry->stopped());
