@@ -11,7 +11,7 @@ include(CMakePackageConfigHelpers)
 set(KVC_EXPORTED_LIBS
   kvc_embed
   kvc_proto kvc_shm kvc_copy
-  kvc_control kvc_channel
+  kvc_control kvc_channel kvc_trace
   kvc_coordinator_core kvc_coordinator
   kvc_scheduler_core kvc_scheduler_registry kvc_scheduler_actor
   kvc_worker_core
@@ -35,6 +35,7 @@ set(KVC_PUBLIC_HEADERS
   actors/embed/scheduler_connector.hpp
   actors/embed/worker_connector.hpp
   actors/scheduler/connector_config.hpp
+  actors/trace/trace_record.hpp
   actors/scheduler/planner.hpp
   actors/scheduler/manager_config.hpp
   actors/scheduler/offload_manager.hpp

@@ -60,6 +60,7 @@ struct step_options {
   uint32_t steps = 4000;  // timed steps per path
   uint32_t warmup = 400;  // per path
   uint32_t rounds = 4;
+  std::string trace_dir;  // non-empty: every kvconnect process records message traces there
 };
 
 struct worker_options {
@@ -70,6 +71,7 @@ struct worker_options {
   uint32_t tp = 1;
   std::string instance;
   std::string token;
+  std::string trace_dir;
 };
 
 // --- children ---------------------------------------------------------------------------------
@@ -148,6 +150,10 @@ int run_kvc_worker(const worker_options& o) {
   cfg.pool = {.instance = o.instance, .slots_per_rank = slots, .slot_bytes = slot_bytes};
   cfg.rank = o.rank;
   cfg.register_timeout = 30s;
+  // 16 processes start at once: on a loaded host the first connection may take over the
+  // default second.
+  cfg.network.connection_timeout = 10s;
+  if (!o.trace_dir.empty()) cfg.observe = {trace::trace_level::messages, o.trace_dir};
   auto wc = embed::worker_connector::create(cfg);
   if (!wc) {
     std::cerr << "bench step-worker " << o.rank << ": " << wc.error().to_string() << "\n";
@@ -253,6 +259,7 @@ int run_bench(const step_options& o) {
   cfg.token = token;
   cfg.topology.tp_size = o.tp;
   cfg.pool = {.instance = instance, .slots_per_rank = slots, .slot_bytes = slot_bytes};
+  if (!o.trace_dir.empty()) cfg.observe = {trace::trace_level::messages, o.trace_dir};
   auto sc = embed::scheduler_connector::create(cfg);
   if (!sc) {
     std::cerr << "kvconnect bench step: " << sc.error().to_string() << "\n";
@@ -270,11 +277,16 @@ int run_bench(const step_options& o) {
   for (uint32_t r = 0; r < o.tp; ++r) {
     for (const char* mode : {"kvc", "zmq"}) {
       children& kids = mode[0] == 'k' ? kvc_kids : zmq_kids;
-      if (auto st = kids.spawn({"bench", "step-worker", "--mode", mode, "--port",
-                                std::to_string((*sc)->port()), "--endpoint", endpoint, "--rank",
-                                std::to_string(r), "--tp", std::to_string(o.tp), "--instance",
-                                instance, "--token", token});
-          !st) {
+      std::vector<std::string> args{"bench",      "step-worker",
+                                    "--mode",     mode,
+                                    "--port",     std::to_string((*sc)->port()),
+                                    "--endpoint", endpoint,
+                                    "--rank",     std::to_string(r),
+                                    "--tp",       std::to_string(o.tp),
+                                    "--instance", instance,
+                                    "--token",    token};
+      if (!o.trace_dir.empty()) args.insert(args.end(), {"--trace", o.trace_dir});
+      if (auto st = kids.spawn(args); !st) {
         std::cerr << "kvconnect bench step: " << st.to_string() << "\n";
         return 1;
       }
@@ -416,6 +428,9 @@ void add_bench_step_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--rounds", opt->rounds, "alternating blocks of the two paths")
       ->check(CLI::Range(1u, 1000u))
       ->capture_default_str();
+  cmd->add_option("--trace", opt->trace_dir,
+                  "Record message traces (observe.trace messages) of the kvconnect path's "
+                  "processes into this directory");
   cmd->callback([opt, &exit_code] { exit_code = run_bench(*opt); });
 
   auto wopt = std::make_shared<worker_options>();
@@ -428,6 +443,7 @@ void add_bench_step_command(CLI::App& app, int& exit_code) {
   w->add_option("--tp", wopt->tp)->required();
   w->add_option("--instance", wopt->instance);
   w->add_option("--token", wopt->token);
+  w->add_option("--trace", wopt->trace_dir);
   w->callback([wopt, &exit_code] {
     exit_code = wopt->mode == "kvc" ? run_kvc_worker(*wopt) : run_zmq_worker(*wopt);
   });

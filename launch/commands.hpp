@@ -38,5 +38,7 @@ void add_launch_command(CLI::App& app, int& exit_code);
 void add_cleanup_command(CLI::App& app, int& exit_code);
 /// `soak [FILE] [--steps N] [--seed S] [--compare]`: the simulated engine in one process.
 void add_soak_command(CLI::App& app, int& exit_code);
+/// `trace export DIR -o FILE` / `trace summary DIR [--request ID]` (docs/observability.md).
+void add_trace_command(CLI::App& app, int& exit_code);
 
 }  // namespace kvc::launch

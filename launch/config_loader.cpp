@@ -475,6 +475,15 @@ void read_runtime(reader& r, const YAML::Node& n, runtime_section& rt) {
          {"fault_seed", [&](auto& v, auto& p) { r.number(v, p, rt.fault_seed, 0, u64_max); }}});
 }
 
+void read_observe(reader& r, const YAML::Node& n, observe_section& o) {
+  r.map(n, "observe",
+        {{"trace",
+          [&](auto& v, auto& p) {
+            r.choice(v, p, o.trace, {"off", "messages", "jobs"});
+          }},
+         {"trace_dir", [&](auto& v, auto& p) { r.text(v, p, o.trace_dir, false); }}});
+}
+
 void read_workload(reader& r, const YAML::Node& n, workload_section& w) {
   r.map(n, "workload",
         {{"requests", [&](auto& v, auto& p) { r.number(v, p, w.requests, 1, u32_max); }},

@@ -52,10 +52,22 @@ void add_launch_command(CLI::App& app, int& exit_code) {
                   "runtime.faults)")
       ->allow_extra_args(false);
   cmd->add_option("--fault-seed", *fault_seed, "The injected faults' seed (runtime.fault_seed)");
-  cmd->callback([o, faults, fault_seed, &exit_code] {
+  auto trace_dir = std::make_shared<std::string>();
+  auto trace_level = std::make_shared<std::string>("messages");
+  cmd->add_option("--trace", *trace_dir,
+                  "Record message traces of every process into this directory "
+                  "(observe.trace_dir; observe.trace from --trace-level)");
+  cmd->add_option("--trace-level", *trace_level, "With --trace: messages, or jobs")
+      ->check(CLI::IsMember({"messages", "jobs"}))
+      ->capture_default_str();
+  cmd->callback([o, faults, fault_seed, trace_dir, trace_level, &exit_code] {
     // Through --set, after the user's own: the loader checks them like the file's.
     if (!faults->empty()) o->overrides.push_back("runtime.faults=" + yaml_list(*faults));
     if (*fault_seed) o->overrides.push_back("runtime.fault_seed=" + std::to_string(**fault_seed));
+    if (!trace_dir->empty()) {
+      o->overrides.push_back("observe.trace=" + *trace_level);
+      o->overrides.push_back("observe.trace_dir=" + *trace_dir);
+    }
     char self[PATH_MAX];
     const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
     o->binary = n > 0 ? std::string(self, static_cast<size_t>(n)) : "kvconnect";

@@ -135,6 +135,8 @@ std::string to_yaml(const launch_config& c) {
   emit_string(out, "replay_endpoint", ob.kv_events.replay_endpoint);
   emit_string(out, "topic", ob.kv_events.topic);
   out << YAML::EndMap;
+  emit_string(out, "trace", ob.trace);
+  emit_string(out, "trace_dir", ob.trace_dir);
   out << YAML::EndMap;
 
   out << YAML::EndMap;

@@ -136,6 +136,8 @@ struct kv_events_config {
 struct observe_section {
   uint32_t metrics_port = 0;  ///< GET /metrics on runtime.host at this port; 0: off
   kv_events_config kv_events;
+  std::string trace = "off";  ///< off | messages | jobs
+  std::string trace_dir;      ///< where every process writes its trace file; needed unless off
   friend bool operator==(const observe_section&, const observe_section&) = default;
 };
 

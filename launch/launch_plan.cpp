@@ -61,6 +61,11 @@ std::vector<config_problem> check_config(const launch_config& c) {
   const auto& o = c.offload;
   const uint64_t world = uint64_t{t.tensor_parallel} * t.pipeline_parallel;
 
+  if (c.observe.trace != "off" && c.observe.trace_dir.empty()) {
+    problem("observe.trace_dir",
+            "observe.trace is " + c.observe.trace + ": a directory for the trace files is needed");
+  }
+
   // topology
   std::set<std::string> names;
   for (size_t i = 0; i < t.nodes.size(); ++i) {
@@ -232,6 +237,9 @@ result<launch_plan> make_plan(const launch_config& c, const std::string& instanc
                                     .slot_bytes = p.pool.slot_bytes,
                                     .prefault = false};
   const topology topo{c.topology.tensor_parallel, c.topology.pipeline_parallel, 0};
+  auto trace_level = trace::parse_trace_level(c.observe.trace);
+  if (!trace_level) return trace_level.error();
+  const embed::observe_config observe{.trace = *trace_level, .trace_dir = c.observe.trace_dir};
 
   const bool multi_node = c.topology.nodes.size() > 1;
   auto& s = p.scheduler;
@@ -257,6 +265,8 @@ result<launch_plan> make_plan(const launch_config& c, const std::string& instanc
   s.observe.kv_events_replay_endpoint = c.observe.kv_events.replay_endpoint;
   s.observe.kv_events_topic = c.observe.kv_events.topic;
   s.job_timeout_steps = r.job_timeout_steps;
+  s.observe.trace = observe.trace;
+  s.observe.trace_dir = observe.trace_dir;
   if (auto st = embed::validate(s); !st) return st;
 
   // Workers connect to the scheduler, which runs on the first node.
@@ -277,6 +287,7 @@ result<launch_plan> make_plan(const launch_config& c, const std::string& instanc
     w.device = next_device[node]++;
     w.block_size_factor = p.kv.factor;
     w.register_timeout = milliseconds{r.register_timeout_ms};
+    w.observe = observe;
     if (r.port != 0) {
       if (auto st = embed::validate(w); !st) return st;
     }

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   kvc::launch::add_events_command(app, exit_code);
   kvc::launch::add_cleanup_command(app, exit_code);
   kvc::launch::add_soak_command(app, exit_code);
+  kvc::launch::add_trace_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

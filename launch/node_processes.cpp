@@ -13,28 +13,32 @@ std::string str(uint64_t v) {
 /// The flags both roles share (role_options.hpp: topology, pool, network).
 std::vector<std::string> shared_flags(const launch_config& c, const launch_plan& p, uint32_t node) {
   const auto& pool = p.scheduler.pool;
-  return {"--tp-size",
-          str(c.topology.tensor_parallel),
-          "--pp-size",
-          str(c.topology.pipeline_parallel),
-          "--node",
-          str(node),
-          "--instance",
-          pool.instance,
-          "--slots",
-          str(pool.slots_per_rank),
-          "--kv-layers",
-          str(p.synthetic.layers),
-          "--kv-page-bytes",
-          str(p.synthetic.page_bytes),
-          "--gpu-blocks",
-          str(p.synthetic.gpu_blocks),
-          "--block-factor",
-          str(p.synthetic.block_factor),
-          "--heartbeat-ms",
-          str(c.runtime.heartbeat_ms),
-          "--connection-timeout-ms",
-          str(c.runtime.connection_timeout_ms)};
+  std::vector<std::string> flags{"--tp-size",
+                                 str(c.topology.tensor_parallel),
+                                 "--pp-size",
+                                 str(c.topology.pipeline_parallel),
+                                 "--node",
+                                 str(node),
+                                 "--instance",
+                                 pool.instance,
+                                 "--slots",
+                                 str(pool.slots_per_rank),
+                                 "--kv-layers",
+                                 str(p.synthetic.layers),
+                                 "--kv-page-bytes",
+                                 str(p.synthetic.page_bytes),
+                                 "--gpu-blocks",
+                                 str(p.synthetic.gpu_blocks),
+                                 "--block-factor",
+                                 str(p.synthetic.block_factor),
+                                 "--heartbeat-ms",
+                                 str(c.runtime.heartbeat_ms),
+                                 "--connection-timeout-ms",
+                                 str(c.runtime.connection_timeout_ms)};
+  if (c.observe.trace != "off") {
+    flags.insert(flags.end(), {"--trace", c.observe.trace_dir, "--trace-level", c.observe.trace});
+  }
+  return flags;
 }
 
 /// The config's faults (the loader checked every spec).

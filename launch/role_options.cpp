@@ -70,6 +70,20 @@ void add_fault_flags(CLI::App& cmd, fault_options& faults) {
       ->capture_default_str();
 }
 
+embed::observe_config trace_options::observe() const {
+  if (dir.empty()) return {};
+  return {.trace = level == "jobs" ? trace::trace_level::jobs : trace::trace_level::messages,
+          .trace_dir = dir};
+}
+
+void add_trace_flags(CLI::App& cmd, trace_options& trace) {
+  cmd.add_option("--trace", trace.dir,
+                 "Record message traces into this directory (docs/observability.md)");
+  cmd.add_option("--trace-level", trace.level, "With --trace: messages, or jobs (adds copy jobs)")
+      ->check(CLI::IsMember({"messages", "jobs"}))
+      ->capture_default_str();
+}
+
 void add_network_flags(CLI::App& cmd, std::string& token, network_options& net) {
   cmd.add_option("--token", token, "Shared secret of the deployment")
       ->envname("KVCONNECT_TOKEN")

@@ -48,6 +48,14 @@ struct fault_options {
   uint64_t seed = 0;
 };
 
+/// --trace DIR and --trace-level: observe.trace / observe.trace_dir of a role process.
+struct trace_options {
+  std::string dir;                 ///< empty: no trace
+  std::string level = "messages";  ///< messages | jobs (with --trace)
+  /// The facades' observe config: off without a directory.
+  embed::observe_config observe() const;
+};
+
 struct scheduler_process_options {
   topology_options topology;
   pool_options pool;
@@ -86,6 +94,7 @@ struct scheduler_process_options {
   /// serves every node's workers; the smoke run checks the slots of this node's ranks only
   /// (the others write into their own node's segment).
   std::vector<uint32_t> rank_nodes;
+  trace_options trace;
 };
 
 struct worker_process_options {
@@ -108,6 +117,7 @@ struct worker_process_options {
   /// load checks) when it ends. Empty: the synthetic cache, no forward pass.
   std::string executor;
   uint32_t gpu_block_size = 16;  ///< tokens per GPU block (the model runner's slots)
+  trace_options trace;
 };
 
 /// --tp-size, --pp-size, --node.
@@ -116,6 +126,8 @@ void add_topology_flags(CLI::App& cmd, topology_options& topo);
 void add_pool_flags(CLI::App& cmd, pool_options& pool);
 /// --fault (repeatable), --fault-seed.
 void add_fault_flags(CLI::App& cmd, fault_options& faults);
+/// --trace DIR, --trace-level messages|jobs.
+void add_trace_flags(CLI::App& cmd, trace_options& trace);
 /// --token (or $KVCONNECT_TOKEN), --heartbeat-ms, --connection-timeout-ms.
 void add_network_flags(CLI::App& cmd, std::string& token, network_options& net);
 

@@ -284,6 +284,9 @@ int run_scheduler_process(const scheduler_process_options& o) {
   cfg.observe.kv_events_topic = o.kv_events_topic;
   cfg.job_timeout_steps = o.job_timeout_steps;
   cfg.faults = faults_at(*faults, fault_site::channel);
+  const embed::observe_config trace = o.trace.observe();
+  cfg.observe.trace = trace.trace;
+  cfg.observe.trace_dir = trace.trace_dir;
   auto sc = embed::scheduler_connector::create(cfg);
   if (!sc) return fail("scheduler", 1, "cannot start: " + sc.error().to_string());
   std::unique_ptr<sim::executor_publisher> executor;
@@ -359,6 +362,7 @@ int run_worker_process(const worker_process_options& o) {
   cfg.block_size_factor = o.pool.kv.block_factor;
   cfg.register_timeout = milliseconds{o.register_timeout_ms};
   cfg.faults = faults_at(*faults, fault_site::copy);
+  cfg.observe = o.trace.observe();
   // Everything that can fail here (copy engine, device, pool, the KV cache) comes before the
   // registration: a failed set-up must not use up the rank's incarnation.
   // prepare() reaches the scheduler (through its gate) but does not register yet.

@@ -15,6 +15,7 @@ void add_scheduler_command(CLI::App& app, int& exit_code) {
   add_topology_flags(*cmd, o->topology);
   add_pool_flags(*cmd, o->pool);
   add_network_flags(*cmd, o->token, o->network);
+  add_trace_flags(*cmd, o->trace);
   cmd->add_option("--host", o->host, "The address to listen on")->capture_default_str();
   cmd->add_option("--port", o->port, "TCP port on --host; 0 picks a free one (printed)")
       ->capture_default_str();

@@ -15,6 +15,7 @@ void add_worker_command(CLI::App& app, int& exit_code) {
   add_topology_flags(*cmd, o->topology);
   add_pool_flags(*cmd, o->pool);
   add_network_flags(*cmd, o->token, o->network);
+  add_trace_flags(*cmd, o->trace);
   cmd->add_option("--host", o->host, "The scheduler's address")->capture_default_str();
   cmd->add_option("--port", o->port, "The scheduler's port")->required();
   cmd->add_option("--rank", o->rank, "Global rank = pp_rank * tp_size + tp_rank")->required();

@@ -158,4 +158,28 @@ result<step_report> decode_report(std::span<const char> frame) {
   return decode_as<step_report>(wire_kind::report, "report", frame);
 }
 
+result<frame_summary> summarize(std::span<const char> frame) {
+  auto k = kind_of(frame);
+  if (!k) return k.error();
+  frame_summary out{.kind = *k};
+  caf::binary_deserializer src{nullptr, frame.data() + 1, frame.size() - 1};
+  caf::error err;
+  switch (*k) {
+    case wire_kind::hello:
+      err = src(out.rank, out.incarnation);
+      break;
+    case wire_kind::metadata:
+      err = src(out.step);
+      break;
+    case wire_kind::report:
+      err = src(out.rank, out.incarnation, out.step);
+      break;
+  }
+  if (err) {
+    return make_error(errc::protocol_mismatch, "step channel: a frame too short to summarize (" +
+                                                   std::to_string(frame.size()) + " bytes)");
+  }
+  return out;
+}
+
 }  // namespace kvc::channel

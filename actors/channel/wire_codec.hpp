@@ -69,4 +69,16 @@ result<wire_hello> decode_hello(std::span<const char> frame);
 result<connector_metadata> decode_metadata(std::span<const char> frame);
 result<step_report> decode_report(std::span<const char> frame);
 
+/// What a frame's leading fields say, read without decoding the rest (for traces): its kind,
+/// and the step (metadata, report) and the rank and incarnation (hello, report) it carries.
+struct frame_summary {
+  wire_kind kind = wire_kind::hello;
+  step_id step = 0;
+  rank_id rank = 0;
+  uint32_t incarnation = 0;
+};
+
+/// errc::protocol_mismatch when the tag or the leading fields cannot be read.
+result<frame_summary> summarize(std::span<const char> frame);
+
 }  // namespace kvc::channel

@@ -37,6 +37,14 @@ status validate_common(const std::string& token, const topology_config& topo,
   return shm::validate(g);
 }
 
+status validate_observe(const observe_config& o) {
+  if (o.trace != trace::trace_level::off && o.trace_dir.empty()) {
+    return invalid("embed: observe.trace is " + std::string{trace::to_string(o.trace)} +
+                   " but observe.trace_dir is empty");
+  }
+  return {};
+}
+
 }  // namespace
 
 std::string segment_name_for(const pool_config& pool, const topology_config& topo) {
@@ -45,6 +53,7 @@ std::string segment_name_for(const pool_config& pool, const topology_config& top
 
 status validate(const scheduler_connector_config& cfg) {
   if (auto st = validate_common(cfg.token, cfg.topology, cfg.pool); !st) return st;
+  if (auto st = validate_observe(cfg.observe); !st) return st;
   if (auto g = scheduler::make_geometry(cfg.planner); !g) return g.error();
   scheduler::manager_config m = cfg.planner.manager;
   if (m.capacity != 0 && m.capacity != cfg.pool.slots_per_rank) {
@@ -78,6 +87,7 @@ status validate(const scheduler_connector_config& cfg) {
 
 status validate(const worker_connector_config& cfg) {
   if (auto st = validate_common(cfg.token, cfg.topology, cfg.pool); !st) return st;
+  if (auto st = validate_observe(cfg.observe); !st) return st;
   if (cfg.rank >= cfg.topology.world_size()) {
     return invalid("embed: rank " + std::to_string(cfg.rank) + " is outside the world of " +
                    std::to_string(cfg.topology.world_size()) + " ranks");

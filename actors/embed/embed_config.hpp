@@ -17,6 +17,7 @@
 
 #include "actors/scheduler/connector_config.hpp"
 #include "actors/scheduler/offload_manager.hpp"
+#include "actors/trace/trace_record.hpp"
 #include "cuda/copy_engine.hpp"
 #include "proto/fault_plan.hpp"
 #include "proto/ids.hpp"
@@ -87,6 +88,11 @@ struct observe_config {
   std::string kv_events_replay_endpoint;
   std::string kv_events_topic;      ///< first frame of every batch (vLLM's default: empty)
   size_t kv_events_buffer = 10000;  ///< batches kept for replay (vLLM's buffer_steps)
+  /// Message traces (docs/observability.md): every message through the step channel and the
+  /// control plane (and with `jobs` every copy job at the workers) goes to
+  /// `<trace_dir>/<role>-<pid>-<tag>.jsonl`. A worker reads these two fields only.
+  trace::trace_level trace = trace::trace_level::off;
+  std::string trace_dir;  ///< required unless trace is off
 };
 
 /// Wraps the scheduler's end of the step channel in a decorator (every frame of every rank
@@ -155,6 +161,7 @@ struct worker_connector_config {
   uint32_t block_size_factor = 1;
   /// How long the scheduler may take to accept the registration.
   std::chrono::milliseconds register_timeout{5000};
+  observe_config observe;
   copy_engine_factory make_copy_engine;
   /// Injected faults (docs/faults.md): the copy faults concerning this rank wrap its copy engine
   /// (cuda::faulty_copy_engine); the other kinds are ignored here. Empty: none.

@@ -19,6 +19,7 @@
 #include "actors/control/error_bridge.hpp"
 #include "actors/control/gate.hpp"
 #include "actors/control/tcp_probe.hpp"
+#include "actors/trace/traced_transport.hpp"
 #include "cuda/engine_factory.hpp"
 #include "cuda/faulty_copy_engine.hpp"
 #include "shm/segment_header.hpp"
@@ -46,16 +47,31 @@ void end_companion(const caf::actor& hdl, caf::exit_reason reason) {
 /// The scheduler's stop, an exit, or the scheduler's death (down_msg of the monitor) sets
 /// `ending` to why and ends the companion from a short-lived actor, so that the scheduler sees
 /// the rank go at once. Whoever sets `ending` first ends the companion (cleanup must run once).
-caf::actor make_rank_actor(caf::actor_system& sys, std::shared_ptr<std::atomic<uint8_t>> ending) {
+caf::actor make_rank_actor(caf::actor_system& sys, std::shared_ptr<std::atomic<uint8_t>> ending,
+                           std::shared_ptr<trace::tracer> tracer, rank_id rank,
+                           uint32_t incarnation) {
   caf::actor hdl = sys.spawn<caf::actor_companion>();
   caf::actor_companion* comp = as_companion(hdl);
-  comp->on_enqueue([&sys, comp, ending](caf::mailbox_element_ptr ptr) {
+  comp->on_enqueue([&sys, comp, ending, tracer, rank, incarnation](caf::mailbox_element_ptr ptr) {
     if (!ptr) return;
     caf::type_erased_tuple& content = ptr->content();
     const bool lost = content.match_elements<caf::down_msg>();
     if (!lost && !content.match_elements<control::stop_atom>() &&
         !content.match_elements<caf::exit_msg>()) {
       return;  // nothing else is sent to a rank
+    }
+    if (tracer) {
+      trace::trace_record r;
+      r.track = trace::rank_track(rank);
+      r.rank = rank;
+      if (content.match_elements<control::stop_atom>()) {
+        r.dir = trace::direction::receive;
+        r.type = "stop";
+        r.msg = trace::message_id("stop", -1, channel::peer_id(rank, incarnation));
+      } else {
+        r.type = lost ? "scheduler_lost" : "exit";
+      }
+      tracer->emit(std::move(r));
     }
     uint8_t live = 0;
     if (!ending->compare_exchange_strong(live,
@@ -81,6 +97,12 @@ result<std::unique_ptr<rank_host>> rank_host::open(const worker_connector_config
   std::unique_ptr<rank_host> h{new rank_host()};
   h->cfg_ = cfg;
   h->segment_name_ = segment_name_for(cfg.pool, cfg.topology);
+  if (cfg.observe.trace != trace::trace_level::off) {
+    auto t = trace::tracer::open(cfg.observe.trace, cfg.observe.trace_dir, "worker",
+                                 channel::peer_id(cfg.rank, cfg.incarnation), cfg.topology.node);
+    if (!t) return t.error();
+    h->tracer_ = std::move(t).value();
+  }
   if (cfg.mode == connection_mode::in_process) {
     if (!local->host || !local->scheduler || !local->transport) {
       return make_error(errc::io_error, "embed: the scheduler connector is shut down");
@@ -166,7 +188,16 @@ status rank_host::register_rank() {
   const worker_registration reg =
       scheduler::make_registration(want, cfg_.rank, cfg_.incarnation, ::getpid());
   caf::actor_system& sys = host_->system();
-  rank_actor_ = make_rank_actor(sys, ending_);
+  rank_actor_ = make_rank_actor(sys, ending_, tracer_, cfg_.rank, cfg_.incarnation);
+  if (tracer_) {
+    trace::trace_record r;
+    r.dir = trace::direction::send;
+    r.track = trace::rank_track(cfg_.rank);
+    r.type = "registration";
+    r.rank = cfg_.rank;
+    r.msg = trace::message_id("registration", -1, channel::peer_id(cfg_.rank, cfg_.incarnation));
+    tracer_->emit(std::move(r));
+  }
   as_companion(rank_actor_)->monitor(scheduler_);
   status outcome;
   std::string endpoint;
@@ -186,8 +217,12 @@ status rank_host::register_rank() {
   auto transport = local_transport_ ? local_transport_->connect_local(peer)
                                     : channel::zmq_connect(endpoint, peer, cfg_.token);
   if (!transport) return transport.error();
-  auto ch = channel::rank_channel::open(std::move(transport).value(),
-                                        {cfg_.rank, cfg_.incarnation, cfg_.token});
+  std::unique_ptr<channel::client_transport> conn = std::move(transport).value();
+  if (tracer_) {
+    conn = std::make_unique<trace::traced_client_transport>(std::move(conn), tracer_, peer,
+                                                            trace::rank_track(cfg_.rank));
+  }
+  auto ch = channel::rank_channel::open(std::move(conn), {cfg_.rank, cfg_.incarnation, cfg_.token});
   if (!ch) return ch.error();
   channel_ = std::move(ch).value();
   return {};

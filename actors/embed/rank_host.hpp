@@ -23,6 +23,7 @@
 #include "actors/embed/actor_host.hpp"
 #include "actors/embed/embed_config.hpp"
 #include "actors/embed/local_endpoint.hpp"
+#include "actors/trace/tracer.hpp"
 #include "actors/worker/transfer_executor.hpp"
 #include "cuda/copy_engine.hpp"
 #include "cuda/faulty_copy_engine.hpp"
@@ -53,6 +54,8 @@ class rank_host {
   status register_rank();
   /// The rank's end of the step channel; valid after register_rank.
   channel::rank_channel& channel() noexcept { return *channel_; }
+  /// This rank's tracer; null when observe.trace is off.
+  const std::shared_ptr<trace::tracer>& tracer() const noexcept { return tracer_; }
   /// The scheduler stopped this rank or is gone: no more steps will come.
   bool gone() const noexcept { return ending_->load() != 0; }
   /// The scheduler stopped this rank (as opposed to being lost).
@@ -70,6 +73,7 @@ class rank_host {
   std::string segment_name_;
   channel::server_transport* local_transport_ = nullptr;  // in_process
   control::scheduler_actor scheduler_;
+  std::shared_ptr<trace::tracer> tracer_;  // outlives everything that records through it
   // Declaration order = reverse destruction order: the engine before the pool mapping it
   // registered; the rank's actor before the actor system.
   std::optional<shm::segment> segment_;

@@ -40,6 +40,33 @@ struct scheduler_connector::impl {
   std::optional<step_id> last_step;  // the last step sent
   step_id through = 0;               // the highest step whose output was applied
   std::vector<job_result> jobs;      // applied, not yet handed out
+  std::shared_ptr<trace::tracer> tracer;  // null: trace off
+
+  /// trace: a scheduler-side record of one step; `value` is the planner's jobs in flight.
+  void trace_step(const char* type, step_id step, int64_t mono_ns, int64_t dur_ns) {
+    trace::trace_record r;
+    r.mono_ns = mono_ns;
+    r.dur_ns = dur_ns;
+    r.track = "scheduler";
+    r.type = type;
+    r.step = static_cast<int64_t>(step);
+    r.value = static_cast<int64_t>(planner->jobs_in_flight());
+    tracer->emit(std::move(r));
+  }
+
+  /// trace at `jobs`: one record per job planned (with its request) or applied.
+  void trace_job(const char* type, step_id step, job_id job, const std::string& request,
+                 uint64_t bytes, std::string note) {
+    trace::trace_record r;
+    r.track = "scheduler";
+    r.type = type;
+    r.step = static_cast<int64_t>(step);
+    r.job = static_cast<int64_t>(job);
+    r.request = request;
+    r.bytes = bytes;
+    r.note = std::move(note);
+    tracer->emit(std::move(r));
+  }
 
   // Observability (docs/observability.md). The counters live in the pure classes; `metrics`
   // adds the flow's own (transfers, round trips). With a /metrics server, the engine thread
@@ -109,10 +136,21 @@ struct scheduler_connector::impl {
   /// Applies every step output the coordinator released.
   void apply_released() {
     while (auto out = coord().poll_output()) {
+      const int64_t t0 = tracer ? trace::tracer::mono_now() : 0;
       if (auto st = planner->update_connector_output(*out); !st) {
         spdlog::warn("scheduler_connector: step {}: {}", out->step, st.to_string());
       }
       metrics.on_output_applied(*out, now_ns());
+      if (tracer) {
+        const int64_t t1 = trace::tracer::mono_now();
+        if (tracer->jobs()) {
+          for (const job_result& j : out->jobs) {
+            trace_job("job_applied", out->step, j.job, {}, j.bytes,
+                      j.ok ? std::string{"ok"} : std::string{to_string(j.error)});
+          }
+        }
+        trace_step("output_applied", out->step, t1, std::max<int64_t>(t1 - t0, 1));
+      }
       jobs.insert(jobs.end(), out->jobs.begin(), out->jobs.end());
       through = std::max(through, out->step);
     }
@@ -177,6 +215,7 @@ result<std::unique_ptr<scheduler_connector>> scheduler_connector::create(
   auto host = scheduler_host::start(p->cfg);
   if (!host) return host.error();
   p->host = std::move(host).value();
+  p->tracer = p->host->tracer();
   if (auto st = p->start_observers(); !st) return st;
   return std::unique_ptr<scheduler_connector>{new scheduler_connector(std::move(p))};
 }
@@ -233,12 +272,26 @@ result<connector_metadata> scheduler_connector::build_connector_meta(
                                                   " is not above the last step " +
                                                   std::to_string(*m.last_step));
   }
+  const int64_t t0 = m.tracer ? trace::tracer::mono_now() : 0;
   auto meta = m.planner->build_connector_meta(in);
   if (!meta) return meta;
   m.last_step = in.step;
+  if (m.tracer && m.tracer->jobs()) {
+    for (const auto* list : {&meta->loads, &meta->stores}) {
+      for (const transfer_job& j : *list) {
+        const uint64_t blocks = j.slots.size() - std::min<size_t>(j.skip, j.slots.size());
+        m.trace_job("job_planned", in.step, j.id, j.request_id, blocks * m.cfg.pool.slot_bytes,
+                    j.kind == transfer_kind::load ? "load" : "store");
+      }
+    }
+  }
   m.coord().send_step(*meta);
   m.metrics.on_step_sent(*meta, now_ns());
   m.publish_events();  // the evictions that made room for this step's stores
+  if (m.tracer) {
+    const int64_t t1 = trace::tracer::mono_now();
+    m.trace_step("build_connector_meta", in.step, t1, std::max<int64_t>(t1 - t0, 1));
+  }
   return meta;
 }
 

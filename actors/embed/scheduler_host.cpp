@@ -14,6 +14,7 @@
 #include "actors/channel/zmq_transport.hpp"
 #include "actors/control/error_bridge.hpp"
 #include "actors/control/gate.hpp"
+#include "actors/trace/traced_transport.hpp"
 #include "shm/segment_header.hpp"
 
 namespace kvc::embed {
@@ -54,6 +55,12 @@ result<std::unique_ptr<scheduler_host>> scheduler_host::start(
                                   {.prefault = cfg.pool.prefault, .remove_on_close = true});
   if (!seg) return seg.error();
   h->segment_.emplace(std::move(seg).value());
+  if (cfg.observe.trace != trace::trace_level::off) {
+    auto t = trace::tracer::open(cfg.observe.trace, cfg.observe.trace_dir, "scheduler",
+                                 "node" + std::to_string(cfg.topology.node), cfg.topology.node);
+    if (!t) return t.error();
+    h->tracer_ = std::move(t).value();
+  }
 
   auto transport = make_transport(cfg);
   if (!transport) return transport.error();
@@ -68,6 +75,11 @@ result<std::unique_ptr<scheduler_host>> scheduler_host::start(
         });
     if (!faulty) return faulty.error();
     transport = std::unique_ptr<channel::server_transport>{std::move(faulty).value()};
+  }
+  if (h->tracer_) {
+    // Outermost: the records show what the channel's logic received, after injected faults.
+    transport = std::unique_ptr<channel::server_transport>{
+        new trace::traced_server_transport(std::move(transport).value(), h->tracer_)};
   }
   auto channel =
       channel::scheduler_channel::create(std::move(transport).value(), h->world_size_, cfg.token);
@@ -90,6 +102,7 @@ result<std::unique_ptr<scheduler_host>> scheduler_host::start(
                   .token = cfg.token,
                   .nodes = cfg.nodes};
   so.channel_endpoint = h->coordinator_->transport_endpoint();
+  so.tracer = h->tracer_;
   auto actor = scheduler::spawn_scheduler(h->host_->system(), so, h->coordinator_->handle());
   if (!actor) return actor.error();
   h->scheduler_ = std::move(actor).value();

@@ -22,6 +22,7 @@
 #include "actors/embed/embed_config.hpp"
 #include "actors/embed/local_endpoint.hpp"
 #include "actors/scheduler/scheduler_actor.hpp"
+#include "actors/trace/tracer.hpp"
 #include "proto/status.hpp"
 #include "shm/segment.hpp"
 
@@ -56,6 +57,8 @@ class scheduler_host {
     if (p == nullptr) return {};
     return {p, segment_->geometry().slot_bytes};
   }
+  /// This process's tracer; null when observe.trace is off.
+  const std::shared_ptr<trace::tracer>& tracer() const noexcept { return tracer_; }
   /// The actors run (not stopped, the scheduler actor did not end).
   bool live() const noexcept { return scheduler_ && !coordinator_->gone(); }
 
@@ -72,6 +75,7 @@ class scheduler_host {
 
   uint32_t world_size_ = 0;
   std::string segment_name_;
+  std::shared_ptr<trace::tracer> tracer_;  // outlives everything that records through it
   // Declaration order = reverse destruction order: the actors end before the segment goes.
   std::optional<shm::segment> segment_;
   std::shared_ptr<actor_host> host_;

@@ -10,6 +10,7 @@
 #include "actors/embed/local_endpoint.hpp"
 #include "actors/embed/rank_host.hpp"
 #include "actors/embed/scheduler_connector.hpp"
+#include "actors/trace/traced_transport.hpp"
 #include "actors/worker/report_sequencer.hpp"
 
 namespace kvc::embed {
@@ -22,6 +23,10 @@ namespace {
 /// at this often.
 constexpr std::chrono::milliseconds gone_slice{10};
 
+const char* kind_name(transfer_kind k) noexcept {
+  return k == transfer_kind::load ? "load" : "store";
+}
+
 }  // namespace
 
 struct worker_connector::impl {
@@ -32,6 +37,61 @@ struct worker_connector::impl {
   std::optional<connector_metadata> next;   // arrived, not bound (asked for another step)
   std::optional<connector_metadata> bound;  // the bound step's metadata
   std::optional<worker::report_sequencer> reports;
+  std::shared_ptr<trace::tracer> tracer;  // null: trace off
+  int64_t bound_at = 0;                   // trace: when the bound step was bound (mono ns)
+
+  /// trace: the step's metadata was bound; at `jobs`, one record per job the rank takes on.
+  void trace_bind(const connector_metadata& meta) {
+    bound_at = trace::tracer::mono_now();
+    if (!tracer->jobs()) return;
+    for (const auto* list : {&meta.loads, &meta.stores}) {
+      for (const transfer_job& j : *list) {
+        trace::trace_record r;
+        r.mono_ns = bound_at;
+        r.track = trace::rank_track(cfg.rank);
+        r.type = "job_submit";
+        r.step = static_cast<int64_t>(meta.step);
+        r.rank = cfg.rank;
+        r.job = static_cast<int64_t>(j.id);
+        r.request = j.request_id;
+        r.bytes = (j.slots.size() - std::min<size_t>(j.skip, j.slots.size())) * cfg.pool.slot_bytes;
+        r.note = kind_name(j.kind);
+        tracer->emit(std::move(r));
+      }
+    }
+  }
+
+  /// trace: the rank handled the step from bind to its report (a span); at `jobs`, one record
+  /// per finished job.
+  void trace_done(step_id step, const std::vector<job_result>& jobs, bool closed) {
+    const int64_t now = trace::tracer::mono_now();
+    if (tracer->jobs()) {
+      for (const job_result& j : jobs) {
+        trace::trace_record r;
+        r.mono_ns = now;
+        r.track = trace::rank_track(cfg.rank);
+        r.type = "job_complete";
+        r.step = static_cast<int64_t>(step);
+        r.rank = cfg.rank;
+        r.job = j.job;
+        r.bytes = j.bytes;
+        r.dur_ns = static_cast<int64_t>(j.seconds * 1e9);
+        r.note = std::string{kind_name(j.kind)} + " " +
+                 (j.ok ? std::string{"ok"} : std::string{to_string(j.error)});
+        tracer->emit(std::move(r));
+      }
+    }
+    if (!closed || bound_at == 0) return;
+    trace::trace_record r;
+    r.mono_ns = now;
+    r.dur_ns = std::max<int64_t>(now - bound_at, 1);
+    r.track = trace::rank_track(cfg.rank);
+    r.type = "rank_step";
+    r.step = static_cast<int64_t>(step);
+    r.rank = cfg.rank;
+    tracer->emit(std::move(r));
+    bound_at = 0;
+  }
 
   void send(const step_report& rep) {
     if (host->gone()) return;  // the scheduler is gone: nobody to report to
@@ -104,6 +164,7 @@ result<std::unique_ptr<worker_connector>> worker_connector::prepare(
       p->host->engine());
   if (!w) return w.error();
   p->worker.emplace(std::move(w).value());
+  p->tracer = p->host->tracer();
   return std::unique_ptr<worker_connector>{new worker_connector(std::move(p))};
 }
 
@@ -161,6 +222,7 @@ status worker_connector::bind_connector_metadata(step_id step, std::chrono::nano
   if (auto st = m.reports->open(step); !st) return st;
   m.bound = std::move(m.next);
   m.next.reset();
+  if (m.tracer) m.trace_bind(*m.bound);
   return m.worker->bind_connector_metadata(*m.bound);
 }
 
@@ -188,7 +250,9 @@ status worker_connector::finish_transfers(const cuda::submit_options& opts) {
 finished_requests worker_connector::get_finished(std::span<const std::string> finished_req_ids) {
   impl& m = *impl_;
   worker::worker_output out = m.worker->get_finished(finished_req_ids);
-  if (auto r = m.reports->add(out.jobs)) m.send(*r);
+  auto report = m.reports->add(out.jobs);
+  if (m.tracer && m.bound) m.trace_done(m.bound->step, out.jobs, report.has_value());
+  if (report) m.send(*report);
   return {std::move(out.finished_sending), std::move(out.finished_recving), std::move(out.jobs)};
 }
 
@@ -200,7 +264,9 @@ void worker_connector::clear_connector_metadata() {
   impl& m = *impl_;
   m.worker->clear_connector_metadata();
   m.bound.reset();
-  if (auto r = m.reports->close()) m.send(*r);
+  auto report = m.reports->close();
+  if (m.tracer && report) m.trace_done(report->step, {}, true);
+  if (report) m.send(*report);
 }
 
 rank_id worker_connector::rank() const noexcept {

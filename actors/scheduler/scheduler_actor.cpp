@@ -9,6 +9,7 @@
 #include <caf/system_messages.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
+#include "actors/channel/transport.hpp"
 #include "actors/control/error_bridge.hpp"
 
 namespace kvc::scheduler {
@@ -22,12 +23,32 @@ void deliver_all(std::vector<caf::typed_response_promise<uint32_t>>& waiters, ui
   waiters.clear();
 }
 
+/// One control-plane record on the scheduler's track (trace off: nothing).
+void record(const scheduler_state& st, trace::direction dir, std::string type, rank_id rank,
+            std::string note = {}) {
+  if (!st.tracer) return;
+  trace::trace_record r;
+  r.dir = dir;
+  r.track = "scheduler";
+  r.rank = rank;
+  r.msg = trace::message_id(type, -1, channel::peer_id(rank, st.incarnations[rank]));
+  r.type = std::move(type);
+  r.note = std::move(note);
+  st.tracer->emit(std::move(r));
+}
+
 caf::result<control::coordinator_actor, std::string> admit(self_pointer self,
                                                            const worker_registration& reg,
                                                            const control::worker_actor& worker) {
   scheduler_state& st = self->state;
   status s = worker ? st.registry->admit(reg)
                     : make_error(errc::invalid_argument, "registration without a worker");
+  if (st.tracer && reg.rank < st.incarnations.size()) {
+    const uint32_t previous = st.incarnations[reg.rank];
+    st.incarnations[reg.rank] = reg.incarnation;
+    record(st, trace::direction::receive, "registration", reg.rank, s ? "ok" : s.to_string());
+    if (!s) st.incarnations[reg.rank] = previous;
+  }
   if (!s) {
     spdlog::warn("scheduler: {}", s.to_string());
     return control::to_caf_error(s);
@@ -35,6 +56,7 @@ caf::result<control::coordinator_actor, std::string> admit(self_pointer self,
   st.workers[reg.rank] = worker;
   self->monitor(worker);
   self->send(st.coordinator, control::rank_up_atom::value, reg.rank, reg.incarnation);
+  record(st, trace::direction::local, "rank_up", reg.rank);
   spdlog::info(
       "scheduler: registered rank {} (tp_rank {}, pp_rank {}, incarnation {}, pid {}); "
       "{}/{} ranks live",
@@ -51,6 +73,8 @@ void on_down(self_pointer self, const caf::down_msg& dm) {
     st.workers[r] = control::worker_actor{};
     (void)st.registry->remove(r);  // live by construction: workers[r] was set
     self->send(st.coordinator, control::rank_down_atom::value, r);
+    record(st, trace::direction::local, "rank_down", r,
+           st.registry->stopping() ? "stopped" : "lost: " + self->system().render(dm.reason));
     if (st.registry->stopping()) {
       spdlog::info("scheduler: rank {} stopped", r);
     } else {
@@ -64,7 +88,11 @@ void on_down(self_pointer self, const caf::down_msg& dm) {
 caf::typed_response_promise<uint32_t> stop(self_pointer self) {
   scheduler_state& st = self->state;
   auto rp = self->make_response_promise<uint32_t>();
-  for (rank_id r : st.registry->begin_stop()) self->send(st.workers[r], control::stop_atom::value);
+  for (rank_id r : st.registry->begin_stop()) {
+    // Recorded before it goes: the rank may record its receive before send() returns here.
+    record(st, trace::direction::send, "stop", r);
+    self->send(st.workers[r], control::stop_atom::value);
+  }
   if (st.registry->stop_complete()) {
     rp.deliver(st.registry->stopped());
   } else {
@@ -86,9 +114,12 @@ caf::typed_response_promise<uint32_t> ready(self_pointer self) {
 
 scheduler_impl::behavior_type scheduler(self_pointer self, worker_registry registry,
                                         control::coordinator_actor coordinator,
-                                        std::string channel_endpoint) {
+                                        std::string channel_endpoint,
+                                        std::shared_ptr<trace::tracer> tracer) {
   scheduler_state& st = self->state;
   st.workers.resize(registry.world_size());
+  st.incarnations.resize(registry.world_size());
+  st.tracer = std::move(tracer);
   st.registry.emplace(std::move(registry));
   st.coordinator = std::move(coordinator);
   st.channel_endpoint = std::move(channel_endpoint);
@@ -109,7 +140,7 @@ result<scheduler_impl> spawn_scheduler(caf::actor_system& sys, const scheduler_o
   auto registry = worker_registry::create(opts.handshake);
   if (!registry) return registry.error();
   return sys.spawn(scheduler, std::move(registry).value(), std::move(coordinator),
-                   opts.channel_endpoint);
+                   opts.channel_endpoint, opts.tracer);
 }
 
 }  // namespace kvc::scheduler

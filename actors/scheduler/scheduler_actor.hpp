@@ -17,6 +17,7 @@
 ///
 /// Owned by the actor system; its state is touched only by the actor itself.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -24,9 +25,10 @@
 #include <caf/fwd.hpp>
 #include <caf/typed_response_promise.hpp>
 
-#include "actors/scheduler/handshake.hpp"
 #include "actors/control/interfaces.hpp"
+#include "actors/scheduler/handshake.hpp"
 #include "actors/scheduler/worker_registry.hpp"
+#include "actors/trace/tracer.hpp"
 #include "proto/status.hpp"
 
 namespace kvc::scheduler {
@@ -40,6 +42,8 @@ struct scheduler_options {
   scheduler::handshake_expectation handshake;
   /// The step channel's endpoint for ranks in other processes (registration replies carry it).
   std::string channel_endpoint;
+  /// Records the control messages (registration, rank_up / rank_down, loss, stop); null: none.
+  std::shared_ptr<trace::tracer> tracer;
 };
 
 struct scheduler_state {
@@ -47,6 +51,8 @@ struct scheduler_state {
   std::vector<control::worker_actor> workers;  // by rank; invalid when not live
   control::coordinator_actor coordinator;
   std::string channel_endpoint;
+  std::shared_ptr<trace::tracer> tracer;  // null: trace off
+  std::vector<uint32_t> incarnations;     // by rank: of the live (or last) worker
   std::vector<caf::typed_response_promise<uint32_t>> ready_waiters;
   std::vector<caf::typed_response_promise<uint32_t>> stop_waiters;
   static inline const char* name = "kvc.scheduler";

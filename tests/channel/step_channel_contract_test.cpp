@@ -1,11 +1,14 @@
 // Contract suite of the step channel: scheduler_channel and rank_channel over every transport
-// (ZeroMQ over tcp, ZeroMQ inproc, in-process memory queues). Written once; each transport must
-// pass it unchanged. Waits are for frames, each with a deadline; nothing sleeps.
+// (ZeroMQ over tcp, ZeroMQ inproc, in-process memory queues), and over two of them behind the
+// message traces' recording decorators (actors/trace/traced_transport.hpp), which must change
+// nothing. Written once; each transport must pass it unchanged. Waits are for frames, each with a
+// deadline; nothing sleeps.
 #include "actors/channel/rank_channel.hpp"
 #include "actors/channel/scheduler_channel.hpp"
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -13,6 +16,7 @@
 
 #include "actors/channel/memory_transport.hpp"
 #include "actors/channel/zmq_transport.hpp"
+#include "actors/trace/traced_transport.hpp"
 
 namespace kvc::channel {
 namespace {
@@ -21,7 +25,22 @@ using namespace std::chrono_literals;
 
 constexpr auto patience = 5000ms;  // a frame in flight arrives well within this
 
-enum class kind { zmq_tcp, zmq_inproc, memory };
+enum class kind { zmq_tcp, zmq_inproc, memory, traced_zmq_tcp, traced_memory };
+
+bool traced(kind k) {
+  return k == kind::traced_zmq_tcp || k == kind::traced_memory;
+}
+
+bool tcp(kind k) {
+  return k == kind::zmq_tcp || k == kind::traced_zmq_tcp;
+}
+
+/// Counts what the decorators record (the records themselves are tested in tests/trace).
+class counting_sink final : public trace::trace_sink {
+ public:
+  void write(const trace::trace_record&) override { ++count; }
+  std::atomic<uint64_t> count{0};
+};
 
 std::string name_of(const ::testing::TestParamInfo<kind>& info) {
   switch (info.param) {
@@ -31,6 +50,10 @@ std::string name_of(const ::testing::TestParamInfo<kind>& info) {
       return "zmq_inproc";
     case kind::memory:
       return "memory";
+    case kind::traced_zmq_tcp:
+      return "traced_zmq_tcp";
+    case kind::traced_memory:
+      return "traced_memory";
   }
   return "unknown";
 }
@@ -68,12 +91,15 @@ class StepChannelContract : public ::testing::TestWithParam<kind> {
 
   ::testing::AssertionResult open(uint32_t world) {
     std::unique_ptr<server_transport> t;
-    if (GetParam() == kind::memory) {
+    if (GetParam() == kind::memory || GetParam() == kind::traced_memory) {
       t = std::make_unique<memory_server>();
     } else {
-      auto z = zmq_server::create(GetParam() == kind::zmq_tcp ? "127.0.0.1" : "", "token");
+      auto z = zmq_server::create(tcp(GetParam()) ? "127.0.0.1" : "", "token");
       if (!z) return ::testing::AssertionFailure() << z.error().to_string();
       t = std::move(z).value();
+    }
+    if (traced(GetParam())) {
+      t = std::make_unique<trace::traced_server_transport>(std::move(t), tracer_);
     }
     auto ch = scheduler_channel::create(std::move(t), world, "token");
     if (!ch) return ::testing::AssertionFailure() << ch.error().to_string();
@@ -85,11 +111,13 @@ class StepChannelContract : public ::testing::TestWithParam<kind> {
   /// transport's own handshake (zmq_auth_test.cpp tests that one); the hello is the channel's.
   std::unique_ptr<client_transport> connect_raw(rank_id rank, uint32_t incarnation) {
     const std::string peer = peer_id(rank, incarnation);
-    auto c = GetParam() == kind::zmq_tcp
-                 ? zmq_connect(sched_->transport().remote_endpoint(), peer, "token")
-                 : sched_->transport().connect_local(peer);
+    auto c = tcp(GetParam()) ? zmq_connect(sched_->transport().remote_endpoint(), peer, "token")
+                             : sched_->transport().connect_local(peer);
     EXPECT_TRUE(c.ok()) << c.error().to_string();
-    return c ? std::move(c).value() : nullptr;
+    if (!c) return nullptr;
+    if (!traced(GetParam())) return std::move(c).value();
+    return std::make_unique<trace::traced_client_transport>(std::move(c).value(), tracer_, peer,
+                                                            trace::rank_track(rank));
   }
 
   std::unique_ptr<rank_channel> connect(rank_id rank, uint32_t incarnation,
@@ -124,6 +152,9 @@ class StepChannelContract : public ::testing::TestWithParam<kind> {
     EXPECT_FALSE(m->has_value()) << "unexpected step " << (*m)->step;
   }
 
+  std::shared_ptr<counting_sink> sink_ = std::make_shared<counting_sink>();
+  std::shared_ptr<trace::tracer> tracer_ =
+      std::make_shared<trace::tracer>(trace::trace_level::messages, sink_, "test", 0);
   std::unique_ptr<scheduler_channel> sched_;
   std::vector<step_report> reports_;
 };
@@ -297,7 +328,9 @@ TEST_P(StepChannelContract, EndsCloseInEitherOrderAndARankSeesNoMoreSteps) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, StepChannelContract,
-                         ::testing::Values(kind::zmq_tcp, kind::zmq_inproc, kind::memory), name_of);
+                         ::testing::Values(kind::zmq_tcp, kind::zmq_inproc, kind::memory,
+                                           kind::traced_zmq_tcp, kind::traced_memory),
+                         name_of);
 
 }  // namespace
 }  // namespace kvc::channel

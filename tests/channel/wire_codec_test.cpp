@@ -213,5 +213,30 @@ TEST(WireCodecTest, AFrameAboveTheLimitIsRefusedBeforeDecoding) {
   EXPECT_THAT(decode_report(huge).error().message(), HasSubstr("above the limit"));
 }
 
+TEST(WireCodecTest, SummarizeReadsOnlyTheLeadingFields) {
+  const auto meta = summarize(encode(sample_metadata()));
+  ASSERT_TRUE(meta);
+  EXPECT_EQ(meta->kind, wire_kind::metadata);
+  EXPECT_EQ(meta->step, sample_metadata().step);
+  const step_report r = sample_report();
+  const auto rep = summarize(encode(r));
+  ASSERT_TRUE(rep);
+  EXPECT_EQ(rep->kind, wire_kind::report);
+  EXPECT_EQ(rep->rank, r.rank);
+  EXPECT_EQ(rep->incarnation, r.incarnation);
+  EXPECT_EQ(rep->step, r.step);
+  const auto hello = summarize(encode(wire_hello{5, 9, "secret"}));
+  ASSERT_TRUE(hello);
+  EXPECT_EQ(hello->rank, 5u);
+  EXPECT_EQ(hello->incarnation, 9u);
+  // The rest of a frame is not read: a metadata frame cut after its step still summarizes.
+  wire_bytes cut = encode(sample_metadata());
+  cut.resize(1 + sizeof(step_id));
+  EXPECT_TRUE(summarize(cut));
+  cut.resize(3);
+  EXPECT_EQ(summarize(cut).error().code(), errc::protocol_mismatch);
+  EXPECT_EQ(summarize({}).error().code(), errc::protocol_mismatch);
+}
+
 }  // namespace
 }  // namespace kvc::channel

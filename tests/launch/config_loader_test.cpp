@@ -263,7 +263,8 @@ TEST(ConfigLoaderTest, ToYamlReadsBackAsTheSameConfig) {
       "offload: {block_size: 32, eviction_policy: arc, store_threshold: 2}\n"
       "runtime: {token: \"0123\", instance: demo, log_level: debug, fault_seed: 4,\n"
       "  faults: [\"drop_report:rank=1,p=0.05\", \"kill_rank:rank=2,step=300\"]}\n"
-      "workload: {zipf: 0.9, arrival_rate: 2.5, seed: 18446744073709551615}\n");
+      "workload: {zipf: 0.9, arrival_rate: 2.5, seed: 18446744073709551615}\n"
+      "observe: {trace: jobs, trace_dir: /tmp/traces}\n");
   ASSERT_TRUE(base.ok()) << ::testing::PrintToString(errors_of(base));
   const std::string yaml = to_yaml(base.config);
   auto again = load_config(yaml, "shown.yaml", {});
@@ -318,6 +319,22 @@ TEST(ConfigLoaderTest, DeadlinesAreOnByDefaultAndFaultSpecsAreChecked) {
                           HasSubstr("--set: runtime.fault_seed")));
   EXPECT_THAT(errors_of(load("runtime: {faults: drop_report}\n")),
               ElementsAre(HasSubstr("expected a list of fault specs")));
+}
+
+TEST(ConfigLoaderTest, ObserveTakesATraceLevelAndNeedsADirectoryForIt) {
+  auto dflt = load("");
+  ASSERT_TRUE(dflt.ok());
+  EXPECT_EQ(dflt.config.observe.trace, "off");
+  auto on = load("observe:\n  trace: messages\n  trace_dir: traces\n");
+  ASSERT_TRUE(on.ok()) << ::testing::PrintToString(errors_of(on));
+  EXPECT_EQ(on.config.observe.trace, "messages");
+  EXPECT_EQ(on.config.observe.trace_dir, "traces");
+  auto bad = load("observe:\n  trace: all\n", {"observe.trace_dri=x"});
+  EXPECT_THAT(errors_of(bad), ElementsAre(HasSubstr("tp4.yaml:2: observe.trace:"),
+                                          HasSubstr("did you mean \"trace_dir\"")));
+  auto no_dir = load("observe:\n  trace: jobs\n");
+  EXPECT_THAT(errors_of(no_dir),
+              ElementsAre(HasSubstr("observe.trace_dir: observe.trace is jobs: a directory")));
 }
 
 TEST(ConfigLoaderTest, EditDistanceAndSuggestions) {
