@@ -153,7 +153,10 @@ int run_kvc_worker(const worker_options& o) {
   // 16 processes start at once: on a loaded host the first connection may take over the
   // default second.
   cfg.network.connection_timeout = 10s;
-  if (!o.trace_dir.empty()) cfg.observe = {trace::trace_level::messages, o.trace_dir};
+  if (!o.trace_dir.empty()) {
+    cfg.observe.trace = trace::trace_level::messages;
+    cfg.observe.trace_dir = o.trace_dir;
+  }
   auto wc = embed::worker_connector::create(cfg);
   if (!wc) {
     std::cerr << "bench step-worker " << o.rank << ": " << wc.error().to_string() << "\n";
@@ -259,7 +262,10 @@ int run_bench(const step_options& o) {
   cfg.token = token;
   cfg.topology.tp_size = o.tp;
   cfg.pool = {.instance = instance, .slots_per_rank = slots, .slot_bytes = slot_bytes};
-  if (!o.trace_dir.empty()) cfg.observe = {trace::trace_level::messages, o.trace_dir};
+  if (!o.trace_dir.empty()) {
+    cfg.observe.trace = trace::trace_level::messages;
+    cfg.observe.trace_dir = o.trace_dir;
+  }
   auto sc = embed::scheduler_connector::create(cfg);
   if (!sc) {
     std::cerr << "kvconnect bench step: " << sc.error().to_string() << "\n";

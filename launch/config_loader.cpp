@@ -475,14 +475,6 @@ void read_runtime(reader& r, const YAML::Node& n, runtime_section& rt) {
          {"fault_seed", [&](auto& v, auto& p) { r.number(v, p, rt.fault_seed, 0, u64_max); }}});
 }
 
-void read_observe(reader& r, const YAML::Node& n, observe_section& o) {
-  r.map(n, "observe",
-        {{"trace",
-          [&](auto& v, auto& p) {
-            r.choice(v, p, o.trace, {"off", "messages", "jobs"});
-          }},
-         {"trace_dir", [&](auto& v, auto& p) { r.text(v, p, o.trace_dir, false); }}});
-}
 
 void read_workload(reader& r, const YAML::Node& n, workload_section& w) {
   r.map(n, "workload",
@@ -522,7 +514,12 @@ void read_observe(reader& r, const YAML::Node& n, observe_section& ob) {
                    {"replay_endpoint",
                     [&](auto& x, auto& q) { r.text(x, q, ob.kv_events.replay_endpoint, false); }},
                    {"topic", [&](auto& x, auto& q) { r.text(x, q, ob.kv_events.topic, false); }}});
-          }}});
+          }},
+         {"trace",
+          [&](auto& v, auto& p) {
+            r.choice(v, p, ob.trace, {"off", "messages", "jobs"});
+          }},
+         {"trace_dir", [&](auto& v, auto& p) { r.text(v, p, ob.trace_dir, false); }}});
 }
 
 /// Puts `value` at `parts` in the tree, creating maps on the way. An error message otherwise.
