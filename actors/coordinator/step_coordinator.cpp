@@ -61,7 +61,10 @@ void step_coordinator::expect(const connector_metadata& meta, uint64_t now) {
   if (!planned_ || meta.step > *planned_) planned_ = meta.step;
   timed_out(agg_.expire_steps(meta.step, now), "steps");
   std::optional<uint64_t> deadline;
-  if (job_timeout_.count() > 0) deadline = now + static_cast<uint64_t>(job_timeout_.count());
+  if (job_timeout_.count() > 0) {
+    deadline = now + static_cast<uint64_t>(job_timeout_.count());
+    open_steps_.emplace_back(meta.step, *deadline);
+  }
   std::optional<step_id> step_deadline;
   if (job_timeout_steps_ > 0) step_deadline = meta.step + job_timeout_steps_;
   for (const transfer_job& j : meta.loads) {
@@ -80,9 +83,10 @@ void step_coordinator::timed_out(size_t n, const char* by) {
 
 std::optional<connector_output> step_coordinator::poll_output() {
   if (auto out = agg_.poll_output()) return out;
-  if (!flush_due_) return std::nullopt;
+  if (!flush_due_ && !step_release_due_) return std::nullopt;
+  const bool release_step = std::exchange(step_release_due_, false);
   flush_due_ = false;
-  if (agg_.pending_results() == 0) return std::nullopt;
+  if (!release_step && agg_.pending_results() == 0) return std::nullopt;
   // Stamped with the latest planned step, or past the last output when that was it already.
   const auto last = agg_.last_output_step();
   step_id stamp = planned_.value_or(0);
@@ -114,7 +118,17 @@ void step_coordinator::rank_down(rank_id rank) {
 }
 
 void step_coordinator::tick(uint64_t now) {
-  timed_out(agg_.expire(now), "time");
+  if (agg_.needs_expire()) timed_out(agg_.expire(now), "time");
+  const auto released = agg_.last_output_step();
+  while (!open_steps_.empty() && released && open_steps_.front().first <= *released) {
+    open_steps_.pop_front();
+  }
+  if (!open_steps_.empty() && open_steps_.front().second <= now) {
+    note(level::warn, "coordinator: step " + std::to_string(open_steps_.front().first) +
+                          " not closed by every rank within its deadline: released");
+    open_steps_.clear();  // the release stamps the latest planned step: it covers them all
+    step_release_due_ = true;
+  }
 }
 
 }  // namespace kvc::coordinator

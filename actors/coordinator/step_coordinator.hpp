@@ -21,6 +21,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <deque>
 #include <utility>
 #include <vector>
 
@@ -77,9 +78,12 @@ class step_coordinator {
   void tick(uint64_t now);
 
   /// The next released step output: completion_aggregator::poll_output, or after a job timed
-  /// out, every result decided so far (see the recovery rules above).
+  /// out, every result decided so far (see the recovery rules above), or, once a step passed
+  /// its time deadline without every alive rank closing it, an output stamped with the latest
+  /// planned step (possibly without results): a report lost on the way must not hold an engine
+  /// that waits for that step's output, even when the step had no job to time out.
   std::optional<connector_output> poll_output();
-  bool needs_tick() const noexcept { return agg_.needs_expire(); }
+  bool needs_tick() const noexcept { return agg_.needs_expire() || !open_steps_.empty(); }
   /// What the coordinator counted: duplicates, late reports, timeouts, ... (the aggregator's).
   const aggregator_stats& stats() const noexcept { return agg_.stats(); }
   const completion_aggregator& aggregator() const noexcept { return agg_; }
@@ -101,6 +105,10 @@ class step_coordinator {
   uint64_t job_timeout_steps_;
   std::optional<step_id> planned_;  ///< the latest planned step
   bool flush_due_ = false;          ///< a job timed out: release what is decided
+  /// Planned steps whose output was not released yet, with their time deadline (job_timeout
+  /// after planning; none without a time deadline). Oldest first.
+  std::deque<std::pair<step_id, uint64_t>> open_steps_;
+  bool step_release_due_ = false;  ///< a step passed its deadline: release up to planned_
   std::vector<coordinator_note> notes_;
 };
 

@@ -52,6 +52,38 @@ TEST(StepCoordinatorTest, DeadlinesAreOnByDefault) {
   EXPECT_EQ(out[0].error, errc::timeout);
 }
 
+TEST(StepCoordinatorTest, AStepWithoutJobsWhoseReportWasLostIsReleasedAtItsDeadline) {
+  // Rank 1's report of step 1 (no job) never came: an engine waiting for step 1's output must
+  // get it at the step's deadline, not wait for a later step that it will not plan meanwhile.
+  auto c = step_coordinator::create(
+      {.world_size = 2, .job_timeout = std::chrono::nanoseconds{100}, .job_timeout_steps = 0});
+  ASSERT_TRUE(c.ok());
+  c->expect(step_with_load(1, 0), 1000);
+  c->report(report(0, 1, {}));
+  EXPECT_EQ(c->poll_output(), std::nullopt);
+  ASSERT_TRUE(c->needs_tick());
+  c->tick(1099);
+  EXPECT_EQ(c->poll_output(), std::nullopt);
+  c->tick(1100);
+  auto out = c->poll_output();
+  ASSERT_TRUE(out.has_value());
+  EXPECT_EQ(out->step, 1u);
+  EXPECT_TRUE(out->jobs.empty());
+  EXPECT_EQ(c->poll_output(), std::nullopt);  // once
+  // The silent rank goes on with step 2: the barrier passes the released step again.
+  c->expect(step_with_load(2, 21), 2000);
+  c->report(report(0, 2, {21}));
+  c->report(report(1, 2, {21}));
+  out = c->poll_output();
+  ASSERT_TRUE(out.has_value());
+  EXPECT_EQ(out->step, 2u);
+  ASSERT_EQ(out->jobs.size(), 1u);
+  EXPECT_TRUE(out->jobs[0].ok);
+  c->tick(5000);  // step 2 was released by its barrier: no deadline left to fire
+  EXPECT_EQ(c->poll_output(), std::nullopt);
+  EXPECT_FALSE(c->needs_tick());
+}
+
 TEST(StepCoordinatorTest, AStepDeadlineFailsAJobOnceThatManyStepsWerePlanned) {
   auto c = step_coordinator::create(
       {.world_size = 2, .job_timeout = std::chrono::nanoseconds{0}, .job_timeout_steps = 3});
