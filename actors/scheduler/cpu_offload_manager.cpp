@@ -384,6 +384,16 @@ void cpu_offload_manager<Policy>::patch_memo(bool had_duplicates) {
 }
 
 template <class Policy>
+uint32_t cpu_offload_manager<Policy>::busy() const noexcept {
+  uint32_t n = 0;
+  for (uint32_t s = 0; s < high_water_; ++s) {
+    const int32_t ref = policy_.node(s).ref;
+    if (ref != 0 && ref != free_ref) ++n;
+  }
+  return n;
+}
+
+template <class Policy>
 std::optional<int32_t> cpu_offload_manager<Policy>::ref_count(const block_key& key) const {
   const uint32_t s = policy_.find(key);
   if (s == npos) return std::nullopt;

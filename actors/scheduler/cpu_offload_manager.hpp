@@ -68,6 +68,7 @@ class cpu_offload_manager final : public offload_manager {
   uint32_t size() const noexcept override { return policy_.size(); }
   size_t memory_bytes() const noexcept override;
   uint64_t stores_skipped() const noexcept override { return skipped_; }
+  uint32_t busy() const noexcept override;
 
   // Introspection (tests, benchmarks).
   const Policy& policy() const noexcept { return policy_; }

@@ -44,6 +44,7 @@ class forwarding_manager : public offload_manager {
   void drain_events(const event_visitor& fn) override { inner_->drain_events(fn); }
   uint32_t capacity() const noexcept override { return inner_->capacity(); }
   uint32_t size() const noexcept override { return inner_->size(); }
+  uint32_t busy() const noexcept override { return inner_->busy(); }
   size_t memory_bytes() const noexcept override { return inner_->memory_bytes(); }
   uint64_t stores_skipped() const noexcept override { return inner_->stores_skipped(); }
 

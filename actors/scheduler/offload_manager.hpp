@@ -100,6 +100,9 @@ class offload_manager {
   /// Blocks prepare_store left out because the reuse filter had not seen them store_threshold
   /// times (vLLM's stores_skipped); 0 without the filter.
   virtual uint64_t stores_skipped() const noexcept { return 0; }
+  /// Tracked blocks in use: a store in flight or loads reading them (neither free nor idle).
+  /// 0 at quiescence; anything else is a leaked pin. Scans the ledger: for checks, not steps.
+  virtual uint32_t busy() const noexcept = 0;
 };
 
 }  // namespace kvc::scheduler

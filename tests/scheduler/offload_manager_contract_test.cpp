@@ -25,6 +25,21 @@ class OffloadManagerContract : public ::testing::TestWithParam<eviction_policy> 
 };
 
 // §9.3
+TEST_P(OffloadManagerContract, BusyCountsStoresInFlightAndPinnedBlocks) {
+  auto m = make(4);
+  EXPECT_EQ(m->busy(), 0u);
+  ASSERT_TRUE(ps(*m, {1, 2, 3}));
+  EXPECT_EQ(m->busy(), 3u);  // stores in flight
+  cs(*m, {1, 2});
+  cs(*m, {3}, /*ok=*/false);  // a failed store frees its slot
+  EXPECT_EQ(m->busy(), 0u);
+  EXPECT_EQ(pl(*m, {1, 1, 2}), (u32s{0, 0, 1}));
+  EXPECT_EQ(m->busy(), 2u);  // two blocks pinned (one twice)
+  cl(*m, {1, 1});
+  EXPECT_EQ(m->busy(), 1u);
+  cl(*m, {2});
+  EXPECT_EQ(m->busy(), 0u);
+}
 TEST_P(OffloadManagerContract, ProtectedInputKeyIsNeverEvicted) {
   auto m = make(4);
   ps_cs(*m, {1, 2});
