@@ -74,4 +74,20 @@ std::vector<std::string> worker_fault_arguments(const fault_config& faults, rank
   return arguments(faults, mine);
 }
 
+std::string fault_override(const std::vector<std::string>& specs) {
+  std::string out = "runtime.faults=[";
+  bool first = true;
+  for (const std::string& spec : specs) {
+    if (!first) out += ", ";
+    first = false;
+    out += '"';
+    for (char c : spec) {
+      if (c == '"' || c == '\\') out += '\\';
+      out += c;
+    }
+    out += '"';
+  }
+  return out + "]";
+}
+
 }  // namespace kvc::launch

@@ -21,6 +21,10 @@ result<fault_spec> parse_fault_option(std::string_view text);
 /// Every spec of `texts` with `seed`; the first bad one is the error.
 result<fault_config> parse_fault_options(std::span<const std::string> texts, uint64_t seed);
 
+/// The `--set` override that makes `specs` (a command's --fault options) the config's
+/// runtime.faults: `runtime.faults=["spec", ...]`, each a YAML double-quoted string.
+std::string fault_override(const std::vector<std::string>& specs);
+
 /// The command-line arguments (`--fault-seed N --fault SPEC ...`) that carry the faults
 /// concerning the scheduler process (the channel's); empty when there are none.
 std::vector<std::string> scheduler_fault_arguments(const fault_config& faults);

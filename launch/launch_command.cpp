@@ -10,28 +10,10 @@
 #include <vector>
 
 #include "launch/commands.hpp"
+#include "launch/fault_options.hpp"
 #include "launch/node_launcher.hpp"
 
 namespace kvc::launch {
-
-namespace {
-
-/// ["a", "b"] as a YAML flow list of double-quoted strings.
-std::string yaml_list(const std::vector<std::string>& items) {
-  std::string out = "[";
-  for (const std::string& item : items) {
-    if (out.size() > 1) out += ", ";
-    out += '"';
-    for (char c : item) {
-      if (c == '"' || c == '\\') out += '\\';
-      out += c;
-    }
-    out += '"';
-  }
-  return out + "]";
-}
-
-}  // namespace
 
 void add_launch_command(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<launch_options>();
@@ -62,7 +44,7 @@ void add_launch_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->callback([o, faults, fault_seed, trace_dir, trace_level, &exit_code] {
     // Through --set, after the user's own: the loader checks them like the file's.
-    if (!faults->empty()) o->overrides.push_back("runtime.faults=" + yaml_list(*faults));
+    if (!faults->empty()) o->overrides.push_back(fault_override(*faults));
     if (*fault_seed) o->overrides.push_back("runtime.fault_seed=" + std::to_string(**fault_seed));
     if (!trace_dir->empty()) {
       o->overrides.push_back("observe.trace=" + *trace_level);

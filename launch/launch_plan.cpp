@@ -239,7 +239,9 @@ result<launch_plan> make_plan(const launch_config& c, const std::string& instanc
   const topology topo{c.topology.tensor_parallel, c.topology.pipeline_parallel, 0};
   auto trace_level = trace::parse_trace_level(c.observe.trace);
   if (!trace_level) return trace_level.error();
-  const embed::observe_config observe{.trace = *trace_level, .trace_dir = c.observe.trace_dir};
+  embed::observe_config observe;  // what workers read of it: the trace fields
+  observe.trace = *trace_level;
+  observe.trace_dir = c.observe.trace_dir;
 
   const bool multi_node = c.topology.nodes.size() > 1;
   auto& s = p.scheduler;

@@ -71,9 +71,11 @@ void add_fault_flags(CLI::App& cmd, fault_options& faults) {
 }
 
 embed::observe_config trace_options::observe() const {
-  if (dir.empty()) return {};
-  return {.trace = level == "jobs" ? trace::trace_level::jobs : trace::trace_level::messages,
-          .trace_dir = dir};
+  embed::observe_config o;
+  if (dir.empty()) return o;
+  o.trace = level == "jobs" ? trace::trace_level::jobs : trace::trace_level::messages;
+  o.trace_dir = dir;
+  return o;
 }
 
 void add_trace_flags(CLI::App& cmd, trace_options& trace) {

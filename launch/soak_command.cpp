@@ -1,9 +1,12 @@
-// `kvconnect soak [FILE] [--set key.path=value]... [--steps N] [--seed S] [--compare]`: the
-// simulated engine with every rank in this process (launch/sim_engine/in_process_run.hpp) on the
-// deterministic manual copy engine and the memory step transport. Prints the human summary on
-// stderr and one JSON line on stdout ({"event":"summary",...}; with --compare a second run
-// without offloading and {"event":"compare",...}). Exit 0 when the run passed its checks
-// (zero mismatches, nothing hung or pending), 1 otherwise, 2 for a config error.
+// `kvconnect soak [FILE] [--set key.path=value]... [--steps N] [--seed S] [--compare]
+// [--fault SPEC]... [--fault-seed N]`: the simulated engine with every rank in this process
+// (launch/sim_engine/in_process_run.hpp) on the deterministic manual copy engine and the memory
+// step transport, with the channel and copy faults of runtime.faults / --fault injected.
+// Prints the human summary on stderr and JSON lines on stdout ({"event":"summary",...}; with
+// faults then {"event":"fault_report",...}; with --compare a second run without offloading and
+// {"event":"compare",...}). Exit 0 when the run passed its checks (zero mismatches, nothing hung,
+// pending or leaked), 1 otherwise, 3 when a fault report's invariant failed, 2 for a config
+// error (a process fault included: it needs processes, `kvconnect launch`).
 #include <unistd.h>
 
 #include <iostream>
@@ -16,6 +19,8 @@
 
 #include "launch/commands.hpp"
 #include "launch/config_file.hpp"
+#include "launch/fault_options.hpp"
+#include "launch/fault_report.hpp"
 #include "launch/sim_engine/in_process_run.hpp"
 
 namespace kvc::launch {
@@ -28,7 +33,29 @@ struct soak_options {
   std::optional<uint32_t> steps;
   std::optional<uint64_t> seed;
   bool compare = false;
+  std::vector<std::string> faults;
+  std::optional<uint64_t> fault_seed;
 };
+
+/// What the fault report says of an in-process run.
+fault_outcome outcome_of(const sim::run_report& r, uint64_t seed) {
+  fault_outcome o;
+  o.seed = seed;
+  o.fired = r.faults_fired;
+  o.jobs_failed = r.jobs_failed;
+  // A failed load's request recomputes what the load did not bring: that redoes the job's work.
+  // A failed store is not retried (its blocks stay on the GPU; a later step may offer them).
+  o.jobs_recovered = r.requests_recomputed;
+  o.requests_recomputed = r.requests_recomputed;
+  o.late_reports_dropped = r.late_reports_dropped;
+  o.duplicates_dropped = r.duplicates_dropped;
+  o.hung_requests = r.hung_requests;
+  o.leaked_slots = r.busy_slots;
+  o.pending_jobs = r.pending_jobs;
+  o.load_mismatches = r.load_mismatches;
+  o.double_completions = r.double_completions;
+  return o;
+}
 
 int run_soak(const soak_options& o) {
   // Logs go to stderr (level: $SPDLOG_LEVEL); stdout carries only the JSON lines.
@@ -40,13 +67,26 @@ int run_soak(const soak_options& o) {
   std::vector<std::string> overrides = o.overrides;
   if (o.steps) overrides.push_back("workload.steps=" + std::to_string(*o.steps));
   if (o.seed) overrides.push_back("workload.seed=" + std::to_string(*o.seed));
+  if (!o.faults.empty()) overrides.push_back(fault_override(o.faults));
+  if (o.fault_seed) overrides.push_back("runtime.fault_seed=" + std::to_string(*o.fault_seed));
   auto loaded = load_config_file(o.file, overrides);
   if (!loaded.ok()) {
     print_config_errors(loaded, "soak");
     return 2;
   }
+  auto faults = parse_fault_options(loaded.config.runtime.faults, loaded.config.runtime.fault_seed);
+  if (!faults) {
+    std::cerr << "kvconnect soak: " << faults.error().message() << "\n";
+    return 2;
+  }
+  if (!faults_at(*faults, fault_site::process).empty()) {
+    std::cerr << "kvconnect soak: process faults (kill_rank, hang_rank, kill_scheduler) need "
+                 "processes: use kvconnect launch\n";
+    return 2;
+  }
   sim::in_process_options run;
   run.config = loaded.config;
+  run.faults = *faults;
   run.offload = loaded.config.offload.enabled;
   run.instance = "soak-" + std::to_string(::getpid());
   auto on = sim::run_in_process(run);
@@ -56,6 +96,8 @@ int run_soak(const soak_options& o) {
   }
   std::cerr << sim::summary_table(*on);
   std::cout << sim::summary_json(*on).dump() << std::endl;
+  const fault_outcome outcome = outcome_of(*on, faults->seed);
+  if (!faults->empty()) std::cout << fault_report_line(outcome) << std::endl;
   if (o.compare && run.offload) {
     run.offload = false;
     auto off = sim::run_in_process(run);
@@ -66,7 +108,8 @@ int run_soak(const soak_options& o) {
     std::cerr << sim::summary_table(*off) << sim::compare_table(*on, *off);
     std::cout << sim::compare_json(*on, *off).dump() << std::endl;
   }
-  return on->ok() ? 0 : 1;
+  const int code = on->ok() ? 0 : 1;
+  return faults->empty() ? code : fault_report_exit_code(outcome, code);
 }
 
 }  // namespace
@@ -81,6 +124,11 @@ void add_soak_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--steps", o->steps, "Steps with arrivals (workload.steps)");
   cmd->add_option("--seed", o->seed, "The workload's seed (workload.seed)");
   cmd->add_flag("--compare", o->compare, "Run the workload again without offloading; compare");
+  cmd->add_option("--fault", o->faults,
+                  "Inject a fault: kind:key=value,... (docs/faults.md; repeatable; replaces "
+                  "runtime.faults)")
+      ->allow_extra_args(false);
+  cmd->add_option("--fault-seed", o->fault_seed, "The injected faults' seed (runtime.fault_seed)");
   cmd->callback([o, &exit_code] { exit_code = run_soak(*o); });
 }
 

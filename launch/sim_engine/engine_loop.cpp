@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <unordered_set>
 
 #include "launch/sim_engine/workload_generator.hpp"
 
@@ -74,6 +75,7 @@ run_report run_engine_loop(const launch::launch_config& c, embed::scheduler_conn
 
   run_report rep;
   rep.offload = sc != nullptr;
+  std::unordered_set<job_id> applied;  // every job result applied, to catch a second one
   const uint64_t block_bytes = o.offloaded_block_bytes;
   double connector_ns = 0;
   double store_seconds = 0;
@@ -124,6 +126,7 @@ run_report run_engine_loop(const launch::launch_config& c, embed::scheduler_conn
         break;
       }
       for (const auto& j : up->jobs) {
+        if (!applied.insert(j.job).second) ++rep.double_completions;
         const bool load = j.kind == transfer_kind::load;
         if (!j.ok) {
           ++rep.jobs_failed;
@@ -161,6 +164,7 @@ run_report run_engine_loop(const launch::launch_config& c, embed::scheduler_conn
   rep.prefill_tokens_saved = st.cpu_hit_tokens;
   rep.output_tokens = st.output_tokens;
   rep.hung_requests = core.unfinished();
+  rep.requests_recomputed = st.requests_recomputed;
   for (const auto& e : core.errors()) problem(e);
   if (timed) connector_ns += timed->ns;
   if (sc) rep.pending_jobs = sc->jobs_in_flight();

@@ -45,6 +45,7 @@ result<rig> build(const in_process_options& o, const launch::launch_plan& plan) 
     sc_cfg.transport = embed::step_transport::memory;
     sc_cfg.listen = false;
     sc_cfg.wrap_transport = o.wrap_transport;
+    sc_cfg.faults = faults_at(o.faults, fault_site::channel);
     sc_cfg.pool.prefault = true;  // page faults of the pool's first use stay out of the steps
     auto sc = embed::scheduler_connector::create(sc_cfg);
     if (!sc) return sc.error();
@@ -58,6 +59,7 @@ result<rig> build(const in_process_options& o, const launch::launch_plan& plan) 
       w_cfg.mode = embed::connection_mode::in_process;
       w_cfg.pool.prefault = false;
       w_cfg.make_copy_engine = [factory, rank] { return factory(rank); };
+      w_cfg.faults = faults_at(o.faults, fault_site::copy);
       auto w = embed::worker_connector::create(w_cfg, r.sc.get());
       if (!w) return w.error();
       r.workers.push_back(std::move(w).value());
@@ -119,7 +121,16 @@ result<run_report> run_in_process(const in_process_options& o) {
     }
   }
   if (r.sc) {
-    for (const auto& w : r.workers) rep.rank_jobs_known += w->jobs_known();
+    for (const auto& w : r.workers) {
+      rep.rank_jobs_known += w->jobs_known();
+      const fault_counts copy = w->injected_faults();
+      for (size_t k = 0; k < copy.size(); ++k) rep.faults_fired[k] += copy[k];
+    }
+    rep.busy_slots = r.sc->planner().manager().busy();
+    const embed::fault_stats f = r.sc->fault_statistics();
+    for (size_t k = 0; k < f.injected.size(); ++k) rep.faults_fired[k] += f.injected[k];
+    rep.late_reports_dropped = f.late_reports;
+    rep.duplicates_dropped = f.duplicates;
     (void)r.sc->shutdown(std::chrono::milliseconds{5000});
   }
   rep.wall_seconds = ns_since(wall0) / 1e9;

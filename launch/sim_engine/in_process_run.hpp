@@ -10,8 +10,9 @@
 /// most drain_limit steps). What is left then is reported as hung or pending.
 ///
 /// Injection points: the copy-engine factory (default: the deterministic manual copy engine,
-/// every transfer completing in its step) and a decorator of the step channel's server
-/// transport; both for fault injection.
+/// every transfer completing in its step), a decorator of the step channel's server transport,
+/// and a fault config (docs/faults.md): its channel faults act at the scheduler's end of the
+/// step channel, its copy faults wrap each rank's copy engine, as in separate processes.
 ///
 /// Not thread-safe; run() blocks the caller until the run ended.
 #include <cstdint>
@@ -23,6 +24,7 @@
 #include "cuda/copy_engine.hpp"
 #include "launch/launch_config.hpp"
 #include "launch/sim_engine/run_report.hpp"
+#include "proto/fault_plan.hpp"
 #include "proto/status.hpp"
 
 namespace kvc::sim {
@@ -37,6 +39,7 @@ struct in_process_options {
   std::string instance = "soak";
   rank_engine_factory make_copy_engine;  ///< unset: cuda::manual_copy_engine
   embed::transport_decorator wrap_transport;
+  fault_config faults;  ///< channel and copy faults; process faults are not for one process
   /// Every step's transfers complete in it (model_runner's finish_transfers).
   bool finish_transfers = true;
   uint32_t drain_limit = 1000;

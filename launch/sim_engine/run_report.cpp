@@ -32,6 +32,7 @@ std::string num(double v) {
 
 bool run_report::ok() const noexcept {
   return load_mismatches == 0 && hung_requests == 0 && pending_jobs == 0 && rank_jobs_known == 0 &&
+         busy_slots == 0 && double_completions == 0 &&
          problems.empty();
 }
 
@@ -63,6 +64,9 @@ nlohmann::json counts_json(const run_report& r) {
           {"load_mismatches", r.load_mismatches},
           {"step_errors", r.step_errors},
           {"hung_requests", r.hung_requests},
+          {"busy_slots", r.busy_slots},
+          {"double_completions", r.double_completions},
+          {"requests_recomputed", r.requests_recomputed},
           {"pending_jobs", r.pending_jobs},
           {"rank_jobs_known", r.rank_jobs_known},
           {"restarts", r.restarts},

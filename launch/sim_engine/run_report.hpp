@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "proto/fault_plan.hpp"
+
 namespace kvc::sim {
 
 struct run_report {
@@ -36,6 +38,13 @@ struct run_report {
   uint64_t hung_requests = 0;    ///< not released when the drain ended
   uint64_t pending_jobs = 0;     ///< planned and not completed at the end (pins or pending slots)
   uint64_t rank_jobs_known = 0;  ///< jobs bound on a rank and never reported
+  uint64_t busy_slots = 0;       ///< CPU slots neither free nor idle at the end (leaked pins)
+  uint64_t double_completions = 0;   ///< job results applied more than once
+  uint64_t requests_recomputed = 0;  ///< requests whose failed load left tokens to recompute
+  // Injected faults (in-process runs with a fault config; docs/faults.md).
+  fault_counts faults_fired{};        ///< channel faults of the scheduler's end + copy faults
+  uint64_t late_reports_dropped = 0;  ///< reports after their job's deadline
+  uint64_t duplicates_dropped = 0;    ///< duplicate reports
   uint64_t restarts = 0;
   double sim_seconds = 0;  ///< simulated time of the run
   double ttft_p50_ms = 0;  ///< simulated

@@ -218,6 +218,7 @@ void sim_scheduler::schedule_waiting() {
       }
       stats_.cpu_hit_tokens += q.load_valid - q.load_local;
       stats_.cpu_hit_tokens_invalid += q.load_target - q.load_valid;
+      if (q.load_valid < q.load_target) ++stats_.requests_recomputed;
       q.num_computed = computed;
       q.load_done = false;
       cache_full_blocks(q);

@@ -124,6 +124,7 @@ struct engine_stats {
   uint64_t gpu_hit_tokens = 0;  ///< prompt tokens found in the GPU prefix cache at admission
   uint64_t cpu_hit_tokens = 0;  ///< tokens loaded from the CPU pool and used
   uint64_t cpu_hit_tokens_invalid = 0;  ///< loaded tokens dropped (failed loads: recomputed)
+  uint64_t requests_recomputed = 0;     ///< requests whose failed load left tokens to recompute
   uint64_t prefill_tokens_computed = 0;
   uint64_t decode_tokens = 0;
   uint64_t output_tokens = 0;

@@ -1,0 +1,39 @@
+#!/bin/sh
+# `kvconnect soak` with every channel and copy fault kind mixed in: exit 0, a summary that passed
+# and a fault report whose invariants hold, each of those kinds fired at least once, and the
+# same seeds give the same report twice (the wall-clock fields aside).
+set -eu
+bin=$1
+run() {
+  "$bin" soak --steps 200 --seed 5 --fault-seed 9 \
+    --fault drop_report:p=0.02 --fault duplicate_report:p=0.02 --fault delay_report:p=0.02,by=2 \
+    --fault reorder_reports:p=0.02 --fault corrupt_frame:p=0.01 \
+    --fault fail_copy:dir=load,p=0.05 --fault fail_copy:dir=store,at=completion,p=0.05 \
+    --fault delay_copy:p=0.1 \
+    --set runtime.job_timeout_steps=20 --set runtime.job_timeout_ms=100 2>/dev/null
+}
+first=$(run)
+second=$(run)
+python3 - "$first" "$second" <<'PY'
+import json, sys
+wall = {"wall_seconds", "step_p50_us", "step_p99_us", "connector_share", "copy_share",
+        "load_gbps", "store_gbps"}
+def lines(text):
+    out = [json.loads(l) for l in text.splitlines()]
+    for j in out:
+        for k in wall:
+            j.pop(k, None)
+    return out
+a, b = lines(sys.argv[1]), lines(sys.argv[2])
+assert [j["event"] for j in a] == ["summary", "fault_report"], a
+summary, report = a
+assert summary["ok"] is True, summary
+assert summary["load_mismatches"] == 0 and summary["loads_verified"] > 0, summary
+assert report["invariants_ok"] is True, report
+for kind in ["drop_report", "duplicate_report", "delay_report", "reorder_reports",
+             "corrupt_frame", "fail_copy", "delay_copy"]:
+    assert report["fired"][kind] > 0, (kind, report)
+assert report["jobs_failed"] > 0 and report["duplicates_dropped"] > 0, report
+assert a == b, ("the same seeds gave different reports", a, b)
+print("soak with faults: ok,", json.dumps(report["fired"]))
+PY
