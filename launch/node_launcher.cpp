@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <random>
 
@@ -125,6 +126,18 @@ class node_run {
   /// When the scheduler said every rank registered (its first step follows at once).
   const std::optional<clock::time_point>& ready_at() const { return ready_at_; }
   const std::optional<json>& sim() const { return sim_; }
+  /// The run's fault report: the scheduler's line (channel faults, the coordinator's counts)
+  /// with the workers' copy faults added to `fired`; none without the scheduler's line.
+  std::optional<json> fault_report() const {
+    if (!fault_report_) return std::nullopt;
+    json merged = *fault_report_;
+    for (const auto& [kind, n] : worker_fired_) {
+      if (merged["fired"].contains(kind) && merged["fired"][kind].is_number_unsigned()) {
+        merged["fired"][kind] = merged["fired"][kind].get<uint64_t>() + n;
+      }
+    }
+    return merged;
+  }
   const std::vector<json>& runners() const { return runners_; }
 
  private:
@@ -283,6 +296,11 @@ class node_run {
               {"pid", j.value("pid", 0)}});
       }
       if (event == "runner") runners_.push_back(j);
+      if (event == "stopped" && j.contains("fired") && j["fired"].is_object()) {
+        for (const auto& [kind, n] : j["fired"].items()) {
+          if (n.is_number_unsigned()) worker_fired_[kind] += n.get<uint64_t>();
+        }
+      }
       return;
     }
     if (event == "listening") {
@@ -296,6 +314,8 @@ class node_run {
     } else if (event == "sim") {
       sim_ = j;
       sup_.on_smoke(j.value("ok", false));
+    } else if (event == "fault_report") {
+      fault_report_ = j;
     }
   }
 
@@ -344,6 +364,8 @@ class node_run {
   std::optional<clock::time_point> ready_at_;
   std::optional<json> sim_;
   std::vector<json> runners_;  ///< the workers' "runner" lines
+  std::optional<json> fault_report_;             ///< the scheduler's fault_report line
+  std::map<std::string, uint64_t> worker_fired_;  ///< copy faults from the workers' "stopped"
 };
 
 /// Removes the segments earlier runs of this user left behind (their creator is gone); prints
@@ -510,6 +532,11 @@ int run_launch(const launch_options& o) {
     if (spdlog::level::from_str(c.runtime.log_level) <= spdlog::level::warn)
       say("removing " + segment + ", left behind by the scheduler");
     (void)shm::segment::remove(segment);
+  }
+  // With faults: one fault report of the whole node, and exit 3 when an invariant failed.
+  if (auto report = run.fault_report()) {
+    if (!report->value("invariants_ok", true)) code = 3;
+    emit(*report);
   }
   const auto wall = std::chrono::duration<double>(clock::now() - t0).count();
   json summary{{"event", "summary"},

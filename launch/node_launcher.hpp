@@ -23,9 +23,12 @@
 /// children's stdout lines are relayed to stderr with their role in front; their logs go to
 /// stderr as they are.
 ///
+/// With injected faults (runtime.faults), a {"event":"fault_report",...} line comes before the
+/// summary: the scheduler's report with the workers' copy faults added to "fired".
+///
 /// Exit codes: 0 the run passed (the simulated engine: every worker reported, zero mismatches;
 /// another node: the scheduler stopped its workers); 1 a failure; 2 a config error (nothing
-/// started); 128 + signal when interrupted.
+/// started); 3 the fault report's invariants failed; 128 + signal when interrupted.
 #include <cstdint>
 #include <string>
 #include <vector>

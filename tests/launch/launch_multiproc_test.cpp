@@ -224,6 +224,13 @@ TEST_F(LaunchMultiprocTest, FaultsThatLoseNothingPassAndAreReportedByEachProcess
                    .get<uint64_t>();
   }
   EXPECT_GT(delayed, 0u);
+  // The launcher's own line: the scheduler's report with the workers' copy faults added.
+  auto merged = launcher_.find_stdout("\"fault_report\"", patience);
+  ASSERT_TRUE(merged.ok()) << launcher_.stderr_text();
+  const json node = json::parse(*merged);
+  EXPECT_EQ(node.at("fired").at("duplicate_report"), 1);
+  EXPECT_EQ(node.at("fired").at("delay_copy").get<uint64_t>(), delayed);
+  EXPECT_EQ(node.at("invariants_ok"), true);
 }
 
 TEST_F(LaunchMultiprocTest, TheSimulatedEngineRunsTheDefaultWorkloadAndVerifiesEveryLoad) {
