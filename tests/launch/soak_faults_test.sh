@@ -1,9 +1,22 @@
 #!/bin/sh
 # `kvconnect soak` with every channel and copy fault kind mixed in: exit 0, a summary that passed
 # and a fault report whose invariants hold, each of those kinds fired at least once, and the
-# same seeds give the same report twice (the wall-clock fields aside).
+# same seeds give the same report twice (the wall-clock fields aside). A bad spec and a process
+# fault (it needs processes) are exit 2 with one clear line, before any run.
 set -eu
 bin=$1
+refused() {
+  want=$1; shift
+  if err=$("$bin" soak --steps 5 "$@" 2>&1 >/dev/null); then
+    echo "accepted: $*"; exit 1
+  else
+    code=$?
+  fi
+  [ "$code" -eq 2 ] || { echo "exit $code for: $*"; exit 1; }
+  case $err in *"$want"*) ;; *) echo "no \"$want\" in: $err"; exit 1 ;; esac
+}
+refused 'did you mean "drop_report"' --fault 'drop_reprot:p=1'
+refused 'process faults' --fault 'kill_rank:rank=0,step=3'
 run() {
   "$bin" soak --steps 200 --seed 5 --fault-seed 9 \
     --fault drop_report:p=0.02 --fault duplicate_report:p=0.02 --fault delay_report:p=0.02,by=2 \
