@@ -39,6 +39,7 @@ struct sim_scheduler::request {
   uint32_t load_valid = 0;   ///< usable after the load (cut at the first invalid block)
   bool hold_sending = false;
   bool hold_load = false;
+  bool gpu_lost = false;  ///< a GPU cache reset came while it was loading: recompute all
 
   uint32_t num_tokens() const { return static_cast<uint32_t>(tokens.size()); }
 };
@@ -150,6 +151,34 @@ void sim_scheduler::abort_all() {
   released_.clear();
 }
 
+status sim_scheduler::lose_gpu_cache() {
+  if (in_step_) {
+    return make_error(errc::precondition_failed,
+                      "lose_gpu_cache: step " + std::to_string(step_) + " is scheduled");
+  }
+  // The last running request first, as memory pressure preempts: the waiting queue keeps
+  // their order at its front.
+  while (!running_.empty()) {
+    request* q = running_.back();
+    running_.pop_back();
+    if (q->num_computed > 0) ++stats_.requests_recomputed;
+    preempt(*q);
+  }
+  for (auto& [id, q] : requests_) {
+    if (q->st != state::loading) continue;
+    // Loaded, not promoted yet: what it got is gone on the restarted rank. Still loading: the
+    // same once finished_recving comes. The promotion counts it as recomputed.
+    if (q->load_done) {
+      q->load_valid = 0;
+    } else {
+      q->gpu_lost = true;
+    }
+  }
+  pool_.reset_prefix_cache();
+  ++stats_.gpu_cache_resets;
+  return status::success();
+}
+
 void sim_scheduler::cache_full_blocks(request& q) {
   const uint32_t full = q.num_computed / limits_.gpu_block_size;
   for (uint32_t i = 0; i < full && i < q.blocks.size(); ++i) pool_.cache(q.blocks[i], q.hashes[i]);
@@ -216,7 +245,7 @@ void sim_scheduler::schedule_waiting() {
         ++it;
         continue;
       }
-      stats_.cpu_hit_tokens += q.load_valid - q.load_local;
+      stats_.cpu_hit_tokens += q.load_valid - std::min(q.load_valid, q.load_local);
       stats_.cpu_hit_tokens_invalid += q.load_target - q.load_valid;
       if (q.load_valid < q.load_target) ++stats_.requests_recomputed;
       q.num_computed = computed;
@@ -305,15 +334,18 @@ void sim_scheduler::make_step_input() {
 
 void sim_scheduler::schedule() {
   entries_.clear();
-  preempted_.clear();
+  in_step_ = true;
   model_ = {};
   model_.step = ++step_;
   budget_ = limits_.max_batched_tokens;
   step_prefill_ = 0;
   step_loaded_ = 0;
   step_decodes_ = false;
+  // Preemptions of a GPU cache reset since the last step are reported with this one; only
+  // this step's memory pressure keeps the waiting requests waiting.
+  const size_t reset_preempted = preempted_.size();
   schedule_running();
-  if (preempted_.empty()) schedule_waiting();
+  if (preempted_.size() == reset_preempted) schedule_waiting();
   make_step_input();
 }
 
@@ -339,6 +371,8 @@ std::vector<finished_turn> sim_scheduler::complete(const scheduler::request_comp
   }
   apply(c);
   entries_.clear();
+  preempted_.clear();
+  in_step_ = false;
   for (const auto& id : released_) requests_.erase(id);
   released_.clear();
   return out;
@@ -364,7 +398,8 @@ void sim_scheduler::apply(const scheduler::request_completions& c) {
       continue;
     }
     q.load_done = true;
-    q.load_valid = q.load_target;
+    q.load_valid = q.gpu_lost ? 0 : q.load_target;
+    q.gpu_lost = false;
     for (size_t i = 0; i < q.blocks.size(); ++i) {
       if (invalid.contains(q.blocks[i])) {
         q.load_valid =

@@ -25,6 +25,15 @@
 ///               finished_sending with delay_free); finished_recving promotes a loading request
 ///               (invalid_block_ids truncate what it got); the clock advances by the step's cost.
 ///
+/// A GPU cache reset (lose_gpu_cache, between steps: a rank's process restarted and its GPU KV
+/// is gone, so no GPU block holds KV on every rank): every running request is preempted as under
+/// memory pressure (blocks freed, recomputed or loaded from the CPU pool when scheduled again;
+/// the next step input names them as preempted, so the connector flushes their stores), every
+/// cached block hash is forgotten, and a request still waiting on a load keeps its blocks until
+/// finished_recving (as vLLM's WAITING_FOR_REMOTE_KVS requests do) and then recomputes every
+/// token (none of its blocks holds KV on the restarted rank). Finished requests holding blocks
+/// for their stores release them at finished_sending as before.
+///
 /// The clock: a step costs prefill_token_us per prefill token computed, decode_step_us when it
 /// decodes, load_token_us per token a load brings in. TTFT is the simulated time from a turn's
 /// arrival to the end of the step that sampled its first token.
@@ -124,7 +133,9 @@ struct engine_stats {
   uint64_t gpu_hit_tokens = 0;  ///< prompt tokens found in the GPU prefix cache at admission
   uint64_t cpu_hit_tokens = 0;  ///< tokens loaded from the CPU pool and used
   uint64_t cpu_hit_tokens_invalid = 0;  ///< loaded tokens dropped (failed loads: recomputed)
-  uint64_t requests_recomputed = 0;     ///< requests whose failed load left tokens to recompute
+  /// Requests whose failed load or a GPU cache reset left computed tokens to recompute.
+  uint64_t requests_recomputed = 0;
+  uint64_t gpu_cache_resets = 0;  ///< lose_gpu_cache calls
   uint64_t prefill_tokens_computed = 0;
   uint64_t decode_tokens = 0;
   uint64_t output_tokens = 0;
@@ -152,6 +163,9 @@ class sim_scheduler {
   std::vector<finished_turn> complete(const scheduler::request_completions& c);
   /// Aborts every request (vLLM: finished with FINISHED_ABORTED): the run is draining.
   void abort_all();
+  /// The GPU cache reset (see above), between steps. errc::precondition_failed, nothing
+  /// changed, between schedule() and complete().
+  status lose_gpu_cache();
 
   /// No request is left (every one released its blocks).
   bool idle() const noexcept { return requests_.empty(); }
@@ -203,6 +217,7 @@ class sim_scheduler {
   step_id step_ = 0;
   engine_stats stats_;
   std::vector<std::string> errors_;
+  bool in_step_ = false;  ///< between schedule() and complete()
 };
 
 }  // namespace kvc::sim

@@ -232,6 +232,78 @@ TEST(SimSchedulerTest, AbortingHoldsTheBlocksOfDelayFreeRequestsUntilFinishedSen
   EXPECT_TRUE(s.errors().empty());
 }
 
+TEST(SimSchedulerTest, AGpuCacheResetPreemptsTheRunningAndForgetsEveryCachedBlock) {
+  scripted_connector conn;
+  sim_scheduler s(small(), conn);
+  ASSERT_TRUE(s.add(make("a", 1, 12, 1)).ok());
+  run(s);  // a's 3 full blocks are cached
+  ASSERT_TRUE(s.add(make("b", 100, 8, 20)).ok());
+  s.schedule();
+  s.complete({});
+  ASSERT_EQ(s.running(), 1u);  // b decodes
+  ASSERT_TRUE(s.lose_gpu_cache().ok());
+  EXPECT_EQ(s.running(), 0u);
+  EXPECT_EQ(s.pool().num_free(), 16u);  // b's blocks freed
+  for (gpu_block blk = 1; blk < 17; ++blk) EXPECT_FALSE(s.pool().is_cached(blk));
+  EXPECT_EQ(s.stats().gpu_cache_resets, 1u);
+  EXPECT_EQ(s.stats().requests_recomputed, 1u);
+  EXPECT_EQ(s.stats().preemptions, 1u);
+
+  // The next step names b as preempted and recomputes it (prompt and its output) from token 0;
+  // a second request with a's prefix finds nothing in the GPU cache.
+  ASSERT_TRUE(s.add(make("c", 1, 13, 1)).ok());
+  s.schedule();
+  EXPECT_THAT(s.input().preempted, ElementsAre("b"));
+  ASSERT_EQ(s.input().new_requests.size() + s.input().cached_requests.size(), 2u);
+  for (const auto* list : {&s.input().new_requests, &s.input().cached_requests}) {
+    for (const auto& r : *list) EXPECT_EQ(r.num_computed, 0u) << r.req.id;
+  }
+  s.complete({});
+  EXPECT_EQ(s.stats().gpu_hit_tokens, 0u);
+  EXPECT_LT(run(s), 200);
+  EXPECT_TRUE(s.idle());
+  EXPECT_EQ(s.stats().requests_finished, 3u);
+  EXPECT_TRUE(s.errors().empty());
+}
+
+TEST(SimSchedulerTest, ARequestLoadingThroughAResetKeepsItsBlocksAndRecomputesEveryToken) {
+  scripted_connector conn;
+  conn.hit_tokens = 8;
+  sim_scheduler s(small(), conn);
+  ASSERT_TRUE(s.add(make("hit", 1, 10, 1)).ok());
+  s.schedule();  // the load is planned
+  s.complete({});
+  ASSERT_TRUE(s.lose_gpu_cache().ok());
+  EXPECT_EQ(s.pool().num_free(), 14u);  // its 2 blocks wait for the load to finish
+  s.schedule();
+  EXPECT_TRUE(s.input().preempted.empty());  // never ran: nothing to flush
+  scheduler::request_completions c;
+  c.finished_recving.push_back("hit");
+  s.complete(c);
+  s.schedule();  // promoted with nothing of the load: every token computed again
+  ASSERT_EQ(s.input().new_requests.size(), 1u);
+  EXPECT_EQ(s.input().new_requests[0].num_computed, 0u);
+  EXPECT_EQ(s.input().new_requests[0].num_scheduled, 10u);
+  s.complete({});
+  EXPECT_EQ(s.stats().cpu_hit_tokens, 0u);
+  EXPECT_EQ(s.stats().requests_recomputed, 1u);
+  EXPECT_TRUE(s.idle());
+  EXPECT_TRUE(s.errors().empty());
+}
+
+TEST(SimSchedulerTest, AGpuCacheResetIsRefusedInsideAStep) {
+  scripted_connector conn;
+  sim_scheduler s(small(), conn);
+  ASSERT_TRUE(s.add(make("a", 1, 8, 4)).ok());
+  s.schedule();
+  const auto st = s.lose_gpu_cache();
+  EXPECT_EQ(st.code(), errc::precondition_failed);
+  EXPECT_EQ(s.running(), 1u);
+  EXPECT_EQ(s.stats().gpu_cache_resets, 0u);
+  s.complete({});
+  EXPECT_TRUE(s.lose_gpu_cache().ok());
+}
+
 TEST(SimSchedulerTest, ARequestThatCanNeverFitIsRefused) {
   scripted_connector conn;
   sim_scheduler s(small(), conn);
