@@ -185,16 +185,21 @@ status worker_connector::register_kv_regions(std::vector<cuda::kv_region> region
   return impl_->worker->register_kv_regions(std::move(regions), num_gpu_blocks);
 }
 
-result<step_id> worker_connector::bind_next_connector_metadata(std::chrono::nanoseconds timeout) {
+result<step_id> worker_connector::next_metadata_step(std::chrono::nanoseconds timeout) {
   impl& m = *impl_;
   if (!m.next) {
     auto meta = m.receive(timeout);
     if (!meta) return meta.error();
     m.next = std::move(meta).value();
   }
-  const step_id step = m.next->step;
-  if (auto st = bind_connector_metadata(step, timeout); !st) return st;
-  return step;
+  return m.next->step;
+}
+
+result<step_id> worker_connector::bind_next_connector_metadata(std::chrono::nanoseconds timeout) {
+  auto step = next_metadata_step(timeout);
+  if (!step) return step.error();
+  if (auto st = bind_connector_metadata(*step, timeout); !st) return st;
+  return *step;
 }
 
 status worker_connector::bind_connector_metadata(step_id step, std::chrono::nanoseconds timeout) {

@@ -104,6 +104,11 @@ class worker_connector {
   /// numbers itself, like the standalone `kvconnect worker`). The step bound, or
   /// bind_connector_metadata's errors.
   result<step_id> bind_next_connector_metadata(std::chrono::nanoseconds timeout);
+  /// The step of the next metadata to bind, waiting up to `timeout` for it to arrive; it stays
+  /// queued. A worker that joined mid-run (a restarted rank) aligns with it: metadata of an
+  /// earlier step than its model input is run connector-only, a later one means the model input
+  /// was planned before this rank registered. bind_next_connector_metadata's errors.
+  result<step_id> next_metadata_step(std::chrono::nanoseconds timeout);
   /// The bound metadata; nullptr between steps.
   const connector_metadata* metadata() const noexcept;
   /// Submits the stores deferred from the previous step, then waits for the bound metadata's

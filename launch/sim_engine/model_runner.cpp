@@ -122,7 +122,28 @@ status model_runner::run_step(const model_input& in, std::chrono::nanoseconds bi
     stats_.model_ns += ns_since(t0);
     return st;
   }
-  if (auto st = wc_->bind_connector_metadata(in.step, bind_timeout); !st) {
+  // Align with the metadata stream: a rank that joined mid-run (restarted) may have metadata
+  // whose model input it missed, or a model input planned before it registered.
+  for (;;) {
+    auto next = wc_->next_metadata_step(bind_timeout);
+    if (!next) {
+      ++stats_.step_errors;
+      return next.error();
+    }
+    if (*next == in.step) break;
+    if (*next > in.step) {
+      ++stats_.steps_skipped;
+      return status::success();
+    }
+    ++stats_.steps_connector_only;
+    if (auto st = connector_step(*next, nullptr, bind_timeout); !st) return st;
+  }
+  return connector_step(in.step, &in, bind_timeout);
+}
+
+status model_runner::connector_step(step_id step, const model_input* in,
+                                    std::chrono::nanoseconds bind_timeout) {
+  if (auto st = wc_->bind_connector_metadata(step, bind_timeout); !st) {
     ++stats_.step_errors;
     if (wc_->metadata() == nullptr) return st;  // nothing bound: nothing to clear
   }
@@ -135,9 +156,11 @@ status model_runner::run_step(const model_input& in, std::chrono::nanoseconds bi
   };
   keep(wc_->handle_preemptions());
   keep(wc_->start_load_kv());
-  for (const auto& c : in.loads) loading_[c.request_id] = c;
   auto t0 = steady::now();
-  keep(forward(in));
+  if (in != nullptr) {
+    for (const auto& c : in->loads) loading_[c.request_id] = c;
+    keep(forward(*in));
+  }
   stats_.model_ns += ns_since(t0);
   keep(wc_->wait_for_save());
   if (g_.finish_transfers) {
@@ -156,7 +179,7 @@ status model_runner::run_step(const model_input& in, std::chrono::nanoseconds bi
   }
   stats_.model_ns += ns_since(t0);
   wc_->clear_connector_metadata();
-  ++stats_.steps;
+  if (in != nullptr) ++stats_.steps;
   return first;
 }
 

@@ -10,6 +10,12 @@
 /// once get_finished reports its request in finished_recving, except the blocks reported with
 /// load errors (the engine recomputes those).
 ///
+/// A rank that joined mid-run (a restarted process) aligns each model input with the metadata
+/// stream first (worker_connector::next_metadata_step): metadata of an earlier step is run
+/// connector-only (every call above but the forward, so its report reaches the coordinator;
+/// counted in steps_connector_only), and a model input whose metadata is of a later step was
+/// planned before this rank registered: it is skipped (steps_skipped), not an error.
+///
 /// With `finish_transfers` every transfer of the step completes inside it (the manual copy
 /// engine completes only when waited on; deterministic runs), otherwise transfers overlap later
 /// steps as on a GPU.
@@ -41,12 +47,14 @@ struct runner_geometry {
 struct runner_stats {
   uint64_t steps = 0;
   uint64_t tokens_written = 0;
-  uint64_t loads_verified = 0;      ///< GPU blocks checked after a load (every layer)
-  uint64_t load_mismatches = 0;     ///< of those, blocks whose bytes differ
-  uint64_t blocks_load_failed = 0;  ///< blocks of failed loads (not checked)
-  uint64_t step_errors = 0;         ///< connector calls that failed
-  double model_ns = 0;  ///< wall time in the forward and the checks
-  double copy_ns = 0;   ///< wall time in finish_transfers (the copies; a GPU runs them as DMA)
+  uint64_t loads_verified = 0;        ///< GPU blocks checked after a load (every layer)
+  uint64_t load_mismatches = 0;       ///< of those, blocks whose bytes differ
+  uint64_t blocks_load_failed = 0;    ///< blocks of failed loads (not checked)
+  uint64_t step_errors = 0;           ///< connector calls that failed
+  uint64_t steps_connector_only = 0;  ///< metadata without its model input (joined mid-run)
+  uint64_t steps_skipped = 0;         ///< model inputs planned before this rank registered
+  double model_ns = 0;                ///< wall time in the forward and the checks
+  double copy_ns = 0;  ///< wall time in finish_transfers (the copies; a GPU runs them as DMA)
   std::vector<std::string> mismatches;  ///< the first few, described
 };
 
@@ -57,8 +65,9 @@ class model_runner {
   static result<model_runner> create(cuda::copy_engine& engine, embed::worker_connector* wc,
                                      rank_id rank, const runner_geometry& g);
 
-  /// One step. Connector errors are counted (stats().step_errors) and the first is returned;
-  /// the step is always cleared, so the next one can run.
+  /// One step (after the connector-only steps of metadata that came before it, or none when
+  /// its metadata's step is later). Connector errors are counted (stats().step_errors) and the
+  /// first is returned; the step is always cleared, so the next one can run.
   status run_step(const model_input& in, std::chrono::nanoseconds bind_timeout);
 
   const runner_stats& stats() const noexcept { return stats_; }
@@ -67,6 +76,8 @@ class model_runner {
  private:
   model_runner(cuda::copy_engine& engine, embed::worker_connector* wc, rank_id rank,
                const runner_geometry& g, std::vector<std::byte*> layers);
+  /// One bound step of `step`; `in` null: connector-only (no forward, no load checks planned).
+  status connector_step(step_id step, const model_input* in, std::chrono::nanoseconds bind_timeout);
   status forward(const model_input& in);
   void verify(const load_check& check, const std::vector<gpu_block>& failed);
   std::byte* slot_ptr(uint32_t layer, gpu_block b, uint32_t slot) const;
