@@ -420,6 +420,7 @@ void print_sim_table(const json& s) {
        {"steps", "requests_finished", "requests_aborted", "prefill_tokens_computed",
         "gpu_hit_tokens", "cpu_hit_tokens", "prefill_tokens_saved", "blocks_stored",
         "blocks_loaded", "loads_verified", "load_mismatches", "jobs_failed", "preemptions",
+        "gpu_cache_resets", "requests_recomputed",
         "hung_requests", "pending_jobs", "sim_seconds", "ttft_p50_ms", "output_tokens_per_s",
         "step_p50_us", "step_p99_us", "store_gbps", "load_gbps", "wall_seconds"}) {
     char buf[128];
@@ -464,18 +465,11 @@ int run_launch(const launch_options& o) {
   if (o.engine != "sim" && o.engine != "smoke") {
     return refuse("--engine " + o.engine + ": sim or smoke");
   }
-  // The simulated engine's model runners keep each rank's GPU KV in the worker process and take
-  // the model input from node 0's executor channel: a restarted rank would come back without its
-  // GPU prefix cache, and another node does not learn the executor's endpoint. Both run the
-  // smoke engine today.
+  // The simulated engine's model runners take the model input from node 0's executor channel,
+  // whose endpoint another node does not learn: it runs the smoke engine today.
   if (o.engine == "sim" && nodes > 1) {
     return refuse("topology.nodes has " + std::to_string(nodes) +
                   " nodes: the simulated engine runs on one node; use --engine smoke");
-  }
-  if (o.engine == "sim" && restarts_allowed(c)) {
-    return refuse(
-        "topology.restart.policy on-failure: the simulated engine does not take a restarted rank "
-        "back yet; use --engine smoke");
   }
   std::string token = c.runtime.token;
   if (token.empty()) {

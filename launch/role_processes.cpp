@@ -85,7 +85,7 @@ status wait_for_restarts(embed::scheduler_connector& sc, const scheduler_process
     auto st = sc.wait_for_workers(std::clamp(left, milliseconds{1}, idle_slice));
     if (st || st.code() != errc::timeout) return st;
     if (left <= idle_slice) {
-      return make_error(errc::timeout, "smoke: a lost rank did not register again within " +
+      return make_error(errc::timeout, "a lost rank did not register again within " +
                                            std::to_string(o.ready_timeout_ms) + " ms");
     }
   }
@@ -148,6 +148,21 @@ int simulate(embed::scheduler_connector& sc, const launch_config& c,
   sim::loop_options lo;
   lo.step_timeout = milliseconds{o.step_timeout_ms};
   lo.offloaded_block_bytes = offloaded_block_bytes;
+  // A lost rank (under on-failure): no step until every rank registered again and the new
+  // process subscribed to the executor channel (subscriptions count since its creation).
+  lo.await_ranks = [&]() -> status {
+    spdlog::warn("sim: a rank was lost: pausing until every rank is back");
+    if (auto st = wait_for_restarts(sc, o, signals); !st) return st;
+    if (int sig = signals.signalled()) {
+      return make_error(errc::io_error, "signal " + std::to_string(sig));
+    }
+    const uint64_t subscribers = o.topology.world_size() + sc.ranks_changed().restarts;
+    if (auto st = executor.wait_for_subscribers(static_cast<uint32_t>(subscribers), ready); !st) {
+      return st;
+    }
+    spdlog::info("sim: every rank is back; the GPU prefix cache is reset");
+    return status::success();
+  };
   lo.run_model = [&](const sim::model_input& in) -> result<double> {
     if (int sig = signals.signalled()) {
       return make_error(errc::io_error, "signal " + std::to_string(sig));
@@ -416,6 +431,8 @@ int run_worker_process(const worker_process_options& o) {
           {"load_mismatches", s.load_mismatches},
           {"blocks_load_failed", s.blocks_load_failed},
           {"step_errors", s.step_errors},
+          {"steps_connector_only", s.steps_connector_only},
+          {"steps_skipped", s.steps_skipped},
           {"mismatches", s.mismatches}});
   }
   const status st = run_steps(**wc, signals);

@@ -85,6 +85,29 @@ run_report run_engine_loop(const launch::launch_config& c, embed::scheduler_conn
     if (rep.problems.size() < 20) rep.problems.push_back(std::move(p));
   };
 
+  // A rank lost or restarted since the last step (or before the first: its new process's
+  // subscription is awaited too): wait for every rank, then forget the GPU cache (the
+  // restarted rank's KV is gone). False: the run ends.
+  embed::rank_changes handled;
+  auto ranks_back = [&]() -> bool {
+    if (!sc) return true;
+    const embed::rank_changes now = sc->ranks_changed();
+    if (now.losses == handled.losses && now.restarts == handled.restarts) return true;
+    if (o.await_ranks) {
+      if (auto st = o.await_ranks(); !st) {
+        problem("step " + std::to_string(core.step() + 1) +
+                ": a lost rank did not come back: " + st.to_string());
+        return false;
+      }
+    }
+    handled = sc->ranks_changed();
+    if (auto st = core.lose_gpu_cache(); !st) {
+      problem(st.to_string());
+      return false;
+    }
+    return true;
+  };
+
   const uint64_t last = uint64_t{c.workload.steps} + o.drain_limit;
   for (uint64_t s = 1; s <= last; ++s) {
     const auto t0 = clock::now();
@@ -97,6 +120,7 @@ run_report run_engine_loop(const launch::launch_config& c, embed::scheduler_conn
       core.abort_all();
     }
     if (draining && core.idle() && (!sc || sc->jobs_in_flight() == 0)) break;
+    if (!ranks_back()) break;
     core.schedule();
     const step_id step = core.step();
     scheduler::request_completions completions;
@@ -165,6 +189,7 @@ run_report run_engine_loop(const launch::launch_config& c, embed::scheduler_conn
   rep.output_tokens = st.output_tokens;
   rep.hung_requests = core.unfinished();
   rep.requests_recomputed = st.requests_recomputed;
+  rep.gpu_cache_resets = st.gpu_cache_resets;
   for (const auto& e : core.errors()) problem(e);
   if (timed) connector_ns += timed->ns;
   if (sc) rep.pending_jobs = sc->jobs_in_flight();

@@ -8,6 +8,11 @@
 /// steps the run drains (every request left aborted) until nothing is left and no job is in
 /// flight, at most drain_limit steps.
 ///
+/// A lost rank: before each step the loop compares scheduler_connector::ranks_changed() with
+/// the changes it handled; on a new loss or restart it runs await_ranks (no step runs until
+/// every rank is back; an error ends the run with it as the reason) and then resets the GPU
+/// cache (sim_scheduler::lose_gpu_cache): the restarted rank's GPU KV is gone.
+///
 /// Not thread-safe: the engine's scheduler thread runs it. Borrows what it is given.
 #include <chrono>
 #include <functional>
@@ -28,6 +33,9 @@ struct loop_options {
   std::function<result<double>(const model_input&)> run_model;
   /// Called once per step with its number, after it completed (progress lines).
   std::function<void(const run_report&)> on_step;
+  /// After a rank was lost or restarted, before the next step: returns once every rank is back
+  /// and can take the next step (null: nothing to wait for). An error ends the run.
+  std::function<status()> await_ranks;
 };
 
 /// Runs the workload of `config` with `sc` (null: offloading off). Fills every field of the

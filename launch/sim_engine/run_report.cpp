@@ -67,6 +67,7 @@ nlohmann::json counts_json(const run_report& r) {
           {"busy_slots", r.busy_slots},
           {"double_completions", r.double_completions},
           {"requests_recomputed", r.requests_recomputed},
+          {"gpu_cache_resets", r.gpu_cache_resets},
           {"pending_jobs", r.pending_jobs},
           {"rank_jobs_known", r.rank_jobs_known},
           {"restarts", r.restarts},
@@ -106,6 +107,11 @@ std::string summary_table(const run_report& r) {
                                     std::to_string(r.load_mismatches) + " mismatches");
   out += line("jobs failed", std::to_string(r.jobs_failed));
   out += line("preemptions", std::to_string(r.preemptions));
+  if (r.gpu_cache_resets > 0) {
+    out += line("gpu cache resets", std::to_string(r.gpu_cache_resets) + " (" +
+                                        std::to_string(r.requests_recomputed) +
+                                        " requests recomputed)");
+  }
   out += line("simulated time", num(r.sim_seconds) + " s");
   out += line("ttft p50 / p99 (sim)", num(r.ttft_p50_ms) + " / " + num(r.ttft_p99_ms) + " ms");
   out += line("output tokens/s (sim)", num(r.output_tokens_per_s));

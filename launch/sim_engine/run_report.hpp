@@ -40,7 +40,9 @@ struct run_report {
   uint64_t rank_jobs_known = 0;  ///< jobs bound on a rank and never reported
   uint64_t busy_slots = 0;       ///< CPU slots neither free nor idle at the end (leaked pins)
   uint64_t double_completions = 0;   ///< job results applied more than once
-  uint64_t requests_recomputed = 0;  ///< requests whose failed load left tokens to recompute
+  /// Requests whose failed load or a GPU cache reset left computed tokens to recompute.
+  uint64_t requests_recomputed = 0;
+  uint64_t gpu_cache_resets = 0;  ///< a restarted rank's GPU KV forgotten (sim_scheduler)
   // Injected faults (in-process runs with a fault config; docs/faults.md).
   fault_counts faults_fired{};        ///< channel faults of the scheduler's end + copy faults
   uint64_t late_reports_dropped = 0;  ///< reports after their job's deadline

@@ -20,6 +20,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <regex>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -313,7 +314,57 @@ TEST_F(LaunchMultiprocTest, AWorkerKilledEndsTheLaunchAtOnce) {
   EXPECT_EQ(j.at("restarts"), 0);  // restart.policy never (the default)
 }
 
-TEST_F(LaunchMultiprocTest, AWorkerKilledUnderOnFailureRejoinsAndTheRunCompletes) {
+TEST_F(LaunchMultiprocTest, AWorkerKilledUnderOnFailureRejoinsAndTheSimulatedRunCompletes) {
+  launch({"--set", "topology.restart.policy=on-failure", "--set", "workload.steps=600"}, "sim");
+  auto s = started();
+  ASSERT_TRUE(launcher_.find_stdout("\"ready\"", patience).ok()) << launcher_.stderr_text();
+  const pid_t victim = s.at("worker_pids")[1].get<pid_t>();
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  auto line = launcher_.find_stdout("\"rejoined\"", patience);
+  ASSERT_TRUE(line.ok()) << launcher_.stderr_text();
+  const auto rejoined = json::parse(*line);
+  children_.push_back(rejoined.at("pid").get<pid_t>());
+  EXPECT_NE(rejoined.at("pid").get<pid_t>(), victim);
+  EXPECT_EQ(rejoined.at("rank"), 1);
+  EXPECT_EQ(rejoined.at("incarnation"), 1);
+  EXPECT_EQ(exit_code(), 0) << launcher_.stderr_text();
+  auto j = summary();
+  EXPECT_EQ(j.at("ok"), true) << j.dump();
+  EXPECT_EQ(j.at("reason"), "the simulated run passed");
+  EXPECT_EQ(j.at("restarts"), 1);
+  EXPECT_GE(j.at("steps").get<uint64_t>(), 600u);
+  // The scheduler paused until rank 1 was back and forgot the GPU prefix cache: the requests
+  // that were running (how many depends on when the kill landed) are recomputed or loaded from
+  // the CPU pool, and every load after the restart is verified on both ranks (the pool's data
+  // survived the process).
+  EXPECT_GE(j.at("gpu_cache_resets").get<uint64_t>(), 1u);
+  EXPECT_TRUE(j.at("requests_recomputed").is_number_unsigned());
+  EXPECT_GT(j.at("loads_verified").get<uint64_t>(), 0u);
+  EXPECT_EQ(j.at("load_mismatches"), 0);
+  // Every job the lost rank owed (the coordinator's count; 0 when the kill landed between two
+  // of its steps) came back failed.
+  const std::string err = launcher_.stderr_text();
+  std::smatch owed;
+  const bool owed_jobs =
+      std::regex_search(err, owed, std::regex{"rank 1 lost: ([0-9]+) jobs failed"});
+  EXPECT_TRUE(owed_jobs || err.find("rank 1 lost (no job waited on it)") != std::string::npos)
+      << err;
+  EXPECT_GE(j.at("jobs_failed").get<uint64_t>(), owed_jobs ? std::stoull(owed[1].str()) : 0u);
+  EXPECT_EQ(j.at("hung_requests"), 0);
+  EXPECT_EQ(j.at("pending_jobs"), 0);
+  EXPECT_EQ(j.at("ranks_reported"), 2);  // rank 0 and rank 1's second process
+  // Rank 1's line is its second process's: it ran the steps after the restart.
+  std::smatch runner;
+  ASSERT_TRUE(
+      std::regex_search(err, runner, std::regex{"\\[worker 1\\] (\\{[^\\n]*\"runner\"[^\\n]*)"}));
+  EXPECT_GT(json::parse(runner[1].str()).at("steps").get<uint64_t>(), 0u);
+  EXPECT_LT(json::parse(runner[1].str()).at("steps").get<uint64_t>(),
+            j.at("steps").get<uint64_t>());
+  EXPECT_THAT(launcher_.stderr_text(),
+              HasSubstr("[scheduler] {\"event\":\"stopped\",\"workers\":2}"));
+}
+
+TEST_F(LaunchMultiprocTest, AWorkerKilledUnderOnFailureRejoinsAndTheSmokeRunCompletes) {
   launch({"--set", "topology.restart.policy=on-failure", "--set", "workload.steps=3000"});
   auto s = started();
   ASSERT_TRUE(launcher_.find_stdout("\"ready\"", patience).ok()) << launcher_.stderr_text();
