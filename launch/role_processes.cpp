@@ -291,7 +291,8 @@ int run_scheduler_process(const scheduler_process_options& o) {
   if (!sc) return fail("scheduler", 1, "cannot start: " + sc.error().to_string());
   std::unique_ptr<sim::executor_publisher> executor;
   if (sim_config) {
-    auto p = sim::executor_publisher::create(o.host);
+    auto p = sim::executor_publisher::create(o.host, executor_port_of(sim_config->runtime),
+                                             o.token);
     if (!p) return fail("scheduler", 1, "cannot start: " + p.error().to_string());
     executor = std::move(p).value();
   }
@@ -393,7 +394,7 @@ int run_worker_process(const worker_process_options& o) {
     auto r = sim::model_runner::create((*wc)->copy_engine(), wc->get(), o.rank, g);
     if (!r) return fail(who, 2, rank + "set-up failed: " + r.error().to_string());
     runner.emplace(std::move(r).value());
-    auto sub = sim::executor_subscriber::connect(o.executor);
+    auto sub = sim::executor_subscriber::connect(o.executor, o.token);
     if (!sub) return fail(who, 2, rank + "set-up failed: " + sub.error().to_string());
     executor = std::move(sub).value();
   }
