@@ -42,6 +42,10 @@ struct launch_options {
   std::string binary;  ///< the kvconnect binary the children run
   /// "sim": the simulated engine (launch/sim_engine/); "smoke": the smoke run.
   std::string engine = "sim";
+  /// The simulated engine on node 0: after the launch, run the same workload without
+  /// offloading in this process (sim::run_without_offload), print both, the comparison's table
+  /// and a {"event":"compare",...} line after the summary (run_report.hpp compare_json).
+  bool compare = false;
 };
 
 int run_launch(const launch_options& options);

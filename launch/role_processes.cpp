@@ -6,6 +6,7 @@
 #include "launch/role_options.hpp"
 
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -127,6 +128,13 @@ int smoke(embed::scheduler_connector& sc, smoke_engine& engine, const scheduler_
   return 0;
 }
 
+/// CPU time of the calling thread, ns.
+double thread_cpu_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
+}
+
 /// The simulated engine's scheduler loop: waits for every rank and its executor-channel
 /// subscription, runs the workload (each step's model input published to the workers), ends
 /// the channel and prints the run's figures ("sim"). 0 when the scheduler side saw no problem
@@ -148,6 +156,7 @@ int simulate(embed::scheduler_connector& sc, const launch_config& c,
   sim::loop_options lo;
   lo.step_timeout = milliseconds{o.step_timeout_ms};
   lo.offloaded_block_bytes = offloaded_block_bytes;
+  lo.connector_clock_ns = thread_cpu_ns;  // waiting for the ranks' reports is not counted
   lo.run_model = [&](const sim::model_input& in) -> result<double> {
     if (int sig = signals.signalled()) {
       return make_error(errc::io_error, "signal " + std::to_string(sig));
@@ -417,6 +426,8 @@ int run_worker_process(const worker_process_options& o) {
           {"load_mismatches", s.load_mismatches},
           {"blocks_load_failed", s.blocks_load_failed},
           {"step_errors", s.step_errors},
+          {"connector_ns", static_cast<uint64_t>(s.connector_ns)},
+          {"step_connector_ns", s.step_connector_ns},
           {"mismatches", s.mismatches}});
   }
   const status st = run_steps(**wc, signals);
