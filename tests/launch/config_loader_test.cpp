@@ -103,7 +103,7 @@ TEST(ConfigLoaderTest, UnknownKeysAreNamedWithLineAndASuggestion) {
                           "tp4.yaml:3: offlaod: unknown key \"offlaod\"; did you mean "
                           "\"offload\"?",
                           HasSubstr("tp4.yaml:6: runtime.zzz: unknown key \"zzz\" (known: host, "
-                                    "port, token")));
+                                    "port, executor_port, token")));
 }
 
 TEST(ConfigLoaderTest, WrongTypesAreNamed) {
