@@ -431,6 +431,7 @@ void read_runtime(reader& r, const YAML::Node& n, runtime_section& rt) {
   r.map(n, "runtime",
         {{"host", [&](auto& v, auto& p) { r.text(v, p, rt.host, true); }},
          {"port", [&](auto& v, auto& p) { r.number(v, p, rt.port, 0, 65535); }},
+         {"executor_port", [&](auto& v, auto& p) { r.number(v, p, rt.executor_port, 0, 65535); }},
          {"token", [&](auto& v, auto& p) { r.text(v, p, rt.token, false); }},
          {"instance", [&](auto& v, auto& p) { r.name(v, p, rt.instance, false); }},
          {"log_level",

@@ -27,6 +27,8 @@ void add_launch_command(CLI::App& app, int& exit_code) {
                   "sim: the simulated engine's workload; smoke: store/load round trips")
       ->capture_default_str()
       ->check(CLI::IsMember({"sim", "smoke"}));
+  cmd->add_flag("--compare", o->compare,
+                "Then run the workload again without offloading (in this process); compare");
   auto faults = std::make_shared<std::vector<std::string>>();
   auto fault_seed = std::make_shared<std::optional<uint64_t>>();
   cmd->add_option("--fault", *faults,

@@ -88,6 +88,7 @@ std::string to_yaml(const launch_config& c) {
   out << YAML::Key << "runtime" << YAML::Value << YAML::BeginMap;
   emit_string(out, "host", r.host);
   emit_number(out, "port", r.port);
+  emit_number(out, "executor_port", r.executor_port);
   emit_string(out, "token", r.token);
   emit_string(out, "instance", r.instance);
   emit_string(out, "log_level", r.log_level);
@@ -141,6 +142,12 @@ std::string to_yaml(const launch_config& c) {
 
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
+}
+
+uint16_t executor_port_of(const runtime_section& r) {
+  if (r.executor_port != 0) return static_cast<uint16_t>(r.executor_port);
+  if (r.port == 0 || r.port >= 65535) return 0;
+  return static_cast<uint16_t>(r.port + 1);
 }
 
 }  // namespace kvc::launch

@@ -67,6 +67,9 @@ struct offload_section {
 struct runtime_section {
   std::string host = "127.0.0.1";  ///< where the scheduler listens
   uint32_t port = 0;               ///< 0: a free port
+  /// The simulated engine's executor channel, bound on the scheduler's host (topology.nodes[0]
+  /// .host with several nodes); 0: runtime.port + 1 when port is fixed, else a free port.
+  uint32_t executor_port = 0;
   /// Shared secret; empty: $KVCONNECT_TOKEN, else generated for a one-node launch.
   std::string token;
   /// Names the shm segments (/kvc-<uid>-<instance>-node<n>); empty: chosen by the launcher.
@@ -154,5 +157,9 @@ struct launch_config {
 /// The config as YAML, every key in file order (what `kvconnect config show` prints); loading
 /// it back gives the same config.
 std::string to_yaml(const launch_config& config);
+
+/// The executor channel's port: runtime.executor_port, else runtime.port + 1 when runtime.port
+/// is fixed, else 0 (a free one). check_config refuses a port + 1 beyond 65535.
+uint16_t executor_port_of(const runtime_section& runtime);
 
 }  // namespace kvc::launch

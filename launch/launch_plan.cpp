@@ -185,6 +185,19 @@ std::vector<config_problem> check_config(const launch_config& c) {
     problem("observe.metrics_port",
             "port " + str(c.observe.metrics_port) + " is runtime.port as well");
   }
+  // The executor channel (runtime.executor_port, derived as runtime.port + 1 when 0).
+  const auto& rt = c.runtime;
+  if (rt.executor_port == 0 && rt.port == 65535) {
+    problem("runtime.executor_port",
+            "0 derives runtime.port + 1, beyond 65535: set runtime.executor_port");
+  }
+  if (const uint16_t exec = executor_port_of(rt); exec != 0) {
+    const std::string key = "runtime.executor_port";
+    const std::string which =
+        rt.executor_port != 0 ? "port " + str(exec) : "0 derives runtime.port + 1 = " + str(exec);
+    if (exec == rt.port) problem(key, which + ", which is runtime.port as well");
+    if (exec == c.observe.metrics_port) problem(key, which + ", which is observe.metrics_port");
+  }
   // The simulated engine refuses nothing: its longest request must fit in the GPU blocks.
   const uint64_t longest = uint64_t{w.prompt_tokens.max} + w.output_tokens.max;
   const uint64_t room = uint64_t{k.gpu_blocks - 1} * k.gpu_block_size;

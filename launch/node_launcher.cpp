@@ -20,6 +20,8 @@
 #include "launch/config_file.hpp"
 #include "launch/launch_plan.hpp"
 #include "launch/node_processes.hpp"
+#include "launch/sim_engine/in_process_run.hpp"
+#include "launch/sim_engine/run_report.hpp"
 #include "launch/signal_watcher.hpp"
 #include "launch/spawned_process.hpp"
 #include "launch/supervision.hpp"
@@ -69,6 +71,15 @@ std::vector<std::string> child_environment(const std::string& token, const std::
   return env;
 }
 
+/// Where another node's workers reach the simulated engine's executor channel: node 0's host at
+/// the fixed port (a multi-node launch has a fixed runtime.port, hence a fixed executor port).
+std::string remote_executor(const launch_config& c) {
+  const std::string& host = c.topology.nodes[0].host;
+  const bool v6 = host.find(':') != std::string::npos;
+  return "tcp://" + (v6 ? "[" + host + "]" : host) + ":" +
+         std::to_string(executor_port_of(c.runtime));
+}
+
 /// One node's processes and what they said.
 class node_run {
  public:
@@ -110,10 +121,12 @@ class node_run {
         return 1;
       }
     } else {
-      // The scheduler runs on node 0 at the fixed runtime.port: the workers start at once.
-      on_listening(
-          {{"port", config_.runtime.port},
-           {"segment", shm::segment_name(::getuid(), plan_.scheduler.pool.instance, node_)}});
+      // The scheduler runs on node 0 at the fixed runtime.port, its executor channel at the
+      // derived fixed port: the workers start at once.
+      json at{{"port", config_.runtime.port},
+              {"segment", shm::segment_name(::getuid(), plan_.scheduler.pool.instance, node_)}};
+      if (sim_engine_) at["executor"] = remote_executor(config_);
+      on_listening(at);
     }
     while (!sup_.finished()) step(signals);
     signals.on_signal(nullptr);
@@ -389,27 +402,60 @@ void sweep_stale_segments(const std::string& log_level) {
   emit({{"event", "cleanup"}, {"removed", names}});
 }
 
-/// The simulated engine's summary fields: the scheduler's "sim" line with the workers' checks.
-/// False when a worker's line is missing or reports a mismatch.
-bool add_sim_figures(json& summary, const json& sim, const std::vector<json>& runners,
-                     size_t ranks) {
-  for (const auto& [k, v] : sim.items()) {
-    if (!summary.contains(k)) summary[k] = v;  // the launch's own fields stay
-  }
+/// The workers' load checks summed from their "runner" lines (loads_verified, load_mismatches,
+/// step_errors, ranks_reported, steps: the most any rank ran). False when a worker's line is
+/// missing or reports a mismatch.
+bool add_runner_checks(json& summary, const std::vector<json>& runners, size_t ranks) {
   uint64_t verified = 0;
   uint64_t mismatches = 0;
   uint64_t step_errors = 0;
+  uint64_t steps = 0;
   for (const auto& r : runners) {
     verified += r.value("loads_verified", uint64_t{0});
     mismatches += r.value("load_mismatches", uint64_t{0});
     step_errors += r.value("step_errors", uint64_t{0});
+    steps = std::max(steps, r.value("steps", uint64_t{0}));
     for (const auto& m : r.value("mismatches", json::array())) summary["problems"].push_back(m);
   }
+  if (!summary.contains("steps") || summary["steps"].is_null()) summary["steps"] = steps;
   summary["loads_verified"] = verified;
   summary["load_mismatches"] = mismatches;
   summary["step_errors"] = step_errors;
   summary["ranks_reported"] = runners.size();
   return runners.size() == ranks && mismatches == 0;
+}
+
+/// The connector's share of the launch: the scheduler's connector time (its "sim" line) and each
+/// step's slowest rank of this node (their "runner" lines) over the simulated time.
+void add_connector_share(json& summary, const json& sim, const std::vector<json>& runners) {
+  std::vector<sim::step_times> ranks;
+  for (const auto& r : runners) {
+    ranks.push_back(r.value("step_connector_ns", sim::step_times{}));
+  }
+  const double scheduler_ns = sim.value("connector_ns", 0.0);
+  const double slowest = sim::slowest_rank_ns(ranks);
+  summary["scheduler_connector_ns"] = std::round(scheduler_ns);
+  summary["rank_connector_ns"] = std::round(slowest);
+  summary["connector_share"] =
+      std::round(sim::launch_connector_share(scheduler_ns, ranks, sim.value("sim_seconds", 0.0)) *
+                 1e6) /
+      1e6;
+}
+
+/// The simulated engine's summary fields: on node 0 the scheduler's "sim" line, on every node
+/// the checks of the node's workers. False when they fail (add_runner_checks).
+bool add_sim_figures(json& summary, const std::optional<json>& sim,
+                     const std::vector<json>& runners, size_t ranks) {
+  if (sim) {
+    for (const auto& [k, v] : sim->items()) {
+      if (!summary.contains(k)) summary[k] = v;  // the launch's own fields stay
+    }
+    summary.erase("connector_ns");  // the scheduler's alone: scheduler_connector_ns below
+    add_connector_share(summary, *sim, runners);
+  } else {
+    summary["connector_share"] = json();  // the simulated time is node 0's
+  }
+  return add_runner_checks(summary, runners, ranks);
 }
 
 /// The human table of a simulated run's summary, on stderr.
@@ -422,12 +468,30 @@ void print_sim_table(const json& s) {
         "blocks_loaded", "loads_verified", "load_mismatches", "jobs_failed", "preemptions",
         "gpu_cache_resets", "requests_recomputed",
         "hung_requests", "pending_jobs", "sim_seconds", "ttft_p50_ms", "output_tokens_per_s",
-        "step_p50_us", "step_p99_us", "store_gbps", "load_gbps", "wall_seconds"}) {
+        "step_p50_us", "step_p99_us", "connector_share", "store_gbps", "load_gbps",
+        "wall_seconds"}) {
     char buf[128];
     std::snprintf(buf, sizeof buf, "  %-24s %s\n", k, s.value(k, json()).dump().c_str());
     out += buf;
   }
   std::cerr << out << std::flush;
+}
+
+/// `--compare`: the same workload without offloading, in this process (the reference run of
+/// `soak --compare`); its table and the comparison's on stderr, the "compare" line to print.
+/// None (with the error said) when the reference run could not start.
+std::optional<json> compare_without_offload(const launch_config& c, const json& summary) {
+  sim::in_process_options reference;
+  reference.config = c;
+  reference.instance = "launch-compare-" + std::to_string(::getpid());
+  auto off = sim::run_without_offload(reference);
+  if (!off) {
+    say("--compare: the run without offloading: " + off.error().to_string());
+    return std::nullopt;
+  }
+  const json off_line = sim::summary_json(*off);
+  std::cerr << (sim::summary_table(*off) + sim::compare_table(summary, off_line)) << std::flush;
+  return sim::compare_json(summary, off_line);
 }
 
 }  // namespace
@@ -465,11 +529,8 @@ int run_launch(const launch_options& o) {
   if (o.engine != "sim" && o.engine != "smoke") {
     return refuse("--engine " + o.engine + ": sim or smoke");
   }
-  // The simulated engine's model runners take the model input from node 0's executor channel,
-  // whose endpoint another node does not learn: it runs the smoke engine today.
-  if (o.engine == "sim" && nodes > 1) {
-    return refuse("topology.nodes has " + std::to_string(nodes) +
-                  " nodes: the simulated engine runs on one node; use --engine smoke");
+  if (o.compare && (o.engine != "sim" || o.node != 0)) {
+    return refuse("--compare: the simulated engine's run on node 0 is what it compares");
   }
   std::string token = c.runtime.token;
   if (token.empty()) {
@@ -550,9 +611,11 @@ int run_launch(const launch_options& o) {
           ? json(std::round(std::chrono::duration<double>(*run.ready_at() - t0).count() * 1000) /
                  1000)
           : json();
+  std::optional<json> compared;
   if (o.engine == "sim") {
-    if (run.sim()) {
-      const bool checked = add_sim_figures(summary, *run.sim(), run.runners(), ranks.size());
+    // Node 0 has the scheduler's figures; another node has its workers' checks.
+    if (run.sim() || o.node != 0) {
+      const bool checked = add_sim_figures(summary, run.sim(), run.runners(), ranks.size());
       if (code == 0 && !checked) {
         code = 1;
         summary["reason"] =
@@ -564,7 +627,13 @@ int run_launch(const launch_options& o) {
     }
     summary["ok"] = code == 0;
     summary["exit_code"] = code;
-    if (run.sim()) print_sim_table(summary);
+    if (run.sim() || o.node != 0) print_sim_table(summary);
+    if (o.compare && run.sim()) {
+      compared = compare_without_offload(c, summary);
+      if (!compared && code == 0) code = 1;
+      summary["ok"] = code == 0;
+      summary["exit_code"] = code;
+    }
   } else {
     for (const char* k :
          {"steps", "jobs_ok", "jobs_failed", "rounds_interrupted", "slots_checked", "bytes"}) {
@@ -572,6 +641,7 @@ int run_launch(const launch_options& o) {
     }
   }
   emit(summary);
+  if (compared) emit(*compared);
   return code;
 }
 

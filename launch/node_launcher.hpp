@@ -6,7 +6,8 @@
 /// processes: on node 0 the scheduler process first, whose "listening" line gives the port, then
 /// one worker process per rank of the node; on any other node the node's segment (created here,
 /// removed at the end) and its workers, which register with node 0's scheduler at
-/// runtime.port. Then it carries out supervision's orders (supervision.hpp): signals forwarded,
+/// runtime.port and (simulated engine) subscribe to its executor channel at node 0's host and
+/// the executor port (executor_port_of). Then it carries out supervision's orders (supervision.hpp): signals forwarded,
 /// a child's unexpected exit noticed at once (pidfds), a failed worker restarted with its next
 /// incarnation under restart.policy on-failure, every child waited for. At every exit no child
 /// is left (PR_SET_PDEATHSIG covers a launcher that is killed) and no shm segment of the launch
@@ -18,10 +19,13 @@
 /// registered again, and last {"event":"summary",...} with the run's figures and the launch's
 /// own (ranks, restarts, first_step_seconds, wall_seconds, exit_code, reason). The simulated
 /// engine's figures are the scheduler's "sim" line (run_report.hpp) with the workers' load
-/// checks summed from their "runner" lines (loads_verified, load_mismatches, step_errors); the
+/// checks summed from their "runner" lines (loads_verified, load_mismatches, step_errors) and
+/// the launch's connector share; another node's summary has its own workers' checks; the
 /// smoke run's are steps, jobs_ok, jobs_failed, rounds_interrupted, slots_checked, bytes. The
 /// children's stdout lines are relayed to stderr with their role in front; their logs go to
 /// stderr as they are.
+///
+/// With --compare a {"event":"compare",...} line follows the summary.
 ///
 /// With injected faults (runtime.faults), a {"event":"fault_report",...} line comes before the
 /// summary: the scheduler's report with the workers' copy faults added to "fired".
@@ -42,6 +46,10 @@ struct launch_options {
   std::string binary;  ///< the kvconnect binary the children run
   /// "sim": the simulated engine (launch/sim_engine/); "smoke": the smoke run.
   std::string engine = "sim";
+  /// The simulated engine on node 0: after the launch, run the same workload without
+  /// offloading in this process (sim::run_without_offload), print both, the comparison's table
+  /// and a {"event":"compare",...} line after the summary (run_report.hpp compare_json).
+  bool compare = false;
 };
 
 int run_launch(const launch_options& options);

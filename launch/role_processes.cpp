@@ -6,6 +6,7 @@
 #include "launch/role_options.hpp"
 
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -127,6 +128,13 @@ int smoke(embed::scheduler_connector& sc, smoke_engine& engine, const scheduler_
   return 0;
 }
 
+/// CPU time of the calling thread, ns.
+double thread_cpu_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
+}
+
 /// The simulated engine's scheduler loop: waits for every rank and its executor-channel
 /// subscription, runs the workload (each step's model input published to the workers), ends
 /// the channel and prints the run's figures ("sim"). 0 when the scheduler side saw no problem
@@ -163,6 +171,7 @@ int simulate(embed::scheduler_connector& sc, const launch_config& c,
     spdlog::info("sim: every rank is back; the GPU prefix cache is reset");
     return status::success();
   };
+  lo.connector_clock_ns = thread_cpu_ns;  // waiting for the ranks' reports is not counted
   lo.run_model = [&](const sim::model_input& in) -> result<double> {
     if (int sig = signals.signalled()) {
       return make_error(errc::io_error, "signal " + std::to_string(sig));
@@ -306,7 +315,8 @@ int run_scheduler_process(const scheduler_process_options& o) {
   if (!sc) return fail("scheduler", 1, "cannot start: " + sc.error().to_string());
   std::unique_ptr<sim::executor_publisher> executor;
   if (sim_config) {
-    auto p = sim::executor_publisher::create(o.host);
+    auto p = sim::executor_publisher::create(o.host, executor_port_of(sim_config->runtime),
+                                             o.token);
     if (!p) return fail("scheduler", 1, "cannot start: " + p.error().to_string());
     executor = std::move(p).value();
   }
@@ -408,7 +418,7 @@ int run_worker_process(const worker_process_options& o) {
     auto r = sim::model_runner::create((*wc)->copy_engine(), wc->get(), o.rank, g);
     if (!r) return fail(who, 2, rank + "set-up failed: " + r.error().to_string());
     runner.emplace(std::move(r).value());
-    auto sub = sim::executor_subscriber::connect(o.executor);
+    auto sub = sim::executor_subscriber::connect(o.executor, o.token);
     if (!sub) return fail(who, 2, rank + "set-up failed: " + sub.error().to_string());
     executor = std::move(sub).value();
   }
@@ -433,6 +443,8 @@ int run_worker_process(const worker_process_options& o) {
           {"step_errors", s.step_errors},
           {"steps_connector_only", s.steps_connector_only},
           {"steps_skipped", s.steps_skipped},
+          {"connector_ns", static_cast<uint64_t>(s.connector_ns)},
+          {"step_connector_ns", s.step_connector_ns},
           {"mismatches", s.mismatches}});
   }
   const status st = run_steps(**wc, signals);

@@ -99,8 +99,7 @@ int run_soak(const soak_options& o) {
   const fault_outcome outcome = outcome_of(*on, faults->seed);
   if (!faults->empty()) std::cout << fault_report_line(outcome) << std::endl;
   if (o.compare && run.offload) {
-    run.offload = false;
-    auto off = sim::run_in_process(run);
+    auto off = sim::run_without_offload(run);
     if (!off) {
       std::cerr << "kvconnect soak: " << off.error().to_string() << "\n";
       return 1;

@@ -1,10 +1,11 @@
 #include "actors/channel/zmq_transport.hpp"
 
+#include "actors/channel/zap_handler.hpp"
+
 #include <unistd.h>
 
 #include <atomic>
 #include <iterator>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -23,27 +24,6 @@ status zmq_error(const std::string& what, const zmq::error_t& e) {
 bool readable(zmq::socket_t& sock, std::chrono::milliseconds timeout) {
   zmq::pollitem_t item{sock.handle(), 0, ZMQ_POLLIN, 0};
   return zmq::poll(&item, 1, timeout) > 0;
-}
-
-/// The PLAIN user name every rank presents; the password is the token.
-constexpr const char* plain_user = "kvc";
-
-status check_token(const std::string& token) {
-  if (token.empty() || token.size() > 255) {
-    return make_error(errc::invalid_argument,
-                      "step channel: the token must be 1 to 255 bytes (ZeroMQ PLAIN password)");
-  }
-  return {};
-}
-
-/// Equal strings, in a time that depends on their lengths only.
-bool same_secret(std::string_view a, std::string_view b) noexcept {
-  unsigned diff = a.size() == b.size() ? 0u : 1u;
-  for (size_t i = 0; i < b.size(); ++i) {
-    const char x = i < a.size() ? a[i] : '\0';
-    diff |= static_cast<unsigned char>(x ^ b[i]);
-  }
-  return diff == 0;
 }
 
 /// Sets the options both ends share: the largest message, the queue bound, the handshake's
@@ -101,73 +81,6 @@ class zmq_client final : public client_transport {
   zmq::socket_t sock_;
 };
 
-/// ZeroMQ's authentication handler (ZAP, RFC 27) for one context: admits a PLAIN handshake
-/// whose password is the token, refuses every other. Its thread serves the ZAP socket until the
-/// object is destroyed (a message on the stop pair ends it).
-class zap_handler {
- public:
-  zap_handler(zmq::context_t& ctx, std::string token, const std::string& stop_endpoint)
-      : token_(std::move(token)),
-        zap_(ctx, zmq::socket_type::rep),
-        stop_tx_(ctx, zmq::socket_type::pair),
-        stop_rx_(ctx, zmq::socket_type::pair) {
-    zap_.set(zmq::sockopt::linger, 0);
-    zap_.bind("inproc://zeromq.zap.01");  // before the ROUTER binds: no handshake goes unserved
-    stop_tx_.bind(stop_endpoint);
-    stop_rx_.connect(stop_endpoint);
-    thread_ = std::thread([this] { serve(); });
-  }
-  ~zap_handler() {
-    stop_tx_.send(zmq::str_buffer("stop"), zmq::send_flags::none);
-    thread_.join();
-  }
-  zap_handler(const zap_handler&) = delete;
-  zap_handler& operator=(const zap_handler&) = delete;
-
-  uint64_t refused() const noexcept { return refused_.load(); }
-
- private:
-  void serve() {
-    for (;;) {
-      zmq::pollitem_t items[] = {{zap_.handle(), 0, ZMQ_POLLIN, 0},
-                                 {stop_rx_.handle(), 0, ZMQ_POLLIN, 0}};
-      try {
-        zmq::poll(items, 2, std::chrono::milliseconds{-1});
-        if (items[1].revents & ZMQ_POLLIN) return;
-        if (items[0].revents & ZMQ_POLLIN) answer_one();
-      } catch (const zmq::error_t&) {
-        return;  // the context is ending
-      }
-    }
-  }
-
-  /// Request: version, request id, domain, address, routing id, mechanism, credentials...
-  /// Reply: version, request id, status code, status text, user id, metadata.
-  void answer_one() {
-    std::vector<zmq::message_t> req;
-    if (!zmq::recv_multipart(zap_, std::back_inserter(req))) return;
-    const bool admit = req.size() == 8 && req[0].to_string_view() == "1.0" &&
-                       req[5].to_string_view() == "PLAIN" &&
-                       req[6].to_string_view() == plain_user &&
-                       same_secret(req[7].to_string_view(), token_);
-    if (!admit) refused_.fetch_add(1);
-    const std::string id = req.size() > 1 ? req[1].to_string() : std::string{};
-    std::vector<zmq::const_buffer> reply = {
-        zmq::str_buffer("1.0"), zmq::buffer(id),
-        admit ? zmq::str_buffer("200") : zmq::str_buffer("400"),
-        admit ? zmq::str_buffer("OK") : zmq::str_buffer("not the deployment's token"),
-        zmq::str_buffer(""), zmq::str_buffer("")};
-    zmq::send_multipart(zap_, reply);
-  }
-
-  const std::string token_;
-  zmq::socket_t zap_;
-  zmq::socket_t stop_tx_;
-  zmq::socket_t stop_rx_;
-  std::atomic<uint64_t> refused_{0};
-  std::thread thread_;
-};
-
 }  // namespace
 
 struct zmq_server::impl {
@@ -185,7 +98,7 @@ zmq_server::~zmq_server() = default;
 result<std::unique_ptr<zmq_server>> zmq_server::create(const std::string& tcp_host,
                                                        const std::string& token) {
   static std::atomic<uint32_t> counter{0};
-  if (auto st = check_token(token); !st) return st;
+  if (auto st = check_token(token, "step channel"); !st) return st;
   auto p = std::make_unique<impl>();
   p->token = token;
   try {
@@ -259,7 +172,7 @@ uint64_t zmq_server::refused_handshakes() const noexcept {
 result<std::unique_ptr<client_transport>> zmq_connect(const std::string& endpoint,
                                                       const std::string& peer,
                                                       const std::string& token) {
-  if (auto st = check_token(token); !st) return st;
+  if (auto st = check_token(token, "step channel"); !st) return st;
   try {
     return std::unique_ptr<client_transport>{
         new zmq_client(std::make_shared<zmq::context_t>(1), endpoint, peer, token)};

@@ -18,35 +18,39 @@ double ns_since(clock::time_point t0) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - t0).count());
 }
 
-/// The scheduler_connector as the core's connector_calls, timing every call.
+using connector_clock = std::function<double()>;
+
+/// The scheduler_connector as the core's connector_calls, timing every call on `now_ns`.
 class timed_connector final : public connector_calls {
  public:
-  explicit timed_connector(embed::scheduler_connector& sc) : sc_(sc) {}
+  timed_connector(embed::scheduler_connector& sc, connector_clock now_ns)
+      : sc_(sc), now_ns_(std::move(now_ns)) {}
   scheduler::match_result get_num_new_matched_tokens(const scheduler::request_view& req,
                                                      uint32_t num_computed) override {
-    const auto t0 = clock::now();
+    const double t0 = now_ns_();
     auto m = sc_.get_num_new_matched_tokens(req, num_computed);
-    ns += ns_since(t0);
+    ns += now_ns_() - t0;
     return m;
   }
   status update_state_after_alloc(const scheduler::request_view& req,
                                   std::span<const gpu_block> blocks,
                                   uint32_t num_external) override {
-    const auto t0 = clock::now();
+    const double t0 = now_ns_();
     auto st = sc_.update_state_after_alloc(req, blocks, num_external);
-    ns += ns_since(t0);
+    ns += now_ns_() - t0;
     return st;
   }
   bool request_finished(std::string_view id) override {
-    const auto t0 = clock::now();
+    const double t0 = now_ns_();
     const bool delay = sc_.request_finished(id);
-    ns += ns_since(t0);
+    ns += now_ns_() - t0;
     return delay;
   }
   double ns = 0;
 
  private:
   embed::scheduler_connector& sc_;
+  connector_clock now_ns_;
 };
 
 }  // namespace
@@ -67,7 +71,11 @@ run_report run_engine_loop(const launch::launch_config& c, embed::scheduler_conn
   const engine_limits limits = limits_of(c);
   no_connector none;
   std::unique_ptr<timed_connector> timed;
-  if (sc) timed = std::make_unique<timed_connector>(*sc);
+  const connector_clock now_ns =
+      o.connector_clock_ns ? o.connector_clock_ns : connector_clock([start = clock::now()] {
+        return ns_since(start);
+      });
+  if (sc) timed = std::make_unique<timed_connector>(*sc, now_ns);
   connector_calls& calls = timed ? static_cast<connector_calls&>(*timed) : none;
   sim_scheduler core(limits, calls);
   const uint64_t room = uint64_t{limits.gpu_blocks - 1} * limits.gpu_block_size;
@@ -125,9 +133,9 @@ run_report run_engine_loop(const launch::launch_config& c, embed::scheduler_conn
     const step_id step = core.step();
     scheduler::request_completions completions;
     if (sc) {
-      auto t = clock::now();
+      double t = now_ns();
       auto meta = sc->build_connector_meta(core.input());
-      connector_ns += ns_since(t);
+      connector_ns += now_ns() - t;
       if (!meta) {
         problem("step " + std::to_string(step) +
                 ": build_connector_meta: " + meta.error().to_string());
@@ -141,9 +149,9 @@ run_report run_engine_loop(const launch::launch_config& c, embed::scheduler_conn
     }
     connector_ns += *ranks_ns;
     if (sc) {
-      auto t = clock::now();
+      double t = now_ns();
       auto up = sc->update_connector_output(step, o.step_timeout);
-      connector_ns += ns_since(t);
+      connector_ns += now_ns() - t;
       if (!up) {
         problem("step " + std::to_string(step) +
                 ": update_connector_output: " + up.error().to_string());
@@ -161,9 +169,9 @@ run_report run_engine_loop(const launch::launch_config& c, embed::scheduler_conn
         (load ? load_seconds : store_seconds) += j.seconds;
       }
       completions = std::move(up->completions);
-      t = clock::now();
+      t = now_ns();
       (void)sc->take_events();
-      connector_ns += ns_since(t);
+      connector_ns += now_ns() - t;
     }
     for (auto& turn : core.complete(completions)) {
       if (draining) continue;
@@ -200,6 +208,7 @@ run_report run_engine_loop(const launch::launch_config& c, embed::scheduler_conn
   rep.output_tokens_per_s = rep.sim_seconds > 0 ? rep.output_tokens / rep.sim_seconds : 0;
   rep.step_p50_us = percentile(step_us, 50);
   rep.step_p99_us = percentile(step_us, 99);
+  rep.connector_ns = connector_ns;
   rep.connector_share = st.clock_us > 0 ? connector_ns / 1000.0 / st.clock_us : 0;
   rep.store_gbps = store_seconds > 0 ? rep.bytes_stored / store_seconds / 1e9 : 0;
   rep.load_gbps = load_seconds > 0 ? rep.bytes_loaded / load_seconds / 1e9 : 0;

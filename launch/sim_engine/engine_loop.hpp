@@ -31,6 +31,10 @@ struct loop_options {
   /// Runs the step's model on every rank; returns the wall time spent in connector calls of the
   /// ranks, in ns (0 when not measured). A failure ends the run (it is a problem of the report).
   std::function<result<double>(const model_input&)> run_model;
+  /// The clock (ns) the scheduler's connector calls are timed with; unset: the steady clock
+  /// (wall time). A scheduler whose ranks run in other processes passes its thread's CPU clock:
+  /// update_connector_output's wait for their reports is their time, not its connector's.
+  std::function<double()> connector_clock_ns;
   /// Called once per step with its number, after it completed (progress lines).
   std::function<void(const run_report&)> on_step;
   /// After a rank was lost or restarted, before the next step: returns once every rank is back

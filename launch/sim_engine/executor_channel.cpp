@@ -1,7 +1,13 @@
 #include "launch/sim_engine/executor_channel.hpp"
 
+#include <unistd.h>
+
+#include <atomic>
+
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
+
+#include "actors/channel/zap_handler.hpp"
 
 namespace kvc::sim {
 
@@ -48,6 +54,7 @@ result<executor_message> decode(std::string_view bytes) {
 
 struct executor_publisher::impl {
   zmq::context_t ctx{1};
+  std::unique_ptr<channel::zap_handler> zap;  // before the XPUB binds, destroyed after it
   zmq::socket_t sock{ctx, zmq::socket_type::xpub};
   std::string endpoint;
   uint32_t subscribers = 0;
@@ -56,16 +63,27 @@ struct executor_publisher::impl {
 executor_publisher::executor_publisher(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
 executor_publisher::~executor_publisher() = default;
 
-result<std::unique_ptr<executor_publisher>> executor_publisher::create(const std::string& host) {
+result<std::unique_ptr<executor_publisher>> executor_publisher::create(const std::string& host,
+                                                                       uint16_t port,
+                                                                       const std::string& token) {
+  static std::atomic<uint32_t> counter{0};
+  if (auto st = channel::check_token(token, "executor channel"); !st) return st;
   auto p = std::make_unique<impl>();
+  const std::string where = "tcp://" + host + ":" + (port == 0 ? "*" : std::to_string(port));
   try {
+    p->zap = std::make_unique<channel::zap_handler>(
+        p->ctx, token,
+        "inproc://kvc-executor-zap-stop-" + std::to_string(::getpid()) + "-" +
+            std::to_string(counter++));
     p->sock.set(zmq::sockopt::xpub_verbose, 1);  // every subscription, duplicates included
     p->sock.set(zmq::sockopt::linger, 1000);
     p->sock.set(zmq::sockopt::sndhwm, 0);  // a slow worker must not lose steps
-    p->sock.bind("tcp://" + host + ":*");
+    p->sock.set(zmq::sockopt::plain_server, 1);
+    p->sock.set(zmq::sockopt::zap_domain, "kvc-executor");
+    p->sock.bind(where);
     p->endpoint = p->sock.get(zmq::sockopt::last_endpoint);
   } catch (const zmq::error_t& e) {
-    return zmq_failure("bind on " + host, e);
+    return zmq_failure("bind on " + where, e);
   }
   return std::unique_ptr<executor_publisher>{new executor_publisher(std::move(p))};
 }
@@ -98,6 +116,10 @@ status executor_publisher::wait_for_subscribers(uint32_t subscribers,
   return status::success();
 }
 
+uint64_t executor_publisher::refused_handshakes() const noexcept {
+  return impl_->zap->refused();
+}
+
 status executor_publisher::publish(const executor_message& m) {
   const std::string bytes = encode(m);
   try {
@@ -117,9 +139,12 @@ executor_subscriber::executor_subscriber(std::unique_ptr<impl> p) : impl_(std::m
 executor_subscriber::~executor_subscriber() = default;
 
 result<std::unique_ptr<executor_subscriber>> executor_subscriber::connect(
-    const std::string& endpoint) {
+    const std::string& endpoint, const std::string& token) {
+  if (auto st = channel::check_token(token, "executor channel"); !st) return st;
   auto p = std::make_unique<impl>();
   try {
+    p->sock.set(zmq::sockopt::plain_username, channel::plain_user);
+    p->sock.set(zmq::sockopt::plain_password, token);
     p->sock.set(zmq::sockopt::rcvhwm, 0);
     p->sock.set(zmq::sockopt::linger, 0);
     p->sock.set(zmq::sockopt::subscribe, "");

@@ -6,6 +6,12 @@
 /// as MessagePack. The XPUB side sees each subscription, so the scheduler waits until every
 /// worker subscribed before the first step (no message lost to a late joiner).
 ///
+/// Workers may run on other nodes (the XPUB binds on topology.nodes[0].host at a fixed port
+/// there): the XPUB is a ZeroMQ PLAIN server whose ZAP handler (actors/channel/zap_handler.hpp,
+/// the step channel's) admits only the deployment's token as password. A peer without it is
+/// disconnected during the handshake: its subscription never reaches the XPUB (it is not
+/// counted) and it receives no model input.
+///
 /// Each object is used by one thread. Errors are kvc::status (errc::io_error for ZeroMQ's,
 /// errc::timeout, errc::protocol_mismatch for a message that does not decode).
 #include <chrono>
@@ -30,14 +36,20 @@ result<executor_message> decode(std::string_view bytes);
 
 class executor_publisher {
  public:
-  /// Binds tcp://host:<a free port>.
-  static result<std::unique_ptr<executor_publisher>> create(const std::string& host);
+  /// Binds tcp://host:port (port 0: a free one); subscribers must present `token` (1 to 255
+  /// bytes) as their PLAIN password. errc::invalid_argument for a bad token, errc::io_error
+  /// when the bind fails.
+  static result<std::unique_ptr<executor_publisher>> create(const std::string& host,
+                                                            uint16_t port,
+                                                            const std::string& token);
   ~executor_publisher();
   /// Where workers connect ("tcp://127.0.0.1:40123").
   const std::string& endpoint() const noexcept;
   /// Waits until `subscribers` subscriptions arrived (in total, since creation).
   status wait_for_subscribers(uint32_t subscribers, std::chrono::milliseconds timeout);
   status publish(const executor_message& m);
+  /// Handshakes refused (a wrong or missing token).
+  uint64_t refused_handshakes() const noexcept;
 
  private:
   struct impl;
@@ -47,7 +59,10 @@ class executor_publisher {
 
 class executor_subscriber {
  public:
-  static result<std::unique_ptr<executor_subscriber>> connect(const std::string& endpoint);
+  /// Connects to `endpoint` with `token` as the PLAIN password (ZeroMQ connects in the
+  /// background: a refused token shows as no message ever arriving).
+  static result<std::unique_ptr<executor_subscriber>> connect(const std::string& endpoint,
+                                                              const std::string& token);
   ~executor_subscriber();
   /// The next message, waiting up to `timeout`; nullopt when none came.
   result<std::optional<executor_message>> receive(std::chrono::milliseconds timeout);

@@ -49,4 +49,8 @@ struct in_process_options {
 /// Runs the workload; the report, or the error that kept it from starting (config, segment).
 result<run_report> run_in_process(const in_process_options& options);
 
+/// The reference of a comparison (`soak --compare`, `launch --compare`): the same workload
+/// with offloading off (no connector, no pool, no segment).
+result<run_report> run_without_offload(in_process_options options);
+
 }  // namespace kvc::sim

@@ -122,6 +122,21 @@ status model_runner::run_step(const model_input& in, std::chrono::nanoseconds bi
     stats_.model_ns += ns_since(t0);
     return st;
   }
+  const auto start = steady::now();
+  const double others_before = stats_.model_ns + stats_.copy_ns;
+  // Whatever way the step ends, the connector's share of its time is counted.
+  struct account {
+    model_runner& r;
+    step_id step;
+    steady::time_point start;
+    double others_before;
+    ~account() {
+      const double ns = std::max(
+          0.0, ns_since(start) - (r.stats_.model_ns + r.stats_.copy_ns - others_before));
+      r.stats_.connector_ns += ns;
+      r.stats_.step_connector_ns.emplace_back(step, static_cast<uint64_t>(ns));
+    }
+  } accounted{*this, in.step, start, others_before};
   // Align with the metadata stream: a rank that joined mid-run (restarted) may have metadata
   // whose model input it missed, or a model input planned before it registered.
   for (;;) {

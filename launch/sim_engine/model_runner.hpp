@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "actors/embed/worker_connector.hpp"
@@ -55,6 +56,11 @@ struct runner_stats {
   uint64_t steps_skipped = 0;         ///< model inputs planned before this rank registered
   double model_ns = 0;                ///< wall time in the forward and the checks
   double copy_ns = 0;  ///< wall time in finish_transfers (the copies; a GPU runs them as DMA)
+  /// Wall time in the connector's calls: each step's time less its model_ns and copy_ns.
+  double connector_ns = 0;
+  /// connector_ns of each step run with a connector, by step (the launch's connector share
+  /// takes each step's slowest rank).
+  std::vector<std::pair<step_id, uint64_t>> step_connector_ns;
   std::vector<std::string> mismatches;  ///< the first few, described
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 
 namespace kvc::sim {
 
@@ -85,6 +86,7 @@ nlohmann::json summary_json(const run_report& r) {
   j["load_gbps"] = round3(r.load_gbps);
   j["step_p50_us"] = round3(r.step_p50_us);
   j["step_p99_us"] = round3(r.step_p99_us);
+  j["connector_ns"] = std::round(r.connector_ns);
   j["connector_share"] = std::round(r.connector_share * 1e6) / 1e6;
   j["copy_share"] = std::round(r.copy_share * 1e6) / 1e6;
   j["wall_seconds"] = round3(r.wall_seconds);
@@ -125,26 +127,78 @@ std::string summary_table(const run_report& r) {
 }
 
 nlohmann::json compare_json(const run_report& on, const run_report& off) {
+  return compare_json(summary_json(on), summary_json(off));
+}
+
+std::string compare_table(const run_report& on, const run_report& off) {
+  return compare_table(summary_json(on), summary_json(off));
+}
+
+namespace {
+
+/// The figures a comparison reads of a summary line.
+struct compared {
+  int64_t prefill_tokens_computed;
+  double ttft_p50_ms;
+  double output_tokens_per_s;
+  double sim_seconds;
+};
+
+compared figures(const nlohmann::json& s) {
+  auto number = [&s](const char* key) {
+    const auto it = s.find(key);
+    return it != s.end() && it->is_number() ? it->get<double>() : 0.0;
+  };
+  return {static_cast<int64_t>(number("prefill_tokens_computed")), number("ttft_p50_ms"),
+          number("output_tokens_per_s"), number("sim_seconds")};
+}
+
+}  // namespace
+
+nlohmann::json compare_json(const nlohmann::json& on_line, const nlohmann::json& off_line) {
+  const compared on = figures(on_line);
+  const compared off = figures(off_line);
   return {{"event", "compare"},
-          {"offload_on", summary_json(on)},
-          {"offload_off", summary_json(off)},
-          {"prefill_tokens_saved", static_cast<int64_t>(off.prefill_tokens_computed) -
-                                       static_cast<int64_t>(on.prefill_tokens_computed)},
+          {"offload_on", on_line},
+          {"offload_off", off_line},
+          {"prefill_tokens_saved", off.prefill_tokens_computed - on.prefill_tokens_computed},
           {"ttft_p50_ratio", ratio(off.ttft_p50_ms, on.ttft_p50_ms)},
           {"throughput_ratio", ratio(on.output_tokens_per_s, off.output_tokens_per_s)},
           {"sim_time_ratio", ratio(off.sim_seconds, on.sim_seconds)}};
 }
 
-std::string compare_table(const run_report& on, const run_report& off) {
+std::string compare_table(const nlohmann::json& on_line, const nlohmann::json& off_line) {
+  const compared on = figures(on_line);
+  const compared off = figures(off_line);
   std::string out = "offload on vs off (same workload, simulated time)\n";
   out += line("prefill tokens computed", std::to_string(on.prefill_tokens_computed) + " vs " +
                                              std::to_string(off.prefill_tokens_computed));
+  out += line("prefill tokens saved",
+              std::to_string(off.prefill_tokens_computed - on.prefill_tokens_computed));
   out += line("ttft p50", num(on.ttft_p50_ms) + " vs " + num(off.ttft_p50_ms) + " ms (" +
                               num(ratio(off.ttft_p50_ms, on.ttft_p50_ms)) + "x)");
   out += line("output tokens/s",
               num(on.output_tokens_per_s) + " vs " + num(off.output_tokens_per_s) + " (" +
                   num(ratio(on.output_tokens_per_s, off.output_tokens_per_s)) + "x)");
+  out += line("simulated time", num(on.sim_seconds) + " vs " + num(off.sim_seconds) + " s (" +
+                                    num(ratio(off.sim_seconds, on.sim_seconds)) + "x)");
   return out;
+}
+
+double slowest_rank_ns(const std::vector<step_times>& ranks) {
+  std::map<uint64_t, uint64_t> slowest;  // by step
+  for (const auto& rank : ranks) {
+    for (const auto& [step, ns] : rank) slowest[step] = std::max(slowest[step], ns);
+  }
+  double sum = 0;
+  for (const auto& [step, ns] : slowest) sum += static_cast<double>(ns);
+  return sum;
+}
+
+double launch_connector_share(double scheduler_ns, const std::vector<step_times>& ranks,
+                              double sim_seconds) {
+  if (sim_seconds <= 0) return 0;
+  return (scheduler_ns + slowest_rank_ns(ranks)) / (sim_seconds * 1e9);
 }
 
 }  // namespace kvc::sim

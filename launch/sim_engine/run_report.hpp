@@ -7,6 +7,7 @@
 /// Plain data; the functions are pure.
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -57,6 +58,9 @@ struct run_report {
   // Wall-clock timings (not deterministic).
   double step_p50_us = 0;
   double step_p99_us = 0;
+  /// Connector wall time of the run (the scheduler's calls, and the ranks' where they run in
+  /// this process), ns.
+  double connector_ns = 0;
   /// Connector wall time (the facades' calls, without the copies) / simulated time, over the run.
   double connector_share = 0;
   /// In-process runs: wall time of the copies (run on the step's thread by finish_transfers)
@@ -76,9 +80,25 @@ nlohmann::json counts_json(const run_report& r);
 nlohmann::json summary_json(const run_report& r);
 /// The human table (several lines).
 std::string summary_table(const run_report& r);
-/// The comparison of a run with offloading and one without: both, and the ratios.
+/// The comparison of a run with offloading and one without: {"event":"compare"} with both
+/// summaries (offload_on, offload_off), prefill_tokens_saved, ttft_p50_ratio (off / on),
+/// throughput_ratio (on / off) and sim_time_ratio (off / on).
 nlohmann::json compare_json(const run_report& on, const run_report& off);
 std::string compare_table(const run_report& on, const run_report& off);
+/// The same from two summary lines (summary_json's keys; `kvconnect launch --compare`, whose
+/// run with offloading is the processes' summary). A missing figure counts as 0.
+nlohmann::json compare_json(const nlohmann::json& on, const nlohmann::json& off);
+std::string compare_table(const nlohmann::json& on, const nlohmann::json& off);
+
+/// One rank's connector time of each step it ran: (step, ns), model_runner's stats.
+using step_times = std::vector<std::pair<uint64_t, uint64_t>>;
+/// The connector's share of a run in separate processes: (the scheduler's connector ns + each
+/// step's slowest rank's connector ns, summed over the steps) / the simulated time (the ranks
+/// run a step in parallel, so the step waits for the slowest). 0 without simulated time.
+double launch_connector_share(double scheduler_ns, const std::vector<step_times>& ranks,
+                              double sim_seconds);
+/// The sum over the steps of each step's slowest rank's connector ns.
+double slowest_rank_ns(const std::vector<step_times>& ranks);
 
 /// The p-th percentile (0..100) by nearest rank; 0 for no values. Sorts `v`.
 double percentile(std::vector<double>& v, double p);

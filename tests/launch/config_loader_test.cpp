@@ -103,7 +103,7 @@ TEST(ConfigLoaderTest, UnknownKeysAreNamedWithLineAndASuggestion) {
                           "tp4.yaml:3: offlaod: unknown key \"offlaod\"; did you mean "
                           "\"offload\"?",
                           HasSubstr("tp4.yaml:6: runtime.zzz: unknown key \"zzz\" (known: host, "
-                                    "port, token")));
+                                    "port, executor_port, token")));
 }
 
 TEST(ConfigLoaderTest, WrongTypesAreNamed) {
@@ -296,6 +296,32 @@ TEST(ConfigLoaderTest, ObserveSectionIsReadAndChecked) {
                           "observe.kv_events.endpoint"));
   EXPECT_THAT(errors_of(load("runtime:\n  port: 9400\nobserve:\n  metrics_port: 9400\n")),
               ElementsAre("tp4.yaml:4: observe.metrics_port: port 9400 is runtime.port as well"));
+}
+
+TEST(ConfigLoaderTest, TheExecutorPortIsDerivedFromAFixedPortAndChecked) {
+  auto d = load("");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d.config.runtime.executor_port, 0u);
+  EXPECT_EQ(executor_port_of(d.config.runtime), 0);  // a free port
+  auto fixed = load("runtime:\n  port: 9400\n");
+  ASSERT_TRUE(fixed.ok());
+  EXPECT_EQ(executor_port_of(fixed.config.runtime), 9401);
+  auto own = load("runtime:\n  port: 9400\n  executor_port: 9500\n");
+  ASSERT_TRUE(own.ok());
+  EXPECT_EQ(executor_port_of(own.config.runtime), 9500);
+  EXPECT_EQ(load(to_yaml(own.config)).config.runtime, own.config.runtime);
+
+  EXPECT_THAT(errors_of(load("runtime:\n  port: 9400\n  executor_port: 9400\n")),
+              ElementsAre("tp4.yaml:3: runtime.executor_port: port 9400, which is runtime.port "
+                          "as well"));
+  EXPECT_THAT(errors_of(load("runtime:\n  port: 9400\nobserve:\n  metrics_port: 9401\n")),
+              ElementsAre(HasSubstr("runtime.executor_port: 0 derives runtime.port + 1 = 9401, "
+                                    "which is observe.metrics_port")));
+  EXPECT_THAT(errors_of(load("runtime:\n  port: 65535\n")),
+              ElementsAre(HasSubstr("runtime.executor_port: 0 derives runtime.port + 1, beyond "
+                                    "65535")));
+  EXPECT_THAT(errors_of(load("runtime:\n  executor_port: 70000\n")),
+              ElementsAre(HasSubstr("tp4.yaml:2: runtime.executor_port:")));
 }
 
 TEST(ConfigLoaderTest, DeadlinesAreOnByDefaultAndFaultSpecsAreChecked) {

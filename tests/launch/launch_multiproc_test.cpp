@@ -277,6 +277,44 @@ TEST_F(LaunchMultiprocTest, TheSimulatedEngineRunsTp4Pp2) {
   EXPECT_TRUE(leftover_segments().empty());
 }
 
+TEST_F(LaunchMultiprocTest, CompareRunsTheWorkloadAgainWithoutOffloading) {
+  launch({"--compare", "--set", "workload.steps=120"}, "sim");
+  started();
+  ASSERT_EQ(exit_code(), 0) << launcher_.stderr_text();
+  const auto on = summary();
+  auto line = launcher_.find_stdout("\"compare\"", patience);
+  ASSERT_TRUE(line.ok()) << launcher_.stdout_text();
+  const auto cmp = json::parse(*line);
+  // The launch's own summary is the run with offloading; the reference ran in process.
+  EXPECT_EQ(cmp.at("offload_on"), on);
+  const auto& off = cmp.at("offload_off");
+  EXPECT_EQ(off.at("offload"), false);
+  EXPECT_EQ(off.at("blocks_loaded"), 0);
+  EXPECT_EQ(off.at("cpu_hit_tokens"), 0);
+  EXPECT_GE(off.at("steps").get<uint64_t>(), 120u);  // the same workload (its follow-up turns
+  EXPECT_GT(off.at("requests_finished").get<uint64_t>(), 0u);  // arrive as earlier ones end)
+  EXPECT_EQ(cmp.at("prefill_tokens_saved").get<int64_t>(),
+            off.at("prefill_tokens_computed").get<int64_t>() -
+                on.at("prefill_tokens_computed").get<int64_t>());
+  EXPECT_GT(cmp.at("prefill_tokens_saved").get<int64_t>(), 0);
+  for (const char* k : {"ttft_p50_ratio", "throughput_ratio", "sim_time_ratio"}) {
+    EXPECT_GT(cmp.at(k).get<double>(), 0.0) << k;
+  }
+  EXPECT_THAT(launcher_.stderr_text(), HasSubstr("offload on vs off"));
+  // The connector's share of the launch: the scheduler's and the slowest rank's of each step.
+  EXPECT_GT(on.at("scheduler_connector_ns").get<double>(), 0.0);
+  EXPECT_GT(on.at("rank_connector_ns").get<double>(), 0.0);
+  EXPECT_GT(on.at("connector_share").get<double>(), 0.0);
+  EXPECT_TRUE(leftover_segments().empty());
+}
+
+TEST_F(LaunchMultiprocTest, CompareNeedsTheSimulatedEngineOnNodeZero) {
+  launch({"--compare"}, "smoke");
+  EXPECT_EQ(exit_code(), 2);
+  EXPECT_THAT(launcher_.stderr_text(), HasSubstr("--compare: the simulated engine's run"));
+  EXPECT_EQ(launcher_.stdout_text(), "");
+}
+
 TEST_F(LaunchMultiprocTest, SigtermMidRunLeavesNoChildAndNoSegment) {
   launch({"--set", "workload.steps=4000000000"});
   started();
@@ -452,14 +490,16 @@ TEST_F(LaunchMultiprocTest, ALaunchRemovesAStaleSegmentAtItsStart) {
   EXPECT_EQ(summary().at("ok"), true);
 }
 
-TEST_F(LaunchMultiprocTest, TwoNodesOnTwoLoopbackAddressesCompleteTheRun) {
+TEST_F(LaunchMultiprocTest, TwoNodesOnTwoLoopbackAddressesRunTheSimulatedEngineVerified) {
+  // The simulated engine over two "nodes" (127.0.0.1, 127.0.0.2): node 1's workers take the model
+  // input from node 0's executor channel (runtime.port + 1, PLAIN with the token) and write
+  // into node 1's own segment; each node's launch reports its own ranks' load checks.
   token_env token;
-  const auto argv = two_nodes_argv({});
-  launch(with_node(argv, 0));
+  const auto argv = two_nodes_argv({"--set", "topology.restart.policy=never"});
+  launch(with_node(argv, 0), "sim");
   const auto s0 = started();
   EXPECT_EQ(s0.at("ranks"), json({0, 1}));
-  // Node 1's launch: its own segment, its workers register with node 0's scheduler.
-  auto c = child_process::start(launch_argv(with_node(argv, 1)));
+  auto c = child_process::start(launch_argv(with_node(argv, 1), "sim"));
   ASSERT_TRUE(c.ok()) << c.error().to_string();
   child_process node1 = std::move(c).value();
   auto line = node1.find_stdout("\"started\"", patience);
@@ -469,24 +509,35 @@ TEST_F(LaunchMultiprocTest, TwoNodesOnTwoLoopbackAddressesCompleteTheRun) {
   EXPECT_EQ(s1.at("ranks"), json({2, 3}));
   EXPECT_TRUE(s1.at("scheduler_pid").is_null());
   EXPECT_EQ(s1.at("segment"), "/kvc-" + std::to_string(::getuid()) + "-" + instance_ + "-node1");
-  EXPECT_EQ(leftover_segments().size(), 2u);  // one segment per node
   EXPECT_EQ(exit_code(), 0) << launcher_.stderr_text();
   auto j = summary();
-  EXPECT_EQ(j.at("ok"), true);
+  EXPECT_EQ(j.at("ok"), true) << j.dump();
   EXPECT_EQ(j.at("world_size"), 4);
   EXPECT_EQ(j.at("ranks"), 2);
-  EXPECT_EQ(j.at("steps"), 200);
-  EXPECT_EQ(j.at("jobs_ok"), 200);
-  EXPECT_GT(j.at("slots_checked").get<uint64_t>(), 0u);  // node 0's ranks' slots
-  // The scheduler stopped node 1's workers: its launch ends on its own, cleanly.
+  EXPECT_EQ(j.at("ranks_reported"), 2);
+  EXPECT_GE(j.at("steps").get<uint64_t>(), 200u);  // and the drain
+  EXPECT_GT(j.at("requests_finished").get<uint64_t>(), 0u);
+  EXPECT_GT(j.at("loads_verified").get<uint64_t>(), 0u) << j.dump();
+  EXPECT_EQ(j.at("load_mismatches"), 0);
+  EXPECT_EQ(j.at("jobs_failed"), 0);
+  // The scheduler stopped node 1's workers: its launch ends on its own, cleanly, with its ranks'
+  // checks.
   auto code = node1.wait_exit(patience);
   ASSERT_TRUE(code.ok());
   EXPECT_EQ(*code, 0) << node1.stderr_text();
   line = node1.find_stdout("\"summary\"", patience);
   ASSERT_TRUE(line.ok());
   const auto j1 = json::parse(*line);
+  EXPECT_EQ(j1.at("ok"), true) << j1.dump();
   EXPECT_EQ(j1.at("reason"), "the scheduler stopped the node's workers");
+  EXPECT_EQ(j1.at("ranks"), 2);
+  EXPECT_EQ(j1.at("ranks_reported"), 2);
+  EXPECT_EQ(j1.at("steps"), j.at("steps"));  // every step reached node 1 too
+  EXPECT_GT(j1.at("loads_verified").get<uint64_t>(), 0u) << j1.dump();
+  EXPECT_EQ(j1.at("load_mismatches"), 0);
   EXPECT_EQ(j1.at("segment_left"), false);
+  // Both stages check a load's blocks: TP=2 ranks per node, the same blocks on each node.
+  EXPECT_EQ(j1.at("loads_verified"), j.at("loads_verified"));
   EXPECT_TRUE(leftover_segments().empty());
 }
 

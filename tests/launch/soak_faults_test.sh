@@ -29,8 +29,8 @@ first=$(run)
 second=$(run)
 python3 - "$first" "$second" <<'PY'
 import json, sys
-wall = {"wall_seconds", "step_p50_us", "step_p99_us", "connector_share", "copy_share",
-        "load_gbps", "store_gbps"}
+wall = {"wall_seconds", "step_p50_us", "step_p99_us", "connector_share", "connector_ns",
+        "copy_share", "load_gbps", "store_gbps"}
 def lines(text):
     out = [json.loads(l) for l in text.splitlines()]
     for j in out:
