@@ -60,10 +60,15 @@ void step_coordinator::expect_one(job_id job, transfer_kind kind, step_id step,
 void step_coordinator::expect(const connector_metadata& meta, uint64_t now) {
   if (!planned_ || meta.step > *planned_) planned_ = meta.step;
   timed_out(agg_.expire_steps(meta.step, now), "steps");
+  forget_released_steps();
+  if (job_timeout_steps_ > 0 && !open_steps_.empty() &&
+      open_steps_.front().first + job_timeout_steps_ <= meta.step) {
+    release_open_steps("steps");
+  }
   std::optional<uint64_t> deadline;
-  if (job_timeout_.count() > 0) {
-    deadline = now + static_cast<uint64_t>(job_timeout_.count());
-    open_steps_.emplace_back(meta.step, *deadline);
+  if (job_timeout_.count() > 0) deadline = now + static_cast<uint64_t>(job_timeout_.count());
+  if (deadline || job_timeout_steps_ > 0) {
+    open_steps_.emplace_back(meta.step, deadline.value_or(UINT64_MAX));
   }
   std::optional<step_id> step_deadline;
   if (job_timeout_steps_ > 0) step_deadline = meta.step + job_timeout_steps_;
@@ -119,16 +124,22 @@ void step_coordinator::rank_down(rank_id rank) {
 
 void step_coordinator::tick(uint64_t now) {
   if (agg_.needs_expire()) timed_out(agg_.expire(now), "time");
+  forget_released_steps();
+  if (!open_steps_.empty() && open_steps_.front().second <= now) release_open_steps("time");
+}
+
+void step_coordinator::forget_released_steps() {
   const auto released = agg_.last_output_step();
   while (!open_steps_.empty() && released && open_steps_.front().first <= *released) {
     open_steps_.pop_front();
   }
-  if (!open_steps_.empty() && open_steps_.front().second <= now) {
-    note(level::warn, "coordinator: step " + std::to_string(open_steps_.front().first) +
-                          " not closed by every rank within its deadline: released");
-    open_steps_.clear();  // the release stamps the latest planned step: it covers them all
-    step_release_due_ = true;
-  }
+}
+
+void step_coordinator::release_open_steps(const char* by) {
+  note(level::warn, "coordinator: step " + std::to_string(open_steps_.front().first) +
+                        " not closed by every rank within its deadline (" + by + "): released");
+  open_steps_.clear();  // the release stamps the latest planned step: it covers them all
+  step_release_due_ = true;
 }
 
 }  // namespace kvc::coordinator

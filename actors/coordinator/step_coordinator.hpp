@@ -105,8 +105,14 @@ class step_coordinator {
   uint64_t job_timeout_steps_;
   std::optional<step_id> planned_;  ///< the latest planned step
   bool flush_due_ = false;          ///< a job timed out: release what is decided
+  /// Drops the open steps whose output was released.
+  void forget_released_steps();
+  /// Releases every open step (the oldest passed its deadline, `by` time or steps).
+  void release_open_steps(const char* by);
+
   /// Planned steps whose output was not released yet, with their time deadline (job_timeout
-  /// after planning; none without a time deadline). Oldest first.
+  /// after planning; UINT64_MAX without one: job_timeout_steps later steps release it then).
+  /// Oldest first; empty when neither deadline is set.
   std::deque<std::pair<step_id, uint64_t>> open_steps_;
   bool step_release_due_ = false;  ///< a step passed its deadline: release up to planned_
   std::vector<coordinator_note> notes_;

@@ -150,7 +150,8 @@ run_report run_engine_loop(const launch::launch_config& c, embed::scheduler_conn
     connector_ns += *ranks_ns;
     if (sc) {
       double t = now_ns();
-      auto up = sc->update_connector_output(step, o.step_timeout);
+      auto up = o.await_output ? sc->update_connector_output(step, o.step_timeout)
+                               : sc->update_connector_output();
       connector_ns += now_ns() - t;
       if (!up) {
         problem("step " + std::to_string(step) +

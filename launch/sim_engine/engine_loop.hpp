@@ -27,6 +27,11 @@ namespace kvc::sim {
 struct loop_options {
   uint32_t drain_limit = 1000;
   std::chrono::milliseconds step_timeout{10000};
+  /// Wait up to step_timeout for each step's output (worker processes: the reports travel over
+  /// the network). False: take what has arrived. In one process every report of a step that will
+  /// arrive has arrived once the ranks ran it, so the run waits on no clock and, with deadlines
+  /// in steps only (runtime.job_timeout_ms 0), the same seeds give the same run.
+  bool await_output = true;
   uint64_t offloaded_block_bytes = 0;  ///< one offloaded block over every rank (blocks counted)
   /// Runs the step's model on every rank; returns the wall time spent in connector calls of the
   /// ranks, in ns (0 when not measured). A failure ends the run (it is a problem of the report).

@@ -96,6 +96,7 @@ result<run_report> run_in_process(const in_process_options& o) {
   loop_options lo;
   lo.drain_limit = o.drain_limit;
   lo.step_timeout = o.step_timeout;
+  lo.await_output = false;  // the ranks run in this thread: their reports are in
   lo.offloaded_block_bytes = plan->kv.slot_bytes * plan->kv.world_size;
   lo.run_model = [&](const model_input& in) -> result<double> {
     double connector_ns = 0;

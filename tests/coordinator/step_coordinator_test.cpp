@@ -84,6 +84,33 @@ TEST(StepCoordinatorTest, AStepWithoutJobsWhoseReportWasLostIsReleasedAtItsDeadl
   EXPECT_FALSE(c->needs_tick());
 }
 
+TEST(StepCoordinatorTest, AStepWhoseReportWasLostIsReleasedThatManyStepsLaterWithoutAClock) {
+  // Deadlines in steps only: an engine that goes on planning (it takes what has arrived instead
+  // of waiting for each step's output) gets step 1's output once step 1 + 3 is planned, at no
+  // time at all: the run is the same whatever the clock says.
+  auto c = step_coordinator::create(
+      {.world_size = 2, .job_timeout = std::chrono::nanoseconds{0}, .job_timeout_steps = 3});
+  ASSERT_TRUE(c.ok());
+  c->expect(step_with_load(1, 0), 0);
+  c->report(report(0, 1, {}));  // rank 1 is silent from step 1 on (hung, reports lost)
+  c->tick(UINT64_MAX - 1);      // no time deadline: the clock releases nothing
+  EXPECT_EQ(c->poll_output(), std::nullopt);
+  for (step_id s = 2; s <= 3; ++s) {
+    c->expect(step_with_load(s, 0), 0);
+    c->report(report(0, s, {}));
+  }
+  EXPECT_EQ(c->poll_output(), std::nullopt) << "the barrier holds until step 1's deadline";
+  c->expect(step_with_load(4, 0), 0);  // step 1 + 3
+  auto out = c->poll_output();
+  ASSERT_TRUE(out.has_value());
+  EXPECT_EQ(out->step, 4u);  // the release covers every planned step
+  EXPECT_EQ(c->poll_output(), std::nullopt);  // once
+  auto notes = c->take_notes();
+  ASSERT_FALSE(notes.empty());
+  EXPECT_NE(notes.back().text.find("step 1 not closed by every rank within its deadline (steps)"),
+            std::string::npos);
+}
+
 TEST(StepCoordinatorTest, AStepDeadlineFailsAJobOnceThatManyStepsWerePlanned) {
   auto c = step_coordinator::create(
       {.world_size = 2, .job_timeout = std::chrono::nanoseconds{0}, .job_timeout_steps = 3});

@@ -23,7 +23,7 @@ run() {
     --fault reorder_reports:p=0.02 --fault corrupt_frame:p=0.01 \
     --fault fail_copy:dir=load,p=0.05 --fault fail_copy:dir=store,at=completion,p=0.05 \
     --fault delay_copy:p=0.1 \
-    --set runtime.job_timeout_steps=20 --set runtime.job_timeout_ms=100 2>/dev/null
+    --set runtime.job_timeout_steps=20 --set runtime.job_timeout_ms=0 2>/dev/null
 }
 first=$(run)
 second=$(run)
