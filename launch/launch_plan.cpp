@@ -269,6 +269,8 @@ result<launch_plan> make_plan(const launch_config& c, const std::string& instanc
   s.job_timeout_steps = r.job_timeout_steps;
   s.observe.trace = observe.trace;
   s.observe.trace_dir = observe.trace_dir;
+  s.observe.record = c.observe.record;
+  s.observe.record_dir = c.observe.record_dir;
   if (auto st = embed::validate(s); !st) return st;
 
   // Workers connect to the scheduler, which runs on the first node.
