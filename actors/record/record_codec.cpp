@@ -1,5 +1,6 @@
 #include "actors/record/record_codec.hpp"
 
+#include <bit>
 #include <exception>
 #include <type_traits>
 #include <utility>
@@ -119,10 +120,7 @@ completion_event completion_as(const object& o) {
   if (err > static_cast<uint8_t>(errc::internal)) throw bad_frame("event error: unknown errc");
   e.error = static_cast<errc>(err);
   e.bytes = uint_as<uint64_t>(p[8], "event bytes");
-  if (p[9].type != msgpack::type::FLOAT64 && p[9].type != msgpack::type::FLOAT32) {
-    throw bad_frame("event seconds: expected a float");
-  }
-  e.seconds = p[9].via.f64;
+  e.seconds = std::bit_cast<double>(uint_as<uint64_t>(p[9], "event seconds"));
   return e;
 }
 
@@ -386,6 +384,18 @@ std::string encode_event(const record_event& ev) {
 
 result<record_event> decode_event(std::span<const char> payload) {
   return unpack_whole(payload, "event", [](const object& o) { return event_from(o); });
+}
+
+std::string encode_record(const run_record& rec) {
+  std::string out{record_magic};
+  auto frame = [&](const std::string& payload) {
+    const auto len = static_cast<uint32_t>(payload.size());
+    for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(len >> (8 * i)));
+    out += payload;
+  };
+  frame(encode_header(rec.header.config));
+  for (const record_event& e : rec.events) frame(encode_event(e));
+  return out;
 }
 
 std::string_view event_name(const record_event& e) noexcept {

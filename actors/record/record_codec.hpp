@@ -38,6 +38,9 @@ result<record_header> decode_header(std::span<const char> payload);
 std::string encode_event(const record_event& e);
 result<record_event> decode_event(std::span<const char> payload);
 
+/// A whole record file's bytes (magic, header for rec.header.config, every event).
+std::string encode_record(const run_record& rec);
+
 /// The event's name as the replay prints it ("build", "report", ...).
 std::string_view event_name(const record_event& e) noexcept;
 

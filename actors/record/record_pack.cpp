@@ -1,5 +1,7 @@
 #include "actors/record/record_pack.hpp"
 
+#include <bit>
+
 namespace kvc::record::pack {
 
 namespace {
@@ -127,7 +129,7 @@ void report(packer& pk, const step_report& r) {
     pk.pack(e.ok);
     pk.pack_uint8(static_cast<uint8_t>(e.error));
     pk.pack_uint64(e.bytes);
-    pk.pack_double(e.seconds);
+    pk.pack_uint64(std::bit_cast<uint64_t>(e.seconds));  // exact, NaN included
   }
 }
 
