@@ -97,7 +97,8 @@ void recorder::alloc(const scheduler::request_view& req,
 
 void recorder::build(const scheduler::step_input& in, const connector_metadata* meta) {
   if (!begin_frame()) return;
-  pack::build(out_->pk, in, meta != nullptr, meta != nullptr ? digest_of(*meta) : metadata_digest{});
+  const metadata_digest d = meta != nullptr ? digest_of(*meta) : metadata_digest{};
+  pack::build(out_->pk, in, meta != nullptr, d);
   end_frame();
 }
 

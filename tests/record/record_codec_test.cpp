@@ -121,7 +121,8 @@ TEST(RecordReader, BadBytesGetOneClearError) {
   EXPECT_NE(c.error().message().find("past the end"), std::string::npos) << c.error().message();
 
   // A msgpack array claiming more elements than the frame holds.
-  std::string lying = encode_record({{}, {}}) + std::string{"\x05\x00\x00\x00\xdd\xff\xff\xff\xff", 9};
+  const std::string array_of_4g{"\x05\x00\x00\x00\xdd\xff\xff\xff\xff", 9};
+  std::string lying = encode_record({{}, {}}) + array_of_4g;
   auto l = read_record(lying);
   ASSERT_FALSE(l.ok());
   EXPECT_EQ(l.error().code(), errc::invalid_argument);
