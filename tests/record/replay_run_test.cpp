@@ -114,7 +114,10 @@ TEST_F(ReplayRunSoak, SoakWithFaultsReplaysIdenticallyAndTamperingIsCaught) {
                           "runtime.job_timeout_ms=100", "--set", "observe.record=true", "--set",
                           "observe.record_dir=" + dir_.string()});
   ASSERT_EQ(code, 0) << out;
+  // The faults fired: reports were dropped and duplicated on the way to the coordinator.
   ASSERT_NE(out.find("\"drop_report\":"), std::string::npos) << out;
+  EXPECT_EQ(out.find("\"drop_report\":0,"), std::string::npos) << out;
+  EXPECT_EQ(out.find("\"duplicate_report\":0,"), std::string::npos) << out;
   expect_identical();
 
   const std::string path = the_record();
