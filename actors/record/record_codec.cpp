@@ -74,27 +74,33 @@ std::array<uint64_t, N> digests_as(const object& o, const char* what) {
   return out;
 }
 
-recorded_request request_as(const object& o) {
-  const object* p = items(o, 4, "request");
+recorded_request request_as(const object& o, hash_memory& mem) {
+  const object* p = items(o, 5, "request");
   recorded_request r;
   r.id = str_as(p[0], "request id");
-  const auto words = list(p[1], "block hashes");
+  const auto from = uint_as<uint32_t>(p[1], "hashes from");
+  const auto words = list(p[2], "block hashes");
   if (words.size() % 2 != 0) throw bad_frame("block hashes: an odd number of words");
   for (size_t i = 0; i < words.size(); i += 2) {
     r.block_hashes.push_back(
         {uint_as<uint64_t>(words[i], "block hash"), uint_as<uint64_t>(words[i + 1], "block hash")});
   }
-  r.num_tokens = uint_as<uint32_t>(p[2], "num_tokens");
-  r.do_remote_decode = bool_as(p[3], "do_remote_decode");
+  if (!mem.extend(r.id, from, r.block_hashes)) {
+    throw bad_frame("request " + r.id + ": hashes from " + std::to_string(from) +
+                    " do not continue the ones recorded before");
+  }
+  r.num_tokens = uint_as<uint32_t>(p[3], "num_tokens");
+  r.do_remote_decode = bool_as(p[4], "do_remote_decode");
   return r;
 }
 
-std::vector<recorded_scheduled> scheduled_as(const object& o, const char* what) {
+std::vector<recorded_scheduled> scheduled_as(const object& o, const char* what,
+                                             hash_memory& mem) {
   std::vector<recorded_scheduled> out;
   for (const object& x : list(o, what)) {
     const object* p = items(x, 5, what);
     recorded_scheduled s;
-    s.req = request_as(p[0]);
+    s.req = request_as(p[0], mem);
     s.block_ids = uints_as<gpu_block>(p[1], "block ids");
     s.num_computed = uint_as<uint32_t>(p[2], "num_computed");
     s.num_scheduled = uint_as<uint32_t>(p[3], "num_scheduled");
@@ -137,7 +143,7 @@ std::vector<scheduler::scheduled_request> views(const std::vector<recorded_sched
   return out;
 }
 
-record_event event_from(const object& o) {
+record_event event_from(const object& o, hash_memory& mem) {
   const auto all = list(o, "event");
   if (all.empty()) throw bad_frame("event: empty");
   const auto k = static_cast<pack::kind>(uint_as<uint8_t>(all[0], "event kind"));
@@ -151,13 +157,13 @@ record_event event_from(const object& o) {
   switch (k) {
     case pack::kind::match: {
       const object* p = fields(3, "match");
-      match_event e{request_as(p[0]), uint_as<uint32_t>(p[1], "num_computed"), std::nullopt};
+      match_event e{request_as(p[0], mem), uint_as<uint32_t>(p[1], "num_computed"), std::nullopt};
       if (!p[2].is_nil()) e.tokens = uint_as<uint32_t>(p[2], "tokens");
       return e;
     }
     case pack::kind::alloc: {
       const object* p = fields(6, "alloc");
-      return alloc_event{request_as(p[0]), uints_as<gpu_block>(p[1], "block ids"),
+      return alloc_event{request_as(p[0], mem), uints_as<gpu_block>(p[1], "block ids"),
                          bool_as(p[2], "with_table"), uints_as<uint8_t>(p[3], "hashed"),
                          uint_as<uint32_t>(p[4], "num_external"), bool_as(p[5], "ok")};
     }
@@ -165,8 +171,8 @@ record_event event_from(const object& o) {
       const object* p = fields(6, "build");
       build_event e;
       e.step = uint_as<step_id>(p[0], "step");
-      e.new_requests = scheduled_as(p[1], "new requests");
-      e.cached_requests = scheduled_as(p[2], "cached requests");
+      e.new_requests = scheduled_as(p[1], "new requests", mem);
+      e.cached_requests = scheduled_as(p[2], "cached requests", mem);
       e.preempted = strs_as(p[3], "preempted");
       e.ok = bool_as(p[4], "ok");
       e.digest.fields = digests_as<6>(p[5], "metadata digest");
@@ -174,7 +180,9 @@ record_event event_from(const object& o) {
     }
     case pack::kind::finished: {
       const object* p = fields(2, "finished");
-      return finished_event{str_as(p[0], "request id"), bool_as(p[1], "delay_free")};
+      finished_event e{str_as(p[0], "request id"), bool_as(p[1], "delay_free")};
+      mem.forget(e.id);
+      return e;
     }
     case pack::kind::request_output: {
       const object* p = fields(2, "request output");
@@ -339,24 +347,24 @@ result<record_header> decode_header(std::span<const char> payload) {
   return record_header{schema, digest, std::move(decoded).value()};
 }
 
-std::string encode_event(const record_event& ev) {
+std::string event_encoder::encode(const record_event& ev) {
   msgpack::sbuffer buf;
   pack::packer pk(buf);
   std::visit(
       [&](const auto& e) {
         using T = std::decay_t<decltype(e)>;
         if constexpr (std::is_same_v<T, match_event>) {
-          pack::match(pk, e.req.view(), e.num_computed, e.tokens);
+          pack::match(pk, mem_, e.req.view(), e.num_computed, e.tokens);
         } else if constexpr (std::is_same_v<T, alloc_event>) {
-          pack::alloc(pk, e.req.view(), e.block_ids, e.with_table, e.hashed, e.num_external,
+          pack::alloc(pk, mem_, e.req.view(), e.block_ids, e.with_table, e.hashed, e.num_external,
                       e.ok);
         } else if constexpr (std::is_same_v<T, build_event>) {
           const auto fresh = views(e.new_requests);
           const auto cached = views(e.cached_requests);
           const auto preempted = views(e.preempted);
-          pack::build(pk, {e.step, fresh, cached, preempted}, e.ok, e.digest);
+          pack::build(pk, mem_, {e.step, fresh, cached, preempted}, e.ok, e.digest);
         } else if constexpr (std::is_same_v<T, finished_event>) {
-          pack::finished(pk, e.id, e.delay_free);
+          pack::finished(pk, mem_, e.id, e.delay_free);
         } else if constexpr (std::is_same_v<T, request_output_event>) {
           const auto sending = views(e.finished_sending);
           const auto recving = views(e.finished_recving);
@@ -382,8 +390,8 @@ std::string encode_event(const record_event& ev) {
   return {buf.data(), buf.size()};
 }
 
-result<record_event> decode_event(std::span<const char> payload) {
-  return unpack_whole(payload, "event", [](const object& o) { return event_from(o); });
+result<record_event> event_decoder::decode(std::span<const char> payload) {
+  return unpack_whole(payload, "event", [&](const object& o) { return event_from(o, mem_); });
 }
 
 std::string encode_record(const run_record& rec) {
@@ -394,7 +402,8 @@ std::string encode_record(const run_record& rec) {
     out += payload;
   };
   frame(encode_header(rec.header.config));
-  for (const record_event& e : rec.events) frame(encode_event(e));
+  event_encoder enc;
+  for (const record_event& e : rec.events) frame(enc.encode(e));
   return out;
 }
 

@@ -2,7 +2,8 @@
 /// record_codec: the byte layout of a run record (run_record.hpp). A file is the 8-byte magic
 /// "KVCREC\n\0", then frames: a 4-byte little-endian length and that many bytes of msgpack.
 /// The first frame is the header, [schema, config digest, config as msgpack bytes]; every later
-/// frame is one event, [kind, fields...], in recording order.
+/// frame is one event, [kind, fields...], in recording order (a request's block hashes only
+/// once: hash_memory.hpp).
 ///
 /// Decoding is bounded: a frame over max_record_frame is refused before anything is allocated,
 /// msgpack containers may not claim more elements than the frame has bytes, nesting is
@@ -14,6 +15,7 @@
 #include <string>
 #include <string_view>
 
+#include "actors/record/hash_memory.hpp"
 #include "actors/record/run_record.hpp"
 #include "proto/status.hpp"
 
@@ -34,9 +36,24 @@ std::string encode_header(const recorded_config& c);
 /// digest matches the config's bytes (errc::protocol_mismatch), then decodes the config.
 result<record_header> decode_header(std::span<const char> payload);
 
-/// One event frame's payload.
-std::string encode_event(const record_event& e);
-result<record_event> decode_event(std::span<const char> payload);
+/// Event frames' payloads, in record order: a request's block hashes are written once, later
+/// events carry the ones appended since (hash_memory.hpp), so one encoder writes one record.
+class event_encoder {
+ public:
+  std::string encode(const record_event& e);
+
+ private:
+  hash_memory mem_;
+};
+
+/// Reads event frames in record order (the counterpart of event_encoder).
+class event_decoder {
+ public:
+  result<record_event> decode(std::span<const char> payload);
+
+ private:
+  hash_memory mem_;
+};
 
 /// A whole record file's bytes (magic, header for rec.header.config, every event).
 std::string encode_record(const run_record& rec);

@@ -22,11 +22,11 @@ void strs(packer& pk, std::span<const std::string_view> v) {
   for (std::string_view s : v) str(pk, s);
 }
 
-void scheduled(packer& pk, std::span<const scheduler::scheduled_request> v) {
+void scheduled(packer& pk, hash_memory& mem, std::span<const scheduler::scheduled_request> v) {
   pk.pack_array(static_cast<uint32_t>(v.size()));
   for (const auto& s : v) {
     pk.pack_array(5);
-    request(pk, s.req);
+    request(pk, mem, s.req);
     uints(pk, s.block_ids);
     pk.pack_uint32(s.num_computed);
     pk.pack_uint32(s.num_scheduled);
@@ -47,11 +47,14 @@ void str(packer& pk, std::string_view s) {
   pk.pack_str_body(s.data(), static_cast<uint32_t>(s.size()));
 }
 
-void request(packer& pk, const scheduler::request_view& r) {
-  pk.pack_array(4);
+void request(packer& pk, hash_memory& mem, const scheduler::request_view& r) {
+  const uint32_t from = mem.written(r.id, r.block_hashes);
+  const auto tail = r.block_hashes.subspan(from);
+  pk.pack_array(5);
   str(pk, r.id);
-  pk.pack_array(static_cast<uint32_t>(r.block_hashes.size() * 2));
-  for (const block_key& k : r.block_hashes) {
+  pk.pack_uint32(from);
+  pk.pack_array(static_cast<uint32_t>(tail.size() * 2));
+  for (const block_key& k : tail) {
     pk.pack_uint64(k.hi);
     pk.pack_uint64(k.lo);
   }
@@ -59,10 +62,10 @@ void request(packer& pk, const scheduler::request_view& r) {
   pk.pack(r.do_remote_decode);
 }
 
-void match(packer& pk, const scheduler::request_view& r, uint32_t num_computed,
+void match(packer& pk, hash_memory& mem, const scheduler::request_view& r, uint32_t num_computed,
            std::optional<uint32_t> tokens) {
   head(pk, kind::match, 3);
-  request(pk, r);
+  request(pk, mem, r);
   pk.pack_uint32(num_computed);
   if (tokens) {
     pk.pack_uint32(*tokens);
@@ -71,10 +74,11 @@ void match(packer& pk, const scheduler::request_view& r, uint32_t num_computed,
   }
 }
 
-void alloc(packer& pk, const scheduler::request_view& r, std::span<const gpu_block> ids,
+void alloc(packer& pk, hash_memory& mem, const scheduler::request_view& r,
+           std::span<const gpu_block> ids,
            bool with_table, std::span<const uint8_t> hashed, uint32_t num_external, bool ok) {
   head(pk, kind::alloc, 6);
-  request(pk, r);
+  request(pk, mem, r);
   uints(pk, ids);
   pk.pack(with_table);
   uints(pk, hashed);
@@ -82,17 +86,19 @@ void alloc(packer& pk, const scheduler::request_view& r, std::span<const gpu_blo
   pk.pack(ok);
 }
 
-void build(packer& pk, const scheduler::step_input& in, bool ok, const metadata_digest& d) {
+void build(packer& pk, hash_memory& mem, const scheduler::step_input& in, bool ok,
+           const metadata_digest& d) {
   head(pk, kind::build, 6);
   pk.pack_uint64(in.step);
-  scheduled(pk, in.new_requests);
-  scheduled(pk, in.cached_requests);
+  scheduled(pk, mem, in.new_requests);
+  scheduled(pk, mem, in.cached_requests);
   strs(pk, in.preempted);
   pk.pack(ok);
   digests(pk, d.fields);
 }
 
-void finished(packer& pk, std::string_view id, bool delay_free) {
+void finished(packer& pk, hash_memory& mem, std::string_view id, bool delay_free) {
+  mem.forget(id);
   head(pk, kind::finished, 2);
   str(pk, id);
   pk.pack(delay_free);

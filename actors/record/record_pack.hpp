@@ -4,6 +4,7 @@
 /// actors/record. Pure functions.
 #include <msgpack.hpp>
 
+#include "actors/record/hash_memory.hpp"
 #include "actors/record/run_record.hpp"
 
 namespace kvc::record::pack {
@@ -27,13 +28,16 @@ enum class kind : uint8_t {
 };
 
 void str(packer& pk, std::string_view s);
-void request(packer& pk, const scheduler::request_view& r);
-void match(packer& pk, const scheduler::request_view& r, uint32_t num_computed,
+/// [id, from, hashes from `from` on (two words each), num_tokens, do_remote_decode].
+void request(packer& pk, hash_memory& mem, const scheduler::request_view& r);
+void match(packer& pk, hash_memory& mem, const scheduler::request_view& r, uint32_t num_computed,
            std::optional<uint32_t> tokens);
-void alloc(packer& pk, const scheduler::request_view& r, std::span<const gpu_block> ids,
+void alloc(packer& pk, hash_memory& mem, const scheduler::request_view& r,
+           std::span<const gpu_block> ids,
            bool with_table, std::span<const uint8_t> hashed, uint32_t num_external, bool ok);
-void build(packer& pk, const scheduler::step_input& in, bool ok, const metadata_digest& d);
-void finished(packer& pk, std::string_view id, bool delay_free);
+void build(packer& pk, hash_memory& mem, const scheduler::step_input& in, bool ok,
+           const metadata_digest& d);
+void finished(packer& pk, hash_memory& mem, std::string_view id, bool delay_free);
 void request_output(packer& pk, const scheduler::request_output& out);
 void take_completions(packer& pk);
 void expect(packer& pk, step_id step, uint64_t now);

@@ -29,6 +29,7 @@ result<run_record> read_record(std::istream& in, uint64_t size) {
   uint64_t frame = 0;
   run_record rec;
   std::vector<char> payload;
+  event_decoder decoder;
   while (offset < size) {
     if (size - offset < 4) {
       return at(make_error(errc::invalid_argument, "record: a truncated length prefix"), frame,
@@ -61,7 +62,7 @@ result<run_record> read_record(std::istream& in, uint64_t size) {
       if (!h) return at(h.error(), frame, offset);
       rec.header = std::move(h).value();
     } else {
-      auto e = decode_event(payload);
+      auto e = decoder.decode(payload);
       if (!e) return at(e.error(), frame, offset);
       rec.events.push_back(std::move(e).value());
     }

@@ -77,34 +77,34 @@ status recorder::close() {
 void recorder::match(const scheduler::request_view& req, uint32_t num_computed,
                      const scheduler::match_result& answer) {
   if (!begin_frame()) return;
-  pack::match(out_->pk, req, num_computed, answer.tokens);
+  pack::match(out_->pk, hashes_, req, num_computed, answer.tokens);
   end_frame();
 }
 
 void recorder::alloc(const scheduler::request_view& req, std::span<const gpu_block> block_ids,
                      uint32_t num_external, bool ok) {
   if (!begin_frame()) return;
-  pack::alloc(out_->pk, req, block_ids, false, {}, num_external, ok);
+  pack::alloc(out_->pk, hashes_, req, block_ids, false, {}, num_external, ok);
   end_frame();
 }
 
 void recorder::alloc(const scheduler::request_view& req,
                      const scheduler::block_table_view& blocks, uint32_t num_external, bool ok) {
   if (!begin_frame()) return;
-  pack::alloc(out_->pk, req, blocks.ids, true, blocks.hashed, num_external, ok);
+  pack::alloc(out_->pk, hashes_, req, blocks.ids, true, blocks.hashed, num_external, ok);
   end_frame();
 }
 
 void recorder::build(const scheduler::step_input& in, const connector_metadata* meta) {
   if (!begin_frame()) return;
   const metadata_digest d = meta != nullptr ? digest_of(*meta) : metadata_digest{};
-  pack::build(out_->pk, in, meta != nullptr, d);
+  pack::build(out_->pk, hashes_, in, meta != nullptr, d);
   end_frame();
 }
 
 void recorder::finished(std::string_view req_id, bool delay_free) {
   if (!begin_frame()) return;
-  pack::finished(out_->pk, req_id, delay_free);
+  pack::finished(out_->pk, hashes_, req_id, delay_free);
   end_frame();
 }
 

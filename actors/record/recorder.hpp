@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 
+#include "actors/record/hash_memory.hpp"
 #include "actors/record/run_record.hpp"
 #include "proto/status.hpp"
 
@@ -70,6 +71,7 @@ class recorder {
   std::string path_;
   std::FILE* file_;
   std::unique_ptr<buffer> out_;
+  hash_memory hashes_;
   size_t frame_start_ = 0;
   uint64_t events_ = 0;
   status error_;

@@ -52,13 +52,39 @@ std::vector<record_event> every_kind() {
 }
 
 TEST(RecordCodec, EveryEventKindRoundTrips) {
+  event_encoder enc, again;
+  event_decoder dec;
   for (const record_event& e : every_kind()) {
-    const std::string bytes = encode_event(e);
-    auto back = decode_event(bytes);
+    const std::string bytes = enc.encode(e);
+    auto back = dec.decode(bytes);
     ASSERT_TRUE(back.ok()) << event_name(e) << ": " << back.error().to_string();
     EXPECT_EQ(back->index(), e.index());
-    EXPECT_EQ(encode_event(*back), bytes) << event_name(e);
+    EXPECT_EQ(again.encode(*back), bytes) << event_name(e);
   }
+}
+
+TEST(RecordCodec, ARequestsHashesAreWrittenOnce) {
+  recorded_request r = req("a");
+  std::vector<record_event> events{match_event{r, 0, 0}};
+  r.block_hashes.push_back(block_key::from_index(3));
+  events.push_back(match_event{r, 0, 0});
+  events.push_back(finished_event{"a", false});
+  events.push_back(match_event{r, 0, 0});  // after request_finished: the whole list again
+  event_encoder enc;
+  const std::string first = enc.encode(events[0]);
+  const std::string appended = enc.encode(events[1]);
+  EXPECT_LT(appended.size(), first.size());
+  auto back = read_record(encode_record({{record_schema_version, 0, small_config()}, events}));
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  EXPECT_EQ(std::get<match_event>(back->events[1]).req.block_hashes, r.block_hashes);
+  EXPECT_EQ(std::get<match_event>(back->events[3]).req.block_hashes, r.block_hashes);
+
+  // The appended hashes alone, without the event that wrote the first ones: refused.
+  event_decoder fresh;
+  auto alone = fresh.decode(appended);
+  ASSERT_FALSE(alone.ok());
+  EXPECT_NE(alone.error().message().find("do not continue"), std::string::npos)
+      << alone.error().message();
 }
 
 TEST(RecordCodec, WholeRecordReadsBack) {
