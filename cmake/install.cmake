@@ -15,7 +15,7 @@ set(KVC_EXPORTED_LIBS
   kvc_coordinator_core kvc_coordinator
   kvc_scheduler_core kvc_scheduler_registry kvc_scheduler_actor
   kvc_worker_core
-  kvc_metrics_core kvc_metrics_server kvc_httplib kvc_kv_events_core kvc_kv_events)
+  kvc_metrics_core kvc_metrics_server kvc_httplib kvc_kv_events_core kvc_kv_events kvc_record)
 if(TARGET kvc_copy_cuda)
   list(APPEND KVC_EXPORTED_LIBS kvc_copy_cuda)
 endif()

@@ -11,6 +11,8 @@ CLI::App& bench_group(CLI::App& app);
 void add_version_command(CLI::App& app, int& exit_code);
 /// `replay [FILE|-]`: offload-manager ops as JSON lines, one answer line per op.
 void add_replay_command(CLI::App& app, int& exit_code);
+/// `replay-run DIR|FILE [--quiet]`: re-drives the cores from a run record (observe.record).
+void add_replay_run_command(CLI::App& app, int& exit_code);
 /// `bench gen-trace` and `bench manager` (adds to the shared `bench` group).
 void add_bench_manager_command(CLI::App& app, int& exit_code);
 /// `bench planner` (adds to the shared `bench` group, creating it if absent).

@@ -520,7 +520,9 @@ void read_observe(reader& r, const YAML::Node& n, observe_section& ob) {
           [&](auto& v, auto& p) {
             r.choice(v, p, ob.trace, {"off", "messages", "jobs"});
           }},
-         {"trace_dir", [&](auto& v, auto& p) { r.text(v, p, ob.trace_dir, false); }}});
+         {"trace_dir", [&](auto& v, auto& p) { r.text(v, p, ob.trace_dir, false); }},
+         {"record", [&](auto& v, auto& p) { r.flag(v, p, ob.record); }},
+         {"record_dir", [&](auto& v, auto& p) { r.text(v, p, ob.record_dir, false); }}});
 }
 
 /// Puts `value` at `parts` in the tree, creating maps on the way. An error message otherwise.

@@ -138,6 +138,8 @@ std::string to_yaml(const launch_config& c) {
   out << YAML::EndMap;
   emit_string(out, "trace", ob.trace);
   emit_string(out, "trace_dir", ob.trace_dir);
+  out << YAML::Key << "record" << YAML::Value << (ob.record ? "true" : "false");
+  emit_string(out, "record_dir", ob.record_dir);
   out << YAML::EndMap;
 
   out << YAML::EndMap;

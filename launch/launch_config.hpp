@@ -141,6 +141,8 @@ struct observe_section {
   kv_events_config kv_events;
   std::string trace = "off";  ///< off | messages | jobs
   std::string trace_dir;      ///< where every process writes its trace file; needed unless off
+  bool record = false;        ///< the scheduler records the run's inputs (kvconnect replay-run)
+  std::string record_dir;     ///< where the record goes; empty: trace_dir
   friend bool operator==(const observe_section&, const observe_section&) = default;
 };
 

@@ -66,6 +66,11 @@ std::vector<config_problem> check_config(const launch_config& c) {
             "observe.trace is " + c.observe.trace + ": a directory for the trace files is needed");
   }
 
+  if (c.observe.record && c.observe.record_dir.empty() && c.observe.trace_dir.empty()) {
+    problem("observe.record_dir",
+            "observe.record is true: a directory for the record is needed (or observe.trace_dir)");
+  }
+
   // topology
   std::set<std::string> names;
   for (size_t i = 0; i < t.nodes.size(); ++i) {
@@ -282,6 +287,8 @@ result<launch_plan> make_plan(const launch_config& c, const std::string& instanc
   s.job_timeout_steps = r.job_timeout_steps;
   s.observe.trace = observe.trace;
   s.observe.trace_dir = observe.trace_dir;
+  s.observe.record = c.observe.record;
+  s.observe.record_dir = c.observe.record_dir;
   if (auto st = embed::validate(s); !st) return st;
 
   // Workers connect to the scheduler, which runs on the first node.

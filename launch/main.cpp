@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   kvc::launch::add_version_command(app, exit_code);
   kvc::launch::add_replay_command(app, exit_code);
+  kvc::launch::add_replay_run_command(app, exit_code);
   kvc::launch::add_bench_manager_command(app, exit_code);
   kvc::launch::add_bench_planner_command(app, exit_code);
   kvc::launch::add_bench_copy_command(app, exit_code);

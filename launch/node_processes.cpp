@@ -84,6 +84,7 @@ std::vector<std::string> scheduler_arguments(const launch_config& c, const launc
     }
     if (!ob.kv_events.topic.empty()) append(args, {"--kv-events-topic", ob.kv_events.topic});
   }
+  if (ob.record) append(args, {"--record", ob.record_dir.empty() ? ob.trace_dir : ob.record_dir});
   append(args, scheduler_fault_arguments(faults_of(c)));
   return args;
 }

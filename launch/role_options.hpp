@@ -84,6 +84,7 @@ struct scheduler_process_options {
   std::string kv_events_endpoint;         ///< ZeroMQ PUB bind address; empty: off
   std::string kv_events_replay_endpoint;  ///< ROUTER bind address; empty: no replay
   std::string kv_events_topic;
+  std::string record_dir;  ///< observe.record: the run's record goes here; empty: off
   /// Injected faults: the channel's apply at this end of the step channel, the others are
   /// ignored; with any, the run ends with a fault_report line.
   fault_options faults;

@@ -311,6 +311,8 @@ int run_scheduler_process(const scheduler_process_options& o) {
   const embed::observe_config trace = o.trace.observe();
   cfg.observe.trace = trace.trace;
   cfg.observe.trace_dir = trace.trace_dir;
+  cfg.observe.record = !o.record_dir.empty();
+  cfg.observe.record_dir = o.record_dir;
   auto sc = embed::scheduler_connector::create(cfg);
   if (!sc) return fail("scheduler", 1, "cannot start: " + sc.error().to_string());
   std::unique_ptr<sim::executor_publisher> executor;

@@ -63,6 +63,9 @@ void add_scheduler_command(CLI::App& app, int& exit_code) {
                   "Serve missed KV-event batches on a ZeroMQ ROUTER socket bound here");
   cmd->add_option("--kv-events-topic", o->kv_events_topic,
                   "Topic frame of every KV-event batch (default: empty)");
+  cmd->add_option("--record", o->record_dir,
+                  "Record the run's inputs for `kvconnect replay-run` into this directory "
+                  "(observe.record)");
   add_fault_flags(*cmd, o->faults);
   cmd->callback([o, &exit_code] { exit_code = run_scheduler_process(*o); });
 }

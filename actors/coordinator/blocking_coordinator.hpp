@@ -10,6 +10,8 @@
 ///     rank; the ranks' step_reports come back through the channel.
 /// Nothing happens between calls: the engine thread drives it (take_arrived, wait_some). Control
 /// messages are handled before the channel's frames, so a rank's rank_up routes its hello.
+/// With a recorder (record_to), every input the step_coordinator consumes is recorded where it
+/// is consumed (reports, rank events, ticks, expects, polls: actors/record/).
 ///
 /// Not thread-safe: the thread that created it calls everything (a scoped actor belongs to
 /// its thread). Destroy it before the actor system.
@@ -28,6 +30,10 @@
 #include "proto/completion.hpp"
 #include "proto/connector_metadata.hpp"
 #include "proto/status.hpp"
+
+namespace kvc::record {
+class recorder;  // actors/record/recorder.hpp
+}  // namespace kvc::record
 
 namespace kvc::coordinator {
 
@@ -55,7 +61,11 @@ class blocking_coordinator {
   /// 10 ms while waiting on the channel), then handles what has.
   void wait_some(std::chrono::nanoseconds left);
   /// The next released step output.
-  std::optional<connector_output> poll_output() { return core_.poll_output(); }
+  std::optional<connector_output> poll_output();
+  /// Records every input of the core from now on into `r` (not owned; null: stop recording).
+  void record_to(record::recorder* r) noexcept { recorder_ = r; }
+  /// The options the core was built with (what a record's header holds).
+  const coordinator_options& options() const noexcept { return opts_; }
 
   /// A watched actor ended.
   bool gone() const noexcept { return gone_; }
@@ -70,8 +80,8 @@ class blocking_coordinator {
   const step_coordinator& core() const noexcept { return core_; }
 
  private:
-  blocking_coordinator(caf::actor_system& sys, step_coordinator core,
-                       std::unique_ptr<channel::scheduler_channel> channel);
+  blocking_coordinator(caf::actor_system& sys, const coordinator_options& opts,
+                       step_coordinator core, std::unique_ptr<channel::scheduler_channel> channel);
   /// One control message within `timeout`; false when none came.
   bool receive_control(std::chrono::nanoseconds timeout);
   /// The channel's frames within `timeout`, then deadlines and notes.
@@ -79,7 +89,9 @@ class blocking_coordinator {
   void log_notes();
 
   caf::scoped_actor self_;
+  coordinator_options opts_;
   step_coordinator core_;
+  record::recorder* recorder_ = nullptr;
   std::unique_ptr<channel::scheduler_channel> channel_;
   caf::actor_addr watched_;
   bool gone_ = false;

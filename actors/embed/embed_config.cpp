@@ -54,6 +54,13 @@ std::string segment_name_for(const pool_config& pool, const topology_config& top
 status validate(const scheduler_connector_config& cfg) {
   if (auto st = validate_common(cfg.token, cfg.topology, cfg.pool); !st) return st;
   if (auto st = validate_observe(cfg.observe); !st) return st;
+  if (cfg.observe.record && cfg.observe.record_dir.empty() && cfg.observe.trace_dir.empty()) {
+    return invalid("embed: observe.record needs observe.record_dir (or observe.trace_dir)");
+  }
+  if (cfg.observe.record && cfg.make_manager) {
+    return invalid("embed: observe.record needs the built-in manager (make_manager is set): a "
+                   "replay rebuilds the planner from the recorded config");
+  }
   if (auto g = scheduler::make_geometry(cfg.planner); !g) return g.error();
   scheduler::manager_config m = cfg.planner.manager;
   if (m.capacity != 0 && m.capacity != cfg.pool.slots_per_rank) {

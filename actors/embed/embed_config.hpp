@@ -93,6 +93,11 @@ struct observe_config {
   /// `<trace_dir>/<role>-<pid>-<tag>.jsonl`. A worker reads these two fields only.
   trace::trace_level trace = trace::trace_level::off;
   std::string trace_dir;  ///< required unless trace is off
+  /// Record the run's inputs for `kvconnect replay-run` (docs/observability.md "Replay"): the
+  /// scheduler writes `<record_dir>/scheduler-<pid>.kvcrec` (record_dir empty: trace_dir).
+  /// Needs the built-in manager (no make_manager).
+  bool record = false;
+  std::string record_dir;
 };
 
 /// Wraps the scheduler's end of the step channel in a decorator (every frame of every rank

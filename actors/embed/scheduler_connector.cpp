@@ -7,6 +7,7 @@
 #include <utility>
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include "actors/embed/scheduler_host.hpp"
 #include "actors/kv_events/batch_encoder.hpp"
@@ -14,6 +15,7 @@
 #include "actors/metrics/metrics_server.hpp"
 #include "actors/metrics/published.hpp"
 #include "actors/metrics/scheduler_metrics.hpp"
+#include "actors/record/recorder.hpp"
 
 namespace kvc::embed {
 
@@ -36,6 +38,9 @@ double wall_seconds() {
 struct scheduler_connector::impl {
   scheduler_connector_config cfg;
   std::unique_ptr<scheduler::planner> planner;
+  /// observe.record: the run's record (declared before host: it outlives the coordinator,
+  /// which records into it).
+  std::unique_ptr<record::recorder> recorder;
   std::unique_ptr<scheduler_host> host;
   std::optional<step_id> last_step;  // the last step sent
   step_id through = 0;               // the highest step whose output was applied
@@ -185,7 +190,29 @@ struct scheduler_connector::impl {
     return status::success();
   }
 
+  /// observe.record: opens `<record_dir>/scheduler-<pid>.kvcrec` and attaches it to the
+  /// coordinator.
+  status start_recorder() {
+    const observe_config& o = cfg.observe;
+    if (!o.record) return status::success();
+    const std::string dir = o.record_dir.empty() ? o.trace_dir : o.record_dir;
+    const std::string path = dir + "/scheduler-" + std::to_string(::getpid()) + ".kvcrec";
+    auto r = record::recorder::open(path, {cfg.planner, coord().options()});
+    if (!r) return r.error();
+    recorder = std::move(r).value();
+    coord().record_to(recorder.get());
+    spdlog::info("scheduler_connector: recording the run to {}", path);
+    return status::success();
+  }
+
+  /// Closes the record (after the coordinator stopped); a write error is logged.
+  void stop_recorder() {
+    if (!recorder) return;
+    if (auto st = recorder->close(); !st) spdlog::error("{}", st.to_string());
+  }
+
   connector_update collect() {
+    if (recorder) recorder->take_completions();
     return {planner->take_request_completions(), std::exchange(jobs, {}), through};
   }
 };
@@ -216,6 +243,7 @@ result<std::unique_ptr<scheduler_connector>> scheduler_connector::create(
   if (!host) return host.error();
   p->host = std::move(host).value();
   p->tracer = p->host->tracer();
+  if (auto st = p->start_recorder(); !st) return st;
   if (auto st = p->start_observers(); !st) return st;
   return std::unique_ptr<scheduler_connector>{new scheduler_connector(std::move(p))};
 }
@@ -242,23 +270,30 @@ status scheduler_connector::wait_for_workers(std::chrono::milliseconds timeout) 
 
 scheduler::match_result scheduler_connector::get_num_new_matched_tokens(
     const scheduler::request_view& req, uint32_t num_computed) {
-  return impl_->planner->get_num_new_matched_tokens(req, num_computed);
+  auto got = impl_->planner->get_num_new_matched_tokens(req, num_computed);
+  if (impl_->recorder) impl_->recorder->match(req, num_computed, got);
+  return got;
 }
 
 status scheduler_connector::update_state_after_alloc(const scheduler::request_view& req,
                                                      std::span<const gpu_block> block_ids,
                                                      uint32_t num_external) {
-  return impl_->planner->update_state_after_alloc(req, block_ids, num_external);
+  auto st = impl_->planner->update_state_after_alloc(req, block_ids, num_external);
+  if (impl_->recorder) impl_->recorder->alloc(req, block_ids, num_external, st.ok());
+  return st;
 }
 
 status scheduler_connector::update_state_after_alloc(const scheduler::request_view& req,
                                                      const scheduler::block_table_view& blocks,
                                                      uint32_t num_external) {
-  return impl_->planner->update_state_after_alloc(req, blocks, num_external);
+  auto st = impl_->planner->update_state_after_alloc(req, blocks, num_external);
+  if (impl_->recorder) impl_->recorder->alloc(req, blocks, num_external, st.ok());
+  return st;
 }
 
 status scheduler_connector::apply_request_output(const scheduler::request_output& out) {
   auto st = impl_->planner->update_connector_output(out);
+  if (impl_->recorder) impl_->recorder->request_output(out);
   impl_->after_step();
   return st;
 }
@@ -274,6 +309,7 @@ result<connector_metadata> scheduler_connector::build_connector_meta(
   }
   const int64_t t0 = m.tracer ? trace::tracer::mono_now() : 0;
   auto meta = m.planner->build_connector_meta(in);
+  if (m.recorder) m.recorder->build(in, meta ? &*meta : nullptr);
   if (!meta) return meta;
   m.last_step = in.step;
   if (m.tracer && m.tracer->jobs()) {
@@ -332,7 +368,9 @@ result<connector_update> scheduler_connector::update_connector_output(
 }
 
 bool scheduler_connector::request_finished(std::string_view req_id) {
-  return impl_->planner->request_finished(req_id);
+  const bool delay_free = impl_->planner->request_finished(req_id);
+  if (impl_->recorder) impl_->recorder->finished(req_id, delay_free);
+  return delay_free;
 }
 
 std::vector<kv_event> scheduler_connector::take_events() {
@@ -398,6 +436,7 @@ result<uint32_t> scheduler_connector::shutdown(std::chrono::milliseconds timeout
   impl& m = *impl_;
   if (m.host->live()) m.sample();  // keep the coordinator's last counters for later scrapes
   auto stopped = m.host->stop(timeout);
+  m.stop_recorder();
   if (m.events) {
     m.publish_events();
     // The pool is gone with the process: its blocks are, for a subscriber, all cleared.

@@ -41,7 +41,8 @@ INSTANTIATE_TEST_SUITE_P(Targets, FuzzCorpus,
                          ::testing::Values(target{"wire_codec", wire_codec},
                                            target{"gate_frame", gate_frame},
                                            target{"replay_lines", replay_lines},
-                                           target{"config_loader", config_loader}),
+                                           target{"config_loader", config_loader},
+                                           target{"record_reader", record_reader}),
                          [](const auto& info) { return std::string{info.param.name}; });
 
 }  // namespace

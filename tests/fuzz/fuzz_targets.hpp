@@ -18,6 +18,8 @@ int gate_frame(const uint8_t* data, size_t size);
 int replay_lines(const uint8_t* data, size_t size);
 /// The launch config loader: YAML text, then after a NUL byte one --set item per line.
 int config_loader(const uint8_t* data, size_t size);
+/// The run-record reader (`kvconnect replay-run`): the bytes are a record file.
+int record_reader(const uint8_t* data, size_t size);
 
 /// Aborts with `what` on stderr: a broken invariant is a finding.
 [[noreturn]] void violated(const char* what);

@@ -1,0 +1,64 @@
+#pragma once
+/// record_codec: the byte layout of a run record (run_record.hpp). A file is the 8-byte magic
+/// "KVCREC\n\0", then frames: a 4-byte little-endian length and that many bytes of msgpack.
+/// The first frame is the header, [schema, config digest, config as msgpack bytes]; every later
+/// frame is one event, [kind, fields...], in recording order (a request's block hashes only
+/// once: hash_memory.hpp).
+///
+/// Decoding is bounded: a frame over max_record_frame is refused before anything is allocated,
+/// msgpack containers may not claim more elements than the frame has bytes, nesting is
+/// limited; every malformed frame is one errc::invalid_argument naming what was wrong, an
+/// unknown schema errc::protocol_mismatch. Pure functions; thread-safe.
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "actors/record/hash_memory.hpp"
+#include "actors/record/run_record.hpp"
+#include "proto/status.hpp"
+
+namespace kvc::record {
+
+inline constexpr std::string_view record_magic{"KVCREC\n\0", 8};
+/// Largest frame a reader accepts (a step of 256 requests of 1,000 blocks is about 4 MiB).
+inline constexpr size_t max_record_frame = size_t{64} << 20;
+
+/// The config as msgpack bytes (what the digest covers).
+std::string encode_config(const recorded_config& c);
+/// FNV-1a 64 of `bytes`.
+uint64_t config_digest(std::string_view bytes) noexcept;
+
+/// A header frame's payload for `c` (schema record_schema_version, its digest).
+std::string encode_header(const recorded_config& c);
+/// Checks the schema first (errc::protocol_mismatch naming both versions), then that the
+/// digest matches the config's bytes (errc::protocol_mismatch), then decodes the config.
+result<record_header> decode_header(std::span<const char> payload);
+
+/// Event frames' payloads, in record order: a request's block hashes are written once, later
+/// events carry the ones appended since (hash_memory.hpp), so one encoder writes one record.
+class event_encoder {
+ public:
+  std::string encode(const record_event& e);
+
+ private:
+  hash_memory mem_;
+};
+
+/// Reads event frames in record order (the counterpart of event_encoder).
+class event_decoder {
+ public:
+  result<record_event> decode(std::span<const char> payload);
+
+ private:
+  hash_memory mem_;
+};
+
+/// A whole record file's bytes (magic, header for rec.header.config, every event).
+std::string encode_record(const run_record& rec);
+
+/// The event's name as the replay prints it ("build", "report", ...).
+std::string_view event_name(const record_event& e) noexcept;
+
+}  // namespace kvc::record
