@@ -20,11 +20,13 @@ namespace kvc::trace {
 namespace {
 
 /// Finished records waiting for the logger's thread, in batches. The emitting threads move
-/// records in (no formatting, no allocation beyond the batch's own, reserved once); the
-/// logger's thread takes every full batch and formats it. Thread-safe.
+/// records in (no formatting; a batch's storage is reused once the logger's thread has written
+/// it, so a busy process allocates nothing per record); the logger's thread takes every full
+/// batch, formats it and hands the emptied batch back. Thread-safe.
 class record_batches {
  public:
   static constexpr size_t batch_records = 256;
+  static constexpr size_t max_spares = 8;
 
   record_batches() { open_.reserve(batch_records); }
 
@@ -34,9 +36,20 @@ class record_batches {
     open_.push_back(std::move(r));
     if (open_.size() < batch_records) return false;
     full_.push_back(std::move(open_));
-    open_ = std::vector<trace_record>{};
-    open_.reserve(batch_records);
+    if (spares_.empty()) {
+      open_ = std::vector<trace_record>{};
+      open_.reserve(batch_records);
+    } else {
+      open_ = std::move(spares_.back());
+      spares_.pop_back();
+    }
     return true;
+  }
+  /// A written batch back, emptied, for add() to fill again.
+  void recycle(std::vector<trace_record>&& batch) {
+    batch.clear();
+    std::lock_guard lock{mu_};
+    if (spares_.size() < max_spares) spares_.push_back(std::move(batch));
   }
   /// Closes the batch being filled, even if it is not full.
   void close_open() {
@@ -55,6 +68,7 @@ class record_batches {
   std::mutex mu_;
   std::vector<trace_record> open_;
   std::vector<std::vector<trace_record>> full_;
+  std::vector<std::vector<trace_record>> spares_;
 };
 
 /// The spdlog sink on the logger's thread: a log message is only a wake-up; the sink takes the
@@ -65,7 +79,7 @@ class batch_file_sink final : public spdlog::sinks::base_sink<spdlog::details::n
   batch_file_sink(std::shared_ptr<record_batches> batches, const std::string& path)
       : batches_(std::move(batches)) {
     file_.open(path, /*truncate=*/true);
-    text_.reserve(64 * 1024);
+    line_.reserve(512);
   }
 
  protected:
@@ -77,21 +91,23 @@ class batch_file_sink final : public spdlog::sinks::base_sink<spdlog::details::n
 
  private:
   void drain() {
-    for (const auto& batch : batches_->take()) {
-      text_.clear();
+    for (auto& batch : batches_->take()) {
+      buf_.clear();
       for (const trace_record& r : batch) {
-        append_json_line(text_, r);
-        text_.push_back('\n');
+        line_.clear();
+        append_json_line(line_, r);
+        line_.push_back('\n');
+        buf_.append(line_.data(), line_.data() + line_.size());
       }
-      spdlog::memory_buf_t buf;
-      buf.append(text_.data(), text_.data() + text_.size());
-      file_.write(buf);
+      file_.write(buf_);
+      batches_->recycle(std::move(batch));
     }
   }
 
   std::shared_ptr<record_batches> batches_;
   spdlog::details::file_helper file_;
-  std::string text_;
+  std::string line_;
+  spdlog::memory_buf_t buf_;
 };
 
 /// Records through an spdlog async logger with its own one-thread pool (not the registry's, so
@@ -143,7 +159,7 @@ result<std::shared_ptr<tracer>> tracer::open(trace_level level, const std::strin
   path += ".jsonl";
   try {
     // The queue holds wake-ups only (one per batch), so a short one suffices.
-    auto pool = std::make_shared<spdlog::details::thread_pool>(64, 1);
+    auto pool = std::make_shared<spdlog::details::thread_pool>(1024, 1);
     auto batches = std::make_shared<record_batches>();
     auto file = std::make_shared<batch_file_sink>(batches, path);
     auto logger = std::make_shared<spdlog::async_logger>("kvc.trace", std::move(file), pool,
