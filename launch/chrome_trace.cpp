@@ -144,8 +144,11 @@ json to_chrome_trace(const trace_set& set) {
          {"dur", r.dur_ns / 1000.0},
          {"args", args_of(r)}});
     if (r.value >= 0 && r.track == "scheduler") {
+      const bool pool = r.type == "pool_slots";
       add(tr.process, r.track, r.mono_ns + offset[tr.process], 0,
-          {{"ph", "C"}, {"name", "jobs in flight"}, {"args", {{"planner", r.value}}}});
+          {{"ph", "C"},
+           {"name", pool ? "pool slots used" : "jobs in flight"},
+           {"args", {{pool ? "slots" : "planner", r.value}}}});
     }
     // Copy jobs: async slices from taken on to complete, and each rank's jobs in flight.
     if (r.job >= 0 && (r.type == "job_submit" || r.type == "job_complete")) {

@@ -9,8 +9,8 @@
 /// slice per message sent or received or control event; a flow (`ph: s` at the send, `ph: f`
 /// with `bp: e` at the receive, one id) from each send to its receive, for messages seen at both
 /// ends only; per copy job an async slice (`ph: b` / `e`, category "job") from the rank taking
-/// it on to its completion; counters (`ph: C`): the planner's jobs in flight, each rank's jobs in
-/// flight. Times are microseconds from the run's first record, on the reference process's clock
+/// it on to its completion; counters (`ph: C`): the planner's jobs in flight, the CPU pool's slots
+/// used (records "pool_slots", at trace level jobs), each rank's jobs in flight. Times are microseconds from the run's first record, on the reference process's clock
 /// (clock_offsets.hpp). Events are sorted per track by time, enclosing slices first.
 ///
 /// Pure; thread-safe.

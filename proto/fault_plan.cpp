@@ -95,7 +95,13 @@ status validate(const fault_spec& f) {
     return bad("empty step range " + std::to_string(f.first_step) + "-" +
                std::to_string(f.last_step));
   }
-  if (f.kind == fault_kind::delay_report && f.delay_steps == 0) return bad("by must be >= 1");
+  if (f.kind == fault_kind::delay_report) {
+    if (f.delay_ms && f.delay_steps != 0) return bad("by= and ms= together (one of them)");
+    if (f.delay_ms && *f.delay_ms == 0) return bad("ms must be >= 1");
+    if (!f.delay_ms && f.delay_steps == 0) return bad("by must be >= 1");
+  } else if (f.delay_ms) {
+    return bad("ms= is for delay_report only");
+  }
   if (f.kind == fault_kind::corrupt_frame && (f.bits == 0 || f.bits > 64)) {
     return bad("bits must be in [1, 64], got " + std::to_string(f.bits));
   }

@@ -71,7 +71,7 @@ std::string_view to_string(fault_action a) noexcept;
 enum class fault_kind : uint8_t {
   drop_report = 0,       ///< channel: a rank's step report never reaches the coordinator
   duplicate_report = 1,  ///< channel: the report arrives twice
-  delay_report = 2,      ///< channel: held until a report `delay_steps` steps later passed
+  delay_report = 2,      ///< channel: held `delay_steps` steps or `delay_ms` milliseconds
   reorder_reports = 3,   ///< channel: held until the next report passed (swapped with it)
   corrupt_frame = 4,     ///< channel: `bits` bit flips in the encoded report
   fail_copy = 5,         ///< copy engine: a transfer fails at submit or at completion
@@ -107,7 +107,8 @@ struct fault_spec {
   uint64_t nth = 0;
   double probability = 0.0;
   uint64_t max_fires = 0;      ///< 0 = unlimited
-  uint64_t delay_steps = 1;    ///< delay_report: >= 1
+  uint64_t delay_steps = 1;    ///< delay_report by steps: >= 1; 0 with delay_ms
+  std::optional<uint64_t> delay_ms;  ///< delay_report by time: >= 1 (then delay_steps is 0)
   uint64_t release_after = 0;  ///< delay_copy: fault_rule::release_after
   uint32_t bits = 1;           ///< corrupt_frame: bits flipped, 1..64
   /// hang_rank: SIGCONT this long after SIGSTOP; none: never.

@@ -15,8 +15,8 @@ constexpr std::array<std::string_view, fault_kind_count> kind_names{
     "fail_copy",   "delay_copy",       "kill_rank",    "hang_rank",       "kill_scheduler"};
 
 constexpr std::array<std::string_view, 6> channel_keys{"rank", "step", "steps", "p", "nth", "max"};
-constexpr std::array<std::string_view, 7> delay_report_keys{"rank", "step", "steps", "p",
-                                                            "nth",  "max",  "by"};
+constexpr std::array<std::string_view, 8> delay_report_keys{"rank", "step", "steps", "p",
+                                                            "nth",  "max",  "by",   "ms"};
 constexpr std::array<std::string_view, 7> corrupt_keys{"rank", "step", "steps", "p",
                                                        "nth",  "max",  "bits"};
 constexpr std::array<std::string_view, 6> fail_copy_keys{"rank", "dir", "at", "p", "nth", "max"};
@@ -177,6 +177,10 @@ result<fault_spec> parse_fault_spec(std::string_view text) {
     } else if (key == "by") {
       if (auto s = need_uint(); !s) return s;
       f.delay_steps = n;
+    } else if (key == "ms") {
+      if (auto s = need_uint(); !s) return s;
+      f.delay_ms = n;
+      f.delay_steps = 0;
     } else if (key == "after") {
       if (auto s = need_uint(); !s) return s;
       f.release_after = n;
@@ -196,6 +200,9 @@ result<fault_spec> parse_fault_spec(std::string_view text) {
     return bad("needs p=X (each occurrence) or nth=N (one occurrence)");
   }
   if (site == fault_site::process && seen.count("step") == 0) return bad("needs step=N");
+  if (f.kind == fault_kind::delay_report && (seen.count("by") != 0) == (seen.count("ms") != 0)) {
+    return bad("needs exactly one of by=N (steps held) or ms=N (milliseconds held)");
+  }
   if (f.kind != fault_kind::kill_scheduler && site == fault_site::process && !f.rank) {
     return bad("needs rank=N");
   }
@@ -242,7 +249,13 @@ std::string format_fault_spec(const fault_spec& f) {
     }
     if (f.max_fires != 0) add("max", std::to_string(f.max_fires));
   }
-  if (f.kind == fault_kind::delay_report) add("by", std::to_string(f.delay_steps));
+  if (f.kind == fault_kind::delay_report) {
+    if (f.delay_ms) {
+      add("ms", std::to_string(*f.delay_ms));
+    } else {
+      add("by", std::to_string(f.delay_steps));
+    }
+  }
   if (f.kind == fault_kind::delay_copy && f.release_after != 0) {
     add("after", std::to_string(f.release_after));
   }

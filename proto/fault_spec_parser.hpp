@@ -5,8 +5,8 @@
 /// writes the canonical text that parses back to the same spec (what a launcher forwards).
 ///
 /// Keys: rank=N; dir=store|load|any; at=submit|completion; step=N; steps=A-B (or A- : open);
-/// p=X or nth=N (exactly one, channel and copy faults); max=N (fires at most); by=N
-/// (delay_report, steps); after=N (delay_copy, transfers); bits=N (corrupt_frame);
+/// p=X or nth=N (exactly one, channel and copy faults); max=N (fires at most); by=N or ms=N
+/// (delay_report, exactly one: steps or milliseconds held); after=N (delay_copy, transfers); bits=N (corrupt_frame);
 /// resume=MS|never (hang_rank). Each kind takes only its keys (fault_spec_keys).
 /// Pure functions; thread-safe.
 #include <span>

@@ -6,22 +6,45 @@
 namespace kvc::channel {
 
 result<std::unique_ptr<faulty_server_transport>> faulty_server_transport::make(
-    std::unique_ptr<server_transport> target, const fault_config& config, fault_hook hook) {
+    std::unique_ptr<server_transport> target, const fault_config& config, fault_hook hook,
+    clock_fn clock) {
   if (!target) return make_error(errc::invalid_argument, "faulty step channel: null target");
   auto decider = fault_decider::make(config, fault_site::channel);
   if (!decider) return decider.error();
-  return std::unique_ptr<faulty_server_transport>{
-      new faulty_server_transport(std::move(target), std::move(decider).value(), std::move(hook))};
+  if (!clock) {
+    clock = [] { return std::chrono::steady_clock::now().time_since_epoch(); };
+  }
+  return std::unique_ptr<faulty_server_transport>{new faulty_server_transport(
+      std::move(target), std::move(decider).value(), std::move(hook), std::move(clock))};
 }
 
 result<std::optional<inbound_frame>> faulty_server_transport::receive(
     std::chrono::milliseconds timeout) {
-  for (auto wait = timeout; ready_.empty(); wait = std::chrono::milliseconds::zero()) {
-    auto frame = target_->receive(wait);
+  auto wait = timeout;
+  while (ready_.empty()) {
+    release_timed(clock_());
+    if (!ready_.empty()) break;
+    // Wait no longer than until the earliest frame held by time is due.
+    auto this_wait = wait;
+    if (!timed_.empty()) {
+      auto earliest = timed_.front().due;
+      for (const timed_frame& t : timed_) earliest = std::min(earliest, t.due);
+      const auto until = std::chrono::ceil<std::chrono::milliseconds>(
+          std::max(earliest - clock_(), std::chrono::nanoseconds::zero()));
+      this_wait = std::min(this_wait, until);
+    }
+    auto frame = target_->receive(this_wait);
     if (!frame) return frame.error();
-    if (!*frame) return std::optional<inbound_frame>{};
-    apply(std::move(**frame));
+    if (*frame) {
+      apply(std::move(**frame));
+      wait = std::chrono::milliseconds::zero();  // take more only without waiting
+      continue;
+    }
+    release_timed(clock_());
+    if (!ready_.empty() || this_wait >= wait) break;
+    wait -= this_wait;
   }
+  if (ready_.empty()) return std::optional<inbound_frame>{};
   inbound_frame out = std::move(ready_.front());
   ready_.pop_front();
   return std::optional<inbound_frame>{std::move(out)};
@@ -56,7 +79,12 @@ void faulty_server_transport::apply(inbound_frame frame) {
         break;
       case fault_kind::delay_report: {
         const fault_spec& spec = decider_.config().specs[decision->spec];
-        delayed_.push_back({step + spec.delay_steps, std::move(frame)});
+        if (spec.delay_ms) {
+          timed_.push_back(
+              {clock_() + std::chrono::milliseconds{*spec.delay_ms}, std::move(frame)});
+        } else {
+          delayed_.push_back({step + spec.delay_steps, std::move(frame)});
+        }
         break;
       }
       case fault_kind::reorder_reports:
@@ -77,6 +105,13 @@ void faulty_server_transport::apply(inbound_frame frame) {
                                    [&](const delayed_frame& d) { return d.release_step > step; });
   for (auto it = due; it != delayed_.end(); ++it) ready_.push_back(std::move(it->frame));
   delayed_.erase(due, delayed_.end());
+}
+
+void faulty_server_transport::release_timed(std::chrono::nanoseconds now) {
+  auto due = std::stable_partition(timed_.begin(), timed_.end(),
+                                   [&](const timed_frame& t) { return t.due > now; });
+  for (auto it = due; it != timed_.end(); ++it) ready_.push_back(std::move(it->frame));
+  timed_.erase(due, timed_.end());
 }
 
 void faulty_server_transport::corrupt(inbound_frame& frame, const fault_decider::firing& f) {

@@ -47,7 +47,9 @@ struct scheduler_connector::impl {
   std::vector<job_result> jobs;      // applied, not yet handed out
   std::shared_ptr<trace::tracer> tracer;  // null: trace off
 
-  /// trace: a scheduler-side record of one step; `value` is the planner's jobs in flight.
+  /// trace: a scheduler-side record of one step; `value` is the planner's jobs in flight. At
+  /// `jobs`, a "pool_slots" record beside it: `value` the CPU pool's slots in use (the
+  /// manager's tracked blocks), `bytes` the pool's capacity in slots.
   void trace_step(const char* type, step_id step, int64_t mono_ns, int64_t dur_ns) {
     trace::trace_record r;
     r.mono_ns = mono_ns;
@@ -57,6 +59,15 @@ struct scheduler_connector::impl {
     r.step = static_cast<int64_t>(step);
     r.value = static_cast<int64_t>(planner->jobs_in_flight());
     tracer->emit(std::move(r));
+    if (!tracer->jobs()) return;
+    trace::trace_record pool;
+    pool.mono_ns = mono_ns;
+    pool.track = "scheduler";
+    pool.type = "pool_slots";
+    pool.step = static_cast<int64_t>(step);
+    pool.value = static_cast<int64_t>(planner->manager().size());
+    pool.bytes = planner->manager().capacity();
+    tracer->emit(std::move(pool));
   }
 
   /// trace at `jobs`: one record per job planned (with its request) or applied.

@@ -74,6 +74,11 @@ std::string_view to_string(direction d) noexcept {
 std::string to_json_line(const trace_record& r) {
   std::string out;
   out.reserve(256);
+  append_json_line(out, r);
+  return out;
+}
+
+void append_json_line(std::string& out, const trace_record& r) {
   fmt::format_to(std::back_inserter(out), "{{\"wall_ns\":{},\"mono_ns\":{}", r.wall_ns, r.mono_ns);
   if (r.dur_ns > 0) fmt::format_to(std::back_inserter(out), ",\"dur_ns\":{}", r.dur_ns);
   fmt::format_to(std::back_inserter(out), ",\"node\":{},\"pid\":{},\"role\":", r.node, r.pid);
@@ -95,6 +100,9 @@ std::string to_json_line(const trace_record& r) {
   if (!r.msg.empty()) {
     out += ",\"msg\":";
     append_json_string(out, r.msg);
+  } else if (std::string id = message_id_of(r); !id.empty()) {
+    out += ",\"msg\":";
+    append_json_string(out, id);
   }
   if (r.value >= 0) fmt::format_to(std::back_inserter(out), ",\"value\":{}", r.value);
   if (!r.note.empty()) {
@@ -102,7 +110,12 @@ std::string to_json_line(const trace_record& r) {
     append_json_string(out, r.note);
   }
   out.push_back('}');
-  return out;
+}
+
+std::string message_id_of(const trace_record& r) {
+  if (!r.msg.empty()) return r.msg;
+  if (r.dir == direction::local || r.rank < 0 || r.incarnation < 0) return {};
+  return message_id(r.type, r.step, fmt::format("r{}.{}", r.rank, r.incarnation));
 }
 
 std::string message_id(std::string_view type, int64_t step, std::string_view peer) {

@@ -50,12 +50,21 @@ struct trace_record {
   std::string request;  ///< empty: none
   uint64_t bytes = 0;
   std::string msg;     ///< links a send to its receive; empty for local records
+  /// With `msg` empty, a send or receive with a rank and this incarnation (>= 0) gets the id
+  /// message_id(type, step, "r<rank>.<incarnation>") when its line is written: the threads that
+  /// emit build no string for it.
+  int64_t incarnation = -1;
   int64_t value = -1;  ///< a counter's value (jobs in flight, ...); -1: none
   std::string note;    ///< an outcome ("ok", an error), free text
 };
 
 /// The record as one line of JSON (no newline).
 std::string to_json_line(const trace_record& r);
+/// The same line appended to `out`.
+void append_json_line(std::string& out, const trace_record& r);
+/// The record's message id as its line carries it: `msg`, or the one built from type, step,
+/// rank and incarnation (see trace_record::incarnation); empty for none.
+std::string message_id_of(const trace_record& r);
 
 /// The id both ends of a step-channel or control message derive. `peer` is the rank's routing
 /// id ("r<rank>.<incarnation>"); a step of -1 is left out.

@@ -34,7 +34,10 @@ trace_record frame_record(direction dir, std::span<const char> bytes, std::strin
   }
   r.type = type_name(s->kind);
   if (s->kind != channel::wire_kind::hello) r.step = static_cast<int64_t>(s->step);
-  r.msg = message_id(r.type, r.step, peer);
+  r.incarnation = incarnation_of_peer(peer);
+  // The id is built from rank and incarnation when the line is written; a peer id of another
+  // shape gets it now.
+  if (r.rank < 0 || r.incarnation < 0) r.msg = message_id(r.type, r.step, peer);
   return r;
 }
 
@@ -47,6 +50,16 @@ int64_t rank_of_peer(std::string_view peer) noexcept {
   auto [p, ec] = std::from_chars(peer.data() + 1, end, rank);
   if (ec != std::errc{} || p == end || *p != '.') return -1;
   return rank;
+}
+
+int64_t incarnation_of_peer(std::string_view peer) noexcept {
+  if (rank_of_peer(peer) < 0) return -1;
+  const size_t dot = peer.find('.');
+  int64_t inc = -1;
+  const char* end = peer.data() + peer.size();
+  auto [p, ec] = std::from_chars(peer.data() + dot + 1, end, inc);
+  if (ec != std::errc{} || p != end) return -1;
+  return inc;
 }
 
 std::string rank_track(int64_t rank) {

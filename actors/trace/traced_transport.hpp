@@ -53,6 +53,8 @@ class traced_client_transport final : public channel::client_transport {
 
 /// The rank of a routing id "r<rank>.<incarnation>"; -1 when it has another shape.
 int64_t rank_of_peer(std::string_view peer) noexcept;
+/// The incarnation of a routing id "r<rank>.<incarnation>"; -1 when it has another shape.
+int64_t incarnation_of_peer(std::string_view peer) noexcept;
 /// The track of a rank's records: "rank <r>".
 std::string rank_track(int64_t rank);
 

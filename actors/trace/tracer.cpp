@@ -7,58 +7,136 @@
 #include <mutex>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #include <spdlog/async_logger.h>
 #include <spdlog/details/thread_pool.h>
-#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/details/file_helper.h>
+#include <spdlog/details/null_mutex.h>
+#include <spdlog/sinks/base_sink.h>
 
 namespace kvc::trace {
 
 namespace {
 
-/// Lines through an spdlog async logger with its own one-thread pool (not the registry's, so
-/// that several tracers of one process and the process's own async logging stay apart). Lines
-/// are handed to the logger in chunks of about `chunk_bytes`, one log message each: a message
-/// per record would wake the logger's thread once per record, which on a busy host costs more
-/// than everything else a record does.
+/// Finished records waiting for the logger's thread, in batches. The emitting threads move
+/// records in (no formatting; a batch's storage is reused once the logger's thread has written
+/// it, so a busy process allocates nothing per record); the logger's thread takes every full
+/// batch, formats it and hands the emptied batch back. Thread-safe.
+class record_batches {
+ public:
+  static constexpr size_t batch_records = 256;
+  static constexpr size_t max_spares = 8;
+
+  record_batches() { open_.reserve(batch_records); }
+
+  /// Adds `r`; true when a batch just became full (the caller wakes the logger's thread).
+  bool add(trace_record&& r) {
+    std::lock_guard lock{mu_};
+    open_.push_back(std::move(r));
+    if (open_.size() < batch_records) return false;
+    full_.push_back(std::move(open_));
+    if (spares_.empty()) {
+      open_ = std::vector<trace_record>{};
+      open_.reserve(batch_records);
+    } else {
+      open_ = std::move(spares_.back());
+      spares_.pop_back();
+    }
+    return true;
+  }
+  /// A written batch back, emptied, for add() to fill again.
+  void recycle(std::vector<trace_record>&& batch) {
+    batch.clear();
+    std::lock_guard lock{mu_};
+    if (spares_.size() < max_spares) spares_.push_back(std::move(batch));
+  }
+  /// Closes the batch being filled, even if it is not full.
+  void close_open() {
+    std::lock_guard lock{mu_};
+    if (open_.empty()) return;
+    full_.push_back(std::move(open_));
+    open_ = std::vector<trace_record>{};
+  }
+  /// Every full batch, oldest first; they leave the queue.
+  std::vector<std::vector<trace_record>> take() {
+    std::lock_guard lock{mu_};
+    return std::exchange(full_, {});
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<trace_record> open_;
+  std::vector<std::vector<trace_record>> full_;
+  std::vector<std::vector<trace_record>> spares_;
+};
+
+/// The spdlog sink on the logger's thread: a log message is only a wake-up; the sink takes the
+/// full batches and writes them as JSON lines to the file. Used by the logger's thread only
+/// (spdlog's base_sink locks it anyway).
+class batch_file_sink final : public spdlog::sinks::base_sink<spdlog::details::null_mutex> {
+ public:
+  batch_file_sink(std::shared_ptr<record_batches> batches, const std::string& path)
+      : batches_(std::move(batches)) {
+    file_.open(path, /*truncate=*/true);
+    line_.reserve(512);
+  }
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg&) override { drain(); }
+  void flush_() override {
+    drain();
+    file_.flush();
+  }
+
+ private:
+  void drain() {
+    for (auto& batch : batches_->take()) {
+      buf_.clear();
+      for (const trace_record& r : batch) {
+        line_.clear();
+        append_json_line(line_, r);
+        line_.push_back('\n');
+        buf_.append(line_.data(), line_.data() + line_.size());
+      }
+      file_.write(buf_);
+      batches_->recycle(std::move(batch));
+    }
+  }
+
+  std::shared_ptr<record_batches> batches_;
+  spdlog::details::file_helper file_;
+  std::string line_;
+  spdlog::memory_buf_t buf_;
+};
+
+/// Records through an spdlog async logger with its own one-thread pool (not the registry's, so
+/// that several tracers of one process and the process's own async logging stay apart). The
+/// emitting thread only moves the record into a batch; one log message per full batch of
+/// record_batches::batch_records wakes the logger's thread, which formats the batch
+/// (batch_file_sink): formatting, the message ids' strings and the file's writes all happen
+/// off the threads that emit.
 class spdlog_file_sink final : public trace_sink {
  public:
-  static constexpr size_t chunk_bytes = 64 * 1024;
-
-  spdlog_file_sink(std::shared_ptr<spdlog::details::thread_pool> pool,
+  spdlog_file_sink(std::shared_ptr<record_batches> batches,
+                   std::shared_ptr<spdlog::details::thread_pool> pool,
                    std::shared_ptr<spdlog::async_logger> logger)
-      : pool_(std::move(pool)), logger_(std::move(logger)) {
-    chunk_.reserve(chunk_bytes + 1024);
-  }
+      : batches_(std::move(batches)), pool_(std::move(pool)), logger_(std::move(logger)) {}
   ~spdlog_file_sink() override {
-    {
-      std::lock_guard lock{mu_};
-      hand_over();
-    }
+    batches_->close_open();
     logger_->flush();
     logger_.reset();  // the pool's thread drains what is queued before it ends
     pool_.reset();
   }
-  void write(const trace_record& r) override {
-    std::string line = to_json_line(r);
-    std::lock_guard lock{mu_};
-    if (!chunk_.empty()) chunk_.push_back('\n');
-    chunk_ += line;
-    if (chunk_.size() >= chunk_bytes) hand_over();
+  void write(const trace_record& r) override { take(trace_record{r}); }
+  void take(trace_record&& r) override {
+    if (batches_->add(std::move(r))) logger_->info("");
   }
 
  private:
-  /// The chunk to the logger (its sink ends it with a newline). Holds mu_.
-  void hand_over() {
-    if (chunk_.empty()) return;
-    logger_->info(chunk_);
-    chunk_.clear();
-  }
-
+  std::shared_ptr<record_batches> batches_;
   std::shared_ptr<spdlog::details::thread_pool> pool_;
   std::shared_ptr<spdlog::async_logger> logger_;
-  std::mutex mu_;
-  std::string chunk_;
 };
 
 }  // namespace
@@ -80,14 +158,16 @@ result<std::shared_ptr<tracer>> tracer::open(trace_level level, const std::strin
   if (!tag.empty()) path += "-" + tag;
   path += ".jsonl";
   try {
-    auto pool = std::make_shared<spdlog::details::thread_pool>(8192, 1);
-    auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path, /*truncate=*/true);
+    // The queue holds wake-ups only (one per batch), so a short one suffices.
+    auto pool = std::make_shared<spdlog::details::thread_pool>(1024, 1);
+    auto batches = std::make_shared<record_batches>();
+    auto file = std::make_shared<batch_file_sink>(batches, path);
     auto logger = std::make_shared<spdlog::async_logger>("kvc.trace", std::move(file), pool,
                                                          spdlog::async_overflow_policy::block);
-    logger->set_pattern("%v");
     logger->set_level(spdlog::level::info);
     auto t = std::make_shared<tracer>(
-        level, std::make_shared<spdlog_file_sink>(std::move(pool), std::move(logger)),
+        level,
+        std::make_shared<spdlog_file_sink>(std::move(batches), std::move(pool), std::move(logger)),
         std::move(role), node);
     t->path_ = std::move(path);
     return t;
@@ -120,7 +200,7 @@ void tracer::emit(trace_record r) {
   r.pid = pid_;
   if (r.role.empty()) r.role = role_;
   if (r.track.empty()) r.track = role_;
-  sink_->write(r);
+  sink_->take(std::move(r));
 }
 
 }  // namespace kvc::trace

@@ -7,10 +7,11 @@
 ///
 /// open() writes `<dir>/<role>-<pid>-<tag>.jsonl`, one JSON object per line
 /// (trace_record.hpp), through an spdlog async logger with a thread pool of its own (a full
-/// queue blocks the writer rather than losing records). Lines reach the logger in chunks of
-/// 64 KiB (one wake-up of its thread per chunk, not per record); the file is complete once the
-/// tracer is destroyed, and a process killed before that loses its last chunk. Tests hand a sink
-/// of their own to the constructor.
+/// queue blocks the writer rather than losing records). emit() only moves the record into a
+/// batch of 256; a full batch wakes the logger's thread, which formats and writes it (no
+/// formatting, message-id strings or file writes on the emitting thread). The file is complete
+/// once the tracer is destroyed; a process killed before that loses its last batch. Tests hand
+/// a sink of their own to the constructor.
 ///
 /// Thread-safe: every thread of a process may emit through one tracer.
 #include <cstdint>
@@ -27,6 +28,8 @@ class trace_sink {
  public:
   virtual ~trace_sink() = default;
   virtual void write(const trace_record& r) = 0;
+  /// The tracer's way in: the record is the sink's to keep (no copy). By default, write(r).
+  virtual void take(trace_record&& r) { write(r); }
 };
 
 class tracer {

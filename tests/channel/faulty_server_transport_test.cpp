@@ -37,8 +37,10 @@ class FaultySeamTest : public ::testing::Test {
       cfg.specs.push_back(*f);
     }
     auto faulty =
-        faulty_server_transport::make(std::make_unique<memory_server>(), cfg,
-                                      [this](const channel_fault& f) { fired_.push_back(f); });
+        faulty_server_transport::make(
+            std::make_unique<memory_server>(), cfg,
+            [this](const channel_fault& f) { fired_.push_back(f); },
+            [this] { return std::chrono::nanoseconds{static_cast<int64_t>(now_)}; });
     ASSERT_TRUE(faulty.ok()) << faulty.error().to_string();
     seam_ = faulty->get();
     auto ch = scheduler_channel::create(std::move(faulty).value(), world, "token");
@@ -152,6 +154,39 @@ TEST_F(FaultySeamTest, ALateReportAfterTheDeadlineIsCountedAndDropped) {
   EXPECT_EQ(results_[10].size(), 1u);
   EXPECT_TRUE(results_[20][0].ok);
   EXPECT_TRUE(results_[30][0].ok);
+}
+
+TEST_F(FaultySeamTest, AReportDelayedByMsIsHeldUntilItsTime) {
+  start(2, {"delay_report:rank=1,nth=0,ms=50"});
+  now_ = 1'000'000;
+  run_step(1);
+  EXPECT_EQ(fired(fault_kind::delay_report), 1u);
+  EXPECT_EQ(seam_->held_frames(), 1u);
+  EXPECT_TRUE(results_[10].empty());
+  now_ += 49'999'999;  // 1 ns short of 50 ms after it arrived
+  pump();
+  EXPECT_EQ(seam_->held_frames(), 1u);
+  EXPECT_TRUE(results_[10].empty());
+  now_ += 1;
+  pump();
+  EXPECT_EQ(seam_->held_frames(), 0u);
+  ASSERT_EQ(results_[10].size(), 1u);
+  EXPECT_TRUE(results_[10][0].ok);  // delivered within the deadline: the job completes
+  EXPECT_EQ(coord_->stats().late, 0u);
+}
+
+TEST_F(FaultySeamTest, AReportDelayedByMsPastTheDeadlineIsLate) {
+  start(2, {"delay_report:rank=1,nth=0,ms=2000"});
+  run_step(1);
+  now_ = timeout_ns;
+  pump();
+  ASSERT_EQ(results_[10].size(), 1u);
+  EXPECT_EQ(results_[10][0].error, errc::timeout);
+  now_ = 2'000'000'000;
+  pump();
+  EXPECT_EQ(seam_->held_frames(), 0u);
+  EXPECT_EQ(coord_->stats().late, 1u);
+  EXPECT_EQ(results_[10].size(), 1u);  // failed once, not completed after
 }
 
 TEST_F(FaultySeamTest, ADuplicateIsIgnoredAndCounted) {

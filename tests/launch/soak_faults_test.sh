@@ -1,8 +1,9 @@
 #!/bin/sh
 # `kvconnect soak` with every channel and copy fault kind mixed in: exit 0, a summary that passed
 # and a fault report whose invariants hold, each of those kinds fired at least once, and the
-# same seeds give the same report twice (the wall-clock fields aside). A bad spec and a process
-# fault (it needs processes) are exit 2 with one clear line, before any run.
+# same seeds give the same report twice (the wall-clock fields aside). delay_report comes in both
+# forms, by steps and by ms (spec 3, logged as it fires: the ms form fired too). A bad spec and a
+# process fault (it needs processes) are exit 2 with one clear line, before any run.
 set -eu
 bin=$1
 refused() {
@@ -17,15 +18,21 @@ refused() {
 }
 refused 'did you mean "drop_report"' --fault 'drop_reprot:p=1'
 refused 'process faults' --fault 'kill_rank:rank=0,step=3'
+refused 'exactly one of by=N' --fault 'delay_report:rank=1,by=2,ms=50,p=0.1'
+log=$(mktemp /tmp/kvc-soak-faults.XXXXXX)
+trap 'rm -f "$log"' EXIT
 run() {
   "$bin" soak --steps 200 --seed 5 --fault-seed 9 \
     --fault drop_report:p=0.02 --fault duplicate_report:p=0.02 --fault delay_report:p=0.02,by=2 \
+    --fault delay_report:p=0.02,ms=60000 \
     --fault reorder_reports:p=0.02 --fault corrupt_frame:p=0.01 \
     --fault fail_copy:dir=load,p=0.05 --fault fail_copy:dir=store,at=completion,p=0.05 \
     --fault delay_copy:p=0.1 \
-    --set runtime.job_timeout_steps=20 --set runtime.job_timeout_ms=0 2>/dev/null
+    --set runtime.job_timeout_steps=20 --set runtime.job_timeout_ms=0 2>"$log"
 }
 first=$(run)
+grep -q 'fault injected: delay_report .*(fault spec 3)' "$log" ||
+  { echo "delay_report by ms (fault spec 3) never fired"; exit 1; }
 second=$(run)
 python3 - "$first" "$second" <<'PY'
 import json, sys

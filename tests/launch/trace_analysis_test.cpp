@@ -136,6 +136,35 @@ struct synthetic_run {
   }
 };
 
+TEST(ChromeTrace, PoolSlotRecordsBecomeTheirOwnCounterSeriesInTimeOrder) {
+  synthetic_run run{3};
+  for (int s = 1; s <= 3; ++s) {
+    trace::trace_record pool;
+    pool.type = "pool_slots";
+    pool.step = s;
+    pool.value = 4 * s;
+    pool.bytes = 64;
+    run.add(0, pool, s * 10 * ms + 200 * us);
+  }
+  const auto doc = to_chrome_trace(run.set);
+  EXPECT_THAT(testing::check_chrome_trace(doc), ::testing::IsEmpty());
+  std::vector<std::pair<double, int64_t>> slots;
+  size_t jobs_in_flight = 0;
+  for (const auto& e : doc["traceEvents"]) {
+    if (e["ph"] != "C") continue;
+    if (e["name"] == "pool slots used") {
+      slots.emplace_back(e["ts"].get<double>(), e["args"]["slots"].get<int64_t>());
+    }
+    jobs_in_flight += e["name"] == "jobs in flight";
+  }
+  ASSERT_EQ(slots.size(), 3u);
+  for (size_t i = 0; i < slots.size(); ++i) {
+    EXPECT_EQ(slots[i].second, 4 * static_cast<int64_t>(i + 1));
+    if (i > 0) EXPECT_GT(slots[i].first, slots[i - 1].first);
+  }
+  EXPECT_EQ(jobs_in_flight, 3u * 2);  // the spans' counter is not mixed with the pool's
+}
+
 TEST(ChromeTrace, FlowsArePairedAndCausalSlicesNestAndTracksGoForward) {
   synthetic_run run{5};
   const auto doc = to_chrome_trace(run.set);

@@ -10,9 +10,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -147,6 +149,33 @@ TEST_F(TraceMultiprocTest, ARecordedRunExportsToAWellFormedTraceAndSummarizesEve
   EXPECT_EQ(job_begins, static_cast<size_t>(steps) * 2);  // one job per step, on each rank
   EXPECT_EQ(job_ends, job_begins);
   EXPECT_GT(counters, 0u);
+  // Counters: one series per process and name, in time order; the planner's and each rank's
+  // jobs in flight end at 0 (every job came back), the pool's slots used rose above 0.
+  struct series {
+    std::vector<double> ts;
+    std::vector<int64_t> values;
+  };
+  std::map<std::pair<int64_t, std::string>, series> counter_series;
+  for (const auto& e : doc["traceEvents"]) {
+    if (e["ph"] != "C") continue;
+    auto& c = counter_series[{e["pid"].get<int64_t>(), e["name"].get<std::string>()}];
+    c.ts.push_back(e["ts"].get<double>());
+    c.values.push_back(e["args"].begin()->get<int64_t>());
+  }
+  std::set<std::string> counter_names;
+  for (const auto& [key, c] : counter_series) {
+    counter_names.insert(key.second);
+    EXPECT_TRUE(std::is_sorted(c.ts.begin(), c.ts.end())) << key.second;
+    if (key.second.starts_with("jobs in flight")) EXPECT_EQ(c.values.back(), 0) << key.second;
+    for (const int64_t v : c.values) EXPECT_GE(v, 0) << key.second;
+    if (key.second == "pool slots used") {
+      EXPECT_GT(*std::max_element(c.values.begin(), c.values.end()), 0);
+    }
+  }
+  EXPECT_TRUE(counter_names.count("pool slots used"));
+  EXPECT_TRUE(counter_names.count("jobs in flight"));
+  EXPECT_TRUE(counter_names.count("jobs in flight rank 0"));
+  EXPECT_TRUE(counter_names.count("jobs in flight rank 1"));
   for (const char* name :
        {"build_connector_meta", "output_applied", "rank_step", "send metadata", "receive report",
         "receive registration", "rank_up", "send stop", "receive stop", "rank_down"}) {

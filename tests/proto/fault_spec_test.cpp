@@ -51,6 +51,9 @@ TEST(FaultSpecParserTest, ReadsTheIssuesExamples) {
 TEST(FaultSpecParserTest, ReadsEveryKindsOwnKeys) {
   EXPECT_EQ(parse("delay_report:steps=10-20,p=1,by=3").delay_steps, 3u);
   EXPECT_EQ(parse("delay_report:steps=10-20,p=1,by=3").last_step, 20u);
+  EXPECT_FALSE(parse("delay_report:steps=10-20,p=1,by=3").delay_ms);
+  EXPECT_EQ(parse("delay_report:rank=1,ms=50,p=0.1").delay_ms, 50u);
+  EXPECT_EQ(parse("delay_report:rank=1,ms=50,p=0.1").delay_steps, 0u);
   EXPECT_EQ(parse("corrupt_frame:nth=0,bits=5").bits, 5u);
   EXPECT_EQ(parse("delay_copy:dir=store,after=4,p=0.5,max=2").release_after, 4u);
   EXPECT_EQ(parse("delay_copy:dir=store,after=4,p=0.5,max=2").max_fires, 2u);
@@ -87,6 +90,11 @@ TEST(FaultSpecParserTest, EveryClassOfErrorIsOneClearLine) {
   EXPECT_NE(error_of("fail_copy:dir=up,p=1").find("store, load or any"), std::string::npos);
   EXPECT_NE(error_of("fail_copy:at=later,p=1").find("submit or completion"), std::string::npos);
   EXPECT_NE(error_of("delay_report:by=0,p=1").find("by must be >= 1"), std::string::npos);
+  EXPECT_NE(error_of("delay_report:ms=0,p=1").find("ms must be >= 1"), std::string::npos);
+  EXPECT_NE(error_of("delay_report:rank=1,by=2,ms=50,p=0.1").find("exactly one of by=N"),
+            std::string::npos);
+  EXPECT_NE(error_of("delay_report:rank=1,p=0.1").find("exactly one of by=N"), std::string::npos);
+  EXPECT_NE(error_of("drop_report:ms=5,p=1").find("unknown key"), std::string::npos);
   EXPECT_NE(error_of("corrupt_frame:bits=0,p=1").find("bits"), std::string::npos);
   EXPECT_NE(error_of("kill_rank:rank=1").find("needs step="), std::string::npos);
   EXPECT_NE(error_of("kill_rank:step=3").find("needs rank="), std::string::npos);
@@ -99,7 +107,8 @@ TEST(FaultSpecParserTest, EveryClassOfErrorIsOneClearLine) {
 TEST(FaultSpecParserTest, TheCanonicalTextParsesBackToTheSameSpec) {
   for (const char* text :
        {"drop_report:rank=1,p=0.05", "duplicate_report:steps=3-9,nth=2,max=1",
-        "delay_report:rank=0,step=4,p=0.25,by=2", "reorder_reports:steps=5-,p=1",
+        "delay_report:rank=0,step=4,p=0.25,by=2", "delay_report:rank=1,ms=50,p=0.1",
+        "reorder_reports:steps=5-,p=1",
         "corrupt_frame:nth=0,bits=3", "fail_copy:rank=3,dir=load,at=completion,nth=3",
         "fail_copy:dir=store,p=0.5", "delay_copy:after=2,p=0.125,max=4",
         "kill_rank:rank=2,step=300", "hang_rank:rank=1,step=5,resume=1500",

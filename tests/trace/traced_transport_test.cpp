@@ -3,11 +3,17 @@
 // two ends of each message carry the same message id; the frames themselves pass unchanged.
 #include "actors/trace/traced_transport.hpp"
 
+#include <unistd.h>
+
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
 #include <memory>
 #include <mutex>
 #include <vector>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "actors/channel/memory_transport.hpp"
@@ -100,8 +106,8 @@ TEST(TracedTransport, RecordsBothEndsOfEveryFrameWithOneMessageId) {
     const trace_record* at_sched = find(s, other, c.type, "scheduler");
     ASSERT_NE(at_rank, nullptr) << c.type;
     ASSERT_NE(at_sched, nullptr) << c.type;
-    EXPECT_FALSE(at_rank->msg.empty());
-    EXPECT_EQ(at_rank->msg, at_sched->msg) << c.type;
+    EXPECT_FALSE(message_id_of(*at_rank).empty());
+    EXPECT_EQ(message_id_of(*at_rank), message_id_of(*at_sched)) << c.type;
     EXPECT_EQ(at_rank->step, c.step);
     EXPECT_EQ(at_sched->step, c.step);
     EXPECT_EQ(at_rank->rank, 1);
@@ -115,8 +121,11 @@ TEST(TracedTransport, RecordsBothEndsOfEveryFrameWithOneMessageId) {
   }
   EXPECT_EQ(find(s, direction::send, "metadata", "scheduler")->bytes, channel::encode(meta).size());
   // Different messages never share an id.
-  EXPECT_NE(find(s, direction::send, "metadata", "scheduler")->msg,
-            find(s, direction::receive, "report", "scheduler")->msg);
+  EXPECT_NE(message_id_of(*find(s, direction::send, "metadata", "scheduler")),
+            message_id_of(*find(s, direction::receive, "report", "scheduler")));
+  // The id is the one the line carries, built when it is written.
+  EXPECT_THAT(to_json_line(*find(s, direction::send, "metadata", "scheduler")),
+              testing::HasSubstr("\"msg\":\"metadata/7/r1.3\""));
 }
 
 TEST(TracedTransport, AFailedSendIsRecordedWithItsError) {
@@ -150,7 +159,7 @@ TEST(TracedTransport, AFrameItCannotReadIsPassedOnAndRecordedAsMalformed) {
   const auto rs = sink->records();
   ASSERT_EQ(rs.size(), 1u);
   EXPECT_EQ(rs[0].type, "malformed");
-  EXPECT_TRUE(rs[0].msg.empty());
+  EXPECT_TRUE(message_id_of(rs[0]).empty());
 }
 
 TEST(TraceRecord, JsonLineEscapesTextAndLeavesOutUnsetFields) {
@@ -176,6 +185,47 @@ TEST(TraceRecord, LevelsParseAndRefuseUnknownNames) {
   auto bad = parse_trace_level("all");
   ASSERT_FALSE(bad);
   EXPECT_EQ(bad.error().code(), errc::invalid_argument);
+}
+
+
+TEST(Tracer, TheFileHoldsEveryRecordInOrderWithItsMessageIdOnceTheTracerIsGone) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("kvc-tracer-test-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::string path;
+  constexpr int records = 600;  // two full batches and a part of a third
+  {
+    auto t = tracer::open(trace_level::messages, dir.string(), "worker", "r2.5", 0);
+    ASSERT_TRUE(t) << t.error().to_string();
+    path = (*t)->path();
+    for (int i = 0; i < records; ++i) {
+      trace_record r;
+      r.dir = direction::send;
+      r.type = "report";
+      r.step = i;
+      r.rank = 2;
+      r.incarnation = 5;
+      (*t)->emit(std::move(r));
+    }
+  }
+  std::ifstream in{path};
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    EXPECT_THAT(line, testing::HasSubstr("\"step\":" + std::to_string(n) + ","));
+    EXPECT_THAT(line, testing::HasSubstr("\"msg\":\"report/" + std::to_string(n) + "/r2.5\""));
+    EXPECT_THAT(line, testing::HasSubstr("\"role\":\"worker\""));
+    ++n;
+  }
+  EXPECT_EQ(n, records);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Tracer, OpenRefusesLevelOffAndAnEmptyDirectory) {
+  EXPECT_EQ(tracer::open(trace_level::off, "/tmp", "worker", "", 0).error().code(),
+            errc::invalid_argument);
+  EXPECT_EQ(tracer::open(trace_level::messages, "", "worker", "", 0).error().code(),
+            errc::invalid_argument);
 }
 
 }  // namespace
