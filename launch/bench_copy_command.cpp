@@ -202,7 +202,8 @@ class copy_bench {
     engine_s = seconds_since(t0);
     for (const auto& r : engine_->take_finished()) {
       if (!r.ok) {
-        return make_error(r.error, "transfer " + std::to_string(r.id) + " failed");
+        return make_error(r.error, "transfer " + std::to_string(r.id) + " failed: " +
+                                       (r.detail.empty() ? "no detail" : r.detail));
       }
     }
 
