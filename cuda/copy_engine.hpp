@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -48,6 +49,9 @@ struct transfer_report {
   errc error = errc::ok;  ///< why it failed, errc::ok on success
   uint64_t bytes = 0;
   double seconds = 0.0;  ///< from start of copying to completion
+  /// Why it failed in words, "" on success: the cuda backend names the call and the CUDA error
+  /// ("cudaEventQuery returned cudaErrorIllegalAddress (700)"), the faulty decorator the fault.
+  std::string detail;
 };
 
 /// Options of one submit: how the copy is ordered against the work that writes or reads the same

@@ -125,6 +125,8 @@ result<std::unique_ptr<copy_engine>> cuda_copy_engine::create(const engine_optio
 cuda_copy_engine::cuda_copy_engine(const engine_options& opts)
     : device_(opts.device), wait_timeout_(opts.wait_timeout) {
   health_.set_failure_hook(opts.failure_hook);
+  health_.set_error_namer(
+      [](int code) { return std::string(cudaGetErrorName(static_cast<cudaError_t>(code))); });
 }
 
 #define KVC_CALL(name, expr) \
@@ -381,8 +383,12 @@ result<transfer_id> cuda_copy_engine::submit(direction dir, std::span<const copy
   }
 
   const transfer_id id = next_id_++;
-  l.queue.push_back(inflight{id, *start, *end, total_bytes(ops),
-                             copy_error == cudaSuccess ? errc::ok : errc_of(copy_error)});
+  inflight f{id, *start, *end, total_bytes(ops), errc::ok, {}};
+  if (copy_error != cudaSuccess) {
+    f.failed = errc_of(copy_error);
+    f.detail = health_.failure_text("cudaMemcpyAsync", copy_error);
+  }
+  l.queue.push_back(std::move(f));
   pending_.emplace(id, dir);
   return id;
 }
@@ -393,7 +399,7 @@ status cuda_copy_engine::harvest(direction dir, transfer_id until,
   bool blocking = until != 0;
   uint32_t idle_polls = 0;
   while (!l.queue.empty()) {
-    const inflight f = l.queue.front();
+    const inflight& f = l.queue.front();
     const cudaError_t e = KVC_CALL("cudaEventQuery", cudaEventQuery(f.end));
     if (e == cudaErrorNotReady) {
       if (!blocking) break;
@@ -420,14 +426,19 @@ status cuda_copy_engine::harvest(direction dir, transfer_id until,
       }
     } else {
       r.error = f.failed != errc::ok ? f.failed : errc_of(e);
+      // A latched device names the call that killed it; else the event's own error.
+      r.detail = f.failed != errc::ok ? f.detail
+                 : health_.latched()  ? health_.admit().message()
+                                      : health_.failure_text("cudaEventQuery", e);
     }
     finished_state_[f.id] = r.ok ? poll_state::done : poll_state::failed;
     finished_.push_back(r);
     pending_.erase(f.id);
     spare_events_.push_back(f.start);
     spare_events_.push_back(f.end);
-    l.queue.pop_front();
-    if (f.id == until) blocking = false;
+    const transfer_id done_id = f.id;
+    l.queue.pop_front();  // `f` dangles from here
+    if (done_id == until) blocking = false;
   }
   return {};
 }

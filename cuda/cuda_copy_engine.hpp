@@ -82,6 +82,7 @@ class cuda_copy_engine final : public copy_engine {
     CUevent_st* end = nullptr;
     uint64_t bytes = 0;
     errc failed = errc::ok;  ///< set when a call failed after copies were queued
+    std::string detail;      ///< that call and its CUDA error name, when failed
   };
   struct lane {
     CUstream_st* stream = nullptr;

@@ -10,6 +10,11 @@
 /// below from driver_types.h; cuda_copy_engine.cu checks each against the enum with
 /// static_assert, so this class needs no CUDA header and is tested without a GPU.
 ///
+/// Every failed call is remembered in words (last_failure(): the call and the error's name, e.g.
+/// "cudaEventQuery returned cudaErrorIllegalAddress (700)") for transfer reports. Names come from
+/// an error_namer (the CUDA backend passes cudaGetErrorName); without one, sticky codes are named
+/// from the table below and others as "CUDA error N".
+///
 /// Test hook: a failure_hook, when set, is asked for every call() and may replace the call's
 /// result with a simulated code (the real call is then not made). Not thread-safe: one owner.
 #include <array>
@@ -48,7 +53,11 @@ class device_health {
   /// Returns the code to simulate for the named call, or 0 to make the real call.
   using failure_hook = std::function<int(std::string_view call)>;
 
+  /// The name of a cudaError_t value ("cudaErrorInvalidValue").
+  using error_namer = std::function<std::string(int code)>;
+
   void set_failure_hook(failure_hook hook) { hook_ = std::move(hook); }
+  void set_error_namer(error_namer namer) { namer_ = std::move(namer); }
 
   /// Runs `fn` (a CUDA call returning a cudaError_t) unless the device is latched or the hook
   /// simulates a failure; observes the result and returns it as an int. When latched, returns
@@ -62,8 +71,14 @@ class device_health {
     return observe(name, static_cast<int>(fn()));
   }
 
-  /// Records the result of a call made outside call(); latches a sticky code. Returns `code`.
+  /// Records the result of a call made outside call(); latches a sticky code and remembers a
+  /// failure (any code but cudaSuccess and cudaErrorNotReady) in words. Returns `code`.
   int observe(std::string_view name, int code);
+
+  /// "<call> returned <error name> (<code>)".
+  std::string failure_text(std::string_view call, int code) const;
+  /// failure_text of the latest failed call; "" before any.
+  const std::string& last_failure() const noexcept { return last_failure_; }
 
   /// ok while healthy; errc::device_unavailable naming the latched error and the call that saw it.
   status admit() const;
@@ -83,6 +98,8 @@ class device_health {
 
  private:
   failure_hook hook_;
+  error_namer namer_;
+  std::string last_failure_;
   int latched_code_ = 0;
   std::string latched_by_;  ///< the call that returned the latched code
 };

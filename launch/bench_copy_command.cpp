@@ -12,6 +12,9 @@
 // the engine used; with a real GPU device memory is not host-addressable and the memcpy baseline
 // runs between the pool and a host buffer of the same size instead.
 //
+// Each submit() call is timed too (the caller's cost of handing a transfer over); the table and
+// the JSON give its p50 / p99 over all timed repetitions (cuda/bench_stats, nearest rank).
+//
 // Output: a human table, then one JSON object per direction as the last lines.
 #include <unistd.h>
 
@@ -27,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/bench_stats.hpp"
 #include "cuda/engine_factory.hpp"
 #include "launch/commands.hpp"
 #include "shm/segment.hpp"
@@ -55,6 +59,7 @@ struct direction_result {
   double memcpy_gbps = 0;
   double median_gbps = 0;
   double median_memcpy_gbps = 0;
+  cuda::latency_summary submit_us;  ///< time in submit(), microseconds
 };
 
 uint64_t splitmix64(uint64_t x) {
@@ -95,12 +100,15 @@ class copy_bench {
 
   status run(std::vector<direction_result>& out) {
     if (auto st = set_up(); !st) return st;
-    std::vector<double> engine_s[2], memcpy_s[2];
+    std::vector<double> engine_s[2], memcpy_s[2], submit_us[2];
     for (uint32_t rep = 0; rep <= opt_.repeat; ++rep) {  // repetition 0 warms up
       for (direction d : {direction::gpu_to_cpu, direction::cpu_to_gpu}) {
         double e = 0, m = 0;
-        if (auto st = one_direction(d, e, m); !st) return st;
+        std::vector<double> submits;
+        if (auto st = one_direction(d, e, m, submits); !st) return st;
         if (rep == 0) continue;
+        auto& all = submit_us[static_cast<int>(d)];
+        all.insert(all.end(), submits.begin(), submits.end());
         engine_s[static_cast<int>(d)].push_back(e);
         memcpy_s[static_cast<int>(d)].push_back(m);
       }
@@ -109,8 +117,10 @@ class copy_bench {
     for (direction d : {direction::gpu_to_cpu, direction::cpu_to_gpu}) {
       const auto& e = engine_s[static_cast<int>(d)];
       const auto& m = memcpy_s[static_cast<int>(d)];
+      auto submits = cuda::summarize_latency(submit_us[static_cast<int>(d)]);
+      if (!submits) return submits.error();
       out.push_back({d, bytes / best(e) / 1e9, bytes / best(m) / 1e9, bytes / median(e) / 1e9,
-                     bytes / median(m) / 1e9});
+                     bytes / median(m) / 1e9, *submits});
     }
     return status::success();
   }
@@ -170,7 +180,9 @@ class copy_bench {
   }
 
   /// Clears the destination, runs the engine, verifies, then runs the memcpy baseline.
-  status one_direction(direction d, double& engine_s, double& memcpy_s) {
+  /// `submit_us` gets the time of each submit() call in microseconds.
+  status one_direction(direction d, double& engine_s, double& memcpy_s,
+                       std::vector<double>& submit_us) {
     const bool store = d == direction::gpu_to_cpu;
     const uint64_t n = opt_.blocks;
     if (store) {
@@ -193,8 +205,10 @@ class copy_bench {
     for (uint64_t first = 0; first < n; first += opt_.batch) {
       const uint64_t count = std::min<uint64_t>(opt_.batch, n - first);
       // No compute stream here: the copies depend on nothing.
+      const auto s0 = clock_type::now();
       auto id = engine_->submit(d, std::span<const copy_op>(ops.data() + first, count),
                                 {.no_dependency = true});
+      submit_us.push_back(seconds_since(s0) * 1e6);
       if (!id) return id.error();
       ids.push_back(*id);
     }
@@ -202,7 +216,8 @@ class copy_bench {
     engine_s = seconds_since(t0);
     for (const auto& r : engine_->take_finished()) {
       if (!r.ok) {
-        return make_error(r.error, "transfer " + std::to_string(r.id) + " failed");
+        return make_error(r.error, "transfer " + std::to_string(r.id) + " failed: " +
+                                       (r.detail.empty() ? "no detail" : r.detail));
       }
     }
 
@@ -260,19 +275,21 @@ void print(const copy_options& opt, uint64_t working_set,
               opt.backend.c_str(), static_cast<unsigned long long>(opt.blocks),
               static_cast<unsigned long long>(opt.slot_bytes),
               static_cast<double>(working_set) / (1 << 20), opt.batch, opt.repeat);
-  std::printf("%-12s %12s %12s %12s %12s %7s\n", "direction", "engine GB/s", "(median)",
-              "memcpy GB/s", "(median)", "ratio");
+  std::printf("%-12s %12s %12s %12s %12s %7s %12s %12s\n", "direction", "engine GB/s",
+              "(median)", "memcpy GB/s", "(median)", "ratio", "submit p50us", "submit p99us");
   for (const auto& r : results) {
-    std::printf("%-12s %12.2f %12.2f %12.2f %12.2f %7.3f\n",
+    std::printf("%-12s %12.2f %12.2f %12.2f %12.2f %7.3f %12.2f %12.2f\n",
                 std::string(cuda::to_string(r.dir)).c_str(), r.gbps, r.median_gbps,
-                r.memcpy_gbps, r.median_memcpy_gbps, r.gbps / r.memcpy_gbps);
+                r.memcpy_gbps, r.median_memcpy_gbps, r.gbps / r.memcpy_gbps, r.submit_us.p50,
+                r.submit_us.p99);
   }
   for (const auto& r : results) {
     std::printf("{\"bench\":\"copy\",\"backend\":\"%s\",\"direction\":\"%s\",\"block_bytes\":%llu,"
-                "\"gbps\":%.3f,\"memcpy_gbps\":%.3f,\"ratio\":%.3f}\n",
+                "\"gbps\":%.3f,\"memcpy_gbps\":%.3f,\"ratio\":%.3f,"
+                "\"submit_p50_us\":%.3f,\"submit_p99_us\":%.3f}\n",
                 opt.backend.c_str(), std::string(cuda::to_string(r.dir)).c_str(),
                 static_cast<unsigned long long>(opt.slot_bytes), r.gbps, r.memcpy_gbps,
-                r.gbps / r.memcpy_gbps);
+                r.gbps / r.memcpy_gbps, r.submit_us.p50, r.submit_us.p99);
   }
   std::fflush(stdout);
 }

@@ -255,6 +255,7 @@ status worker_connector::finish_transfers(const cuda::submit_options& opts) {
 finished_requests worker_connector::get_finished(std::span<const std::string> finished_req_ids) {
   impl& m = *impl_;
   worker::worker_output out = m.worker->get_finished(finished_req_ids);
+  for (const std::string& why : out.failures) spdlog::warn("worker rank {}: {}", m.cfg.rank, why);
   auto report = m.reports->add(out.jobs);
   if (m.tracer && m.bound) m.trace_done(m.bound->step, out.jobs, report.has_value());
   if (report) m.send(*report);

@@ -1,6 +1,7 @@
 #include "actors/worker/transfer_executor.hpp"
 
 #include <algorithm>
+#include <string>
 #include <utility>
 
 namespace kvc::worker {
@@ -174,7 +175,15 @@ status transfer_executor::wait_for_save() {
   return {};
 }
 
-void transfer_executor::fail_job(job_entry entry, errc error) {
+namespace {
+std::string failure_note(job_id id, transfer_kind kind, std::string_view why) {
+  return "job " + std::to_string(id) + (kind == transfer_kind::store ? " (store)" : " (load)") +
+         " failed: " + std::string(why);
+}
+}  // namespace
+
+void transfer_executor::fail_job(job_entry entry, errc error, std::string_view why) {
+  if (!why.empty()) early_failure_notes_.push_back(failure_note(entry.id, entry.kind, why));
   failed_early_.emplace_back(std::move(entry), error);
 }
 
@@ -201,12 +210,12 @@ void transfer_executor::submit_job(const transfer_job& job, const cuda::submit_o
   }
   auto ops = layout_->build_ops(spec);
   if (!ops.ok()) {
-    fail_job(std::move(entry), ops.code());
+    fail_job(std::move(entry), ops.code(), ops.error().message());
     return;
   }
   auto tid = engine_->submit(spec.dir, *ops, opts);
   if (!tid.ok()) {
-    fail_job(std::move(entry), tid.code());
+    fail_job(std::move(entry), tid.code(), tid.error().message());
     return;
   }
   transfer_of_.emplace(job.id, *tid);
@@ -237,6 +246,7 @@ worker_output transfer_executor::get_finished(std::span<const std::string> finis
   auto early = std::move(failed_early_);
   failed_early_.clear();
   for (auto& [entry, error] : early) finish_job(entry, false, error, 0, 0.0, out);
+  out.failures = std::exchange(early_failure_notes_, {});
   for (const auto& rep : engine_->take_finished()) {
     auto it = in_flight_.find(rep.id);
     if (it == in_flight_.end()) {
@@ -247,6 +257,10 @@ worker_output transfer_executor::get_finished(std::span<const std::string> finis
     in_flight_.erase(it);
     transfer_of_.erase(entry.id);
     errc error = rep.ok ? errc::ok : (rep.error == errc::ok ? errc::device_error : rep.error);
+    if (!rep.ok) {
+      out.failures.push_back(failure_note(
+          entry.id, entry.kind, rep.detail.empty() ? std::string(to_string(error)) : rep.detail));
+    }
     finish_job(entry, rep.ok, error, rep.bytes, rep.seconds, out);
   }
   for (const auto& req : finished_req_ids) {

@@ -41,6 +41,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -75,6 +76,10 @@ struct worker_output {
   /// R1 request-level sets (see the file comment).
   std::vector<std::string> finished_sending;
   std::vector<std::string> finished_recving;
+  /// One line per failed job, for the log: "job 7 (store) failed: <why>", where why is the
+  /// engine's report detail (the cuda backend names the CUDA call and error, e.g.
+  /// "cudaEventQuery returned cudaErrorIllegalAddress (700)") or the refused submit's message.
+  std::vector<std::string> failures;
 };
 
 /// A job as the worker sees it right now.
@@ -166,7 +171,7 @@ class transfer_executor {
   status adopt_layout(result<cuda::kv_layout> layout);
   /// Builds the ops of `job` and submits them; a failure becomes a finished, failed job.
   void submit_job(const transfer_job& job, const cuda::submit_options& opts);
-  void fail_job(job_entry entry, errc error);
+  void fail_job(job_entry entry, errc error, std::string_view why = {});
   void finish_job(const job_entry& entry, bool ok, errc error, uint64_t bytes, double seconds,
                   worker_output& out);
   void flush_deferred(const cuda::submit_options& opts);
@@ -184,6 +189,7 @@ class transfer_executor {
   std::unordered_map<job_id, cuda::transfer_id> transfer_of_;   ///< in-flight job -> transfer
   /// Jobs that failed before reaching the engine, in failure order, with their error.
   std::vector<std::pair<job_entry, errc>> failed_early_;
+  std::vector<std::string> early_failure_notes_;  ///< worker_output::failures of those, if any
   std::unordered_set<job_id> known_;  ///< bound and not yet reported
 
   /// R1 request bookkeeping.

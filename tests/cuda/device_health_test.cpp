@@ -86,5 +86,38 @@ TEST(DeviceHealthTest, FirstStickyErrorIsTheOneReported) {
   EXPECT_NE(h.admit().message().find("cudaErrorLaunchFailure"), std::string::npos);
 }
 
+TEST(DeviceHealthTest, InjectedFailureIsNamedInLastFailure) {
+  device_health h;
+  EXPECT_EQ(h.last_failure(), "");
+  h.set_failure_hook([](std::string_view call) { return call == "cudaEventQuery" ? 700 : 0; });
+  int runs = 0;
+  EXPECT_EQ(h.call("cudaEventQuery",
+                   [&] {
+                     ++runs;
+                     return k_success;
+                   }),
+            k_illegal_address);
+  EXPECT_EQ(runs, 0) << "the simulated failure replaces the call";
+  EXPECT_EQ(h.last_failure(), "cudaEventQuery returned cudaErrorIllegalAddress (700)");
+  EXPECT_NE(h.admit().message().find("cudaErrorIllegalAddress"), std::string::npos);
+}
+
+TEST(DeviceHealthTest, FailureTextUsesTheNamerAndSkipsNotReady) {
+  device_health h;
+  EXPECT_EQ(h.failure_text("cudaMemcpyAsync", k_invalid_value),
+            "cudaMemcpyAsync returned CUDA error 1 (1)")
+      << "without a namer only sticky codes have names";
+  h.set_error_namer([](int code) {
+    return code == k_invalid_value ? std::string("cudaErrorInvalidValue") : std::string();
+  });
+  EXPECT_EQ(h.observe("cudaMemcpyAsync", k_invalid_value), k_invalid_value);
+  EXPECT_EQ(h.last_failure(), "cudaMemcpyAsync returned cudaErrorInvalidValue (1)");
+  (void)h.observe("cudaEventQuery", 600);  // cudaErrorNotReady: pending, not a failure
+  (void)h.observe("cudaEventQuery", k_success);
+  EXPECT_EQ(h.last_failure(), "cudaMemcpyAsync returned cudaErrorInvalidValue (1)");
+  EXPECT_EQ(h.failure_text("x", 2), "x returned CUDA error 2 (2)") << "an empty name is numbered";
+  EXPECT_FALSE(h.latched());
+}
+
 }  // namespace
 }  // namespace kvc::cuda

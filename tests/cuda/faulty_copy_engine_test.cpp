@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "cuda/fault_injector.hpp"
@@ -176,8 +177,10 @@ TEST_F(FaultyCopyEngineTest, FailAtCompletionReportsInjectedFault) {
   EXPECT_EQ(reports[0].id, *l0);
   EXPECT_FALSE(reports[0].ok);
   EXPECT_EQ(reports[0].error, errc::injected_fault);
+  EXPECT_NE(reports[0].detail.find("fail_at_completion"), std::string::npos) << reports[0].detail;
   EXPECT_TRUE(reports[1].ok);
   EXPECT_EQ(reports[1].error, errc::ok);
+  EXPECT_EQ(reports[1].detail, "");
 }
 
 TEST_F(FaultyCopyEngineTest, DelayHoldsUntilMoreTransfersWereSubmitted) {

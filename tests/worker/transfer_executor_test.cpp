@@ -249,6 +249,8 @@ TEST(TransferExecutorTest, SubmitFailureIsAFailedJobReportedOnce) {
       f.step(meta(1, {load_job(3, "r", {1, 2}, {7, 8, 9, 10}), load_job(4, "q", {3}, {5, 6})}, {}, {}));
   ASSERT_EQ(out.jobs.size(), 2u);
   EXPECT_EQ(*find_job(out, 3), (job_result{3, transfer_kind::load, false, errc::injected_fault}));
+  ASSERT_EQ(out.failures.size(), 1u);
+  EXPECT_EQ(out.failures[0].rfind("job 3 (load) failed: ", 0), 0u) << out.failures[0];
   EXPECT_TRUE(find_job(out, 4)->ok);
   strings recving = out.finished_recving;
   std::sort(recving.begin(), recving.end());
@@ -271,6 +273,9 @@ TEST(TransferExecutorTest, FailureAtCompletionIsReportedWithItsError) {
   EXPECT_TRUE(out.jobs[0].ok);
   EXPECT_FALSE(out.jobs[1].ok);
   EXPECT_EQ(out.jobs[1].error, errc::injected_fault);
+  // The engine's detail reaches the worker's failure lines (the cuda backend's names the error).
+  EXPECT_EQ(out.failures,
+            (strings{"job 2 (store) failed: faulty copy engine: injected fail_at_completion"}));
   EXPECT_TRUE(f.worker->get_block_ids_with_load_errors().empty());  // stores never count
 }
 
