@@ -27,7 +27,11 @@ result<process_fault_schedule> process_fault_schedule::create(const fault_config
     if (site_of(f.kind) != fault_site::process) continue;
     const std::string name = "fault " + std::to_string(i) + " (" + format_fault_spec(f) + ")";
     if (auto st = validate(f); !st) return make_error(errc::invalid_argument, st.message());
-    process_action a{.spec = i, .step = f.first_step};
+    process_action a{.action = process_action::what::kill_rank,
+                     .rank = 0,
+                     .resume_ms = std::nullopt,
+                     .spec = i,
+                     .step = f.first_step};
     if (f.kind == fault_kind::kill_scheduler) {
       a.action = process_action::what::kill_scheduler;
     } else {

@@ -17,7 +17,7 @@ fault_config faults(std::vector<std::string> specs) {
 
 const std::vector<rank_id> four{0, 1, 2, 3};
 
-TEST(process_faults, fires_each_spec_once_at_its_step_in_spec_order) {
+TEST(ProcessFaultsTest, FiresEachSpecOnceAtItsStepInSpecOrder) {
   auto s = process_fault_schedule::create(
       faults({"kill_rank:rank=2,step=5", "drop_report:p=0.5", "hang_rank:rank=1,step=3,resume=200",
               "kill_scheduler:step=5"}),
@@ -45,7 +45,7 @@ TEST(process_faults, fires_each_spec_once_at_its_step_in_spec_order) {
   EXPECT_TRUE(s->due(100).empty());
 }
 
-TEST(process_faults, a_skipped_step_fires_what_was_due_up_to_it) {
+TEST(ProcessFaultsTest, ASkippedStepFiresWhatWasDueUpToIt) {
   // Progress lines may skip steps (a restart pauses the run): the next one catches up.
   auto s = process_fault_schedule::create(
       faults({"kill_rank:rank=0,step=2", "kill_rank:rank=0,step=4"}), four);
@@ -56,7 +56,7 @@ TEST(process_faults, a_skipped_step_fires_what_was_due_up_to_it) {
   EXPECT_EQ(due[1].step, 4u);
 }
 
-TEST(process_faults, hang_without_resume_is_never_continued) {
+TEST(ProcessFaultsTest, HangWithoutResumeIsNeverContinued) {
   auto s = process_fault_schedule::create(faults({"hang_rank:rank=3,step=1"}), four);
   ASSERT_TRUE(s.ok());
   const auto due = s->due(1);
@@ -64,7 +64,7 @@ TEST(process_faults, hang_without_resume_is_never_continued) {
   EXPECT_FALSE(due[0].resume_ms.has_value());
 }
 
-TEST(process_faults, the_same_specs_give_the_same_actions) {
+TEST(ProcessFaultsTest, TheSameSpecsGiveTheSameActions) {
   const auto c = faults({"kill_rank:rank=2,step=4", "hang_rank:rank=1,step=4", "kill_scheduler:step=9"});
   auto a = process_fault_schedule::create(c, four);
   auto b = process_fault_schedule::create(c, four);
@@ -72,7 +72,7 @@ TEST(process_faults, the_same_specs_give_the_same_actions) {
   for (step_id k = 0; k < 12; ++k) EXPECT_EQ(a->due(k), b->due(k));
 }
 
-TEST(process_faults, only_channel_and_copy_faults_is_empty) {
+TEST(ProcessFaultsTest, OnlyChannelAndCopyFaultsIsEmpty) {
   auto s = process_fault_schedule::create(faults({"drop_report:p=0.1", "fail_copy:nth=2"}), four);
   ASSERT_TRUE(s.ok());
   EXPECT_TRUE(s->empty());
@@ -80,7 +80,7 @@ TEST(process_faults, only_channel_and_copy_faults_is_empty) {
   EXPECT_TRUE(s->due(1000).empty());
 }
 
-TEST(process_faults, a_rank_of_another_node_is_refused) {
+TEST(ProcessFaultsTest, ARankOfAnotherNodeIsRefused) {
   const std::vector<rank_id> node0{0, 1};
   auto s = process_fault_schedule::create(faults({"kill_rank:rank=3,step=2"}), node0);
   ASSERT_FALSE(s.ok());
