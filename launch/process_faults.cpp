@@ -49,8 +49,9 @@ result<process_fault_schedule> process_fault_schedule::create(const fault_config
     }
     s.pending_.push_back(a);
   }
-  std::stable_sort(s.pending_.begin(), s.pending_.end(),
-                   [](const process_action& x, const process_action& y) { return x.step < y.step; });
+  std::stable_sort(
+      s.pending_.begin(), s.pending_.end(),
+      [](const process_action& x, const process_action& y) { return x.step < y.step; });
   return s;
 }
 

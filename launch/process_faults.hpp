@@ -28,10 +28,10 @@ struct process_action {
     kill_scheduler = 2,  ///< SIGKILL to the scheduler process
   };
   what action = what::kill_rank;
-  rank_id rank = 0;                    ///< kill_rank, stop_rank
-  std::optional<uint64_t> resume_ms;   ///< stop_rank: none = never continued
-  size_t spec = 0;                     ///< index of the spec in the fault_config
-  step_id step = 0;                    ///< the spec's step=
+  rank_id rank = 0;                   ///< kill_rank, stop_rank
+  std::optional<uint64_t> resume_ms;  ///< stop_rank: none = never continued
+  size_t spec = 0;                    ///< index of the spec in the fault_config
+  step_id step = 0;                   ///< the spec's step=
   friend bool operator==(const process_action&, const process_action&) = default;
 };
 

@@ -65,7 +65,8 @@ TEST(ProcessFaultsTest, HangWithoutResumeIsNeverContinued) {
 }
 
 TEST(ProcessFaultsTest, TheSameSpecsGiveTheSameActions) {
-  const auto c = faults({"kill_rank:rank=2,step=4", "hang_rank:rank=1,step=4", "kill_scheduler:step=9"});
+  const auto c =
+      faults({"kill_rank:rank=2,step=4", "hang_rank:rank=1,step=4", "kill_scheduler:step=9"});
   auto a = process_fault_schedule::create(c, four);
   auto b = process_fault_schedule::create(c, four);
   ASSERT_TRUE(a.ok() && b.ok());
