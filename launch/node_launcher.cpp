@@ -4,9 +4,11 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -19,9 +21,12 @@
 
 #include "launch/config_file.hpp"
 #include "launch/launch_plan.hpp"
+#include "launch/fault_options.hpp"
+#include "launch/fault_report.hpp"
 #include "launch/node_processes.hpp"
 #include "launch/sim_engine/in_process_run.hpp"
 #include "launch/sim_engine/run_report.hpp"
+#include "launch/process_faults.hpp"
 #include "launch/signal_watcher.hpp"
 #include "launch/spawned_process.hpp"
 #include "launch/supervision.hpp"
@@ -87,7 +92,7 @@ class node_run {
   /// scheduler runs the simulated engine, else the smoke run.
   node_run(const launch_config& config, const launch_plan& plan, uint32_t node,
            std::vector<rank_id> ranks, std::string binary, std::vector<std::string> env,
-           bool sim_engine)
+           bool sim_engine, process_fault_schedule process_faults, uint64_t fault_seed)
       : sim_engine_(sim_engine),
         config_(config),
         plan_(plan),
@@ -99,7 +104,10 @@ class node_run {
         sup_(names(ranks_), std::chrono::milliseconds{config.runtime.stop_timeout_ms},
              restarts_allowed(config) ? config.topology.restart.limit : 0, node == 0,
              sim_engine ? "simulated run" : "smoke run"),
-        node_(node) {}
+        node_(node),
+        process_faults_(std::move(process_faults)),
+        fault_seed_(fault_seed),
+        stopped_(children_.size(), false) {}
 
   /// Runs until every child is gone; the launch's exit code.
   int run(signal_watcher& signals) {
@@ -142,8 +150,23 @@ class node_run {
   /// The run's fault report: the scheduler's line (channel faults, the coordinator's counts)
   /// with the workers' copy faults added to `fired`; none without the scheduler's line.
   std::optional<json> fault_report() const {
-    if (!fault_report_) return std::nullopt;
-    json merged = *fault_report_;
+    std::optional<json> own;
+    if (!fault_report_ && !process_faults_.empty()) {
+      // The scheduler was killed (or failed) before its report: the launcher's counts only.
+      own = json::parse(fault_report_line(fault_outcome{.seed = fault_seed_}));
+    }
+    if (!fault_report_ && !own) return std::nullopt;
+    json merged = fault_report_ ? *fault_report_ : *own;
+    for (size_t k = 0; k < fault_kind_count; ++k) {
+      if (process_fired_[k] == 0) continue;
+      const std::string kind(to_string(static_cast<fault_kind>(k)));
+      merged["fired"][kind] = merged["fired"].value(kind, uint64_t{0}) + process_fired_[k];
+    }
+    if (scheduler_killed_) {
+      // Invariant of kill_scheduler: the workers noticed the lost scheduler and exited.
+      merged["workers_exited_on_their_own"] = !workers_killed_;
+      if (workers_killed_) merged["invariants_ok"] = false;
+    }
     for (const auto& [kind, n] : worker_fired_) {
       if (merged["fired"].contains(kind) && merged["fired"][kind].is_number_unsigned()) {
         merged["fired"][kind] = merged["fired"][kind].get<uint64_t>() + n;
@@ -185,10 +208,121 @@ class node_run {
     return true;
   }
 
-  void apply(const std::vector<supervision::order>& orders) {
+  /// `forwarded`: a signal the launcher got, passed on even while the workers are left to end
+  /// on their own.
+  void apply(const std::vector<supervision::order>& orders, bool forwarded = false) {
+    // After kill_scheduler the workers must end on their own: the launcher waits for them
+    // (orphan_deadline_) and signals none before.
+    if (orphan_deadline_ && !forwarded) return;
     for (const auto& o : orders) {
-      if (children_[o.child].running()) (void)children_[o.child].signal(o.signal);
+      if (!children_[o.child].running()) continue;
+      if (stopped_[o.child] && o.signal != SIGKILL) {
+        (void)children_[o.child].signal(SIGCONT);  // a stopped child could not act on it
+        stopped_[o.child] = false;
+      }
+      (void)children_[o.child].signal(o.signal);
     }
+  }
+
+  size_t child_of(rank_id rank) const {
+    return 1 + static_cast<size_t>(std::find(ranks_.begin(), ranks_.end(), rank) - ranks_.begin());
+  }
+
+  /// Carries out the process faults due once the scheduler completed `step`.
+  void fire_process_faults(step_id step) {
+    for (const process_action& a : process_faults_.due(step)) {
+      const size_t child = a.action == process_action::what::kill_scheduler ? 0 : child_of(a.rank);
+      if (child >= children_.size() || !children_[child].running() || sup_.stopping()) {
+        tell(spdlog::level::warn, "fault " + std::string(to_string(kind_of(a))) + " at step " +
+                                      std::to_string(step) + ": " + role(child) +
+                                      " is not running; not fired");
+        continue;
+      }
+      const int sig = a.action == process_action::what::stop_rank ? SIGSTOP : SIGKILL;
+      if (auto st = children_[child].signal(sig); !st) {
+        say("fault " + std::string(to_string(kind_of(a))) + ": " + st.to_string());
+        continue;
+      }
+      ++process_fired_[static_cast<size_t>(kind_of(a))];
+      const uint32_t incarnation = child == 0 ? 0 : sup_.incarnation(child);
+      if (a.action == process_action::what::stop_rank) {
+        stopped_[child] = true;
+        if (a.resume_ms) {
+          resumes_.push_back(
+              {clock::now() + std::chrono::milliseconds{*a.resume_ms}, child, incarnation});
+        }
+      }
+      if (a.action == process_action::what::kill_scheduler) {
+        scheduler_killed_ = true;
+        orphan_deadline_ = clock::now() +
+                           std::chrono::milliseconds{config_.runtime.connection_timeout_ms} +
+                           std::chrono::milliseconds{config_.runtime.stop_timeout_ms};
+      }
+      tell(spdlog::level::warn,
+           "fault " + std::string(to_string(kind_of(a))) + ": " +
+               (sig == SIGSTOP ? "SIGSTOP" : "SIGKILL") + " to the " + role(child) + " (pid " +
+               std::to_string(children_[child].pid()) + ") after step " + std::to_string(step) +
+               (a.action == process_action::what::stop_rank
+                    ? (a.resume_ms ? ", SIGCONT in " + std::to_string(*a.resume_ms) + " ms"
+                                   : ", never continued")
+                    : ""));
+      json line{{"event", "fault"},
+                {"kind", to_string(kind_of(a))},
+                {"step", step},
+                {"pid", children_[child].pid()}};
+      if (child != 0) {
+        line["rank"] = a.rank;
+        line["incarnation"] = incarnation;
+      }
+      emit(line);
+    }
+  }
+
+  /// The scheduler declared `rank`'s `incarnation` lost: a process stopped for good is killed
+  /// (and, under on-failure, restarted like any failed worker).
+  void on_rank_lost(rank_id rank, uint32_t incarnation) {
+    const size_t child = child_of(rank);
+    if (child >= children_.size() || !stopped_[child] || !children_[child].running()) return;
+    if (sup_.incarnation(child) != incarnation) return;
+    tell(spdlog::level::warn, "the scheduler lost the stopped " + role(child) + ": SIGKILL");
+    (void)children_[child].signal(SIGKILL);
+  }
+
+  /// SIGCONT to hung workers whose resume time came; after kill_scheduler, SIGKILL to the
+  /// workers still there at the orphan deadline.
+  void on_fault_time(clock::time_point now) {
+    for (auto it = resumes_.begin(); it != resumes_.end();) {
+      if (it->at > now) {
+        ++it;
+        continue;
+      }
+      if (stopped_[it->child] && children_[it->child].running() &&
+          sup_.incarnation(it->child) == it->incarnation) {
+        tell(spdlog::level::warn, "fault hang_rank: SIGCONT to the " + role(it->child));
+        (void)children_[it->child].signal(SIGCONT);
+        stopped_[it->child] = false;
+      }
+      it = resumes_.erase(it);
+    }
+    if (orphan_deadline_ && *orphan_deadline_ <= now) {
+      orphan_deadline_.reset();
+      for (size_t i = 1; i < children_.size(); ++i) {
+        if (!children_[i].running()) continue;
+        workers_killed_ = true;
+        say("the " + role(i) +
+            " did not exit within connection_timeout_ms + stop_timeout_ms of the scheduler's "
+            "death: SIGKILL");
+        (void)children_[i].signal(SIGKILL);
+      }
+    }
+  }
+
+  std::optional<clock::time_point> fault_deadline() const {
+    std::optional<clock::time_point> d = orphan_deadline_;
+    for (const auto& r : resumes_) {
+      if (!d || r.at < *d) d = r.at;
+    }
+    return d;
   }
 
   /// One poll() round: signals, output lines, exits, deadlines.
@@ -205,7 +339,9 @@ class node_run {
       what.emplace_back(i, true);
     }
     int timeout = -1;
-    if (auto d = sup_.deadline()) {
+    std::optional<clock::time_point> d = sup_.deadline();
+    if (auto f = fault_deadline(); f && (!d || *f < *d)) d = f;
+    if (d) {
       const auto left = std::chrono::ceil<std::chrono::milliseconds>(*d - clock::now());
       timeout = static_cast<int>(std::max<int64_t>(0, left.count()));
     }
@@ -220,7 +356,7 @@ class node_run {
       if (int sig = signals.signalled()) {
         tell(spdlog::level::info,
              "signal " + std::to_string(sig) + ": stopping the node's processes");
-        apply(sup_.on_signal(sig, clock::now()));
+        apply(sup_.on_signal(sig, clock::now()), true);
       }
     }
     for (size_t k = 0; k < what.size(); ++k) {
@@ -232,11 +368,13 @@ class node_run {
       }
       read_output(child, true);  // what it wrote before it ended comes first
       const int code = children_[child].reap();
+      stopped_[child] = false;
       tell(spdlog::level::info, role(child) + " (pid " + std::to_string(children_[child].pid()) +
                                     ") exited with code " + std::to_string(code));
       apply(sup_.on_exit(child, code, clock::now()));
       restart_due();
     }
+    on_fault_time(clock::now());
     apply(sup_.on_time(clock::now()));
   }
 
@@ -296,10 +434,12 @@ class node_run {
   }
 
   void on_line(size_t child, const std::string& line) {
-    tell(spdlog::level::info, "[" + role(child) + "] " + line, false);
     const json j = json::parse(line, nullptr, false);
-    if (!j.is_object() || !j.contains("event")) return;
-    const std::string event = j.value("event", "");
+    const std::string event = j.is_object() ? j.value("event", "") : "";
+    if (child != 0 || event != "progress") {  // progress: every step, not relayed
+      tell(spdlog::level::info, "[" + role(child) + "] " + line, false);
+    }
+    if (event.empty()) return;
     if (child != 0) {
       // A restarted worker registered again: it re-attached to the segment and rejoined.
       if (event == "registered" && j.value("incarnation", 0) > 0) {
@@ -316,7 +456,11 @@ class node_run {
       }
       return;
     }
-    if (event == "listening") {
+    if (event == "progress") {
+      fire_process_faults(j.value("step", step_id{0}));
+    } else if (event == "rank_lost") {
+      on_rank_lost(j.value("rank", rank_id{0}), j.value("incarnation", uint32_t{0}));
+    } else if (event == "listening") {
       on_listening(j);
     } else if (event == "ready") {
       if (!ready_at_) ready_at_ = clock::now();
@@ -379,6 +523,20 @@ class node_run {
   std::vector<json> runners_;  ///< the workers' "runner" lines
   std::optional<json> fault_report_;             ///< the scheduler's fault_report line
   std::map<std::string, uint64_t> worker_fired_;  ///< copy faults from the workers' "stopped"
+  process_fault_schedule process_faults_;
+  uint64_t fault_seed_;
+  fault_counts process_fired_{};  ///< process faults carried out, by kind
+  std::vector<bool> stopped_;     ///< per child: SIGSTOPped and not continued
+  struct resume {
+    clock::time_point at;
+    size_t child;
+    uint32_t incarnation;
+  };
+  std::vector<resume> resumes_;  ///< hang_rank with resume=MS: SIGCONT due
+  bool scheduler_killed_ = false;
+  /// kill_scheduler: until then the workers must exit on their own; past it they are killed.
+  std::optional<clock::time_point> orphan_deadline_;
+  bool workers_killed_ = false;  ///< a worker outlived orphan_deadline_
 };
 
 /// Removes the segments earlier runs of this user left behind (their creator is gone); prints
@@ -514,13 +672,6 @@ int run_launch(const launch_options& o) {
     return refuse("--node " + std::to_string(o.node) + ": topology.nodes has " +
                   std::to_string(nodes) + (nodes == 1 ? " node" : " nodes"));
   }
-  for (const std::string& spec : c.runtime.faults) {
-    if (spec.starts_with("kill_rank") || spec.starts_with("hang_rank") ||
-        spec.starts_with("kill_scheduler")) {
-      return refuse("runtime.faults: \"" + spec +
-                    "\": process faults are checked but not executed by the launcher yet");
-    }
-  }
   if (!c.offload.enabled) {
     return refuse(
         "offload.enabled is false: a launch needs the pool (`kvconnect soak --compare` runs the "
@@ -560,6 +711,15 @@ int run_launch(const launch_options& o) {
   auto plan = make_plan(c, instance, token);
   if (!plan) return refuse(plan.error().to_string());
   const auto ranks = plan->ranks_on(o.node);
+  // Process faults: node 0's launcher carries them out, on the ranks of node 0.
+  auto faults = parse_fault_options(c.runtime.faults, c.runtime.fault_seed);
+  if (!faults) return refuse("runtime.faults: " + faults.error().message());
+  process_fault_schedule process_faults;
+  if (o.node == 0) {
+    auto s = process_fault_schedule::create(*faults, ranks);
+    if (!s) return refuse("runtime.faults: " + s.error().message());
+    process_faults = std::move(s).value();
+  }
   const std::string segment = shm::segment_name(::getuid(), instance, o.node);
 
   sweep_stale_segments(c.runtime.log_level);
@@ -576,7 +736,7 @@ int run_launch(const launch_options& o) {
     own_segment.emplace(std::move(seg).value());
   }
   node_run run(c, *plan, o.node, ranks, o.binary, child_environment(token, c.runtime.log_level),
-               o.engine == "sim");
+               o.engine == "sim", std::move(process_faults), c.runtime.fault_seed);
   int code = run.run(signals);
   own_segment.reset();  // removes it
 

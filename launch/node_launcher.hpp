@@ -28,10 +28,17 @@
 /// With --compare a {"event":"compare",...} line follows the summary.
 ///
 /// With injected faults (runtime.faults), a {"event":"fault_report",...} line comes before the
-/// summary: the scheduler's report with the workers' copy faults added to "fired".
+/// summary: the scheduler's report with the workers' copy faults and the launcher's process
+/// faults added to "fired". Process faults (kill_rank, hang_rank, kill_scheduler) are carried out
+/// by node 0's launcher after the step of the scheduler's {"event":"progress",...} lines
+/// (process_faults.hpp; not relayed to stderr), each printed as {"event":"fault",...}; a worker
+/// stopped for good is killed when the scheduler prints {"event":"rank_lost",...} for it; after
+/// kill_scheduler no worker is signalled for runtime.connection_timeout_ms + stop_timeout_ms
+/// (past it they are killed and the report's workers_exited_on_their_own is false).
 ///
 /// Exit codes: 0 the run passed (the simulated engine: every worker reported, zero mismatches;
-/// another node: the scheduler stopped its workers); 1 a failure; 2 a config error (nothing
+/// another node: the scheduler stopped its workers); 1 a failure (also a killed scheduler whose
+/// invariants held); 2 a config error, or a process fault naming a rank not on node 0 (nothing
 /// started); 3 the fault report's invariants failed; 128 + signal when interrupted.
 #include <cstdint>
 #include <string>

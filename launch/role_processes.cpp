@@ -14,6 +14,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
 #include <spdlog/cfg/env.h>
@@ -93,6 +94,16 @@ status wait_for_restarts(embed::scheduler_connector& sc, const scheduler_process
   return status::success();  // signalled: the caller ends the run
 }
 
+/// {"event":"rank_lost","rank":r,"incarnation":i} once for each rank the coordinator holds lost
+/// (the launcher ends a hung process it stopped on this line). `told`: the losses said so far.
+void report_lost_ranks(const embed::scheduler_connector& sc,
+                       std::set<std::pair<rank_id, uint32_t>>& told) {
+  for (const embed::lost_rank& l : sc.lost_ranks()) {
+    if (!told.insert({l.rank, l.incarnation}).second) continue;
+    emit({{"event", "rank_lost"}, {"rank", l.rank}, {"incarnation", l.incarnation}});
+  }
+}
+
 /// Smoke mode: waits for every rank, then runs the engine loop's steps one after the other.
 int smoke(embed::scheduler_connector& sc, smoke_engine& engine, const scheduler_process_options& o,
           signal_watcher& signals) {
@@ -102,8 +113,10 @@ int smoke(embed::scheduler_connector& sc, smoke_engine& engine, const scheduler_
     return 1;
   }
   emit({{"event", "ready"}, {"world_size", o.topology.world_size()}});
+  std::set<std::pair<rank_id, uint32_t>> told;
   for (uint64_t k = 0; k < o.smoke_steps; ++k) {
     if (signals.signalled()) return 1;
+    report_lost_ranks(sc, told);
     if (engine.needs_workers()) {  // a rank was lost: its restart registers again
       if (auto st = wait_for_restarts(sc, o, signals); !st) {
         spdlog::error("{}", st.to_string());
@@ -117,6 +130,11 @@ int smoke(embed::scheduler_connector& sc, smoke_engine& engine, const scheduler_
       spdlog::error("{}", st.to_string());
       return 1;
     }
+    emit({{"event", "progress"},
+          {"step", k + 1},
+          {"steps", o.smoke_steps},
+          {"jobs_ok", engine.jobs_ok()},
+          {"jobs_failed", engine.jobs_failed()}});
   }
   emit({{"event", "smoke"},
         {"steps", o.smoke_steps},
@@ -158,8 +176,10 @@ int simulate(embed::scheduler_connector& sc, const launch_config& c,
   lo.offloaded_block_bytes = offloaded_block_bytes;
   // A lost rank (under on-failure): no step until every rank registered again and the new
   // process subscribed to the executor channel (subscriptions count since its creation).
+  std::set<std::pair<rank_id, uint32_t>> told;
   lo.await_ranks = [&]() -> status {
     spdlog::warn("sim: a rank was lost: pausing until every rank is back");
+    report_lost_ranks(sc, told);
     if (auto st = wait_for_restarts(sc, o, signals); !st) return st;
     if (int sig = signals.signalled()) {
       return make_error(errc::io_error, "signal " + std::to_string(sig));
@@ -178,6 +198,18 @@ int simulate(embed::scheduler_connector& sc, const launch_config& c,
     }
     if (auto st = executor.publish({false, in}); !st) return st;
     return 0.0;  // the ranks' connector time is theirs, not measured here
+  };
+  lo.on_step = [&](const sim::run_report& r) {
+    report_lost_ranks(sc, told);
+    emit({{"event", "progress"},
+          {"step", r.steps},
+          {"steps", c.workload.steps},
+          {"requests_finished", r.requests_finished},
+          {"requests_running", r.requests_arrived - r.requests_finished - r.requests_aborted},
+          {"prefill_tokens_computed", r.prefill_tokens_computed},
+          {"cpu_hit_tokens", r.cpu_hit_tokens},
+          {"gpu_hit_tokens", r.gpu_hit_tokens},
+          {"jobs_failed", r.jobs_failed}});
   };
   auto rep = sim::run_engine_loop(c, &sc, lo);
   if (auto st = executor.publish({true, {}}); !st) spdlog::warn("sim: {}", st.to_string());

@@ -124,6 +124,14 @@ result<size_t> completion_aggregator::on_rank_lost(rank_id rank) {
   return failed;
 }
 
+std::vector<completion_aggregator::lost_rank> completion_aggregator::lost_ranks() const {
+  std::vector<lost_rank> out;
+  for (rank_id r = 0; r < ranks_.size(); ++r) {
+    if (!ranks_[r].alive) out.push_back({r, ranks_[r].incarnation});
+  }
+  return out;
+}
+
 size_t completion_aggregator::lose(rank_id rank) {
   size_t failed = 0;
   for (auto it = jobs_.begin(); it != jobs_.end();) {

@@ -187,6 +187,15 @@ class completion_aggregator {
   uint32_t world_size() const noexcept { return world_size_; }
   const aggregator_stats& stats() const noexcept { return stats_; }
 
+  /// A rank that is lost now, with the incarnation it was lost as.
+  struct lost_rank {
+    rank_id rank = 0;
+    uint32_t incarnation = 0;
+    friend bool operator==(const lost_rank&, const lost_rank&) = default;
+  };
+  /// The ranks lost and not registered again, by ascending rank. O(world_size).
+  std::vector<lost_rank> lost_ranks() const;
+
  private:
   struct rank_state {
     uint32_t incarnation = 0;

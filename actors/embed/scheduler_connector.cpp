@@ -415,6 +415,15 @@ rank_changes scheduler_connector::ranks_changed() const noexcept {
   return {.losses = st.rank_losses, .restarts = st.rank_restarts};
 }
 
+std::vector<lost_rank> scheduler_connector::lost_ranks() const {
+  if (!impl_->host->live()) return {};
+  std::vector<lost_rank> out;
+  for (const auto& l : impl_->host->coordinator().core().aggregator().lost_ranks()) {
+    out.push_back({l.rank, l.incarnation});
+  }
+  return out;
+}
+
 size_t scheduler_connector::jobs_in_flight() const noexcept {
   return impl_->planner->jobs_in_flight();
 }

@@ -60,6 +60,12 @@ struct rank_changes {
   uint64_t restarts = 0;  ///< a rank registered again with a higher incarnation
 };
 
+/// A rank the coordinator holds lost, with the incarnation it was lost as.
+struct lost_rank {
+  rank_id rank = 0;
+  uint32_t incarnation = 0;
+};
+
 class worker_connector;
 struct local_endpoint;  // actors/embed/local_endpoint.hpp (internal)
 
@@ -142,6 +148,9 @@ class scheduler_connector {
   /// Rank losses and restarts the coordinator has seen (an engine that checks work across
   /// steps sees here that a rank's process changed in between).
   rank_changes ranks_changed() const noexcept;
+  /// The ranks the coordinator holds lost now (not registered again), each with the
+  /// incarnation it was lost as; empty after shutdown. Call from the engine loop's thread.
+  std::vector<lost_rank> lost_ranks() const;
   /// Jobs planned and not completed (their keys are pinned or pending in the ledger).
   size_t jobs_in_flight() const noexcept;
   size_t tracked_requests() const noexcept;

@@ -110,9 +110,11 @@ TEST(ConfigCliTest, ABadFaultSpecIsExitTwoBeforeAnythingStarts) {
   EXPECT_EQ(launch.code, 2) << launch.err;
   EXPECT_THAT(launch.err, HasSubstr("runtime.faults[0]"));
   EXPECT_THAT(launch.err, HasSubstr("needs step=N"));
-  auto process = run({"launch", "--fault", "kill_rank:rank=1,step=3"});
+  // The embedded default has ranks 0 and 1 on node 0: rank 5 is not one of them.
+  auto process = run({"launch", "--fault", "kill_rank:rank=5,step=3"});
   EXPECT_EQ(process.code, 2) << process.err;
-  EXPECT_THAT(process.err, HasSubstr("not executed by the launcher yet"));
+  EXPECT_THAT(process.err, HasSubstr("rank 5 is not on node 0"));
+  EXPECT_EQ(process.out, "") << "started something";
   auto shown = run({"config", "show", "--set", "runtime.fault_seed=5"});
   EXPECT_EQ(shown.code, 0);
   EXPECT_THAT(shown.out, HasSubstr("fault_seed: 5"));

@@ -1,0 +1,190 @@
+// The chaos test: `kvconnect launch launch/examples/tp4.yaml` (TP=4, restart.policy on-failure)
+// on the simulated engine with process faults that the launcher carries out at a step of the
+// scheduler's progress: a rank SIGKILLed, a rank SIGSTOPped for less or for longer than
+// runtime.connection_timeout_ms, the scheduler SIGKILLed. Synchronisation reads the
+// launcher's JSON lines and waits for its exit (no sleeps); TearDown checks that no process
+// and no /dev/shm segment of the launch is left.
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <chrono>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/shm/shm_entries.hpp"
+#include "tests/support/child_process.hpp"
+
+namespace kvc::launch {
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+using testing::child_process;
+using ::testing::HasSubstr;
+
+/// Safety net for a single wait: only a broken run ever reaches it.
+constexpr auto patience = 90s;
+/// The engine the chaos runs use: "sim" (the simulated engine), or "smoke".
+const std::string engine = "sim";
+
+class ChaosMultiprocTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    static int counter = 0;
+    instance_ = "chaos" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+    ASSERT_TRUE(leftover_segments().empty());
+  }
+
+  void TearDown() override {
+    if (launcher_.running()) ADD_FAILURE() << "the launcher still runs: killed";
+    launcher_ = child_process{};  // SIGKILLs and reaps it if still running
+    for (pid_t pid : pids()) {
+      if (::kill(pid, 0) == 0 || errno != ESRCH) {
+        ADD_FAILURE() << "child " << pid << " of the launch is still there: killed";
+        ::kill(pid, SIGKILL);
+      }
+    }
+    const auto left = leftover_segments();
+    for (const auto& n : left) ::shm_unlink(n.c_str());
+    EXPECT_TRUE(left.empty()) << "segments left behind: " << ::testing::PrintToString(left);
+  }
+
+  std::vector<std::string> leftover_segments() const {
+    return shm::testing::shm_entries(instance_ + "-");
+  }
+
+  /// `kvconnect launch tp4.yaml` with this test's instance and `extra`.
+  void launch(const std::vector<std::string>& extra) {
+    std::vector<std::string> argv{KVC_BINARY,
+                                  "launch",
+                                  KVC_SOURCE_DIR "/launch/examples/tp4.yaml",
+                                  "--engine",
+                                  engine,
+                                  "--set",
+                                  "runtime.instance=" + instance_};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto c = child_process::start(argv);
+    ASSERT_TRUE(c.ok()) << c.error().to_string();
+    launcher_ = std::move(c).value();
+  }
+
+  /// Every stdout line of the launcher with `"event":"<event>"`, parsed.
+  std::vector<json> lines(const std::string& event) const {
+    std::vector<json> out;
+    std::istringstream in(launcher_.stdout_text());
+    for (std::string l; std::getline(in, l);) {
+      if (l.find("\"event\":\"" + event + "\"") == std::string::npos) continue;
+      out.push_back(json::parse(l));
+    }
+    return out;
+  }
+
+  /// Every process the launch started, from its "started" and "restarted" lines.
+  std::vector<pid_t> pids() const {
+    std::vector<pid_t> out;
+    for (const auto& s : lines("started")) {
+      if (s.at("scheduler_pid").is_number()) out.push_back(s.at("scheduler_pid").get<pid_t>());
+      for (const auto& p : s.at("worker_pids")) out.push_back(p.get<pid_t>());
+    }
+    for (const auto& r : lines("restarted")) out.push_back(r.at("pid").get<pid_t>());
+    return out;
+  }
+
+  int exit_code() {
+    auto code = launcher_.wait_exit(patience);
+    return code.ok() ? *code : -1;
+  }
+
+  json last(const std::string& event) {
+    const auto all = lines(event);
+    EXPECT_FALSE(all.empty()) << "no " << event << " line: " << launcher_.stderr_text();
+    return all.empty() ? json{} : all.back();
+  }
+
+  std::string instance_;
+  child_process launcher_;
+};
+
+TEST_F(ChaosMultiprocTest, AKilledRankAndAShortHangRecoverAndTheRunCompletes) {
+  // The hang (300 ms) is shorter than runtime.connection_timeout_ms (1000): the rank is slow,
+  // not lost; the killed rank is restarted and rejoins as incarnation 1.
+  launch({"--fault", "kill_rank:rank=2,step=20", "--fault", "hang_rank:rank=1,step=50,resume=300"});
+  ASSERT_EQ(exit_code(), 0) << launcher_.stderr_text();
+  const auto faults = lines("fault");
+  ASSERT_EQ(faults.size(), 2u) << launcher_.stdout_text();
+  EXPECT_EQ(faults[0].at("kind"), "kill_rank");
+  EXPECT_EQ(faults[0].at("rank"), 2);
+  EXPECT_GE(faults[0].at("step").get<uint64_t>(), 20u);
+  EXPECT_EQ(faults[1].at("kind"), "hang_rank");
+  EXPECT_EQ(faults[1].at("rank"), 1);
+  const auto rejoined = lines("rejoined");
+  ASSERT_EQ(rejoined.size(), 1u) << launcher_.stdout_text();
+  EXPECT_EQ(rejoined[0].at("rank"), 2);
+  EXPECT_EQ(rejoined[0].at("incarnation"), 1);
+  const json report = last("fault_report");
+  EXPECT_EQ(report.at("fired").at("kill_rank"), 1);
+  EXPECT_EQ(report.at("fired").at("hang_rank"), 1);
+  EXPECT_EQ(report.at("fired").at("kill_scheduler"), 0);
+  EXPECT_EQ(report.at("invariants_ok"), true) << report.dump();
+  const json s = last("summary");
+  EXPECT_EQ(s.at("ok"), true) << s.dump();
+  EXPECT_EQ(s.at("restarts"), 1);
+  EXPECT_EQ(s.at("load_mismatches"), 0);
+  EXPECT_THAT(launcher_.stderr_text(), HasSubstr("SIGCONT to the worker 1"));
+  // Progress lines drive the faults but are not relayed to stderr.
+  EXPECT_THAT(launcher_.stderr_text(), ::testing::Not(HasSubstr("\"event\":\"progress\"")));
+}
+
+TEST_F(ChaosMultiprocTest, AHangPastTheConnectionTimeoutIsLostKilledAndRestarted) {
+  // Never continued: the scheduler declares rank 1 lost, the launcher kills the stopped
+  // process and restarts it.
+  launch({"--fault", "hang_rank:rank=1,step=30"});
+  ASSERT_EQ(exit_code(), 0) << launcher_.stderr_text();
+  const auto rejoined = lines("rejoined");
+  ASSERT_EQ(rejoined.size(), 1u) << launcher_.stdout_text();
+  EXPECT_EQ(rejoined[0].at("rank"), 1);
+  EXPECT_EQ(rejoined[0].at("incarnation"), 1);
+  EXPECT_THAT(launcher_.stderr_text(),
+              HasSubstr("the scheduler lost the stopped worker 1: SIGKILL"));
+  EXPECT_THAT(launcher_.stderr_text(),
+              HasSubstr("\"event\":\"rank_lost\",\"incarnation\":0,\"rank\":1"));
+  const json report = last("fault_report");
+  EXPECT_EQ(report.at("fired").at("hang_rank"), 1);
+  EXPECT_EQ(report.at("invariants_ok"), true) << report.dump();
+  const json s = last("summary");
+  EXPECT_EQ(s.at("ok"), true) << s.dump();
+  EXPECT_EQ(s.at("restarts"), 1);
+}
+
+TEST_F(ChaosMultiprocTest, AKilledSchedulerLeavesWorkersThatExitOnTheirOwn) {
+  launch({"--fault", "kill_scheduler:step=20", "--set", "workload.steps=4000000000"});
+  EXPECT_EQ(exit_code(), 1) << launcher_.stderr_text();
+  const json report = last("fault_report");
+  EXPECT_EQ(report.at("fired").at("kill_scheduler"), 1);
+  EXPECT_EQ(report.at("workers_exited_on_their_own"), true) << launcher_.stderr_text();
+  EXPECT_EQ(report.at("invariants_ok"), true);
+  const json s = last("summary");
+  EXPECT_EQ(s.at("exit_code"), 1);
+  EXPECT_EQ(s.at("segment_left"), true);  // removed by the launcher
+  EXPECT_THAT(s.at("reason").get<std::string>(), HasSubstr("scheduler exited with code 137"));
+  EXPECT_THAT(launcher_.stderr_text(), ::testing::Not(HasSubstr("did not exit within")));
+  // TearDown: every worker is gone, the segment too.
+}
+
+TEST_F(ChaosMultiprocTest, AProcessFaultOnAnotherNodesRankIsRefused) {
+  launch({"--fault", "kill_rank:rank=3,step=2", "--set", "topology.tensor_parallel=2"});
+  EXPECT_EQ(exit_code(), 2);
+  EXPECT_THAT(launcher_.stderr_text(), HasSubstr("rank 3 is not on node 0"));
+  EXPECT_TRUE(lines("started").empty());
+}
+
+}  // namespace
+}  // namespace kvc::launch
