@@ -447,6 +447,8 @@ void read_runtime(reader& r, const YAML::Node& n, runtime_section& rt) {
          {"job_timeout_ms", ms(rt.job_timeout_ms, 0)},
          {"job_timeout_steps",
           [&](auto& v, auto& p) { r.number(v, p, rt.job_timeout_steps, 0, u32_max); }},
+         {"progress_interval_ms",
+          [&](auto& v, auto& p) { r.number(v, p, rt.progress_interval_ms, 0, u32_max); }},
          {"faults",
           [&](const YAML::Node& v, const std::string& p) {
             if (v.IsNull()) {

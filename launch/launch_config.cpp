@@ -100,6 +100,7 @@ std::string to_yaml(const launch_config& c) {
   emit_number(out, "stop_timeout_ms", r.stop_timeout_ms);
   emit_number(out, "job_timeout_ms", r.job_timeout_ms);
   emit_number(out, "job_timeout_steps", r.job_timeout_steps);
+  emit_number(out, "progress_interval_ms", r.progress_interval_ms);
   out << YAML::Key << "faults" << YAML::Value << YAML::Flow << YAML::BeginSeq;
   for (const auto& f : r.faults) out << YAML::DoubleQuoted << f;
   out << YAML::EndSeq;

@@ -83,6 +83,8 @@ struct runtime_section {
   uint32_t stop_timeout_ms = 5000;
   uint32_t job_timeout_ms = 30000;     ///< a job's deadline after its step; 0: none by time
   uint32_t job_timeout_steps = 1000;  ///< a job's deadline in later steps; 0: none by steps
+  /// The launcher's progress line off a terminal: one every this many ms; 0: none.
+  uint32_t progress_interval_ms = 5000;
   /// Injected faults, one spec each (docs/faults.md); checked by the loader.
   std::vector<std::string> faults;
   uint64_t fault_seed = 0;  ///< the injected faults' seed

@@ -27,6 +27,7 @@
 #include "launch/sim_engine/in_process_run.hpp"
 #include "launch/sim_engine/run_report.hpp"
 #include "launch/process_faults.hpp"
+#include "launch/progress_display.hpp"
 #include "launch/signal_watcher.hpp"
 #include "launch/spawned_process.hpp"
 #include "launch/supervision.hpp"
@@ -113,7 +114,7 @@ class node_run {
   int run(signal_watcher& signals) {
     wake_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (wake_ < 0) {
-      say(std::string("eventfd: ") + std::strerror(errno));
+      own_line(std::string("eventfd: ") + std::strerror(errno));
       return 1;
     }
     signals.on_signal([fd = wake_](int) {
@@ -137,6 +138,7 @@ class node_run {
       on_listening(at);
     }
     while (!sup_.finished()) step(signals);
+    std::cerr << progress_.close() << std::flush;
     signals.on_signal(nullptr);
     ::close(wake_);
     return sup_.exit_code();
@@ -178,13 +180,26 @@ class node_run {
 
  private:
   /// A message of the launcher's own at `level`, shown unless runtime.log_level is above it.
-  void tell(spdlog::level::level_enum level, const std::string& message, bool own = true) const {
+  void tell(spdlog::level::level_enum level, const std::string& message, bool own = true) {
     if (level < spdlog::level::from_str(config_.runtime.log_level)) return;
+    std::cerr << progress_.close();
     if (own) {
       say(message);
     } else {
       std::cerr << (message + "\n") << std::flush;  // one write
     }
+  }
+
+  /// A line of the launcher's own, after the progress line (if one is open on the terminal).
+  void own_line(const std::string& message) {
+    std::cerr << progress_.close();
+    say(message);
+  }
+
+  /// The progress line for the scheduler's progress line `j` (below log level info: none).
+  void show_progress(const json& j) {
+    if (spdlog::level::info < spdlog::level::from_str(config_.runtime.log_level)) return;
+    if (auto text = progress_.on_progress(j, clock::now())) std::cerr << *text << std::flush;
   }
 
   static std::vector<std::string> names(const std::vector<rank_id>& ranks) {
@@ -200,7 +215,7 @@ class node_run {
   bool start(size_t child, const std::vector<std::string>& argv) {
     auto p = spawned_process::start(argv, env_);
     if (!p) {
-      say("cannot start the " + role(child) + ": " + p.error().to_string());
+      own_line("cannot start the " + role(child) + ": " + p.error().to_string());
       return false;
     }
     children_[child] = std::move(p).value();
@@ -240,7 +255,7 @@ class node_run {
       }
       const int sig = a.action == process_action::what::stop_rank ? SIGSTOP : SIGKILL;
       if (auto st = children_[child].signal(sig); !st) {
-        say("fault " + std::string(to_string(kind_of(a))) + ": " + st.to_string());
+        own_line("fault " + std::string(to_string(kind_of(a))) + ": " + st.to_string());
         continue;
       }
       ++process_fired_[static_cast<size_t>(kind_of(a))];
@@ -309,7 +324,7 @@ class node_run {
       for (size_t i = 1; i < children_.size(); ++i) {
         if (!children_[i].running()) continue;
         workers_killed_ = true;
-        say("the " + role(i) +
+        own_line("the " + role(i) +
             " did not exit within connection_timeout_ms + stop_timeout_ms of the scheduler's "
             "death: SIGKILL");
         (void)children_[i].signal(SIGKILL);
@@ -346,7 +361,7 @@ class node_run {
       timeout = static_cast<int>(std::max<int64_t>(0, left.count()));
     }
     if (::poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR) {
-      say(std::string("poll: ") + std::strerror(errno));
+      own_line(std::string("poll: ") + std::strerror(errno));
       apply(sup_.on_signal(SIGTERM, clock::now()));
       return;
     }
@@ -458,6 +473,7 @@ class node_run {
     }
     if (event == "progress") {
       fire_process_faults(j.value("step", step_id{0}));
+      show_progress(j);
     } else if (event == "rank_lost") {
       on_rank_lost(j.value("rank", rank_id{0}), j.value("incarnation", uint32_t{0}));
     } else if (event == "listening") {
@@ -537,6 +553,8 @@ class node_run {
   /// kill_scheduler: until then the workers must exit on their own; past it they are killed.
   std::optional<clock::time_point> orphan_deadline_;
   bool workers_killed_ = false;  ///< a worker outlived orphan_deadline_
+  progress_display progress_{::isatty(STDERR_FILENO) == 1,
+                            std::chrono::milliseconds{config_.runtime.progress_interval_ms}};
 };
 
 /// Removes the segments earlier runs of this user left behind (their creator is gone); prints

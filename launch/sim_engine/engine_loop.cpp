@@ -53,6 +53,24 @@ class timed_connector final : public connector_calls {
   connector_clock now_ns_;
 };
 
+/// The core's counts so far into the report.
+void take_counts(const sim_scheduler& core, run_report& rep) {
+  const auto& st = core.stats();
+  rep.steps = core.step();
+  rep.requests_arrived = st.requests_arrived;
+  rep.requests_finished = st.requests_finished;
+  rep.requests_aborted = st.requests_aborted;
+  rep.preemptions = st.preemptions;
+  rep.gpu_hit_tokens = st.gpu_hit_tokens;
+  rep.cpu_hit_tokens = st.cpu_hit_tokens;
+  rep.prefill_tokens_computed = st.prefill_tokens_computed;
+  rep.prefill_tokens_saved = st.cpu_hit_tokens;
+  rep.output_tokens = st.output_tokens;
+  rep.hung_requests = core.unfinished();
+  rep.requests_recomputed = st.requests_recomputed;
+  rep.gpu_cache_resets = st.gpu_cache_resets;
+}
+
 }  // namespace
 
 engine_limits limits_of(const launch::launch_config& c) {
@@ -181,24 +199,14 @@ run_report run_engine_loop(const launch::launch_config& c, embed::scheduler_conn
       }
     }
     step_us.push_back(ns_since(t0) / 1000.0);
-    rep.steps = core.step();
-    if (o.on_step) o.on_step(rep);
+    if (o.on_step) {
+      take_counts(core, rep);  // the figures so far, for a progress line
+      o.on_step(rep);
+    }
   }
 
   const auto& st = core.stats();
-  rep.steps = core.step();
-  rep.requests_arrived = st.requests_arrived;
-  rep.requests_finished = st.requests_finished;
-  rep.requests_aborted = st.requests_aborted;
-  rep.preemptions = st.preemptions;
-  rep.gpu_hit_tokens = st.gpu_hit_tokens;
-  rep.cpu_hit_tokens = st.cpu_hit_tokens;
-  rep.prefill_tokens_computed = st.prefill_tokens_computed;
-  rep.prefill_tokens_saved = st.cpu_hit_tokens;
-  rep.output_tokens = st.output_tokens;
-  rep.hung_requests = core.unfinished();
-  rep.requests_recomputed = st.requests_recomputed;
-  rep.gpu_cache_resets = st.gpu_cache_resets;
+  take_counts(core, rep);
   for (const auto& e : core.errors()) problem(e);
   if (timed) connector_ns += timed->ns;
   if (sc) rep.pending_jobs = sc->jobs_in_flight();

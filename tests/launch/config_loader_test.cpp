@@ -329,6 +329,7 @@ TEST(ConfigLoaderTest, DeadlinesAreOnByDefaultAndFaultSpecsAreChecked) {
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d.config.runtime.job_timeout_ms, 30000u);
   EXPECT_EQ(d.config.runtime.job_timeout_steps, 1000u);
+  EXPECT_EQ(d.config.runtime.progress_interval_ms, 5000u);
   EXPECT_TRUE(d.config.runtime.faults.empty());
   auto bad = load(
       "runtime:\n"

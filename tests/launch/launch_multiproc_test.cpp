@@ -437,6 +437,26 @@ TEST_F(LaunchMultiprocTest, AWorkerKilledUnderOnFailureRejoinsAndTheSmokeRunComp
               HasSubstr("[scheduler] {\"event\":\"stopped\",\"workers\":2}"));
 }
 
+TEST_F(LaunchMultiprocTest, OffATerminalTheProgressLineIsPlainAndNamesTheRunsFigures) {
+  // An interval of 1 ms: a line at (nearly) every step; its fields are checked, not its timing.
+  launch({"--set", "workload.steps=50", "--set", "runtime.progress_interval_ms=1"}, "sim");
+  started();
+  ASSERT_EQ(exit_code(), 0) << launcher_.stderr_text();
+  const std::string err = launcher_.stderr_text();
+  EXPECT_EQ(err.find('\r'), std::string::npos);  // stderr is a pipe here, not a terminal
+  EXPECT_THAT(err, ::testing::ContainsRegex(
+                       "kvconnect launch: progress: step [0-9]+/50, [0-9.]+ steps/s, requests "
+                       "finished [0-9]+, cpu hit [0-9.]+%, jobs failed [0-9]+\n"));
+  EXPECT_THAT(err, HasSubstr("progress: step 1/50, "));  // the first step always shows
+}
+
+TEST_F(LaunchMultiprocTest, AProgressIntervalOfZeroShowsNoProgressLine) {
+  launch({"--set", "workload.steps=20", "--set", "runtime.progress_interval_ms=0"}, "sim");
+  started();
+  ASSERT_EQ(exit_code(), 0) << launcher_.stderr_text();
+  EXPECT_THAT(launcher_.stderr_text(), ::testing::Not(HasSubstr("progress:")));
+}
+
 TEST_F(LaunchMultiprocTest, PastTheRestartLimitTheLaunchFailsCleanly) {
   launch({"--set", "topology.restart.policy=on-failure", "--set", "topology.restart.limit=1",
           "--set", "workload.steps=4000000000"});
