@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -46,6 +47,9 @@ struct transfer_report {
   direction dir = direction::gpu_to_cpu;
   bool ok = false;
   errc error = errc::ok;  ///< why it failed, errc::ok on success
+  /// On failure, the call that failed and the backend's name for the error (cuda: the
+  /// cudaGetErrorName, e.g. "cudaEventQuery: cudaErrorIllegalAddress (...)"); empty on success.
+  std::string detail;
   uint64_t bytes = 0;
   double seconds = 0.0;  ///< from start of copying to completion
 };
@@ -115,6 +119,9 @@ class copy_engine {
   virtual status wait(std::span<const transfer_id> ids) = 0;
   /// Reports of finished transfers not yet taken, each exactly once, FIFO per direction.
   virtual std::vector<transfer_report> take_finished() = 0;
+  /// Transfers submitted as one batched device call (cuda: cudaMemcpyBatchAsync) rather than one
+  /// call per op; 0 for backends that never batch.
+  virtual uint64_t batched_transfers() const noexcept { return 0; }
 };
 
 }  // namespace kvc::cuda

@@ -382,7 +382,10 @@ result<transfer_id> cuda_copy_engine::submit(direction dir, std::span<const copy
 
   const transfer_id id = next_id_++;
   l.queue.push_back(inflight{id, *start, *end, total_bytes(ops),
-                             copy_error == cudaSuccess ? errc::ok : errc_of(copy_error)});
+                             copy_error == cudaSuccess ? errc::ok : errc_of(copy_error),
+                             copy_error == cudaSuccess
+                                 ? std::string()
+                                 : "cudaMemcpyAsync: " + describe(copy_error)});
   pending_.emplace(id, dir);
   return id;
 }
@@ -420,6 +423,7 @@ status cuda_copy_engine::harvest(direction dir, transfer_id until,
       }
     } else {
       r.error = f.failed != errc::ok ? f.failed : errc_of(e);
+      r.detail = !f.failed_by.empty() ? f.failed_by : "cudaEventQuery: " + describe(e);
     }
     finished_state_[f.id] = r.ok ? poll_state::done : poll_state::failed;
     finished_.push_back(r);

@@ -70,7 +70,7 @@ class cuda_copy_engine final : public copy_engine {
   std::vector<transfer_report> take_finished() override;
 
   /// Transfers whose ops went out as one cudaMemcpyBatchAsync / as per-op cudaMemcpyAsync.
-  uint64_t batched_transfers() const noexcept { return batched_; }
+  uint64_t batched_transfers() const noexcept override { return batched_; }
   uint64_t per_op_transfers() const noexcept { return per_op_; }
 
  private:
@@ -82,6 +82,7 @@ class cuda_copy_engine final : public copy_engine {
     CUevent_st* end = nullptr;
     uint64_t bytes = 0;
     errc failed = errc::ok;  ///< set when a call failed after copies were queued
+    std::string failed_by;   ///< that call and its CUDA error name, for the report
   };
   struct lane {
     CUstream_st* stream = nullptr;
