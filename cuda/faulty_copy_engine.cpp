@@ -88,6 +88,7 @@ void faulty_copy_engine::pump() {
       if (e.action == fault_action::fail_at_completion && r.ok) {
         r.ok = false;
         r.error = errc::injected_fault;
+        r.detail = "fault plan: fail_at_completion";
       }
       ready_state_[r.id] = r.ok ? poll_state::done : poll_state::failed;
       ready_.push_back(r);

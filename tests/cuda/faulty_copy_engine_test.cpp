@@ -176,8 +176,10 @@ TEST_F(FaultyCopyEngineTest, FailAtCompletionReportsInjectedFault) {
   EXPECT_EQ(reports[0].id, *l0);
   EXPECT_FALSE(reports[0].ok);
   EXPECT_EQ(reports[0].error, errc::injected_fault);
+  EXPECT_EQ(reports[0].detail, "fault plan: fail_at_completion");
   EXPECT_TRUE(reports[1].ok);
   EXPECT_EQ(reports[1].error, errc::ok);
+  EXPECT_TRUE(reports[1].detail.empty());
 }
 
 TEST_F(FaultyCopyEngineTest, DelayHoldsUntilMoreTransfersWereSubmitted) {
