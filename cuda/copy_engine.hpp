@@ -119,6 +119,9 @@ class copy_engine {
   virtual status wait(std::span<const transfer_id> ids) = 0;
   /// Reports of finished transfers not yet taken, each exactly once, FIFO per direction.
   virtual std::vector<transfer_report> take_finished() = 0;
+  /// Transfers submitted as one batched device call (cuda: cudaMemcpyBatchAsync) rather than one
+  /// call per op; 0 for backends that never batch.
+  virtual uint64_t batched_transfers() const noexcept { return 0; }
 };
 
 }  // namespace kvc::cuda

@@ -70,7 +70,7 @@ class cuda_copy_engine final : public copy_engine {
   std::vector<transfer_report> take_finished() override;
 
   /// Transfers whose ops went out as one cudaMemcpyBatchAsync / as per-op cudaMemcpyAsync.
-  uint64_t batched_transfers() const noexcept { return batched_; }
+  uint64_t batched_transfers() const noexcept override { return batched_; }
   uint64_t per_op_transfers() const noexcept { return per_op_; }
 
  private:

@@ -49,6 +49,7 @@ class faulty_copy_engine final : public copy_engine {
   poll_state poll(transfer_id id) override;
   status wait(std::span<const transfer_id> ids) override;
   std::vector<transfer_report> take_finished() override;
+  uint64_t batched_transfers() const noexcept override { return target_->batched_transfers(); }
 
   /// The wrapped engine (tests use it to drive the target, e.g. the sim's pause hook).
   copy_engine& target() noexcept { return *target_; }

@@ -12,10 +12,17 @@
 // the engine used; with a real GPU device memory is not host-addressable and the memcpy baseline
 // runs between the pool and a host buffer of the same size instead.
 //
-// Each submit() call is timed too (the caller's cost of handing a transfer over); the table and
-// the JSON give its p50 / p99 over all timed repetitions (cuda/bench_stats, nearest rank).
+// Shapes (`--shapes vllm`, the default): the same run over vLLM-like transfer shapes (R regions
+// x n pages of 16/32/64 KiB, and 2 MiB blocks; cuda/copy_bench_stats): a block's slot holds its
+// page of every region, one copy_op per (region, block). Per shape and direction it reports the
+// engine's GB/s, the ceiling (cuda: dma_probe's one cudaMemcpyAsync of the whole set, pinned
+// host memory; sim: one memcpy of the whole set between the same buffers), the ratio to it, the
+// per-page baseline (cuda: a cudaMemcpyAsync loop; sim: a memcpy loop), the time spent inside
+// submit() (p50/p99 over every submit of the timed repetitions) and the engine's batched
+// transfers. `--shapes single` runs one shape of --slot-bytes blocks in one region.
 //
-// Output: a human table, then one JSON object per direction as the last lines.
+// Output: a human table, then one JSON object per shape and direction as the last lines (only
+// those with --json).
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,7 +37,8 @@
 #include <string>
 #include <vector>
 
-#include "cuda/bench_stats.hpp"
+#include "cuda/copy_bench_stats.hpp"
+#include "cuda/dma_probe.hpp"
 #include "cuda/engine_factory.hpp"
 #include "launch/commands.hpp"
 #include "shm/segment.hpp"
@@ -47,19 +55,29 @@ using clock_type = std::chrono::steady_clock;
 
 struct copy_options {
   std::string backend = "sim";
+  int device = 0;
+  std::string shapes = "vllm";  ///< "vllm" or "single"
+  uint32_t regions = 32;        ///< vllm shapes: KV regions (layers x K/V)
+  uint64_t working_set_mib = 256;
   uint64_t slot_bytes = 256 * 1024;
-  uint64_t blocks = 0;  ///< 0: a 512 MiB working set
+  uint64_t blocks = 0;  ///< single: 0 = a 512 MiB working set
   uint32_t repeat = 5;
   uint32_t batch = 32;  ///< blocks per transfer
+  bool json = false;
 };
 
 struct direction_result {
+  std::string shape;
+  uint64_t page_bytes = 0;
   direction dir;
   double gbps = 0;  ///< best repetition
-  double memcpy_gbps = 0;
+  double memcpy_gbps = 0;  ///< per-page baseline
   double median_gbps = 0;
   double median_memcpy_gbps = 0;
-  cuda::latency_summary submit_us;  ///< time in submit(), microseconds
+  double ceiling_gbps = 0;
+  double submit_p50_us = 0;
+  double submit_p99_us = 0;
+  uint64_t batched = 0;
 };
 
 uint64_t splitmix64(uint64_t x) {
@@ -96,40 +114,68 @@ double seconds_since(clock_type::time_point t0) {
 
 class copy_bench {
  public:
-  explicit copy_bench(const copy_options& opt) : opt_(opt) {}
+  copy_bench(const copy_options& opt, cuda::copy_shape shape) : opt_(opt), shape_(std::move(shape)) {
+    opt_.blocks = shape_.blocks;
+    opt_.slot_bytes = shape_.regions * shape_.page_bytes;
+  }
 
   status run(std::vector<direction_result>& out) {
     if (auto st = set_up(); !st) return st;
-    std::vector<double> engine_s[2], memcpy_s[2], submit_us[2];
+    std::vector<double> engine_s[2], memcpy_s[2], ceiling_s[2];
+    std::vector<double> submit_us;
     for (uint32_t rep = 0; rep <= opt_.repeat; ++rep) {  // repetition 0 warms up
       for (direction d : {direction::gpu_to_cpu, direction::cpu_to_gpu}) {
-        double e = 0, m = 0;
-        std::vector<double> submits;
-        if (auto st = one_direction(d, e, m, submits); !st) return st;
+        const int k = static_cast<int>(d);
+        double e = 0, m = 0, c = 0;
+        submits_us_.clear();
+        if (auto st = one_direction(d, e, m, c); !st) return st;
         if (rep == 0) continue;
-        auto& all = submit_us[static_cast<int>(d)];
-        all.insert(all.end(), submits.begin(), submits.end());
-        engine_s[static_cast<int>(d)].push_back(e);
-        memcpy_s[static_cast<int>(d)].push_back(m);
+        engine_s[k].push_back(e);
+        memcpy_s[k].push_back(m);
+        ceiling_s[k].push_back(c);
+        submit_by_dir_[k].insert(submit_by_dir_[k].end(), submits_us_.begin(), submits_us_.end());
       }
     }
-    const double bytes = static_cast<double>(working_set());
+    result<cuda::dma_probe_result> probe = cuda::dma_probe_result{};
+    if (!sim_) {
+      probe = cuda::run_dma_probe({.device = opt_.device, .bytes = working_set(),
+                                   .page_bytes = shape_.page_bytes, .repeat = opt_.repeat});
+      if (!probe) return probe.error();
+      bidirectional_gbps_ = probe->bidirectional;
+    }
+    const uint64_t bytes = working_set();
     for (direction d : {direction::gpu_to_cpu, direction::cpu_to_gpu}) {
-      const auto& e = engine_s[static_cast<int>(d)];
-      const auto& m = memcpy_s[static_cast<int>(d)];
-      auto submits = cuda::summarize_latency(submit_us[static_cast<int>(d)]);
-      if (!submits) return submits.error();
-      out.push_back({d, bytes / best(e) / 1e9, bytes / best(m) / 1e9, bytes / median(e) / 1e9,
-                     bytes / median(m) / 1e9, *submits});
+      const int k = static_cast<int>(d);
+      const auto& e = engine_s[k];
+      const auto& m = memcpy_s[k];
+      direction_result r{shape_.label, shape_.page_bytes, d,
+                         cuda::gbps(bytes, best(e)), cuda::gbps(bytes, best(m)),
+                         cuda::gbps(bytes, median(e)), cuda::gbps(bytes, median(m))};
+      if (sim_) {
+        r.ceiling_gbps = cuda::gbps(bytes, best(ceiling_s[k]));
+      } else {
+        const bool store = d == direction::gpu_to_cpu;
+        r.ceiling_gbps = store ? probe->d2h_whole : probe->h2d_whole;
+        r.memcpy_gbps = r.median_memcpy_gbps = store ? probe->d2h_per_page : probe->h2d_per_page;
+      }
+      auto p50 = cuda::percentile(submit_by_dir_[k], 50);
+      auto p99 = cuda::percentile(submit_by_dir_[k], 99);
+      if (!p50 || !p99) return p50 ? p99.error() : p50.error();
+      r.submit_p50_us = *p50;
+      r.submit_p99_us = *p99;
+      r.batched = engine_->batched_transfers();
+      out.push_back(r);
     }
     return status::success();
   }
 
   uint64_t working_set() const { return opt_.blocks * opt_.slot_bytes; }
+  /// cuda: both directions at once (dma_probe), GB/s; 0 with sim.
+  double bidirectional_gbps() const { return bidirectional_gbps_; }
 
  private:
   status set_up() {
-    auto engine = cuda::make_copy_engine({.backend = opt_.backend});
+    auto engine = cuda::make_copy_engine({.backend = opt_.backend, .device = opt_.device});
     if (!engine) return engine.error();
     engine_ = std::move(*engine);
     sim_ = engine_->name() == "sim";
@@ -172,17 +218,8 @@ class copy_bench {
     return status::success();
   }
 
-  std::byte* gpu_block(const cuda::device_buffer& b, uint64_t i) const {
-    return static_cast<std::byte*>(b.data) + i * opt_.slot_bytes;
-  }
-  std::byte* memcpy_gpu_block(const cuda::device_buffer& b, uint64_t i) const {
-    return sim_ ? gpu_block(b, i) : host_mirror_.get() + i * opt_.slot_bytes;
-  }
-
   /// Clears the destination, runs the engine, verifies, then runs the memcpy baseline.
-  /// `submit_us` gets the time of each submit() call in microseconds.
-  status one_direction(direction d, double& engine_s, double& memcpy_s,
-                       std::vector<double>& submit_us) {
+  status one_direction(direction d, double& engine_s, double& memcpy_s, double& ceiling_s) {
     const bool store = d == direction::gpu_to_cpu;
     const uint64_t n = opt_.blocks;
     if (store) {
@@ -193,11 +230,17 @@ class copy_bench {
       if (auto st = engine_->upload(dst_.data, staging_.get(), working_set()); !st) return st;
     }
 
-    std::vector<copy_op> ops(n);
+    // Region r of block i: GPU page at r * n + i (one tensor per region, as vLLM's KV cache),
+    // CPU bytes at r * page inside slot i (a block's slot holds its page of every region).
+    const uint64_t page = shape_.page_bytes, regions = shape_.regions;
+    std::vector<copy_op> ops(n * regions);
     for (uint64_t i = 0; i < n; ++i) {
       std::byte* cpu = seg_->slot(0, static_cast<cpu_slot>(i));
-      ops[i] = store ? copy_op{gpu_block(src_, i), cpu, opt_.slot_bytes}
-                     : copy_op{cpu, gpu_block(dst_, i), opt_.slot_bytes};
+      for (uint64_t r = 0; r < regions; ++r) {
+        std::byte* gpu = static_cast<std::byte*>(store ? src_.data : dst_.data) + (r * n + i) * page;
+        ops[i * regions + r] = store ? copy_op{gpu, cpu + r * page, page}
+                                     : copy_op{cpu + r * page, gpu, page};
+      }
     }
     std::vector<transfer_id> ids;
     ids.reserve(n / opt_.batch + 1);
@@ -206,9 +249,10 @@ class copy_bench {
       const uint64_t count = std::min<uint64_t>(opt_.batch, n - first);
       // No compute stream here: the copies depend on nothing.
       const auto s0 = clock_type::now();
-      auto id = engine_->submit(d, std::span<const copy_op>(ops.data() + first, count),
-                                {.no_dependency = true});
-      submit_us.push_back(seconds_since(s0) * 1e6);
+      auto id = engine_->submit(
+          d, std::span<const copy_op>(ops.data() + first * regions, count * regions),
+          {.no_dependency = true});
+      submits_us_.push_back(seconds_since(s0) * 1e6);
       if (!id) return id.error();
       ids.push_back(*id);
     }
@@ -216,14 +260,13 @@ class copy_bench {
     engine_s = seconds_since(t0);
     for (const auto& r : engine_->take_finished()) {
       if (!r.ok) {
-        return make_error(r.error, "transfer " + std::to_string(r.id) + " failed: " +
-                                       (r.detail.empty() ? "no detail" : r.detail));
+        return make_error(r.error, "transfer " + std::to_string(r.id) + " failed");
       }
     }
 
     uint64_t got = 0;
     if (store) {
-      got = slot_checksum();
+      got = slot_checksum(ops);
     } else {
       if (auto st = engine_->download(staging_.get(), dst_.data, working_set()); !st) return st;
       got = checksum(staging_.get(), working_set());
@@ -233,32 +276,60 @@ class copy_bench {
                                             ": bytes did not round-trip (checksum mismatch)");
     }
 
+    // The per-page baseline: a memcpy per op, between the same buffers (sim) or between the
+    // pool and a host mirror of the GPU buffer (cuda; its dma_probe gives the device figures).
     const auto t1 = clock_type::now();
-    for (uint64_t i = 0; i < n; ++i) {
-      std::byte* cpu = seg_->slot(0, static_cast<cpu_slot>(i));
-      if (store) {
-        std::memcpy(cpu, memcpy_gpu_block(src_, i), opt_.slot_bytes);
+    for (const copy_op& op : ops) {
+      if (sim_) {
+        std::memcpy(op.dst, op.src, op.bytes);
       } else {
-        std::memcpy(memcpy_gpu_block(dst_, i), cpu, opt_.slot_bytes);
+        const auto* dev = static_cast<const std::byte*>(store ? op.src : op.dst);
+        const uint64_t off = static_cast<uint64_t>(
+            dev - static_cast<const std::byte*>(store ? src_.data : dst_.data));
+        if (store) {
+          std::memcpy(op.dst, host_mirror_.get() + off, op.bytes);
+        } else {
+          std::memcpy(host_mirror_.get() + off, op.src, op.bytes);
+        }
       }
     }
     memcpy_s = seconds_since(t1);
+
+    // The ceiling with sim: one memcpy of the whole set (the pool's slots are contiguous here:
+    // slot_bytes is a multiple of 16 KiB, so no padding).
+    const auto t2 = clock_type::now();
+    if (sim_) {
+      std::byte* pool = seg_->slot(0, 0);
+      if (store) {
+        std::memcpy(pool, src_.data, working_set());
+      } else {
+        std::memcpy(dst_.data, pool, working_set());
+      }
+    }
+    ceiling_s = seconds_since(t2);
+    // The whole-set copy wrote the pool in GPU order: put the slots back for the next load.
+    if (sim_ && store) {
+      for (const copy_op& op : ops) std::memcpy(op.dst, op.src, op.bytes);
+    }
     return status::success();
   }
 
-  /// Checksum of the pool's slots read in block order (slots may be padded to 4 KiB).
-  uint64_t slot_checksum() {
-    if (seg_->geometry().slot_stride() == opt_.slot_bytes) {
-      return checksum(seg_->pool_base(), working_set());
-    }
-    for (uint64_t i = 0; i < opt_.blocks; ++i) {
-      std::memcpy(staging_.get() + i * opt_.slot_bytes, seg_->slot(0, static_cast<cpu_slot>(i)),
-                  opt_.slot_bytes);
+  /// Checksum of the pool read back in GPU order (op by op: the ops are in that layout's order
+  /// only after sorting by source address).
+  uint64_t slot_checksum(const std::vector<copy_op>& ops) {
+    for (const copy_op& op : ops) {
+      const uint64_t off = static_cast<uint64_t>(static_cast<const std::byte*>(op.src) -
+                                                 static_cast<const std::byte*>(src_.data));
+      std::memcpy(staging_.get() + off, op.dst, op.bytes);
     }
     return checksum(staging_.get(), working_set());
   }
 
   copy_options opt_;
+  cuda::copy_shape shape_;
+  std::vector<double> submits_us_;        ///< this pass's submit() times, microseconds
+  std::vector<double> submit_by_dir_[2];  ///< every timed pass's, by direction
+  double bidirectional_gbps_ = 0;
   std::unique_ptr<copy_engine> engine_;
   bool sim_ = true;
   std::optional<shm::segment> seg_;
@@ -268,28 +339,41 @@ class copy_bench {
   uint64_t expected_ = 0;
 };
 
-void print(const copy_options& opt, uint64_t working_set,
-           const std::vector<direction_result>& results) {
-  std::printf("copy engine '%s' through the shm pool: %llu blocks x %llu B = %.1f MiB, "
-              "%u blocks per transfer, %u repetitions\n",
-              opt.backend.c_str(), static_cast<unsigned long long>(opt.blocks),
-              static_cast<unsigned long long>(opt.slot_bytes),
-              static_cast<double>(working_set) / (1 << 20), opt.batch, opt.repeat);
-  std::printf("%-12s %12s %12s %12s %12s %7s %12s %12s\n", "direction", "engine GB/s",
-              "(median)", "memcpy GB/s", "(median)", "ratio", "submit p50us", "submit p99us");
-  for (const auto& r : results) {
-    std::printf("%-12s %12.2f %12.2f %12.2f %12.2f %7.3f %12.2f %12.2f\n",
-                std::string(cuda::to_string(r.dir)).c_str(), r.gbps, r.median_gbps,
-                r.memcpy_gbps, r.median_memcpy_gbps, r.gbps / r.memcpy_gbps, r.submit_us.p50,
-                r.submit_us.p99);
+void print(const copy_options& opt, const std::vector<direction_result>& results,
+           double bidirectional_gbps, uint64_t working_set) {
+  if (!opt.json) {
+    std::printf("copy engine '%s' (device %d) through the shm pool: %.1f MiB per shape, "
+                "%u blocks per transfer, %u repetitions (best; median in brackets)\n",
+                opt.backend.c_str(), opt.device, static_cast<double>(working_set) / (1 << 20),
+                opt.batch, opt.repeat);
+    std::printf("%-18s %-11s %9s %9s %9s %7s %9s %9s %9s %8s\n", "shape", "direction",
+                "engine", "(median)", "ceiling", "ratio", "per-page", "submit50", "submit99",
+                "batched");
+    for (const auto& r : results) {
+      std::printf("%-18s %-11s %9.2f %9.2f %9.2f %7.3f %9.2f %8.1fus %8.1fus %8llu\n",
+                  r.shape.c_str(), std::string(cuda::to_string(r.dir)).c_str(), r.gbps,
+                  r.median_gbps, r.ceiling_gbps, cuda::ratio_to_ceiling(r.gbps, r.ceiling_gbps),
+                  r.memcpy_gbps, r.submit_p50_us, r.submit_p99_us,
+                  static_cast<unsigned long long>(r.batched));
+    }
+    if (bidirectional_gbps > 0) {
+      std::printf("both directions at once (raw cudaMemcpyAsync, two streams): %.2f GB/s\n",
+                  bidirectional_gbps);
+    }
   }
   for (const auto& r : results) {
-    std::printf("{\"bench\":\"copy\",\"backend\":\"%s\",\"direction\":\"%s\",\"block_bytes\":%llu,"
-                "\"gbps\":%.3f,\"memcpy_gbps\":%.3f,\"ratio\":%.3f,"
-                "\"submit_p50_us\":%.3f,\"submit_p99_us\":%.3f}\n",
-                opt.backend.c_str(), std::string(cuda::to_string(r.dir)).c_str(),
-                static_cast<unsigned long long>(opt.slot_bytes), r.gbps, r.memcpy_gbps,
-                r.gbps / r.memcpy_gbps, r.submit_us.p50, r.submit_us.p99);
+    std::printf("{\"bench\":\"copy\",\"backend\":\"%s\",\"shape\":\"%s\",\"direction\":\"%s\","
+                "\"page_bytes\":%llu,\"gbps\":%.3f,\"ceiling_gbps\":%.3f,\"ratio\":%.3f,"
+                "\"per_page_gbps\":%.3f,\"submit_p50_us\":%.2f,\"submit_p99_us\":%.2f,"
+                "\"batched_transfers\":%llu}\n",
+                opt.backend.c_str(), r.shape.c_str(), std::string(cuda::to_string(r.dir)).c_str(),
+                static_cast<unsigned long long>(r.page_bytes), r.gbps, r.ceiling_gbps,
+                cuda::ratio_to_ceiling(r.gbps, r.ceiling_gbps), r.memcpy_gbps, r.submit_p50_us,
+                r.submit_p99_us, static_cast<unsigned long long>(r.batched));
+  }
+  if (bidirectional_gbps > 0) {
+    std::printf("{\"bench\":\"copy\",\"backend\":\"%s\",\"shape\":\"bidirectional\","
+                "\"gbps\":%.3f}\n", opt.backend.c_str(), bidirectional_gbps);
   }
   std::fflush(stdout);
 }
@@ -302,10 +386,23 @@ void add_bench_copy_command(CLI::App& app, int& exit_code) {
       "copy", "Copy engine GPU<->CPU through a shm pool vs memcpy (JSON line per direction)");
   cmd->add_option("--backend", opt->backend, "copy engine backend: sim or cuda")
       ->capture_default_str();
-  cmd->add_option("--slot-bytes", opt->slot_bytes, "bytes per block")
+  cmd->add_option("--device", opt->device, "CUDA device ordinal")
+      ->check(CLI::Range(0, 1023))
+      ->capture_default_str();
+  cmd->add_option("--shapes", opt->shapes,
+                  "vllm: R regions x 16/32/64 KiB pages and 2 MiB blocks; single: --slot-bytes")
+      ->check(CLI::IsMember({"vllm", "single"}))
+      ->capture_default_str();
+  cmd->add_option("--regions", opt->regions, "vllm shapes: KV regions (layers x K/V)")
+      ->check(CLI::Range(1u, 4096u))
+      ->capture_default_str();
+  cmd->add_option("--working-set-mib", opt->working_set_mib, "vllm shapes: MiB per shape")
+      ->check(CLI::Range(uint64_t{2}, uint64_t{1} << 16))
+      ->capture_default_str();
+  cmd->add_option("--slot-bytes", opt->slot_bytes, "single: bytes per block")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 34))
       ->capture_default_str();
-  cmd->add_option("--blocks", opt->blocks, "blocks in the working set (default: 512 MiB worth)")
+  cmd->add_option("--blocks", opt->blocks, "single: blocks (default: 512 MiB worth)")
       ->check(CLI::Range(uint64_t{1}, uint64_t{UINT32_MAX}));
   cmd->add_option("--repeat", opt->repeat, "timed repetitions (best reported)")
       ->check(CLI::Range(1u, 1000u))
@@ -313,17 +410,38 @@ void add_bench_copy_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--batch", opt->batch, "blocks per transfer")
       ->check(CLI::Range(1u, UINT32_MAX))
       ->capture_default_str();
+  cmd->add_flag("--json", opt->json, "print only the JSON lines");
   cmd->callback([opt, &exit_code] {
     copy_options o = *opt;
-    if (o.blocks == 0) o.blocks = std::max<uint64_t>(1, (uint64_t{512} << 20) / o.slot_bytes);
-    copy_bench bench{o};
-    std::vector<direction_result> results;
-    if (auto st = bench.run(results); !st) {
-      std::cerr << "kvconnect bench copy: " << st.to_string() << "\n";
-      exit_code = 1;
-      return;
+    std::vector<cuda::copy_shape> shapes;
+    if (o.shapes == "single") {
+      const uint64_t blocks =
+          o.blocks ? o.blocks : std::max<uint64_t>(1, (uint64_t{512} << 20) / o.slot_bytes);
+      shapes.push_back({std::to_string(o.slot_bytes) + "B", 1, static_cast<uint32_t>(blocks),
+                        o.slot_bytes});
+    } else {
+      auto s = cuda::vllm_like_shapes(o.working_set_mib << 20, o.regions);
+      if (!s) {
+        std::cerr << "kvconnect bench copy: " << s.error().to_string() << "\n";
+        exit_code = 1;
+        return;
+      }
+      shapes = std::move(*s);
     }
-    print(o, bench.working_set(), results);
+    std::vector<direction_result> results;
+    double bidirectional = 0;
+    uint64_t working_set = 0;
+    for (const auto& shape : shapes) {
+      copy_bench bench{o, shape};
+      if (auto st = bench.run(results); !st) {
+        std::cerr << "kvconnect bench copy: " << shape.label << ": " << st.to_string() << "\n";
+        exit_code = 1;
+        return;
+      }
+      bidirectional = std::max(bidirectional, bench.bidirectional_gbps());
+      working_set = std::max(working_set, bench.working_set());
+    }
+    print(o, results, bidirectional, working_set);
     exit_code = 0;
   });
 }

@@ -106,8 +106,23 @@ TEST_F(CudaCopyEngineTest, FailureAfterQueuedCopiesCompletesAsFailedAfterThem) {
   ASSERT_EQ(reports.size(), 1u);
   EXPECT_FALSE(reports[0].ok);
   EXPECT_EQ(reports[0].error, errc::device_error);
+  EXPECT_NE(reports[0].detail.find("cudaMemcpyAsync returned cudaErrorInvalidValue"), std::string::npos)
+      << reports[0].detail;
   EXPECT_EQ(host_[0], std::byte{0x5A}) << "the queued op ran before the failure was reported";
   EXPECT_EQ(host_[256], std::byte{0x11}) << "the failed op was copied";
+}
+
+TEST_F(CudaCopyEngineTest, FailedCompletionReportsTheCudaErrorName) {
+  fail_nth("cudaEventQuery", 1, k_illegal_address);
+  std::vector<copy_op> ops{{gpu_, host_, 256}};
+  auto id = engine_->submit(direction::gpu_to_cpu, ops, {.no_dependency = true});
+  ASSERT_TRUE(id.ok()) << id.error().to_string();
+  ASSERT_TRUE(engine_->wait(std::span(&*id, 1)).ok());
+  auto reports = engine_->take_finished();
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_FALSE(reports[0].ok);
+  EXPECT_NE(reports[0].detail.find("cudaEventQuery returned cudaErrorIllegalAddress"), std::string::npos)
+      << reports[0].detail;
 }
 
 }  // namespace
