@@ -1,5 +1,6 @@
 #include "launch/progress_display.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace kvc::launch {
@@ -14,7 +15,9 @@ std::string fixed1(double v) {
 
 uint64_t count(const nlohmann::json& j, const char* key) {
   const auto it = j.find(key);
-  return it != j.end() && it->is_number_unsigned() ? it->get<uint64_t>() : 0;
+  if (it == j.end() || !it->is_number_integer()) return 0;
+  return it->is_number_unsigned() ? it->get<uint64_t>()
+                                  : static_cast<uint64_t>(std::max<int64_t>(0, it->get<int64_t>()));
 }
 
 }  // namespace
