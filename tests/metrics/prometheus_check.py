@@ -13,59 +13,21 @@ Exit 77 (ctest: skipped) with the reason when the prometheus binary is absent.
 
 usage: prometheus_check.py KVCONNECT_BINARY
 """
-import json
 import os
-import queue
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
-import urllib.parse
-import urllib.request
 
-SKIP = 77
-
-
-def free_port():
-    """A port the kernel just handed out on 127.0.0.1 (bound with port 0, then released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def read_json_line(proc, event):
-    for line in proc.stdout:
-        try:
-            msg = json.loads(line)
-        except ValueError:
-            continue
-        if msg.get("event") == event:
-            return msg
-    raise AssertionError(f"the scheduler ended before its {event!r} line")
-
-
-def query(port, promql):
-    """The instant vector of `promql` as [(labels, value)], or None while Prometheus cannot
-    answer yet."""
-    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
-    try:
-        with urllib.request.urlopen(url) as r:
-            body = json.load(r)
-    except OSError:
-        return None
-    if body.get("status") != "success":
-        return None
-    return [(s["metric"], float(s["value"][1])) for s in body["data"]["result"]]
+from prometheus_support import (SKIP, free_port, metrics_sample, prometheus_binary, query,
+                                read_event, start_prometheus, wait_for_series, watch_scrapes)
 
 
 def main():
     binary = sys.argv[1]
-    prometheus = shutil.which("prometheus")
+    prometheus = prometheus_binary()
     if prometheus is None:
-        print("skipped: no prometheus binary on PATH (Debian: apt-get install prometheus)")
         return SKIP
     instance = f"prom{os.getpid()}"
     token = "prometheus-check"
@@ -82,52 +44,24 @@ def main():
              "--metrics-port", str(metrics_port)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         procs.append(sched)
-        scrapes = queue.Queue()
-
-        def watch_stderr():
-            for line in sched.stderr:
-                if "metrics: scrape" in line:
-                    scrapes.put(line)
-            scrapes.put(None)  # the scheduler ended
-
-        threading.Thread(target=watch_stderr, daemon=True).start()
-        listening = read_json_line(sched, "listening")
+        scrapes = watch_scrapes(sched.stderr)
+        listening = read_event(sched, "listening")
         assert listening["metrics_port"] == metrics_port, listening
         worker = subprocess.Popen(
             [binary, "worker", *common, "--port", str(listening["port"]), "--rank", "0"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         procs.append(worker)
-        smoke = read_json_line(sched, "smoke")
+        smoke = read_event(sched, "smoke")
         assert smoke["jobs_ok"] > 0, smoke
 
-        config = os.path.join(tmp, "prometheus.yml")
-        with open(config, "w") as f:
-            f.write("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
-                    "scrape_configs:\n  - job_name: kvconnect\n    static_configs:\n"
-                    f"      - targets: ['127.0.0.1:{metrics_port}']\n")
-        prom = subprocess.Popen(
-            [prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp}/data",
-             f"--web.listen-address=127.0.0.1:{prom_port}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        prom = start_prometheus(prometheus, tmp, metrics_port, prom_port, "1s")
         procs.append(prom)
 
         series = 'kvconnect_jobs_completed_total{job="kvconnect",kind="store"}'
-        while True:
-            line = scrapes.get()  # the next scrape the scheduler served
-            assert line is not None, "the scheduler ended"
-            up = query(prom_port, 'up{job="kvconnect"}')
-            if not up or up[0][1] != 1.0:
-                continue
-            found = query(prom_port, series)
-            if found and found[0][1] > 0:
-                break
-        stored = found[0][1]
+        stored = wait_for_series(scrapes, prom_port, series)
         # The run is over (only serving now): what Prometheus stored is what /metrics says.
-        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics") as r:
-            text = r.read().decode()
-        direct = [l for l in text.splitlines()
-                  if l.startswith('kvconnect_jobs_completed_total{kind="store"} ')]
-        assert len(direct) == 1 and float(direct[0].split()[-1]) == stored, (direct, stored)
+        direct = metrics_sample(metrics_port, 'kvconnect_jobs_completed_total{kind="store"} ')
+        assert direct == stored, (direct, stored)
         hist = query(prom_port, 'vllm:kv_offload_store_size_count{job="kvconnect"}')
         assert hist and hist[0][1] == stored, hist
 
