@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/launch/launch_fixture.hpp"
 #include "tests/shm/shm_entries.hpp"
 #include "tests/support/child_process.hpp"
 
@@ -35,31 +36,11 @@ constexpr auto patience = 90s;
 /// The engine the chaos runs use: "sim" (the simulated engine), or "smoke".
 const std::string engine = "sim";
 
-class ChaosMultiprocTest : public ::testing::Test {
+class ChaosMultiprocTest : public launch_fixture {
  protected:
-  void SetUp() override {
-    static int counter = 0;
-    instance_ = "chaos" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
-    ASSERT_TRUE(leftover_segments().empty());
-  }
+  ChaosMultiprocTest() : launch_fixture("chaos") {}
 
-  void TearDown() override {
-    if (launcher_.running()) ADD_FAILURE() << "the launcher still runs: killed";
-    launcher_ = child_process{};  // SIGKILLs and reaps it if still running
-    for (pid_t pid : pids()) {
-      if (::kill(pid, 0) == 0 || errno != ESRCH) {
-        ADD_FAILURE() << "child " << pid << " of the launch is still there: killed";
-        ::kill(pid, SIGKILL);
-      }
-    }
-    const auto left = leftover_segments();
-    for (const auto& n : left) ::shm_unlink(n.c_str());
-    EXPECT_TRUE(left.empty()) << "segments left behind: " << ::testing::PrintToString(left);
-  }
-
-  std::vector<std::string> leftover_segments() const {
-    return shm::testing::shm_entries(instance_ + "-");
-  }
+  std::vector<pid_t> launched_pids() const override { return pids(); }
 
   /// `kvconnect launch tp4.yaml` with this test's instance and `extra`.
   void launch(const std::vector<std::string>& extra) {
@@ -109,8 +90,6 @@ class ChaosMultiprocTest : public ::testing::Test {
     return all.empty() ? json{} : all.back();
   }
 
-  std::string instance_;
-  child_process launcher_;
 };
 
 TEST_F(ChaosMultiprocTest, AKilledRankAndAShortHangRecoverAndTheRunCompletes) {

@@ -27,6 +27,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/launch/launch_fixture.hpp"
 #include "tests/shm/shm_entries.hpp"
 #include "tests/support/child_process.hpp"
 
@@ -41,31 +42,11 @@ using ::testing::HasSubstr;
 /// Safety net for a single wait: only a broken run ever reaches it.
 constexpr auto patience = 60s;
 
-class LaunchMultiprocTest : public ::testing::Test {
+class LaunchMultiprocTest : public launch_fixture {
  protected:
-  void SetUp() override {
-    static int counter = 0;
-    instance_ = "lmp" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
-    ASSERT_TRUE(leftover_segments().empty());
-  }
+  LaunchMultiprocTest() : launch_fixture("lmp") {}
 
-  void TearDown() override {
-    if (launcher_.running()) ADD_FAILURE() << "the launcher still runs: killed";
-    launcher_ = child_process{};  // SIGKILLs and reaps it if still running
-    for (pid_t pid : children_) {
-      if (::kill(pid, 0) == 0 || errno != ESRCH) {
-        ADD_FAILURE() << "child " << pid << " of the launch is still there: killed";
-        ::kill(pid, SIGKILL);
-      }
-    }
-    const auto left = leftover_segments();
-    for (const auto& n : left) ::shm_unlink(n.c_str());
-    EXPECT_TRUE(left.empty()) << "segments left behind: " << ::testing::PrintToString(left);
-  }
-
-  std::vector<std::string> leftover_segments() const {
-    return shm::testing::shm_entries(instance_ + "-");
-  }
+  std::vector<pid_t> launched_pids() const override { return children_; }
 
   /// `kvconnect launch` with this test's instance, the smoke run unless `engine` says otherwise,
   /// and `extra`.
@@ -163,8 +144,6 @@ class LaunchMultiprocTest : public ::testing::Test {
     return line ? json::parse(*line) : json{};
   }
 
-  std::string instance_;
-  child_process launcher_;
   std::vector<pid_t> children_;
 };
 
