@@ -65,13 +65,22 @@ result<std::unique_ptr<scheduler_host>> scheduler_host::start(
   auto transport = make_transport(cfg);
   if (!transport) return transport.error();
   if (!faults_at(cfg.faults, fault_site::channel).empty()) {
-    // The step channel's fault seam: every fault that fires is counted and logged here.
+    // The step channel's fault seam: every fault that fires is counted, logged and traced here.
     auto faulty = channel::faulty_server_transport::make(
         std::move(transport).value(), cfg.faults,
         [host = h.get()](const channel::channel_fault& f) {
           ++host->injected_[static_cast<size_t>(f.kind)];
           spdlog::warn("fault injected: {} of rank {} step {} (fault spec {})",
                        to_string(f.kind), f.rank, f.step, f.spec);
+          if (host->tracer_) {
+            trace::trace_record r;
+            r.track = "scheduler";
+            r.type = "fault";
+            r.step = static_cast<int64_t>(f.step);
+            r.rank = f.rank;
+            r.note = std::string{to_string(f.kind)} + " (fault spec " + std::to_string(f.spec) + ")";
+            host->tracer_->emit(std::move(r));
+          }
         });
     if (!faulty) return faulty.error();
     transport = std::unique_ptr<channel::server_transport>{std::move(faulty).value()};

@@ -91,10 +91,12 @@ class TraceMultiprocTest : public ::testing::Test {
     return code;
   }
 
-  /// The recorded run: scheduler + 2 workers, `steps` smoke steps, all exit 0.
-  void record() {
+  /// The recorded run: scheduler (with `scheduler_extra`) + 2 workers, `steps` smoke steps, all
+  /// exit 0.
+  void record(const std::vector<std::string>& scheduler_extra = {}) {
     auto sargv = common("scheduler");
     sargv.insert(sargv.end(), {"--smoke-steps", std::to_string(steps)});
+    sargv.insert(sargv.end(), scheduler_extra.begin(), scheduler_extra.end());
     child_process& sched = start(sargv);
     auto line = sched.find_stdout("\"listening\"", patience);
     ASSERT_TRUE(line.ok()) << sched.stderr_text();
@@ -196,6 +198,32 @@ TEST_F(TraceMultiprocTest, ARecordedRunExportsToAWellFormedTraceAndSummarizesEve
   }
   EXPECT_NE(run({"trace", "summary", dir_.string(), "--request", "nobody"}, out), 0);
   EXPECT_THAT(out, HasSubstr("no record names request 'nobody'"));
+}
+
+TEST_F(TraceMultiprocTest, AnInjectedChannelFaultIsTracedWhereItFired) {
+  // The third report frame is duplicated at the scheduler's fault seam: one "fault" record in
+  // the scheduler's file (kind, spec, rank, step), one slice of that name in the export.
+  ASSERT_NO_FATAL_FAILURE(record({"--fault", "duplicate_report:nth=3"}));
+  std::vector<nlohmann::json> faults;
+  for (const auto& e : std::filesystem::directory_iterator{dir_}) {
+    std::ifstream in{e.path()};
+    for (std::string line; std::getline(in, line);) {
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_object() && j.value("type", "") == "fault") faults.push_back(j);
+    }
+  }
+  ASSERT_EQ(faults.size(), 1u);
+  EXPECT_EQ(faults[0].value("role", ""), "scheduler");
+  EXPECT_EQ(faults[0].value("note", ""), "duplicate_report (fault spec 0)");
+  EXPECT_GE(faults[0].value("rank", -1), 0);
+  EXPECT_GE(faults[0].value("step", -1), 1);
+  std::string out;
+  const auto json_path = (root_ / "trace.json").string();
+  ASSERT_EQ(run({"trace", "export", dir_.string(), "-o", json_path}, out), 0) << out;
+  nlohmann::json doc = nlohmann::json::parse(std::ifstream{json_path});
+  size_t slices = 0;
+  for (const auto& e : doc["traceEvents"]) slices += e["ph"] == "X" && e["name"] == "fault";
+  EXPECT_EQ(slices, 1u);
 }
 
 TEST_F(TraceMultiprocTest, ExportRefusesADirectoryWithoutTraces) {
