@@ -130,19 +130,6 @@ completion_event completion_as(const object& o) {
   return e;
 }
 
-std::vector<std::string_view> views(const std::vector<std::string>& v) {
-  return {v.begin(), v.end()};
-}
-
-/// Owned scheduled requests as the planner's views (valid while `v` lives).
-std::vector<scheduler::scheduled_request> views(const std::vector<recorded_scheduled>& v) {
-  std::vector<scheduler::scheduled_request> out;
-  for (const auto& s : v) {
-    out.push_back({s.req.view(), s.block_ids, s.num_computed, s.num_scheduled, s.resumed});
-  }
-  return out;
-}
-
 record_event event_from(const object& o, hash_memory& mem) {
   const auto all = list(o, "event");
   if (all.empty()) throw bad_frame("event: empty");

@@ -16,18 +16,6 @@ std::string hex(uint64_t v) {
   return buf;
 }
 
-std::vector<std::string_view> views(const std::vector<std::string>& v) {
-  return {v.begin(), v.end()};
-}
-
-std::vector<scheduler::scheduled_request> views(const std::vector<recorded_scheduled>& v) {
-  std::vector<scheduler::scheduled_request> out;
-  for (const auto& s : v) {
-    out.push_back({s.req.view(), s.block_ids, s.num_computed, s.num_scheduled, s.resumed});
-  }
-  return out;
-}
-
 std::string opt(std::optional<uint32_t> v) { return v ? std::to_string(*v) : "ask-again"; }
 
 /// The first field whose digest differs, as (name, detail); nullopt when all agree.

@@ -80,6 +80,21 @@ struct recorded_scheduled {
   bool resumed = false;
 };
 
+/// Owned strings as views (valid while `v` lives).
+inline std::vector<std::string_view> views(const std::vector<std::string>& v) {
+  return {v.begin(), v.end()};
+}
+
+/// Owned scheduled requests as the planner's views (valid while `v` lives).
+inline std::vector<scheduler::scheduled_request> views(const std::vector<recorded_scheduled>& v) {
+  std::vector<scheduler::scheduled_request> out;
+  out.reserve(v.size());
+  for (const auto& s : v) {
+    out.push_back({s.req.view(), s.block_ids, s.num_computed, s.num_scheduled, s.resumed});
+  }
+  return out;
+}
+
 // --- the engine's calls into scheduler_connector ---
 struct match_event {  ///< get_num_new_matched_tokens
   recorded_request req;
