@@ -14,13 +14,12 @@ Exit 77 (ctest: skipped) with the reason when the prometheus binary is absent.
 usage: prometheus_check.py KVCONNECT_BINARY
 """
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 
-from prometheus_support import (SKIP, free_port, metrics_sample, prometheus_binary, query,
+from prometheus_support import (SKIP, end_all, free_port, metrics_sample, prometheus_binary, query,
                                 read_event, start_prometheus, wait_for_series, watch_scrapes)
 
 
@@ -75,11 +74,7 @@ def main():
         print(f"prometheus: up == 1, {series} = {stored:g}")
         return 0
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        shutil.rmtree(tmp, ignore_errors=True)
+        end_all(procs, tmp)
 
 
 if __name__ == "__main__":

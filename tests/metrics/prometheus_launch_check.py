@@ -5,24 +5,24 @@ Starts `kvconnect launch --engine smoke --set workload.steps=<huge> --set
 observe.metrics_port=P` (the default node: a scheduler and two workers, a run that keeps going
 until it is stopped), then `prometheus` on loopback with a generated scrape config (100 ms
 interval) and a temporary storage directory. Each time the launch's scheduler logs that it
-served a scrape (runtime.log_level debug), it asks Prometheus's HTTP API whether the target is up
-(up == 1) and whether the launch's completed store jobs are a non-zero series; then it stops
-Prometheus and the launch with SIGTERM. The launch must end on the signal with its summary line (`reason` "signal 15", its
-segment removed), none of its processes may be left, and no /dev/shm segment of it.
+served a scrape (runtime.log_level debug), it asks Prometheus's HTTP API whether the target is
+up (up == 1) and whether the launch's completed store jobs are a non-zero series; then it stops
+Prometheus and the launch with SIGTERM. The launch must end on the signal with its summary line
+(`reason` "signal 15", its segment removed), none of its processes may be left, and no /dev/shm
+segment of it.
 
 Exit 77 (ctest: skipped) with the reason when the prometheus binary is absent.
 
 usage: prometheus_launch_check.py KVCONNECT_BINARY
 """
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 
-from prometheus_support import (SKIP, free_port, metrics_sample, prometheus_binary, read_event,
-                                start_prometheus, wait_for_series, watch_scrapes)
+from prometheus_support import (SKIP, end_all, free_port, metrics_sample, prometheus_binary,
+                                read_event, start_prometheus, wait_for_series, watch_scrapes)
 
 
 def alive(pid):
@@ -76,11 +76,7 @@ def main():
         print(f"prometheus scraped a running launch: up == 1, {series} = {stored:g}")
         return 0
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        shutil.rmtree(tmp, ignore_errors=True)
+        end_all(procs, tmp)
 
 
 if __name__ == "__main__":

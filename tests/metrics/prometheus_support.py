@@ -107,3 +107,13 @@ def metrics_sample(port, prefix):
     lines = [l for l in text.splitlines() if l.startswith(prefix)]
     assert len(lines) == 1, (prefix, lines)
     return float(lines[0].split()[-1])
+
+
+def end_all(procs, tmp):
+    """Kills and reaps every process still running and removes the temporary directory (the
+    checks' `finally`: nothing they started outlives them)."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    shutil.rmtree(tmp, ignore_errors=True)
