@@ -6,8 +6,16 @@
 /// A completion event names its sender (rank + incarnation, bumped whenever a rank restarts) and
 /// carries a per-sender sequence number, so duplicates and stale senders can be recognised.
 ///
+/// A failure says why in words besides its errc (`detail`, empty on success): the failing device
+/// call and its CUDA error name, the injected fault, the refused submit's message, or the
+/// coordinator's reason (a rank lost, a deadline). At most max_detail_bytes; clip_detail() cuts
+/// longer texts on a UTF-8 character boundary and the step channel refuses a longer one.
+///
 /// Doubles are inspected through exact_double (CAF 0.17's own double packing hangs on infinity).
+#include <cstddef>
 #include <cstdint>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "proto/connector_metadata.hpp"
@@ -16,6 +24,17 @@
 #include "proto/ids.hpp"
 
 namespace kvc {
+
+inline constexpr size_t max_detail_bytes = 256;
+
+/// `text` cut to at most max_detail_bytes, never inside a UTF-8 sequence.
+std::string clip_detail(std::string_view text);
+
+struct job_result;
+/// "ok", or the error's name and the detail: "device_error: cudaEventQuery returned ...".
+std::string outcome_text(const job_result& r);
+/// One log line for a failed job: "job 7 (store) failed: device_error: cudaEventQuery ...".
+std::string failure_line(const job_result& r);
 
 struct completion_event {
   rank_id rank = 0;
@@ -28,12 +47,14 @@ struct completion_event {
   errc error = errc::ok;     ///< why it failed; errc::ok on success
   uint64_t bytes = 0;
   double seconds = 0.0;
+  std::string detail;        ///< why it failed in words; "" on success
 
   friend bool operator==(const completion_event&, const completion_event&) = default;
 };
 
 /// A job's outcome across all ranks: ok when every rank reported ok, failed as soon as one
 /// rank reported a failure. bytes/seconds: sum of bytes, max of seconds over the ranks.
+/// detail: the failing rank's detail prefixed "rank N: ", or the coordinator's reason.
 struct job_result {
   job_id job = 0;
   transfer_kind kind = transfer_kind::load;
@@ -41,6 +62,7 @@ struct job_result {
   errc error = errc::ok;
   uint64_t bytes = 0;
   double seconds = 0.0;
+  std::string detail;  ///< why it failed in words; "" on success
 
   friend bool operator==(const job_result&, const job_result&) = default;
 };
@@ -56,12 +78,12 @@ struct connector_output {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, completion_event& x) {
   return f(x.rank, x.incarnation, x.seq, x.step, x.job, x.kind, x.ok, x.error, x.bytes,
-           exact_double{x.seconds});
+           exact_double{x.seconds}, x.detail);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_result& x) {
-  return f(x.job, x.kind, x.ok, x.error, x.bytes, exact_double{x.seconds});
+  return f(x.job, x.kind, x.ok, x.error, x.bytes, exact_double{x.seconds}, x.detail);
 }
 
 template <class Inspector>

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "proto/ids.hpp"
@@ -28,6 +29,11 @@
 namespace kvc {
 
 enum class transfer_kind : uint8_t { load = 0, store = 1 };  ///< load: CPU→GPU, store: GPU→CPU
+
+/// "load" or "store".
+constexpr std::string_view to_string(transfer_kind k) noexcept {
+  return k == transfer_kind::load ? "load" : "store";
+}
 
 /// Most KV-cache groups a job can describe (full attention has one; hybrid models a few).
 inline constexpr size_t max_kv_cache_groups = 4;

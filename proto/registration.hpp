@@ -18,7 +18,9 @@ namespace kvc {
 ///    connect mode); workers are stopped with kvc_stop.
 /// 4: connector_metadata carries flush_requests and finished_requests, and each job its
 ///    KV-cache groups' sizes and block indices (vLLM's GPULoadStoreSpec).
-inline constexpr uint32_t protocol_version = 5;
+/// 5: every step-channel frame ends with a CRC-32.
+/// 6: a completion event (and a job result) carries its failure's detail in words.
+inline constexpr uint32_t protocol_version = 6;
 
 struct worker_registration {
   uint32_t protocol_version = 0;

@@ -64,6 +64,13 @@ status check(const step_report& r) {
     if (!(e.seconds >= 0.0)) {  // NaN compares false
       return refuse("a completion event whose seconds is NaN or negative");
     }
+    if (e.detail.size() > max_detail_bytes) {
+      return refuse("a completion event whose detail has " + std::to_string(e.detail.size()) +
+                    " bytes (at most " + std::to_string(max_detail_bytes) + ")");
+    }
+    if (e.ok && !e.detail.empty()) {
+      return refuse("a successful completion event with a failure detail");
+    }
   }
   return {};
 }

@@ -104,7 +104,9 @@ result<size_t> completion_aggregator::on_rank_registered(rank_id rank, uint32_t 
     if (rs.alive) return size_t{0};
     return sender_error(report_outcome::stale_incarnation, rank, incarnation);
   }
-  size_t failed = rs.alive ? lose(rank) : 0;
+  size_t failed =
+      rs.alive ? lose(rank, "rank " + std::to_string(rank) + " restarted before reporting it")
+               : 0;
   ++stats_.rank_restarts;
   rs.incarnation = incarnation;
   rs.alive = true;
@@ -118,7 +120,7 @@ result<size_t> completion_aggregator::on_rank_lost(rank_id rank) {
   if (rank >= world_size_) return sender_error(report_outcome::unknown_rank, rank, 0);
   rank_state& rs = ranks_[rank];
   if (!rs.alive) return size_t{0};
-  size_t failed = lose(rank);
+  size_t failed = lose(rank, "rank " + std::to_string(rank) + " was lost before reporting it");
   rs.alive = false;
   ++stats_.rank_losses;
   return failed;
@@ -132,7 +134,7 @@ std::vector<completion_aggregator::lost_rank> completion_aggregator::lost_ranks(
   return out;
 }
 
-size_t completion_aggregator::lose(rank_id rank) {
+size_t completion_aggregator::lose(rank_id rank, const std::string& why) {
   size_t failed = 0;
   for (auto it = jobs_.begin(); it != jobs_.end();) {
     job_entry& e = it->second;
@@ -145,7 +147,7 @@ size_t completion_aggregator::lose(rank_id rank) {
     auto next = std::next(it);
     if (!e.decided) {
       ++failed;
-      fail(it, errc::io_error);
+      fail(it, errc::io_error, why);
     } else {
       release_if_finished(it);
     }
@@ -175,14 +177,14 @@ status completion_aggregator::expect(job_id job, transfer_kind kind, step_id ste
     set_step_deadline(e, step_deadline);
     // A rank that is lost now will never run the job: it fails at once (its result joins the
     // next output), and the lost ranks count as heard so that the entry can be freed.
-    bool missing = false;
+    std::string lost;
     for (rank_id r = 0; r < world_size_; ++r) {
       if (ranks_[r].alive) continue;
       e.heard.set(r);
       ++e.heard_count;
-      missing = true;
+      lost += (lost.empty() ? "" : ", ") + std::to_string(r);
     }
-    if (missing) fail(it, errc::io_error);
+    if (!lost.empty()) fail(it, errc::io_error, "planned while rank(s) " + lost + " were lost");
     return status::success();
   }
   job_entry& e = it->second;
@@ -199,8 +201,9 @@ status completion_aggregator::expect(job_id job, transfer_kind kind, step_id ste
     if (e.decided) {
       e.result.ok = false;
       e.result.error = errc::protocol_mismatch;
+      e.result.detail = "the workers reported it as another kind";
     } else {
-      fail(it, errc::protocol_mismatch);
+      fail(it, errc::protocol_mismatch, "the workers reported it as another kind");
       return status::success();
     }
   }
@@ -258,7 +261,8 @@ report_outcome completion_aggregator::on_report(const completion_event& ev) {
   e.result.bytes += ev.bytes;
   e.result.seconds = std::max(e.result.seconds, ev.seconds);
   if (!ev.ok) {
-    fail(it, ev.error != errc::ok ? ev.error : errc::internal);
+    fail(it, ev.error != errc::ok ? ev.error : errc::internal,
+         "rank " + std::to_string(ev.rank) + (ev.detail.empty() ? "" : ": " + ev.detail));
     return report_outcome::failed;
   }
   if (e.heard_count == world_size_) {
@@ -268,12 +272,13 @@ report_outcome completion_aggregator::on_report(const completion_event& ev) {
   return report_outcome::accepted;
 }
 
-void completion_aggregator::fail(job_map::iterator it, errc why) {
+void completion_aggregator::fail(job_map::iterator it, errc why, std::string detail) {
   job_entry& e = it->second;
   e.decided = true;
   set_step_deadline(e, std::nullopt);
   e.result.ok = false;
   e.result.error = why;
+  e.result.detail = clip_detail(detail);
   if (e.expected) {
     emit(e);
     release_if_finished(it);
@@ -342,7 +347,12 @@ void completion_aggregator::set_step_deadline(job_entry& e, std::optional<step_i
 
 void completion_aggregator::time_out(job_map::iterator it, uint64_t now) {
   ++stats_.timed_out;
-  fail(it, errc::timeout);  // not freed: some rank has not reported
+  std::string silent;
+  for (rank_id r = 0; r < world_size_; ++r) {
+    if (!it->second.heard.test(r)) silent += (silent.empty() ? "" : ", ") + std::to_string(r);
+  }
+  fail(it, errc::timeout, "no report from rank(s) " + silent + " by its deadline");
+  // not freed: some rank has not reported
   set_deadline(it->second, saturating_add(now, straggler_grace_));
 }
 

@@ -50,6 +50,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <string>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
@@ -228,7 +229,7 @@ class completion_aggregator {
   step_id next_step() const noexcept { return last_emitted_ ? *last_emitted_ + 1 : 0; }
 
   /// Decide the job (emitting it if expected; the entry may be freed: do not use `it` after).
-  void fail(job_map::iterator it, errc why);
+  void fail(job_map::iterator it, errc why, std::string detail);
   void succeed(job_map::iterator it);
   void emit(job_entry& e);
   /// Frees the entry if nothing more can come for it. True if freed.
@@ -239,7 +240,7 @@ class completion_aggregator {
   /// Times an undecided expected job out; its stragglers are awaited until now + grace.
   void time_out(job_map::iterator it, uint64_t now);
   /// Fails / accounts every job not yet heard from `rank`; returns how many failed.
-  size_t lose(rank_id rank);
+  size_t lose(rank_id rank, const std::string& why);
 
   uint32_t world_size_;
   size_t finished_memory_;

@@ -156,13 +156,15 @@ struct scheduler_connector::impl {
       if (auto st = planner->update_connector_output(*out); !st) {
         spdlog::warn("scheduler_connector: step {}: {}", out->step, st.to_string());
       }
+      for (const job_result& j : out->jobs) {
+        if (!j.ok) spdlog::warn("scheduler: step {}: {}", out->step, failure_line(j));
+      }
       metrics.on_output_applied(*out, now_ns());
       if (tracer) {
         const int64_t t1 = trace::tracer::mono_now();
         if (tracer->jobs()) {
           for (const job_result& j : out->jobs) {
-            trace_job("job_applied", out->step, j.job, {}, j.bytes,
-                      j.ok ? std::string{"ok"} : std::string{to_string(j.error)});
+            trace_job("job_applied", out->step, j.job, {}, j.bytes, outcome_text(j));
           }
         }
         trace_step("output_applied", out->step, t1, std::max<int64_t>(t1 - t0, 1));
@@ -328,7 +330,7 @@ result<connector_metadata> scheduler_connector::build_connector_meta(
       for (const transfer_job& j : *list) {
         const uint64_t blocks = j.slots.size() - std::min<size_t>(j.skip, j.slots.size());
         m.trace_job("job_planned", in.step, j.id, j.request_id, blocks * m.cfg.pool.slot_bytes,
-                    j.kind == transfer_kind::load ? "load" : "store");
+                    std::string{to_string(j.kind)});
       }
     }
   }

@@ -23,10 +23,6 @@ namespace {
 /// at this often.
 constexpr std::chrono::milliseconds gone_slice{10};
 
-const char* kind_name(transfer_kind k) noexcept {
-  return k == transfer_kind::load ? "load" : "store";
-}
-
 }  // namespace
 
 struct worker_connector::impl {
@@ -55,7 +51,7 @@ struct worker_connector::impl {
         r.job = static_cast<int64_t>(j.id);
         r.request = j.request_id;
         r.bytes = (j.slots.size() - std::min<size_t>(j.skip, j.slots.size())) * cfg.pool.slot_bytes;
-        r.note = kind_name(j.kind);
+        r.note = to_string(j.kind);
         tracer->emit(std::move(r));
       }
     }
@@ -76,8 +72,7 @@ struct worker_connector::impl {
         r.job = j.job;
         r.bytes = j.bytes;
         r.dur_ns = static_cast<int64_t>(j.seconds * 1e9);
-        r.note = std::string{kind_name(j.kind)} + " " +
-                 (j.ok ? std::string{"ok"} : std::string{to_string(j.error)});
+        r.note = std::string{to_string(j.kind)} + " " + outcome_text(j);
         tracer->emit(std::move(r));
       }
     }
@@ -255,7 +250,9 @@ status worker_connector::finish_transfers(const cuda::submit_options& opts) {
 finished_requests worker_connector::get_finished(std::span<const std::string> finished_req_ids) {
   impl& m = *impl_;
   worker::worker_output out = m.worker->get_finished(finished_req_ids);
-  for (const std::string& why : out.failures) spdlog::warn("worker rank {}: {}", m.cfg.rank, why);
+  for (const job_result& j : out.jobs) {
+    if (!j.ok) spdlog::warn("worker rank {}: {}", m.cfg.rank, failure_line(j));
+  }
   auto report = m.reports->add(out.jobs);
   if (m.tracer && m.bound) m.trace_done(m.bound->step, out.jobs, report.has_value());
   if (report) m.send(*report);

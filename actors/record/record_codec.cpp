@@ -111,7 +111,7 @@ std::vector<recorded_scheduled> scheduled_as(const object& o, const char* what,
 }
 
 completion_event completion_as(const object& o) {
-  const object* p = items(o, 10, "completion event");
+  const object* p = items(o, 11, "completion event");
   completion_event e;
   e.rank = uint_as<rank_id>(p[0], "event rank");
   e.incarnation = uint_as<uint32_t>(p[1], "event incarnation");
@@ -127,6 +127,8 @@ completion_event completion_as(const object& o) {
   e.error = static_cast<errc>(err);
   e.bytes = uint_as<uint64_t>(p[8], "event bytes");
   e.seconds = std::bit_cast<double>(uint_as<uint64_t>(p[9], "event seconds"));
+  e.detail = str_as(p[10], "event detail");
+  if (e.detail.size() > max_detail_bytes) throw bad_frame("event detail: longer than allowed");
   return e;
 }
 

@@ -92,6 +92,7 @@ output_digest digest_of(const connector_output& o) {
     jobs.u64(static_cast<uint64_t>(j.error));
     jobs.u64(j.bytes);
     jobs.u64(std::bit_cast<uint64_t>(j.seconds));
+    jobs.str(j.detail);
   }
   return {{step.value(), jobs.value()}};
 }

@@ -125,7 +125,7 @@ void report(packer& pk, const step_report& r) {
   pk.pack_uint64(r.step);
   pk.pack_array(static_cast<uint32_t>(r.events.size()));
   for (const completion_event& e : r.events) {
-    pk.pack_array(10);
+    pk.pack_array(11);
     pk.pack_uint32(e.rank);
     pk.pack_uint32(e.incarnation);
     pk.pack_uint64(e.seq);
@@ -136,6 +136,7 @@ void report(packer& pk, const step_report& r) {
     pk.pack_uint8(static_cast<uint8_t>(e.error));
     pk.pack_uint64(e.bytes);
     pk.pack_uint64(std::bit_cast<uint64_t>(e.seconds));  // exact, NaN included
+    str(pk, e.detail);
   }
 }
 

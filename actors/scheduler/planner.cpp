@@ -4,7 +4,6 @@
 
 namespace kvc::scheduler {
 
-using planner_detail::kind_name;
 using planner_detail::quoted;
 
 // ---------------------------------------------------------------------------------------------

@@ -21,10 +21,6 @@ inline std::string quoted(std::string_view s) {
   return "'" + std::string(s) + "'";
 }
 
-inline const char* kind_name(transfer_kind k) {
-  return k == transfer_kind::load ? "load" : "store";
-}
-
 }  // namespace planner_detail
 
 /// The connector's state. Requests live in a dense array of slots (reused, with their vectors'

@@ -9,7 +9,6 @@
 
 namespace kvc::scheduler {
 
-using planner_detail::kind_name;
 using planner_detail::quoted;
 
 result<connector_metadata> planner::impl::build_connector_meta(const step_input& in) {
@@ -227,8 +226,8 @@ status planner::impl::update_connector_output(const connector_output& out) {
     if (jit->second.kind != r.kind) {
       if (first_error == errc::ok) first_error = errc::invalid_argument;
       if (!rejected.empty()) rejected += "; ";
-      rejected += "job " + std::to_string(r.job) + " is a " + kind_name(jit->second.kind) +
-                  ", the result says " + kind_name(r.kind);
+      rejected += "job " + std::to_string(r.job) + " is a " + std::string{to_string(jit->second.kind)} +
+                  ", the result says " + std::string{to_string(r.kind)};
       ++stats_.rejected_results;
       continue;
     }

@@ -16,7 +16,8 @@ std::vector<completion_event> completion_stamper::stamp(step_id step,
                    .ok = j.ok,
                    .error = j.error,
                    .bytes = j.bytes,
-                   .seconds = j.seconds});
+                   .seconds = j.seconds,
+                   .detail = clip_detail(j.detail)});
   }
   return out;
 }

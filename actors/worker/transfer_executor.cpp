@@ -107,12 +107,14 @@ void transfer_executor::clear_connector_metadata() {
   if (!meta_) return;
   if (!loads_started_) {
     for (const auto& j : meta_->loads) {
-      fail_job({j.id, j.kind, j.request_id, j.gpu_blocks}, errc::precondition_failed);
+      fail_job({j.id, j.kind, j.request_id, j.gpu_blocks}, errc::precondition_failed,
+               "the metadata was cleared before start_load_kv");
     }
   }
   if (!stores_queued_) {
     for (const auto& j : meta_->stores) {
-      fail_job({j.id, j.kind, j.request_id, {}}, errc::precondition_failed);
+      fail_job({j.id, j.kind, j.request_id, {}}, errc::precondition_failed,
+               "the metadata was cleared before wait_for_save");
     }
   }
   meta_.reset();
@@ -175,23 +177,15 @@ status transfer_executor::wait_for_save() {
   return {};
 }
 
-namespace {
-std::string failure_note(job_id id, transfer_kind kind, std::string_view why) {
-  return "job " + std::to_string(id) + (kind == transfer_kind::store ? " (store)" : " (load)") +
-         " failed: " + std::string(why);
-}
-}  // namespace
-
-void transfer_executor::fail_job(job_entry entry, errc error, std::string_view why) {
-  if (!why.empty()) early_failure_notes_.push_back(failure_note(entry.id, entry.kind, why));
-  failed_early_.emplace_back(std::move(entry), error);
+void transfer_executor::fail_job(job_entry entry, errc error, std::string why) {
+  failed_early_.push_back({std::move(entry), error, std::move(why)});
 }
 
 void transfer_executor::submit_job(const transfer_job& job, const cuda::submit_options& opts) {
   job_entry entry{job.id, job.kind, job.request_id, {}};
   if (job.kind == transfer_kind::load) entry.gpu_blocks = job.gpu_blocks;
   if (!layout_) {
-    fail_job(std::move(entry), errc::precondition_failed);
+    fail_job(std::move(entry), errc::precondition_failed, "the KV caches are not registered");
     return;
   }
   slot_ids_.assign(job.slots.begin(), job.slots.end());
@@ -205,7 +199,10 @@ void transfer_executor::submit_job(const transfer_job& job, const cuda::submit_o
   spec.gpu_block_ids = block_ids_;
   spec.block_index = job.skip;
   if (job.skip >= cfg_.block_size_factor) {
-    fail_job(std::move(entry), errc::invalid_argument);  // block_index % factor would hide it
+    // block_index % factor would hide it
+    fail_job(std::move(entry), errc::invalid_argument,
+             "skip " + std::to_string(job.skip) + " is not below block_size_factor " +
+                 std::to_string(cfg_.block_size_factor));
     return;
   }
   auto ops = layout_->build_ops(spec);
@@ -222,9 +219,10 @@ void transfer_executor::submit_job(const transfer_job& job, const cuda::submit_o
   in_flight_.emplace(*tid, std::move(entry));
 }
 
-void transfer_executor::finish_job(const job_entry& entry, bool ok, errc error, uint64_t bytes,
-                                  double seconds, worker_output& out) {
-  out.jobs.push_back({entry.id, entry.kind, ok, ok ? errc::ok : error, bytes, seconds});
+void transfer_executor::finish_job(const job_entry& entry, job_result result,
+                                   worker_output& out) {
+  const bool ok = result.ok;
+  out.jobs.push_back(std::move(result));
   known_.erase(entry.id);
   if (entry.kind == transfer_kind::load) {
     if (!ok)
@@ -245,8 +243,12 @@ worker_output transfer_executor::get_finished(std::span<const std::string> finis
   worker_output out;
   auto early = std::move(failed_early_);
   failed_early_.clear();
-  for (auto& [entry, error] : early) finish_job(entry, false, error, 0, 0.0, out);
-  out.failures = std::exchange(early_failure_notes_, {});
+  for (auto& f : early) {
+    finish_job(f.entry,
+               {.job = f.entry.id, .kind = f.entry.kind, .ok = false, .error = f.error,
+                .detail = clip_detail(f.why)},
+               out);
+  }
   for (const auto& rep : engine_->take_finished()) {
     auto it = in_flight_.find(rep.id);
     if (it == in_flight_.end()) {
@@ -256,12 +258,13 @@ worker_output transfer_executor::get_finished(std::span<const std::string> finis
     job_entry entry = std::move(it->second);
     in_flight_.erase(it);
     transfer_of_.erase(entry.id);
-    errc error = rep.ok ? errc::ok : (rep.error == errc::ok ? errc::device_error : rep.error);
+    job_result r{.job = entry.id, .kind = entry.kind, .ok = rep.ok, .bytes = rep.bytes,
+                 .seconds = rep.seconds};
     if (!rep.ok) {
-      out.failures.push_back(failure_note(
-          entry.id, entry.kind, rep.detail.empty() ? std::string(to_string(error)) : rep.detail));
+      r.error = rep.error == errc::ok ? errc::device_error : rep.error;
+      r.detail = clip_detail(rep.detail);
     }
-    finish_job(entry, rep.ok, error, rep.bytes, rep.seconds, out);
+    finish_job(entry, std::move(r), out);
   }
   for (const auto& req : finished_req_ids) {
     auto it = store_jobs_.find(req);
@@ -297,8 +300,8 @@ job_phase transfer_executor::phase(job_id id) {
   for (const auto& j : deferred_) {
     if (j.id == id) return job_phase::queued;
   }
-  for (const auto& [entry, error] : failed_early_) {
-    if (entry.id == id) return job_phase::finished;
+  for (const auto& f : failed_early_) {
+    if (f.entry.id == id) return job_phase::finished;
   }
   return job_phase::bound;  // in the current metadata, not submitted or queued yet
 }

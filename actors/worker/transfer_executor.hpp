@@ -71,15 +71,14 @@ struct executor_config {
 /// What one get_finished call reports.
 struct worker_output {
   /// This rank's finished jobs since the last call, each exactly once (report_sequencer turns
-  /// them into completion_events by adding rank, incarnation, seq and step).
+  /// them into completion_events by adding rank, incarnation, seq and step). A failed job's
+  /// detail is the engine's report detail (the cuda backend names the CUDA call and error, e.g.
+  /// "cudaEventQuery returned cudaErrorIllegalAddress (700)"), the refused submit's message, or
+  /// why the worker could not submit it.
   std::vector<job_result> jobs;
   /// R1 request-level sets (see the file comment).
   std::vector<std::string> finished_sending;
   std::vector<std::string> finished_recving;
-  /// One line per failed job, for the log: "job 7 (store) failed: <why>", where why is the
-  /// engine's report detail (the cuda backend names the CUDA call and error, e.g.
-  /// "cudaEventQuery returned cudaErrorIllegalAddress (700)") or the refused submit's message.
-  std::vector<std::string> failures;
 };
 
 /// A job as the worker sees it right now.
@@ -171,9 +170,8 @@ class transfer_executor {
   status adopt_layout(result<cuda::kv_layout> layout);
   /// Builds the ops of `job` and submits them; a failure becomes a finished, failed job.
   void submit_job(const transfer_job& job, const cuda::submit_options& opts);
-  void fail_job(job_entry entry, errc error, std::string_view why = {});
-  void finish_job(const job_entry& entry, bool ok, errc error, uint64_t bytes, double seconds,
-                  worker_output& out);
+  void fail_job(job_entry entry, errc error, std::string why);
+  void finish_job(const job_entry& entry, job_result result, worker_output& out);
   void flush_deferred(const cuda::submit_options& opts);
 
   executor_config cfg_;
@@ -187,9 +185,13 @@ class transfer_executor {
   std::vector<transfer_job> deferred_;                          ///< queued stores, in order
   std::unordered_map<cuda::transfer_id, job_entry> in_flight_;  ///< submitted transfers
   std::unordered_map<job_id, cuda::transfer_id> transfer_of_;   ///< in-flight job -> transfer
-  /// Jobs that failed before reaching the engine, in failure order, with their error.
-  std::vector<std::pair<job_entry, errc>> failed_early_;
-  std::vector<std::string> early_failure_notes_;  ///< worker_output::failures of those, if any
+  struct early_failure {
+    job_entry entry;
+    errc error = errc::ok;
+    std::string why;
+  };
+  /// Jobs that failed before reaching the engine, in failure order.
+  std::vector<early_failure> failed_early_;
   std::unordered_set<job_id> known_;  ///< bound and not yet reported
 
   /// R1 request bookkeeping.

@@ -61,7 +61,8 @@ completion_event sample_event() {
           .ok = false,
           .error = errc::injected_fault,
           .bytes = 123'456'789'012ull,
-          .seconds = 0.1 + 0.2};  // not exactly representable: must survive bit-exactly
+          .seconds = 0.1 + 0.2,  // not exactly representable: must survive bit-exactly
+          .detail = "cudaEventQuery returned cudaErrorIllegalAddress (700)"};
 }
 
 job_result sample_result() {
@@ -103,7 +104,8 @@ step_report sample_report() {
                       .ok = false,
                       .error = errc::io_error,
                       .bytes = 0,
-                      .seconds = std::numeric_limits<double>::infinity()});
+                      .seconds = std::numeric_limits<double>::infinity(),
+                      .detail = "cudaMemcpyAsync returned cudaErrorInvalidValue (1)"});
   return r;
 }
 
@@ -205,6 +207,26 @@ TEST(WireCodecTest, ValuesNoPeerSendsAreRefused) {
   meta.stores.push_back(sample_job(99, static_cast<transfer_kind>(2)));
   EXPECT_THAT(decode_metadata(encode(meta)).error().message(), HasSubstr("unknown kind"));
   EXPECT_TRUE(decode_report(encode(sample_report())).ok());
+}
+
+// A failure's detail is bounded (a peer cannot make the coordinator keep long texts) and only a
+// failure has one.
+TEST(WireCodecTest, AFailureDetailIsBoundedAndOnlyOnFailures) {
+  step_report longest = sample_report();
+  longest.events[1].detail = std::string(max_detail_bytes, 'x');
+  auto back = decode_report(encode(longest));
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  EXPECT_EQ(back->events[1].detail, longest.events[1].detail);
+
+  step_report too_long = longest;
+  too_long.events[1].detail.push_back('x');
+  EXPECT_THAT(decode_report(encode(too_long)).error().message(),
+              HasSubstr("detail has 257 bytes (at most 256)"));
+
+  step_report ok_with_detail = sample_report();
+  ok_with_detail.events[0].detail = "fine";
+  EXPECT_THAT(decode_report(encode(ok_with_detail)).error().message(),
+              HasSubstr("a successful completion event with a failure detail"));
 }
 
 TEST(WireCodecTest, AFrameAboveTheLimitIsRefusedBeforeDecoding) {

@@ -55,13 +55,16 @@ TEST(CompletionAggregatorTest, FailureShortCircuitsAndStragglersAreAbsorbed) {
   completion_aggregator agg = make_aggregator(4);
   ASSERT_TRUE(agg.expect(1, load, 0, std::nullopt).ok());
   EXPECT_EQ(agg.on_report(ok_report(0, 1, load)), report_outcome::accepted);
-  EXPECT_EQ(agg.on_report(failed_report(2, 1, errc::device_error, load)), report_outcome::failed);
-  // Decided at once: the result is there before ranks 1 and 3 spoke.
+  completion_event cuda = failed_report(2, 1, errc::device_error, load);
+  cuda.detail = "cudaEventQuery returned cudaErrorIllegalAddress (700)";
+  EXPECT_EQ(agg.on_report(cuda), report_outcome::failed);
+  // Decided at once: the result is there before ranks 1 and 3 spoke, naming the failing rank.
   connector_output out = agg.take_output(0);
   ASSERT_EQ(out.jobs.size(), 1u);
   EXPECT_FALSE(out.jobs[0].ok);
   EXPECT_EQ(out.jobs[0].error, errc::device_error);
   EXPECT_EQ(out.jobs[0].kind, load);
+  EXPECT_EQ(out.jobs[0].detail, "rank 2: cudaEventQuery returned cudaErrorIllegalAddress (700)");
 
   EXPECT_EQ(agg.on_report(failed_report(2, 1, errc::device_error, load)),
             report_outcome::duplicate);
@@ -82,6 +85,7 @@ TEST(CompletionAggregatorTest, FailureWithoutAnErrorCodeCountsAsInternal) {
   connector_output out = agg.take_output(0);
   ASSERT_EQ(out.jobs.size(), 1u);
   EXPECT_EQ(out.jobs[0].error, errc::internal);
+  EXPECT_EQ(out.jobs[0].detail, "rank 0");  // the rank gave no words
 }
 
 TEST(CompletionAggregatorTest, DuplicatesAreIgnoredAndCounted) {
@@ -132,7 +136,9 @@ TEST(CompletionAggregatorTest, StaleIncarnationIsDroppedAndRestartFailsUnreporte
   ASSERT_EQ(out.jobs.size(), 2u);
   EXPECT_EQ(out.jobs[0].job, 2u);
   EXPECT_EQ(out.jobs[0].error, errc::io_error);
+  EXPECT_EQ(out.jobs[0].detail, "rank 1 restarted before reporting it");
   EXPECT_EQ(out.jobs[1].job, 1u);
+  EXPECT_TRUE(out.jobs[1].detail.empty());
   EXPECT_TRUE(out.jobs[1].ok);
 
   EXPECT_EQ(agg.on_rank_registered(1, 0).code(), errc::precondition_failed);  // going back
@@ -178,6 +184,7 @@ TEST(CompletionAggregatorTest, AJobExpectedWhileARankIsLostFailsAtOnce) {
   ASSERT_EQ(out->jobs.size(), 1u);
   EXPECT_FALSE(out->jobs[0].ok);
   EXPECT_EQ(out->jobs[0].error, errc::io_error);
+  EXPECT_EQ(out->jobs[0].detail, "planned while rank(s) 1 were lost");
   // Once the rank is back, new jobs wait for it again.
   ASSERT_TRUE(agg.on_rank_lost(1).ok());  // lost again while lost: a no-op
   ASSERT_TRUE(agg.on_rank_registered(1, 1).ok());
@@ -214,6 +221,7 @@ TEST(CompletionAggregatorTest, RankLossFailsTheJobsWaitingOnIt) {
     EXPECT_EQ(r.ok, r.job == 1) << r.job;
     if (!r.ok) {
       EXPECT_EQ(r.error, errc::io_error);
+      EXPECT_EQ(r.detail, "rank 2 was lost before reporting it");
     }
   }
   EXPECT_EQ(agg.tracked_jobs(), 1u);  // failed job 2 still absorbs ranks 0 and 1
@@ -261,7 +269,8 @@ TEST(CompletionAggregatorTest, DeadlineExpiryFailsWithTimeout) {
                                       .ok = false,
                                       .error = errc::timeout,
                                       .bytes = 4096,
-                                      .seconds = 0.25}));
+                                      .seconds = 0.25,
+                                      .detail = "no report from rank(s) 1 by its deadline"}));
   EXPECT_EQ(agg.stats().timed_out, 1u);
 
   // The failed job waits `grace` for rank 1's straggler, then is freed but remembered.
@@ -309,6 +318,7 @@ TEST(CompletionAggregatorTest, ExpectDisagreeingWithWorkersFailsTheJob) {
   ASSERT_EQ(out.jobs.size(), 1u);
   EXPECT_EQ(out.jobs[0].kind, store);
   EXPECT_EQ(out.jobs[0].error, errc::protocol_mismatch);
+  EXPECT_EQ(out.jobs[0].detail, "the workers reported it as another kind");
 }
 
 TEST(CompletionAggregatorTest, NeverExpectedJobIsDroppedAfterTheGrace) {

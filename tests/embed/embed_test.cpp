@@ -24,7 +24,9 @@
 #include <zmq_addon.hpp>
 
 #include "actors/coordinator/step_coordinator.hpp"
+#include "cuda/faulty_copy_engine.hpp"
 #include "cuda/manual_copy_engine.hpp"
+#include "proto/fault_spec_parser.hpp"
 #include "tests/shm/shm_fixture.hpp"
 
 namespace kvc::embed {
@@ -53,8 +55,11 @@ struct rank_kv {
   cuda::device_buffer buf;
 
   std::byte* block(gpu_block b) const { return static_cast<std::byte*>(buf.data) + b * page; }
+  /// The rank's manual engine, under the faulty decorator when the rank has copy faults.
   cuda::manual_copy_engine& engine() const {
-    return static_cast<cuda::manual_copy_engine&>(wc->copy_engine());
+    cuda::copy_engine* e = &wc->copy_engine();
+    if (auto* faulty = dynamic_cast<cuda::faulty_copy_engine*>(e)) e = &faulty->target();
+    return dynamic_cast<cuda::manual_copy_engine&>(*e);
   }
   std::vector<std::byte> read(gpu_block b) const {
     std::vector<std::byte> out(page);
@@ -389,9 +394,51 @@ TEST_P(EmbedTest, ALostRankFailsItsJobsAndTheOtherRanksGoOn) {
   EXPECT_EQ(results[0].job, store);
   EXPECT_FALSE(results[0].ok);
   EXPECT_EQ(results[0].error, errc::io_error);
+  // The scheduler learns of the loss asynchronously: before or after it planned the store.
+  EXPECT_TRUE(results[0].detail == "planned while rank(s) 1 were lost" ||
+              results[0].detail == "rank 1 was lost before reporting it")
+      << results[0].detail;
   EXPECT_EQ((*sc)->stats().stores_failed, 1u);
   EXPECT_TRUE((*sc)->take_events().empty());  // a failed store stores nothing
   EXPECT_EQ((*sc)->get_num_new_matched_tokens(a, 0), (scheduler::match_result{0u, false}));
+}
+
+// A copy that fails on one rank reaches the engine's job result with that rank's words (the
+// cuda backend's are the CUDA call and error name), through the step report and the coordinator.
+TEST_P(EmbedTest, AFailedCopyReachesTheSchedulerWithItsRankAndCause) {
+  auto sc = scheduler_connector::create(sched_cfg(2));
+  ASSERT_TRUE(sc.ok()) << sc.error().to_string();
+  ASSERT_TRUE(add_worker(sc->get(), worker_cfg(0, 2)));
+  worker_connector_config faulty = worker_cfg(1, 2);
+  auto spec = parse_fault_spec("fail_copy:rank=1,dir=store,at=completion,nth=0");
+  ASSERT_TRUE(spec.ok()) << spec.error().to_string();
+  faulty.faults.specs.push_back(*spec);
+  ASSERT_TRUE(add_worker(sc->get(), faulty));
+  ASSERT_TRUE((*sc)->wait_for_workers(5s).ok());
+
+  const auto ka = keys({31, 32});
+  const scheduler::request_view a{"a", ka, 8};
+  const std::vector<gpu_block> blocks_a{1, 2};
+  ASSERT_TRUE((*sc)->update_state_after_alloc(a, blocks_a, 0).ok());
+  step_id s = 1;
+  auto out = step(**sc, s, {{a, blocks_a, 0, 8}}, {{1, 100}, {2, 100}});
+  ASSERT_TRUE(out.ok()) << out.error().to_string();
+  ASSERT_EQ(last_meta_.stores.size(), 1u);
+  const job_id store = last_meta_.stores[0].id;
+  std::vector<job_result> results = out->jobs;
+  out = step(**sc, ++s);  // the store is submitted and its copies run
+  ASSERT_TRUE(out.ok()) << out.error().to_string();
+  results.insert(results.end(), out->jobs.begin(), out->jobs.end());
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results[0].job, store);
+  EXPECT_FALSE(results[0].ok);
+  EXPECT_EQ(results[0].error, errc::injected_fault);
+  EXPECT_EQ(results[0].detail, "rank 1: faulty copy engine: injected fail_at_completion");
+  EXPECT_EQ(failure_line(results[0]),
+            "job " + std::to_string(store) +
+                " (store) failed: injected_fault: rank 1: faulty copy engine: injected "
+                "fail_at_completion");
+  EXPECT_EQ((*sc)->stats().stores_failed, 1u);
 }
 
 TEST_P(EmbedTest, BindTakesTheMetadataOfItsStepOnly) {

@@ -35,7 +35,9 @@ std::vector<record_event> every_kind() {
   b.preempted = {"z"};
   b.ok = true;
   b.digest.fields = {1, 2, 3, 4, 5, 6};
-  step_report r{1, 0, 3, {{1, 0, 7, 3, 9, transfer_kind::store, true, errc::ok, 4096, 0.25}}};
+  step_report r{1, 0, 3, {{1, 0, 7, 3, 9, transfer_kind::store, true, errc::ok, 4096, 0.25, ""},
+                          {1, 0, 8, 3, 10, transfer_kind::load, false, errc::device_error, 0, 0.5,
+                           "cudaEventQuery returned cudaErrorIllegalAddress (700)"}}};
   return {match_event{req("a"), 16, 32},
           match_event{req("b"), 0, std::nullopt},
           alloc_event{req("a"), {4, 5}, true, {1, 0}, 16, true},
@@ -96,9 +98,10 @@ TEST(RecordCodec, WholeRecordReadsBack) {
   EXPECT_EQ(back->header.config_digest, config_digest(encode_config(small_config())));
   ASSERT_EQ(back->events.size(), rec.events.size());
   const auto& report = std::get<report_event>(back->events[8]).report;
-  ASSERT_EQ(report.events.size(), 1u);
+  ASSERT_EQ(report.events.size(), 2u);
   EXPECT_EQ(report.events[0].seconds, 0.25);
   EXPECT_EQ(report.events[0].bytes, 4096u);
+  EXPECT_EQ(report.events[1].detail, "cudaEventQuery returned cudaErrorIllegalAddress (700)");
 }
 
 // Offsets in a record of small_config(): magic (8), length (4), then the header array
@@ -113,7 +116,10 @@ TEST(RecordReader, AnotherSchemaVersionIsRefused) {
   auto r = read_record(file);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code(), errc::protocol_mismatch);
-  EXPECT_NE(r.error().message().find("schema version 2"), std::string::npos)
+  const std::string want = "schema version " + std::to_string(record_schema_version + 1) +
+                          " is not the version this kvconnect reads (" +
+                          std::to_string(record_schema_version) + ")";
+  EXPECT_NE(r.error().message().find(want), std::string::npos)
       << r.error().message();
 }
 

@@ -248,9 +248,15 @@ TEST(TransferExecutorTest, SubmitFailureIsAFailedJobReportedOnce) {
   auto out =
       f.step(meta(1, {load_job(3, "r", {1, 2}, {7, 8, 9, 10}), load_job(4, "q", {3}, {5, 6})}, {}, {}));
   ASSERT_EQ(out.jobs.size(), 2u);
-  EXPECT_EQ(*find_job(out, 3), (job_result{3, transfer_kind::load, false, errc::injected_fault}));
-  ASSERT_EQ(out.failures.size(), 1u);
-  EXPECT_EQ(out.failures[0].rfind("job 3 (load) failed: ", 0), 0u) << out.failures[0];
+  // The refused submit's message is the job's detail, and its log line says both.
+  EXPECT_EQ(*find_job(out, 3),
+            (job_result{.job = 3,
+                        .kind = transfer_kind::load,
+                        .ok = false,
+                        .error = errc::injected_fault,
+                        .detail = "injected fault: fail_at_submit (rule 0, load #0)"}));
+  EXPECT_EQ(failure_line(*find_job(out, 3)),
+            "job 3 (load) failed: injected_fault: injected fault: fail_at_submit (rule 0, load #0)");
   EXPECT_TRUE(find_job(out, 4)->ok);
   strings recving = out.finished_recving;
   std::sort(recving.begin(), recving.end());
@@ -273,9 +279,9 @@ TEST(TransferExecutorTest, FailureAtCompletionIsReportedWithItsError) {
   EXPECT_TRUE(out.jobs[0].ok);
   EXPECT_FALSE(out.jobs[1].ok);
   EXPECT_EQ(out.jobs[1].error, errc::injected_fault);
-  // The engine's detail reaches the worker's failure lines (the cuda backend's names the error).
-  EXPECT_EQ(out.failures,
-            (strings{"job 2 (store) failed: faulty copy engine: injected fail_at_completion"}));
+  // The engine's report detail becomes the job's (the cuda backend's names the CUDA error).
+  EXPECT_EQ(out.jobs[1].detail, "faulty copy engine: injected fail_at_completion");
+  EXPECT_TRUE(out.jobs[0].detail.empty());
   EXPECT_TRUE(f.worker->get_block_ids_with_load_errors().empty());  // stores never count
 }
 
