@@ -72,6 +72,8 @@ class cuda_copy_engine final : public copy_engine {
   /// Transfers whose ops went out as one cudaMemcpyBatchAsync / as per-op cudaMemcpyAsync.
   uint64_t batched_transfers() const noexcept override { return batched_; }
   uint64_t per_op_transfers() const noexcept { return per_op_; }
+  /// device_unavailable once a sticky error latched (device_health::admit).
+  status health() const override { return health_.admit(); }
 
  private:
   explicit cuda_copy_engine(const engine_options& opts);

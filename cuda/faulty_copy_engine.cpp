@@ -46,8 +46,14 @@ status faulty_copy_engine::download(void* host_dst, const void* device_src, size
   return target_->download(host_dst, device_src, bytes);
 }
 
+status faulty_copy_engine::health() const {
+  if (lost_.empty()) return target_->health();
+  return make_error(errc::device_unavailable, "device unusable since " + lost_);
+}
+
 result<transfer_id> faulty_copy_engine::submit(direction dir, std::span<const copy_op> ops,
                                                const submit_options& opts) {
+  if (!lost_.empty()) return health();
   const fault_injector::decision d = injector_.next(target_of(dir));
   if (d.action == fault_action::fail_at_submit) {
     return make_error(errc::injected_fault,
@@ -57,6 +63,11 @@ result<transfer_id> faulty_copy_engine::submit(direction dir, std::span<const co
   }
   auto id = target_->submit(dir, ops, opts);
   if (!id) return id;
+  if (d.action == fault_action::lose_device) {
+    lost_ = "injected fault: lose_device (rule " + std::to_string(d.rule) + ", " +
+            std::string(to_string(target_of(dir))) + " #" +
+            std::to_string(injector_.seen(target_of(dir)) - 1) + ")";
+  }
   ++accepted_;
   entry e;
   e.dir = dir;
@@ -85,7 +96,11 @@ void faulty_copy_engine::pump() {
       entry& e = it->second;
       if (!e.report || is_held(e)) break;
       transfer_report r = *e.report;
-      if (e.action == fault_action::fail_at_completion && r.ok) {
+      if (!lost_.empty()) {
+        r.ok = false;
+        r.error = errc::device_unavailable;
+        r.detail = "device unusable since " + lost_;
+      } else if (e.action == fault_action::fail_at_completion && r.ok) {
         r.ok = false;
         r.error = errc::injected_fault;
         r.detail = "faulty copy engine: injected fail_at_completion";

@@ -11,6 +11,11 @@
 ///                       it is waited on (a blocking wait must not hang on a fault that only the
 ///                       owner's next submit could release). Completion stays FIFO per
 ///                       direction: transfers behind a held one are held too.
+///   lose_device         the device is lost as after a sticky CUDA error: the transfer goes to
+///                       the target (its copies run), but it and every transfer not yet
+///                       reported report failed (errc::device_unavailable, the fault in the
+///                       detail), every later submit answers device_unavailable without
+///                       reaching the target, and health() says so.
 /// Every submit call is one transfer for the injector's ordinals; only accepted ones (those that
 /// got an id) count for release_after. With an empty plan it behaves exactly like its target.
 ///
@@ -50,6 +55,7 @@ class faulty_copy_engine final : public copy_engine {
   status wait(std::span<const transfer_id> ids) override;
   std::vector<transfer_report> take_finished() override;
   uint64_t batched_transfers() const noexcept override { return target_->batched_transfers(); }
+  status health() const override;
 
   /// The wrapped engine (tests use it to drive the target, e.g. the sim's pause hook).
   copy_engine& target() noexcept { return *target_; }
@@ -81,6 +87,7 @@ class faulty_copy_engine final : public copy_engine {
   fault_injector injector_;
   std::string name_;
   uint64_t accepted_ = 0;
+  std::string lost_;  ///< the lose_device fault that fired; "" while the device is usable
   std::unordered_map<transfer_id, entry> entries_;  ///< submitted, not yet ready
   std::array<std::deque<transfer_id>, 2> order_;    ///< per direction, submission order
   std::vector<transfer_report> ready_;              ///< finished, not yet taken

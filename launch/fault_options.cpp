@@ -63,7 +63,11 @@ result<fault_config> parse_fault_options(std::span<const std::string> texts, uin
 }
 
 std::vector<std::string> scheduler_fault_arguments(const fault_config& faults) {
-  return arguments(faults, faults_at(faults, fault_site::channel).specs);
+  std::vector<fault_spec> reported;
+  for (const fault_spec& f : faults.specs) {
+    if (site_of(f.kind) != fault_site::process) reported.push_back(f);
+  }
+  return arguments(faults, reported);
 }
 
 std::vector<std::string> worker_fault_arguments(const fault_config& faults, rank_id rank) {

@@ -465,7 +465,15 @@ class node_run {
               {"pid", j.value("pid", 0)}});
       }
       if (event == "runner") runners_.push_back(j);
-      if (event == "stopped" && j.contains("fired") && j["fired"].is_object()) {
+      if (event == "device_lost") {
+        emit({{"event", "device_lost"},
+              {"rank", j.value("rank", 0)},
+              {"incarnation", j.value("incarnation", 0)},
+              {"detail", j.value("detail", "")}});
+      }
+      // A worker's last line: its copy faults, counted once per incarnation.
+      if ((event == "stopped" || event == "device_lost") && j.contains("fired") &&
+          j["fired"].is_object()) {
         for (const auto& [kind, n] : j["fired"].items()) {
           if (n.is_number_unsigned()) worker_fired_[kind] += n.get<uint64_t>();
         }

@@ -251,6 +251,7 @@ status run_steps(embed::worker_connector& wc, signal_watcher& signals) {
     wc.get_block_ids_with_load_errors();  // the job results say which loads failed
     wc.clear_connector_metadata();
     if (!first) spdlog::error("worker {}: step {}: {}", wc.rank(), *step, first.to_string());
+    if (auto health = wc.device_health(); !health) return health;  // the step was reported
   }
   return status::success();
 }
@@ -272,8 +273,34 @@ status run_model(embed::worker_connector& wc, sim::model_runner& runner,
     if (auto st = runner.run_step((*m)->input, bind_timeout); !st) {
       spdlog::error("worker {}: step {}: {}", wc.rank(), (*m)->input.step, st.to_string());
     }
+    if (auto health = wc.device_health(); !health) return health;  // the step was reported
   }
   return status::success();
+}
+
+/// `kvconnect worker`'s exit code when its device became unusable (docs/protocol.md).
+constexpr int device_lost_exit_code = 4;
+
+/// The copy faults a worker injected, for its last line (the launcher adds them up).
+nlohmann::json fired_copy_faults(const fault_counts& fired) {
+  nlohmann::json out;
+  for (fault_kind k : {fault_kind::fail_copy, fault_kind::delay_copy, fault_kind::lose_device}) {
+    out[std::string{to_string(k)}] = fired[static_cast<size_t>(k)];
+  }
+  return out;
+}
+
+/// The device cannot take work any more (a sticky CUDA error, an injected lose_device): only a
+/// new process gets a new CUDA context, so the worker ends and the launcher restarts the rank.
+int device_lost(const worker_process_options& o, const embed::worker_connector& wc,
+                const status& why) {
+  spdlog::error("worker rank {}: {}: exiting so that the rank restarts", o.rank, why.to_string());
+  emit({{"event", "device_lost"},
+        {"rank", o.rank},
+        {"incarnation", o.incarnation},
+        {"detail", why.message()},
+        {"fired", fired_copy_faults(wc.injected_faults())}});
+  return device_lost_exit_code;
 }
 
 }  // namespace
@@ -421,6 +448,11 @@ int run_worker_process(const worker_process_options& o) {
   cfg.block_size_factor = o.pool.kv.block_factor;
   cfg.register_timeout = milliseconds{o.register_timeout_ms};
   cfg.faults = faults_at(*faults, fault_site::copy);
+  if (o.incarnation > 0) {
+    // A lost device is lost once: the restarted process has a new one.
+    std::erase_if(cfg.faults.specs,
+                  [](const fault_spec& f) { return f.kind == fault_kind::lose_device; });
+  }
   cfg.observe = o.trace.observe();
   // Everything that can fail here (copy engine, device, pool, the KV cache) comes before the
   // registration: a failed set-up must not use up the rank's incarnation.
@@ -464,6 +496,8 @@ int run_worker_process(const worker_process_options& o) {
         {"pid", ::getpid()}});
   if (runner) {
     if (auto st = run_model(**wc, *runner, *executor, signals); !st) {
+      // Its runner line is not printed: like a killed rank's, its figures go with it.
+      if (st.code() == errc::device_unavailable) return device_lost(o, **wc, st);
       spdlog::error("worker {}: {}", o.rank, st.to_string());
     }
     const auto& s = runner->stats();
@@ -482,14 +516,13 @@ int run_worker_process(const worker_process_options& o) {
           {"mismatches", s.mismatches}});
   }
   const status st = run_steps(**wc, signals);
+  if (st.code() == errc::device_unavailable) return device_lost(o, **wc, st);
   if (!signals.signalled() && !(*wc)->stopped()) {
     return fail(who, 1, rank + "stopped: " + st.to_string());
   }
   nlohmann::json stopped_line{{"event", "stopped"}, {"rank", o.rank}};
   if (!faults->empty()) {
-    const fault_counts fired = (*wc)->injected_faults();
-    stopped_line["fired"] = {{"fail_copy", fired[static_cast<size_t>(fault_kind::fail_copy)]},
-                             {"delay_copy", fired[static_cast<size_t>(fault_kind::delay_copy)]}};
+    stopped_line["fired"] = fired_copy_faults((*wc)->injected_faults());
   }
   emit(stopped_line);
   return 0;

@@ -84,6 +84,13 @@ int run_soak(const soak_options& o) {
                  "processes: use kvconnect launch\n";
     return 2;
   }
+  for (const fault_spec& f : faults->specs) {
+    if (f.kind == fault_kind::lose_device) {
+      std::cerr << "kvconnect soak: lose_device ends the rank's process for a restart: use "
+                   "kvconnect launch with restart.policy on-failure\n";
+      return 2;
+    }
+  }
   sim::in_process_options run;
   run.config = loaded.config;
   run.faults = *faults;

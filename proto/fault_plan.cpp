@@ -46,6 +46,8 @@ std::string_view to_string(fault_action a) noexcept {
       return "fail_at_completion";
     case fault_action::delay:
       return "delay";
+    case fault_action::lose_device:
+      return "lose_device";
   }
   return "unknown_fault_action";
 }
@@ -68,6 +70,7 @@ fault_site site_of(fault_kind k) noexcept {
   switch (k) {
     case fault_kind::fail_copy:
     case fault_kind::delay_copy:
+    case fault_kind::lose_device:
       return fault_site::copy;
     case fault_kind::kill_rank:
     case fault_kind::hang_rank:
@@ -147,7 +150,9 @@ fault_plan copy_fault_plan(const fault_config& config, rank_id rank) {
     r.trigger = f.trigger;
     r.nth = f.nth;
     r.probability = f.probability;
-    r.action = f.kind == fault_kind::delay_copy ? fault_action::delay : f.at;
+    r.action = f.kind == fault_kind::delay_copy    ? fault_action::delay
+               : f.kind == fault_kind::lose_device ? fault_action::lose_device
+                                                   : f.at;
     r.release_after = f.kind == fault_kind::delay_copy ? f.release_after : 0;
     r.max_fires = f.max_fires;
     plan.rules.push_back(r);
@@ -185,6 +190,8 @@ std::string_view to_string(fault_kind k) noexcept {
       return "hang_rank";
     case fault_kind::kill_scheduler:
       return "kill_scheduler";
+    case fault_kind::lose_device:
+      return "lose_device";
   }
   return "unknown_fault_kind";
 }

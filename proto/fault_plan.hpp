@@ -37,6 +37,9 @@ enum class fault_action : uint8_t {
   fail_at_submit = 1,      ///< submit returns errc::injected_fault; nothing is copied
   fail_at_completion = 2,  ///< the copy runs, but the transfer reports failed (injected_fault)
   delay = 3,               ///< completion is held back (and, FIFO, everything behind it)
+  /// the device becomes unusable, as after a sticky CUDA error: this transfer, every one in
+  /// flight and every later submit fail with errc::device_unavailable
+  lose_device = 4,
 };
 
 struct fault_rule {
@@ -79,8 +82,9 @@ enum class fault_kind : uint8_t {
   kill_rank = 7,         ///< process: SIGKILL to a rank's worker at a step
   hang_rank = 8,         ///< process: SIGSTOP to a rank's worker at a step, SIGCONT later or never
   kill_scheduler = 9,    ///< process: SIGKILL to the scheduler at a step
+  lose_device = 10,      ///< copy engine: a sticky device error at a transfer (the rank restarts)
 };
-inline constexpr size_t fault_kind_count = 10;
+inline constexpr size_t fault_kind_count = 11;
 
 /// Where a kind acts: the step channel's seam, the copy engine, or the launcher.
 enum class fault_site : uint8_t { channel = 0, copy = 1, process = 2 };

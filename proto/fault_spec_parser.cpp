@@ -12,7 +12,8 @@ namespace {
 
 constexpr std::array<std::string_view, fault_kind_count> kind_names{
     "drop_report", "duplicate_report", "delay_report", "reorder_reports", "corrupt_frame",
-    "fail_copy",   "delay_copy",       "kill_rank",    "hang_rank",       "kill_scheduler"};
+    "fail_copy",   "delay_copy",       "kill_rank",    "hang_rank",       "kill_scheduler",
+    "lose_device"};
 
 constexpr std::array<std::string_view, 6> channel_keys{"rank", "step", "steps", "p", "nth", "max"};
 constexpr std::array<std::string_view, 8> delay_report_keys{"rank", "step", "steps", "p",
@@ -22,6 +23,7 @@ constexpr std::array<std::string_view, 7> corrupt_keys{"rank", "step", "steps", 
 constexpr std::array<std::string_view, 6> fail_copy_keys{"rank", "dir", "at", "p", "nth", "max"};
 constexpr std::array<std::string_view, 6> delay_copy_keys{"rank", "dir", "after",
                                                           "p",    "nth", "max"};
+constexpr std::array<std::string_view, 4> lose_device_keys{"rank", "dir", "p", "nth"};
 constexpr std::array<std::string_view, 2> kill_rank_keys{"rank", "step"};
 constexpr std::array<std::string_view, 3> hang_rank_keys{"rank", "step", "resume"};
 constexpr std::array<std::string_view, 1> kill_scheduler_keys{"step"};
@@ -79,6 +81,8 @@ std::span<const std::string_view> fault_spec_keys(fault_kind kind) noexcept {
       return hang_rank_keys;
     case fault_kind::kill_scheduler:
       return kill_scheduler_keys;
+    case fault_kind::lose_device:
+      return lose_device_keys;
   }
   return {};
 }

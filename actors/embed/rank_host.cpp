@@ -233,8 +233,10 @@ fault_counts rank_host::injected_faults() const noexcept {
   if (!faulty_) return counts;
   const fault_plan& plan = faulty_->injector().plan();
   for (size_t i = 0; i < plan.rules.size(); ++i) {
-    const bool delay = plan.rules[i].action == fault_action::delay;
-    const fault_kind kind = delay ? fault_kind::delay_copy : fault_kind::fail_copy;
+    const fault_action a = plan.rules[i].action;
+    const fault_kind kind = a == fault_action::delay         ? fault_kind::delay_copy
+                            : a == fault_action::lose_device ? fault_kind::lose_device
+                                                             : fault_kind::fail_copy;
     counts[static_cast<size_t>(kind)] += faulty_->injector().fired(i);
   }
   return counts;

@@ -276,6 +276,10 @@ rank_id worker_connector::rank() const noexcept {
   return impl_->cfg.rank;
 }
 
+status worker_connector::device_health() const {
+  return impl_->host->engine().health();
+}
+
 bool worker_connector::connected() const noexcept {
   return !impl_->host->gone();
 }

@@ -136,6 +136,12 @@ class worker_connector {
   bool connected() const noexcept;
   /// The scheduler stopped this rank (a clean end, as opposed to losing the scheduler).
   bool stopped() const noexcept;
+  /// ok while the rank's device can take work; errc::device_unavailable naming the cause once it
+  /// cannot (a sticky CUDA error, an injected lose_device: copy_engine::health). Every later
+  /// transfer fails, and only a new process gets a new CUDA context: check it after each step's
+  /// get_finished (its report has gone out) and end the process so that the rank restarts
+  /// (`kvconnect worker` exits with code 4; the launcher's on-failure restarts it).
+  status device_health() const;
   /// This rank's bytes of CPU slot `s` in the pool; empty when out of range (checks, debugging).
   std::span<const std::byte> pool_slot(cpu_slot s) const noexcept;
   /// The registered KV layout; nullptr before register_kv_caches.

@@ -264,5 +264,46 @@ TEST_F(FaultyCopyEngineTest, ProbabilityPlanReplaysTheSameFailures) {
   EXPECT_NE(std::count(first.begin(), first.end(), false), 0);
 }
 
+// lose_device behaves as the cuda backend after a sticky error: the transfer that hit it and
+// every one not yet reported fail with device_unavailable, later submits never reach the
+// target, and health() names the fault.
+TEST_F(FaultyCopyEngineTest, LoseDeviceFailsWhatIsInFlightAndEverySubmitAfter) {
+  fault_plan p;
+  p.rules.push_back(nth_rule(fault_target::store, 1, fault_action::lose_device));
+  make(p);
+  EXPECT_TRUE(engine_->health().ok());
+  auto s0 = submit(direction::gpu_to_cpu, 0);
+  ASSERT_TRUE(s0.ok());
+  ASSERT_TRUE(engine_->wait(std::span(&*s0, 1)).ok());
+  auto before = engine_->take_finished();  // reported before the loss: stays ok
+  ASSERT_EQ(before.size(), 1u);
+  EXPECT_TRUE(before[0].ok);
+
+  auto l0 = submit(direction::cpu_to_gpu, 10);  // in flight when the device is lost
+  ASSERT_TRUE(l0.ok());
+  auto s1 = submit(direction::gpu_to_cpu, 1);  // store #1: the device is lost here
+  ASSERT_TRUE(s1.ok()) << "the transfer that hits the loss is accepted and reports failed";
+  const status health = engine_->health();
+  EXPECT_EQ(health.code(), errc::device_unavailable);
+  EXPECT_EQ(health.message(), "device unusable since injected fault: lose_device (rule 0, store #1)");
+
+  auto later = submit(direction::gpu_to_cpu, 2);
+  ASSERT_FALSE(later.ok());
+  EXPECT_EQ(later.code(), errc::device_unavailable);
+  EXPECT_EQ(engine_->injector().seen(fault_target::any), 3u) << "a refused submit draws nothing";
+
+  const std::vector<transfer_id> ids{*l0, *s1};
+  ASSERT_TRUE(engine_->wait(ids).ok());
+  auto after = engine_->take_finished();
+  ASSERT_EQ(after.size(), 2u);
+  for (const transfer_report& r : after) {
+    EXPECT_FALSE(r.ok) << r.id;
+    EXPECT_EQ(r.error, errc::device_unavailable) << r.id;
+    EXPECT_EQ(r.detail, health.message()) << r.id;
+  }
+  EXPECT_EQ(engine_->injector().fired(0), 1u);
+  EXPECT_EQ(host_[512], std::byte{0x11}) << "the refused store must not have run";
+}
+
 }  // namespace
 }  // namespace kvc::cuda

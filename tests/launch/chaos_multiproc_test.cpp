@@ -143,6 +143,36 @@ TEST_F(ChaosMultiprocTest, AHangPastTheConnectionTimeoutIsLostKilledAndRestarted
   EXPECT_EQ(s.at("restarts"), 1);
 }
 
+TEST_F(ChaosMultiprocTest, ALostDeviceEndsTheRankWhichRestartsAndTheRunCompletes) {
+  // Rank 1's device is lost at its 10th store (as after a sticky CUDA error): that store and
+  // what was in flight fail with the cause in their detail, the worker reports the step, exits
+  // with code 4 and is restarted (on-failure) with a new device; the run completes verified.
+  launch({"--fault", "lose_device:rank=1,dir=store,nth=10"});
+  ASSERT_EQ(exit_code(), 0) << launcher_.stderr_text();
+  const auto lost = lines("device_lost");
+  ASSERT_EQ(lost.size(), 1u) << launcher_.stdout_text();
+  EXPECT_EQ(lost[0].at("rank"), 1);
+  EXPECT_EQ(lost[0].at("incarnation"), 0);
+  EXPECT_EQ(lost[0].at("detail"),
+            "device unusable since injected fault: lose_device (rule 0, store #10)");
+  EXPECT_THAT(launcher_.stderr_text(), HasSubstr("exited with code 4"));
+  const auto rejoined = lines("rejoined");
+  ASSERT_EQ(rejoined.size(), 1u) << launcher_.stdout_text();
+  EXPECT_EQ(rejoined[0].at("rank"), 1);
+  EXPECT_EQ(rejoined[0].at("incarnation"), 1);  // the new incarnation loses no device
+  // The scheduler logged the failed store with the rank and the cause.
+  EXPECT_THAT(launcher_.stderr_text(),
+              HasSubstr("(store) failed: device_unavailable: rank 1: device unusable since "
+                        "injected fault: lose_device (rule 0, store #10)"));
+  const json report = last("fault_report");
+  EXPECT_EQ(report.at("fired").at("lose_device"), 1);
+  EXPECT_EQ(report.at("invariants_ok"), true) << report.dump();
+  const json s = last("summary");
+  EXPECT_EQ(s.at("ok"), true) << s.dump();
+  EXPECT_EQ(s.at("restarts"), 1);
+  EXPECT_EQ(s.at("load_mismatches"), 0);
+}
+
 TEST_F(ChaosMultiprocTest, AKilledSchedulerLeavesWorkersThatExitOnTheirOwn) {
   launch({"--fault", "kill_scheduler:step=20", "--set", "workload.steps=4000000000"});
   EXPECT_EQ(exit_code(), 1) << launcher_.stderr_text();

@@ -227,8 +227,11 @@ TEST(LaunchPlanTest, EachProcessGetsTheFaultsThatConcernIt) {
   auto tail = [](std::vector<std::string> args, size_t n) {
     return std::vector<std::string>(args.end() - static_cast<std::ptrdiff_t>(n), args.end());
   };
-  EXPECT_EQ(tail(scheduler_arguments(c, *plan), 4),
-            (std::vector<std::string>{"--fault-seed", "9", "--fault", "drop_report:rank=1,p=0.5"}));
+  // The scheduler injects the channel's and reports every rank's copy faults.
+  EXPECT_EQ(tail(scheduler_arguments(c, *plan), 8),
+            (std::vector<std::string>{"--fault-seed", "9", "--fault", "drop_report:rank=1,p=0.5",
+                                      "--fault", "fail_copy:rank=5,dir=load,nth=2", "--fault",
+                                      "delay_copy:p=0.25"}));
   EXPECT_EQ(
       tail(worker_arguments(c, *plan, 5, 1), 6),
       (std::vector<std::string>{"--fault-seed", "9", "--fault", "fail_copy:rank=5,dir=load,nth=2",

@@ -62,6 +62,13 @@ TEST(FaultSpecParserTest, ReadsEveryKindsOwnKeys) {
   EXPECT_FALSE(parse("kill_scheduler:step=9").rank.has_value());
   EXPECT_EQ(parse("reorder_reports:steps=7-,p=0.1").last_step, UINT64_MAX);
   EXPECT_EQ(parse("duplicate_report:nth=4").kind, fault_kind::duplicate_report);
+  EXPECT_EQ(parse("lose_device:rank=1,nth=3").kind, fault_kind::lose_device);
+  EXPECT_EQ(site_of(fault_kind::lose_device), fault_site::copy);
+  // A device is lost once: no max=; nor at= (it fails everything from then on).
+  EXPECT_NE(parse_fault_spec("lose_device:nth=3,max=2").error().message().find("unknown key"),
+            std::string::npos);
+  EXPECT_NE(parse_fault_spec("lose_device:nth=3,at=submit").error().message().find("unknown key"),
+            std::string::npos);
 }
 
 TEST(FaultSpecParserTest, EveryClassOfErrorIsOneClearLine) {
@@ -112,7 +119,8 @@ TEST(FaultSpecParserTest, TheCanonicalTextParsesBackToTheSameSpec) {
         "corrupt_frame:nth=0,bits=3", "fail_copy:rank=3,dir=load,at=completion,nth=3",
         "fail_copy:dir=store,p=0.5", "delay_copy:after=2,p=0.125,max=4",
         "kill_rank:rank=2,step=300", "hang_rank:rank=1,step=5,resume=1500",
-        "hang_rank:rank=1,step=5,resume=never", "kill_scheduler:step=12"}) {
+        "hang_rank:rank=1,step=5,resume=never", "kill_scheduler:step=12",
+        "lose_device:rank=2,dir=store,nth=4", "lose_device:p=0.01"}) {
     const fault_spec f = parse(text);
     const std::string canonical = format_fault_spec(f);
     EXPECT_EQ(parse(canonical), f) << text << " -> " << canonical;
@@ -236,6 +244,14 @@ TEST(FaultConfigTest, CopyFaultsBecomeTheRanksCopyEngineRules) {
   EXPECT_NE(r0.seed, r1.seed);  // the ranks draw independently
   EXPECT_EQ(copy_fault_plan(c, 1).seed, r1.seed);
   EXPECT_TRUE(validate(r1).ok());
+
+  const fault_config lost{.seed = 1, .specs = {parse("lose_device:rank=0,dir=load,nth=2")}};
+  const fault_plan l0 = copy_fault_plan(lost, 0);
+  ASSERT_EQ(l0.rules.size(), 1u);
+  EXPECT_EQ(l0.rules[0].action, fault_action::lose_device);
+  EXPECT_EQ(l0.rules[0].target, fault_target::load);
+  EXPECT_EQ(l0.rules[0].nth, 2u);
+  EXPECT_TRUE(copy_fault_plan(lost, 1).rules.empty());
 }
 
 }  // namespace
