@@ -1,6 +1,7 @@
 #pragma once
 /// The one error vocabulary of kvconnect. Values are stable: they cross process boundaries
 /// (CAF messages, completion events, shm headers). Append new codes; never renumber.
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 
@@ -24,6 +25,8 @@ enum class errc : uint8_t {
   injected_fault = 14,      ///< a failure produced on purpose by a fault plan
   internal = 15,            ///< a broken invariant inside kvconnect
 };
+/// How many codes there are (the last one + 1).
+inline constexpr size_t errc_count = static_cast<size_t>(errc::internal) + 1;
 
 /// Stable lower-case name of a code, e.g. "invalid_argument".
 std::string_view to_string(errc e) noexcept;

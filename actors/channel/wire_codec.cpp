@@ -58,7 +58,7 @@ status check(const connector_metadata& m) {
 status check(const step_report& r) {
   for (const completion_event& e : r.events) {
     if (!valid(e.kind)) return refuse("a completion event of unknown kind");
-    if (static_cast<uint8_t>(e.error) > static_cast<uint8_t>(errc::internal)) {
+    if (static_cast<size_t>(e.error) >= errc_count) {
       return refuse("a completion event with an unknown error code");
     }
     if (!(e.seconds >= 0.0)) {  // NaN compares false

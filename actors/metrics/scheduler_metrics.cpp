@@ -68,7 +68,11 @@ void scheduler_metrics::on_step_sent(const connector_metadata& meta, uint64_t no
 
 void scheduler_metrics::on_output_applied(const connector_output& out, uint64_t now) {
   for (const job_result& r : out.jobs) {
-    if (!r.ok) continue;
+    if (!r.ok) {
+      const auto code = static_cast<size_t>(r.error);
+      if (code < errc_count) ++failures_by_error_[code];
+      continue;
+    }
     transfer_totals& t = r.kind == transfer_kind::load ? load_ : store_;
     t.bytes += r.bytes;
     t.seconds += r.seconds;
@@ -100,6 +104,7 @@ scheduler_sample scheduler_metrics::sample(const scheduler_sources& src) const {
   s.step_round_trip = round_trip_;
   s.steps_sent = steps_sent_;
   s.steps_applied = steps_applied_;
+  s.failures_by_error = failures_by_error_;
   return s;
 }
 
@@ -196,6 +201,14 @@ std::string render(const scheduler_sample& s) {
   b.family("kvconnect_rank_restarts", mt::counter,
            "Ranks that registered again with a higher incarnation.");
   b.value("kvconnect_rank_restarts", none, d(s.coordinator.rank_restarts));
+  b.family("kvconnect_job_failures", mt::counter,
+           "Failed transfer jobs by cause (the errc of the first failure).");
+  for (size_t code = 0; code < errc_count; ++code) {
+    if (s.failures_by_error[code] == 0) continue;
+    b.value("kvconnect_job_failures",
+            {{"error", std::string{to_string(static_cast<errc>(code))}}},
+            d(s.failures_by_error[code]));
+  }
   b.family("kvconnect_faults_fired", mt::counter, "Injected faults fired, by kind.");
   for (const auto& [kind, n] : s.faults_fired) {
     b.value("kvconnect_faults_fired", {{"kind", kind}}, d(n));

@@ -11,6 +11,7 @@
 /// Pure: no clock (now is passed in, nanoseconds on the caller's monotonic clock), no I/O.
 /// Not thread-safe: the engine's scheduler thread owns it; samples are values and travel.
 #include <cstdint>
+#include <array>
 #include <deque>
 #include <span>
 #include <string>
@@ -51,6 +52,8 @@ struct scheduler_sample {
   uint64_t steps_applied = 0;
   /// Faults fired, by kind (the fault plan's names); empty while none fired.
   std::vector<std::pair<std::string, uint64_t>> faults_fired;
+  /// Failed jobs applied, by their errc (index: the code's value).
+  std::array<uint64_t, errc_count> failures_by_error{};
 };
 
 /// The sources sample() reads, borrowed for the call.
@@ -89,6 +92,7 @@ class scheduler_metrics {
   histogram allocation_size_;
   histogram round_trip_;
   std::deque<std::pair<step_id, uint64_t>> open_steps_;  // step, sent at
+  std::array<uint64_t, errc_count> failures_by_error_{};
   uint64_t steps_sent_ = 0;
   uint64_t steps_applied_ = 0;
 };

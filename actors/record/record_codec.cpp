@@ -123,7 +123,7 @@ completion_event completion_as(const object& o) {
   e.kind = static_cast<transfer_kind>(k);
   e.ok = bool_as(p[6], "event ok");
   const auto err = uint_as<uint8_t>(p[7], "event error");
-  if (err > static_cast<uint8_t>(errc::internal)) throw bad_frame("event error: unknown errc");
+  if (err >= errc_count) throw bad_frame("event error: unknown errc");
   e.error = static_cast<errc>(err);
   e.bytes = uint_as<uint64_t>(p[8], "event bytes");
   e.seconds = std::bit_cast<double>(uint_as<uint64_t>(p[9], "event seconds"));

@@ -52,6 +52,23 @@ TEST(SchedulerMetricsTest, TransfersCountOnlySuccessfulJobsPerDirection) {
   EXPECT_TRUE(has_line(text, "vllm:kv_offload_store_size_count 1"));
 }
 
+TEST(SchedulerMetricsTest, FailedJobsAreCountedByTheirError) {
+  scheduler_metrics m;
+  connector_output out;
+  out.step = 1;
+  out.jobs = {
+      {.job = 1, .kind = transfer_kind::store, .ok = false, .error = errc::device_unavailable},
+      {.job = 2, .kind = transfer_kind::load, .ok = false, .error = errc::timeout},
+      {.job = 3, .kind = transfer_kind::store, .ok = false, .error = errc::device_unavailable},
+      {.job = 4, .kind = transfer_kind::store, .ok = true, .bytes = 10}};
+  m.on_output_applied(out, 0);
+  const std::string text = render(m.sample({}));
+  EXPECT_TRUE(has_line(text, "kvconnect_job_failures_total{error=\"device_unavailable\"} 2"));
+  EXPECT_TRUE(has_line(text, "kvconnect_job_failures_total{error=\"timeout\"} 1"));
+  EXPECT_EQ(text.find("kvconnect_job_failures_total{error=\"ok\"}"), std::string::npos);
+  EXPECT_EQ(text.find("kvconnect_job_failures_total{error=\"io_error\"}"), std::string::npos);
+}
+
 TEST(SchedulerMetricsTest, RoundTripIsObservedForEveryStepUpToTheAppliedOne) {
   scheduler_metrics m;
   m.on_step_sent(step_with_store(1, 10, 3), 1'000'000);
