@@ -14,8 +14,6 @@ namespace kvc::cuda {
 
 namespace {
 
-constexpr size_t k_register_chunk = size_t{64} << 30;  // cudaHostRegister limit we respect
-
 // device_health lists the sticky codes by number; they must be the enum's.
 #define KVC_STICKY(e) static_assert(device_health::sticky_name(e) == #e, #e " moved")
 KVC_STICKY(cudaErrorECCUncorrectable);
@@ -123,7 +121,10 @@ result<std::unique_ptr<copy_engine>> cuda_copy_engine::create(const engine_optio
 }
 
 cuda_copy_engine::cuda_copy_engine(const engine_options& opts)
-    : device_(opts.device), wait_timeout_(opts.wait_timeout) {
+    : device_(opts.device),
+      wait_timeout_(opts.wait_timeout),
+      use_batch_(opts.batch_copies),
+      pin_chunk_bytes_(opts.pin_chunk_bytes) {
   health_.set_failure_hook(opts.failure_hook);
   health_.set_error_namer(
       [](int code) { return std::string(cudaGetErrorName(static_cast<cudaError_t>(code))); });
@@ -166,7 +167,7 @@ status cuda_copy_engine::register_host(void* base, size_t bytes, size_t slot_str
   if (base == nullptr || bytes == 0) {
     return make_error(errc::invalid_argument, "register_host: null base or zero bytes");
   }
-  auto plan = plan_pin_chunks(bytes, slot_stride == 0 ? bytes : slot_stride, k_register_chunk);
+  auto plan = plan_pin_chunks(bytes, slot_stride == 0 ? bytes : slot_stride, pin_chunk_bytes_);
   if (!plan) return make_error(plan.code(), "register_host: " + plan.error().message());
   if (host_ranges_.overlaps(base, bytes)) {
     return make_error(errc::invalid_argument,

@@ -56,7 +56,8 @@ class cuda_copy_engine final : public copy_engine {
 
   std::string_view name() const noexcept override { return "cuda"; }
   /// cudaHostRegister(cudaHostRegisterPortable) per pin_chunk_plan chunk (whole slots, at most
-  /// 64 GiB); on failure the chunks registered by this call are unregistered again.
+  /// engine_options::pin_chunk_bytes, 64 GiB by default); on failure the chunks registered by
+  /// this call are unregistered again.
   status register_host(void* base, size_t bytes, size_t slot_stride = 0) override;
   status register_device(const void* base, size_t bytes) override;
   result<device_buffer> allocate_device(size_t bytes) override;
@@ -102,7 +103,8 @@ class cuda_copy_engine final : public copy_engine {
   int device_ = 0;
   std::chrono::milliseconds wait_timeout_;
   device_health health_;
-  bool use_batch_ = true;
+  bool use_batch_ = true;  ///< engine_options::batch_copies, off once the driver refused a batch
+  size_t pin_chunk_bytes_;
   uint64_t batched_ = 0;
   uint64_t per_op_ = 0;
   std::array<lane, 2> lanes_;

@@ -25,6 +25,12 @@ struct engine_options {
   std::chrono::milliseconds wait_timeout{60'000};
   /// cuda, tests only: simulates CUDA failures (see device_health); empty in real runs.
   device_health::failure_hook failure_hook{};
+  /// cuda: send a transfer's ops as one cudaMemcpyBatchAsync when the driver takes it; false
+  /// forces per-op cudaMemcpyAsync (tests compare the two paths).
+  bool batch_copies = true;
+  /// cuda: the largest chunk register_host pins with one cudaHostRegister (whole slots each;
+  /// pin_chunk_plan). Tests use a few slots to put ops on chunk boundaries.
+  size_t pin_chunk_bytes = size_t{64} << 30;
 };
 
 /// "sim" and "manual" always; "cuda" when built and a device is present, else
