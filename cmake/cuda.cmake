@@ -14,6 +14,12 @@ if(NOT KVC_WITH_CUDA STREQUAL "OFF")
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)
     set(KVC_HAVE_CUDA ON)
+    # CMake 3.25 knows no C++20 flag for nvcc, and kvc_proto requires cxx_std_20 (so does any
+    # .cu target linking it): nvcc 13 takes -std=c++20 with g++ 12, so tell CMake.
+    if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+      set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+      set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+    endif()
   elseif(KVC_WITH_CUDA STREQUAL "ON")
     message(FATAL_ERROR "KVC_WITH_CUDA=ON but no CUDA compiler (nvcc) was found")
   endif()

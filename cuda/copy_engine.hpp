@@ -122,6 +122,8 @@ class copy_engine {
   /// Transfers submitted as one batched device call (cuda: cudaMemcpyBatchAsync) rather than one
   /// call per op; 0 for backends that never batch.
   virtual uint64_t batched_transfers() const noexcept { return 0; }
+  /// Transfers copied by one gather-kernel launch (cuda, engine_options::path); 0 for others.
+  virtual uint64_t kernel_transfers() const noexcept { return 0; }
   /// ok while the device can take work; errc::device_unavailable, naming the cause, once it
   /// cannot (the cuda backend after a sticky CUDA error, the faulty decorator after an injected
   /// lose_device): every later submit fails without copying. Only a new process gets a new CUDA

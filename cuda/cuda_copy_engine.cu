@@ -3,10 +3,12 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <string>
 #include <string_view>
 #include <thread>
 
+#include "cuda/gather_kernel.cuh"
 #include "cuda/op_validator.hpp"
 #include "cuda/pin_chunk_plan.hpp"
 
@@ -124,7 +126,9 @@ cuda_copy_engine::cuda_copy_engine(const engine_options& opts)
     : device_(opts.device),
       wait_timeout_(opts.wait_timeout),
       use_batch_(opts.batch_copies),
-      pin_chunk_bytes_(opts.pin_chunk_bytes) {
+      pin_chunk_bytes_(opts.pin_chunk_bytes),
+      path_(opts.path),
+      gather_limits_(opts.gather) {
   health_.set_failure_hook(opts.failure_hook);
   health_.set_error_namer(
       [](int code) { return std::string(cudaGetErrorName(static_cast<cudaError_t>(code))); });
@@ -143,6 +147,42 @@ status cuda_copy_engine::init() {
     if (e != cudaSuccess) return cuda_error(e, "cudaStreamCreateWithFlags");
     l.stream = stream;
   }
+  return init_gather();
+}
+
+status cuda_copy_engine::init_gather() {
+  if (path_ == copy_path::memcpy) return {};
+  if (gather_limits_.max_ops == 0 || gather_limits_.max_ops > UINT32_MAX) {
+    return make_error(errc::invalid_argument,
+                      "cuda copy engine: gather max_ops must be in [1, 2^32)");
+  }
+  int host_pointers = 0;
+  cudaError_t e = KVC_CALL("cudaDeviceGetAttribute",
+                           cudaDeviceGetAttribute(&host_pointers,
+                                                  cudaDevAttrCanUseHostPointerForRegisteredMem,
+                                                  device_));
+  if (e != cudaSuccess) return cuda_error(e, "cudaDeviceGetAttribute");
+  if (host_pointers == 0) {
+    if (path_ == copy_path::auto_select) return {};  // memcpy only
+    return make_error(errc::invalid_argument,
+                      "cuda copy engine: copy path kernel: device " + std::to_string(device_) +
+                          " cannot use host pointers of registered memory "
+                          "(cudaDevAttrCanUseHostPointerForRegisteredMem is 0)");
+  }
+  const size_t ring_bytes = ring_slots * gather_limits_.max_ops * sizeof(gather_desc);
+  for (lane& l : lanes_) {
+    void* host = nullptr;
+    e = KVC_CALL("cudaHostAlloc",
+                 cudaHostAlloc(&host, ring_bytes, cudaHostAllocMapped | cudaHostAllocPortable));
+    if (e != cudaSuccess) return cuda_error(e, "cudaHostAlloc(descriptor ring)");
+    l.ring.host = static_cast<gather_desc*>(host);
+    void* device = nullptr;
+    e = KVC_CALL("cudaHostGetDevicePointer", cudaHostGetDevicePointer(&device, host, 0));
+    if (e != cudaSuccess) return cuda_error(e, "cudaHostGetDevicePointer(descriptor ring)");
+    l.ring.device = static_cast<gather_desc*>(device);
+    l.ring.busy.assign(ring_slots, false);
+  }
+  gather_ready_ = true;
   return {};
 }
 
@@ -157,6 +197,7 @@ cuda_copy_engine::~cuda_copy_engine() {
       (void)clearing([&] { return cudaEventDestroy(f.start); });
       (void)clearing([&] { return cudaEventDestroy(f.end); });
     }
+    if (l.ring.host != nullptr) (void)clearing([&] { return cudaFreeHost(l.ring.host); });
   }
   for (CUevent_st* ev : spare_events_) (void)clearing([&] { return cudaEventDestroy(ev); });
   for (void* p : device_allocs_) (void)clearing([&] { return cudaFree(p); });
@@ -179,8 +220,10 @@ status cuda_copy_engine::register_host(void* base, size_t bytes, size_t slot_str
   const size_t first_new = registered_chunks_.size();
   for (const pin_chunk& c : *plan) {
     void* p = static_cast<std::byte*>(base) + c.offset;
-    const cudaError_t e =
-        KVC_CALL("cudaHostRegister", cudaHostRegister(p, c.bytes, cudaHostRegisterPortable));
+    // Mapped as well when the gather kernel reads the pool through its host addresses.
+    const unsigned flags =
+        cudaHostRegisterPortable | (gather_ready_ ? cudaHostRegisterMapped : 0u);
+    const cudaError_t e = KVC_CALL("cudaHostRegister", cudaHostRegister(p, c.bytes, flags));
     if (e != cudaSuccess) {
       for (size_t i = first_new; i < registered_chunks_.size(); ++i) {
         (void)clearing([&] { return cudaHostUnregister(registered_chunks_[i]); });
@@ -317,6 +360,17 @@ result<transfer_id> cuda_copy_engine::submit(direction dir, std::span<const copy
   if (e != cudaSuccess) return refuse(e, "cudaEventRecord(start)");
 
   bool copied = ops.empty();
+  int ring_slot = -1;
+  if (!copied && gather_ready_ && takes_gather(path_, ops, gather_limits_)) {
+    int launch_error = cudaSuccess;
+    ring_slot = try_gather(l, ops, &launch_error);
+    copied = ring_slot >= 0;
+    const auto le = static_cast<cudaError_t>(launch_error);
+    if (device_health::is_sticky(le)) return refuse(le, "gather kernel launch");
+    if (le == cudaErrorNoKernelImageForDevice || le == cudaErrorInvalidDeviceFunction) {
+      gather_ready_ = false;  // not built for this device: memcpy from now on
+    }
+  }
 #if CUDART_VERSION >= 12080
   if (!copied && use_batch_ && ops.size() > 1) {
     batch_dsts_.resize(ops.size());
@@ -380,11 +434,12 @@ result<transfer_id> cuda_copy_engine::submit(direction dir, std::span<const copy
     if (!device_health::is_sticky(e)) {
       (void)KVC_CALL("cudaStreamSynchronize", cudaStreamSynchronize(l.stream));
     }
+    if (ring_slot >= 0) l.ring.busy[ring_slot] = false;  // its kernel ran (or never will)
     return refuse(e, "cudaEventRecord(end) after queuing copies");
   }
 
   const transfer_id id = next_id_++;
-  inflight f{id, *start, *end, total_bytes(ops), errc::ok, {}};
+  inflight f{id, *start, *end, total_bytes(ops), errc::ok, {}, ring_slot};
   if (copy_error != cudaSuccess) {
     f.failed = errc_of(copy_error);
     f.detail = health_.failure_text("cudaMemcpyAsync", copy_error);
@@ -392,6 +447,28 @@ result<transfer_id> cuda_copy_engine::submit(direction dir, std::span<const copy
   l.queue.push_back(std::move(f));
   pending_.emplace(id, dir);
   return id;
+}
+
+int cuda_copy_engine::try_gather(lane& l, std::span<const copy_op> ops, int* error) {
+  *error = cudaSuccess;
+  int slot = -1;
+  for (int s = 0; s < ring_slots && slot < 0; ++s) {
+    if (!l.ring.busy[s]) slot = s;
+  }
+  if (slot < 0) return -1;  // every slot is read by a kernel in flight
+  const size_t base = static_cast<size_t>(slot) * gather_limits_.max_ops;
+  fill_gather_descs(ops, {l.ring.host + base, ops.size()});
+  std::atomic_thread_fence(std::memory_order_release);  // descriptors written before the launch
+  const cudaError_t e =
+      KVC_CALL("cudaLaunchKernel",
+               launch_gather(l.ring.device + base, static_cast<uint32_t>(ops.size()), l.stream));
+  if (e != cudaSuccess) {
+    *error = e;
+    return -1;
+  }
+  l.ring.busy[slot] = true;
+  ++kernel_;
+  return slot;
 }
 
 status cuda_copy_engine::harvest(direction dir, transfer_id until,
@@ -437,6 +514,8 @@ status cuda_copy_engine::harvest(direction dir, transfer_id until,
     pending_.erase(f.id);
     spare_events_.push_back(f.start);
     spare_events_.push_back(f.end);
+    // The end event completed (or the device failed): its kernel reads the slot no more.
+    if (f.ring_slot >= 0) l.ring.busy[f.ring_slot] = false;
     const transfer_id done_id = f.id;
     l.queue.pop_front();  // `f` dangles from here
     if (done_id == until) blocking = false;

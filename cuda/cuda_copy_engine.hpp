@@ -39,6 +39,7 @@
 #include "cuda/copy_engine.hpp"
 #include "cuda/device_health.hpp"
 #include "cuda/engine_factory.hpp"
+#include "cuda/gather_plan.hpp"
 
 struct CUstream_st;
 struct CUevent_st;
@@ -73,6 +74,10 @@ class cuda_copy_engine final : public copy_engine {
   /// Transfers whose ops went out as one cudaMemcpyBatchAsync / as per-op cudaMemcpyAsync.
   uint64_t batched_transfers() const noexcept override { return batched_; }
   uint64_t per_op_transfers() const noexcept { return per_op_; }
+  /// Transfers the gather kernel copied (engine_options::path).
+  uint64_t kernel_transfers() const noexcept override { return kernel_; }
+  /// Gather-kernel transfers one direction may have in flight; more are copied with memcpy.
+  static constexpr int ring_slots = 8;
   /// device_unavailable once a sticky error latched (device_health::admit).
   status health() const override { return health_.admit(); }
 
@@ -86,13 +91,30 @@ class cuda_copy_engine final : public copy_engine {
     uint64_t bytes = 0;
     errc failed = errc::ok;  ///< set when a call failed after copies were queued
     std::string detail;      ///< that call and its CUDA error name, when failed
+    int ring_slot = -1;      ///< the descriptor slot its gather kernel reads, -1: none
+  };
+  /// The gather kernel's descriptors of one lane: `slots` x gather_limits::max_ops, in mapped
+  /// pinned host memory. A slot is taken at submit and given back when its transfer's end event
+  /// completed, never while the kernel may still read it.
+  struct descriptor_ring {
+    gather_desc* host = nullptr;    ///< cudaHostAlloc(cudaHostAllocMapped)
+    gather_desc* device = nullptr;  ///< the same memory as the kernel addresses it
+    std::vector<bool> busy;
   };
   struct lane {
     CUstream_st* stream = nullptr;
     std::deque<inflight> queue;  ///< submission order
+    descriptor_ring ring;
   };
 
+
   status init();
+  /// Decides whether the gather kernel can run (init) and allocates the lanes' rings.
+  status init_gather();
+  /// Copies `ops` with one gather kernel launch from a free ring slot: the slot, -1 when no slot
+  /// is free or the launch failed without a sticky error (*error says which; the caller copies
+  /// with memcpy then).
+  int try_gather(lane& l, std::span<const copy_op> ops, int* error);
   result<CUevent_st*> take_event();
   /// Moves the finished head of the lane's queue to finished_ (FIFO). With `until` != 0 it
   /// polls until that transfer finished or `deadline` passed (errc::timeout).
@@ -105,6 +127,10 @@ class cuda_copy_engine final : public copy_engine {
   device_health health_;
   bool use_batch_ = true;  ///< engine_options::batch_copies, off once the driver refused a batch
   size_t pin_chunk_bytes_;
+  copy_path path_;
+  gather_limits gather_limits_;
+  bool gather_ready_ = false;  ///< path_ != memcpy and the device can run the kernel
+  uint64_t kernel_ = 0;
   uint64_t batched_ = 0;
   uint64_t per_op_ = 0;
   std::array<lane, 2> lanes_;

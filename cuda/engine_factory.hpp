@@ -14,6 +14,7 @@
 
 #include "cuda/copy_engine.hpp"
 #include "cuda/device_health.hpp"
+#include "cuda/gather_plan.hpp"
 #include "proto/status.hpp"
 
 namespace kvc::cuda {
@@ -31,6 +32,11 @@ struct engine_options {
   /// cuda: the largest chunk register_host pins with one cudaHostRegister (whole slots each;
   /// pin_chunk_plan). Tests use a few slots to put ops on chunk boundaries.
   size_t pin_chunk_bytes = size_t{64} << 30;
+  /// cuda: which transfers the gather kernel copies (gather_plan.hpp). `memcpy` (the default)
+  /// uses the DMA engines only; `kernel` / `auto` need a device that can use host pointers of
+  /// registered memory (else create() refuses `kernel`, and `auto` copies with memcpy).
+  copy_path path = copy_path::memcpy;
+  gather_limits gather{};
 };
 
 /// "sim" and "manual" always; "cuda" when built and a device is present, else

@@ -55,6 +55,7 @@ class faulty_copy_engine final : public copy_engine {
   status wait(std::span<const transfer_id> ids) override;
   std::vector<transfer_report> take_finished() override;
   uint64_t batched_transfers() const noexcept override { return target_->batched_transfers(); }
+  uint64_t kernel_transfers() const noexcept override { return target_->kernel_transfers(); }
   status health() const override;
 
   /// The wrapped engine (tests use it to drive the target, e.g. the sim's pause hook).

@@ -63,6 +63,7 @@ struct copy_options {
   uint64_t blocks = 0;  ///< single: 0 = a 512 MiB working set
   uint32_t repeat = 5;
   uint32_t batch = 32;  ///< blocks per transfer
+  std::string copy_path = "memcpy";  ///< cuda: memcpy, kernel or auto (cuda::copy_path)
   bool json = false;
 };
 
@@ -78,6 +79,7 @@ struct direction_result {
   double submit_p50_us = 0;
   double submit_p99_us = 0;
   uint64_t batched = 0;
+  uint64_t kernel = 0;  ///< transfers the gather kernel copied
 };
 
 uint64_t splitmix64(uint64_t x) {
@@ -164,6 +166,7 @@ class copy_bench {
       r.submit_p50_us = *p50;
       r.submit_p99_us = *p99;
       r.batched = engine_->batched_transfers();
+      r.kernel = engine_->kernel_transfers();
       out.push_back(r);
     }
     return status::success();
@@ -175,7 +178,16 @@ class copy_bench {
 
  private:
   status set_up() {
-    auto engine = cuda::make_copy_engine({.backend = opt_.backend, .device = opt_.device});
+    auto path = cuda::parse_copy_path(opt_.copy_path);
+    if (!path) return path.error();
+    if (*path != cuda::copy_path::memcpy && opt_.backend != "cuda") {
+      return make_error(errc::invalid_argument,
+                        "--copy-path " + opt_.copy_path + " needs --backend cuda (the gather "
+                        "kernel is a CUDA kernel)");
+    }
+    cuda::engine_options eo{.backend = opt_.backend, .device = opt_.device};
+    eo.path = *path;
+    auto engine = cuda::make_copy_engine(eo);
     if (!engine) return engine.error();
     engine_ = std::move(*engine);
     sim_ = engine_->name() == "sim";
@@ -342,19 +354,20 @@ class copy_bench {
 void print(const copy_options& opt, const std::vector<direction_result>& results,
            double bidirectional_gbps, uint64_t working_set) {
   if (!opt.json) {
-    std::printf("copy engine '%s' (device %d) through the shm pool: %.1f MiB per shape, "
-                "%u blocks per transfer, %u repetitions (best; median in brackets)\n",
-                opt.backend.c_str(), opt.device, static_cast<double>(working_set) / (1 << 20),
-                opt.batch, opt.repeat);
-    std::printf("%-18s %-11s %9s %9s %9s %7s %9s %9s %9s %8s\n", "shape", "direction",
+    std::printf("copy engine '%s' (device %d, copy path %s) through the shm pool: %.1f MiB "
+                "per shape, %u blocks per transfer, %u repetitions (best; median in brackets)\n",
+                opt.backend.c_str(), opt.device, opt.copy_path.c_str(),
+                static_cast<double>(working_set) / (1 << 20), opt.batch, opt.repeat);
+    std::printf("%-18s %-11s %9s %9s %9s %7s %9s %9s %9s %8s %8s\n", "shape", "direction",
                 "engine", "(median)", "ceiling", "ratio", "per-page", "submit50", "submit99",
-                "batched");
+                "batched", "kernel");
     for (const auto& r : results) {
-      std::printf("%-18s %-11s %9.2f %9.2f %9.2f %7.3f %9.2f %8.1fus %8.1fus %8llu\n",
+      std::printf("%-18s %-11s %9.2f %9.2f %9.2f %7.3f %9.2f %8.1fus %8.1fus %8llu %8llu\n",
                   r.shape.c_str(), std::string(cuda::to_string(r.dir)).c_str(), r.gbps,
                   r.median_gbps, r.ceiling_gbps, cuda::ratio_to_ceiling(r.gbps, r.ceiling_gbps),
                   r.memcpy_gbps, r.submit_p50_us, r.submit_p99_us,
-                  static_cast<unsigned long long>(r.batched));
+                  static_cast<unsigned long long>(r.batched),
+                  static_cast<unsigned long long>(r.kernel));
     }
     if (bidirectional_gbps > 0) {
       std::printf("both directions at once (raw cudaMemcpyAsync, two streams): %.2f GB/s\n",
@@ -365,11 +378,12 @@ void print(const copy_options& opt, const std::vector<direction_result>& results
     std::printf("{\"bench\":\"copy\",\"backend\":\"%s\",\"shape\":\"%s\",\"direction\":\"%s\","
                 "\"page_bytes\":%llu,\"gbps\":%.3f,\"ceiling_gbps\":%.3f,\"ratio\":%.3f,"
                 "\"per_page_gbps\":%.3f,\"submit_p50_us\":%.2f,\"submit_p99_us\":%.2f,"
-                "\"batched_transfers\":%llu}\n",
+                "\"batched_transfers\":%llu,\"copy_path\":\"%s\",\"kernel_transfers\":%llu}\n",
                 opt.backend.c_str(), r.shape.c_str(), std::string(cuda::to_string(r.dir)).c_str(),
                 static_cast<unsigned long long>(r.page_bytes), r.gbps, r.ceiling_gbps,
                 cuda::ratio_to_ceiling(r.gbps, r.ceiling_gbps), r.memcpy_gbps, r.submit_p50_us,
-                r.submit_p99_us, static_cast<unsigned long long>(r.batched));
+                r.submit_p99_us, static_cast<unsigned long long>(r.batched),
+                opt.copy_path.c_str(), static_cast<unsigned long long>(r.kernel));
   }
   if (bidirectional_gbps > 0) {
     std::printf("{\"bench\":\"copy\",\"backend\":\"%s\",\"shape\":\"bidirectional\","
@@ -385,6 +399,11 @@ void add_bench_copy_command(CLI::App& app, int& exit_code) {
   auto* cmd = bench_group(app).add_subcommand(
       "copy", "Copy engine GPU<->CPU through a shm pool vs memcpy (JSON line per direction)");
   cmd->add_option("--backend", opt->backend, "copy engine backend: sim or cuda")
+      ->capture_default_str();
+  cmd->add_option("--copy-path", opt->copy_path,
+                  "cuda: memcpy (DMA engines), kernel (one gather-kernel launch per transfer) "
+                  "or auto (the kernel for transfers of small pages)")
+      ->check(CLI::IsMember({"memcpy", "kernel", "auto"}))
       ->capture_default_str();
   cmd->add_option("--device", opt->device, "CUDA device ordinal")
       ->check(CLI::Range(0, 1023))

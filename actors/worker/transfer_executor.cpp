@@ -258,8 +258,12 @@ worker_output transfer_executor::get_finished(std::span<const std::string> finis
     job_entry entry = std::move(it->second);
     in_flight_.erase(it);
     transfer_of_.erase(entry.id);
-    job_result r{.job = entry.id, .kind = entry.kind, .ok = rep.ok, .bytes = rep.bytes,
-                 .seconds = rep.seconds};
+    job_result r;
+    r.job = entry.id;
+    r.kind = entry.kind;
+    r.ok = rep.ok;
+    r.bytes = rep.bytes;
+    r.seconds = rep.seconds;
     if (!rep.ok) {
       r.error = rep.error == errc::ok ? errc::device_error : rep.error;
       r.detail = clip_detail(rep.detail);

@@ -285,7 +285,8 @@ TEST_F(FaultyCopyEngineTest, LoseDeviceFailsWhatIsInFlightAndEverySubmitAfter) {
   ASSERT_TRUE(s1.ok()) << "the transfer that hits the loss is accepted and reports failed";
   const status health = engine_->health();
   EXPECT_EQ(health.code(), errc::device_unavailable);
-  EXPECT_EQ(health.message(), "device unusable since injected fault: lose_device (rule 0, store #1)");
+  EXPECT_EQ(health.message(),
+            "device unusable since injected fault: lose_device (rule 0, store #1)");
 
   auto later = submit(direction::gpu_to_cpu, 2);
   ASSERT_FALSE(later.ok());
