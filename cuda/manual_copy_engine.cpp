@@ -7,26 +7,6 @@
 
 namespace kvc::cuda {
 
-status manual_copy_engine::register_host(void* base, size_t bytes, size_t /*slot_stride*/) {
-  return memory_.register_host(base, bytes);
-}
-
-status manual_copy_engine::register_device(const void* base, size_t bytes) {
-  return memory_.register_device(base, bytes);
-}
-
-result<device_buffer> manual_copy_engine::allocate_device(size_t bytes) {
-  return memory_.allocate(bytes);
-}
-
-status manual_copy_engine::upload(void* device_dst, const void* host_src, size_t bytes) {
-  return memory_.upload(device_dst, host_src, bytes);
-}
-
-status manual_copy_engine::download(void* host_dst, const void* device_src, size_t bytes) {
-  return memory_.download(host_dst, device_src, bytes);
-}
-
 result<transfer_id> manual_copy_engine::submit(direction dir, std::span<const copy_op> ops,
                                                const submit_options& /*opts*/) {
   if (status s = memory_.check_ops(dir, ops); !s) return s;
@@ -40,12 +20,7 @@ void manual_copy_engine::complete_head(direction dir) {
   std::deque<job>& q = queue_of(dir);
   const job& j = q.front();
   for (const copy_op& op : j.ops) std::memcpy(op.dst, op.src, op.bytes);
-  transfer_report r;
-  r.id = j.id;
-  r.dir = dir;
-  r.ok = true;
-  r.bytes = j.bytes;
-  finished_.push_back(r);
+  finished_.push_back(done_report(j.id, dir, j.bytes));
   finished_state_.emplace(j.id, poll_state::done);
   queued_.erase(j.id);
   q.pop_front();

@@ -23,14 +23,9 @@
 
 namespace kvc::cuda {
 
-class manual_copy_engine final : public copy_engine {
+class manual_copy_engine final : public host_memory_engine {
  public:
   std::string_view name() const noexcept override { return "manual"; }
-  status register_host(void* base, size_t bytes, size_t slot_stride = 0) override;
-  status register_device(const void* base, size_t bytes) override;
-  result<device_buffer> allocate_device(size_t bytes) override;
-  status upload(void* device_dst, const void* host_src, size_t bytes) override;
-  status download(void* host_dst, const void* device_src, size_t bytes) override;
 
   /// Checks the ops like the sim and queues the transfer; copies nothing yet.
   result<transfer_id> submit(direction dir, std::span<const copy_op> ops,
@@ -58,7 +53,6 @@ class manual_copy_engine final : public copy_engine {
   void complete_head(direction dir);
   std::deque<job>& queue_of(direction d) { return queues_[static_cast<size_t>(d)]; }
 
-  sim_device_memory memory_;
   std::array<std::deque<job>, 2> queues_;  ///< per direction, submission order
   std::unordered_map<transfer_id, direction> queued_;
   std::unordered_map<transfer_id, poll_state> finished_state_;  ///< finished, not yet taken

@@ -40,36 +40,11 @@ void sim_copy_engine::run_lane(direction dir) {
     const auto t1 = std::chrono::steady_clock::now();
 
     lk.lock();
-    transfer_report r;
-    r.id = j.id;
-    r.dir = dir;
-    r.ok = true;
-    r.bytes = j.bytes;
-    r.seconds = std::chrono::duration<double>(t1 - t0).count();
-    finished_.push_back(r);
+    finished_.push_back(
+        done_report(j.id, dir, j.bytes, std::chrono::duration<double>(t1 - t0).count()));
     states_[j.id].st = poll_state::done;
     done_cv_.notify_all();
   }
-}
-
-status sim_copy_engine::register_host(void* base, size_t bytes, size_t /*slot_stride*/) {
-  return memory_.register_host(base, bytes);
-}
-
-status sim_copy_engine::register_device(const void* base, size_t bytes) {
-  return memory_.register_device(base, bytes);
-}
-
-result<device_buffer> sim_copy_engine::allocate_device(size_t bytes) {
-  return memory_.allocate(bytes);
-}
-
-status sim_copy_engine::upload(void* device_dst, const void* host_src, size_t bytes) {
-  return memory_.upload(device_dst, host_src, bytes);
-}
-
-status sim_copy_engine::download(void* host_dst, const void* device_src, size_t bytes) {
-  return memory_.download(host_dst, device_src, bytes);
 }
 
 result<transfer_id> sim_copy_engine::submit(direction dir, std::span<const copy_op> ops,

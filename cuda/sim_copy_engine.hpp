@@ -31,7 +31,7 @@
 
 namespace kvc::cuda {
 
-class sim_copy_engine final : public copy_engine {
+class sim_copy_engine final : public host_memory_engine {
  public:
   sim_copy_engine();
   ~sim_copy_engine() override;
@@ -39,13 +39,6 @@ class sim_copy_engine final : public copy_engine {
   sim_copy_engine& operator=(const sim_copy_engine&) = delete;
 
   std::string_view name() const noexcept override { return "sim"; }
-  /// Records the range; a range overlapping one already registered is errc::invalid_argument.
-  status register_host(void* base, size_t bytes, size_t slot_stride = 0) override;
-  status register_device(const void* base, size_t bytes) override;
-  /// Memory is filled with 0xCD so that reading it before writing shows up in tests.
-  result<device_buffer> allocate_device(size_t bytes) override;
-  status upload(void* device_dst, const void* host_src, size_t bytes) override;
-  status download(void* host_dst, const void* device_src, size_t bytes) override;
 
   result<transfer_id> submit(direction dir, std::span<const copy_op> ops,
                              const submit_options& opts = {}) override;
@@ -78,8 +71,7 @@ class sim_copy_engine final : public copy_engine {
   void run_lane(direction dir);
   lane& lane_of(direction d) { return lanes_[static_cast<size_t>(d)]; }
 
-  // Owner-thread state (copy threads never read it).
-  sim_device_memory memory_;
+  // Owner-thread state (copy threads never read it), besides memory_.
   transfer_id next_id_ = 1;
 
   // Shared with the copy threads.

@@ -41,4 +41,41 @@ class sim_device_memory {
   address_range_set host_;
 };
 
+/// host_memory_engine: what the host-only backends (sim, manual) share as copy engines: device
+/// memory is a sim_device_memory, and the five memory calls go to it; they differ only in how a
+/// transfer runs. Same ownership and thread-safety as sim_device_memory.
+class host_memory_engine : public copy_engine {
+ public:
+  /// Records the range (sim_device_memory::register_host); the slot stride does not matter.
+  status register_host(void* base, size_t bytes, size_t slot_stride = 0) override {
+    return memory_.register_host(base, bytes);
+  }
+  status register_device(const void* base, size_t bytes) override {
+    return memory_.register_device(base, bytes);
+  }
+  /// Memory is filled with 0xCD so that reading it before writing shows up in tests.
+  result<device_buffer> allocate_device(size_t bytes) override { return memory_.allocate(bytes); }
+  status upload(void* device_dst, const void* host_src, size_t bytes) override {
+    return memory_.upload(device_dst, host_src, bytes);
+  }
+  status download(void* host_dst, const void* device_src, size_t bytes) override {
+    return memory_.download(host_dst, device_src, bytes);
+  }
+
+ protected:
+  /// The report of a transfer that copied its `bytes` in `seconds`.
+  static transfer_report done_report(transfer_id id, direction dir, uint64_t bytes,
+                                     double seconds = 0.0) {
+    transfer_report r;
+    r.id = id;
+    r.dir = dir;
+    r.ok = true;
+    r.bytes = bytes;
+    r.seconds = seconds;
+    return r;
+  }
+
+  sim_device_memory memory_;  ///< owner thread only
+};
+
 }  // namespace kvc::cuda
