@@ -137,6 +137,22 @@ class CudaDeviceTest : public ::testing::Test {
 
   std::unique_ptr<copy_engine> engine_;
   std::byte* gpu_ = nullptr;
+  /// A slow kernel on the compute stream writes 0x7E into every block (they held 0x22); a store
+  /// of all pages waits for the event recorded after it. The pool must hold the kernel's bytes.
+  void store_after_a_writing_kernel() {
+    fill_device(gpu_, bytes, 0x22);
+    ASSERT_EQ(launch_spin_then_fill(compute_, gpu_, bytes, 0x7E, spin_cycles), 0);
+    ASSERT_EQ(cudaEventRecord(after_compute_, compute_), cudaSuccess);
+    std::vector<copy_op> ops;
+    for (size_t p = 0; p < pages; ++p) ops.push_back({gpu_ + p * page, pool_.at(p * page), page});
+    auto id = engine_->submit(direction::gpu_to_cpu, ops, {.wait_event = after_compute_});
+    ASSERT_TRUE(id.ok()) << id.error().to_string();
+    const transfer_report r = finish(*id);
+    EXPECT_TRUE(r.ok) << r.detail;
+    EXPECT_TRUE(pool_.all(0, bytes, 0x7E))
+        << "the store read the blocks before the kernel wrote them";
+  }
+
   host_pool pool_{bytes, 0x11};
   cudaStream_t compute_ = nullptr;
   cudaEvent_t after_compute_ = nullptr;
@@ -145,17 +161,7 @@ class CudaDeviceTest : public ::testing::Test {
 // A store submitted with the event recorded after the kernel that writes its blocks copies the
 // kernel's bytes, never the ones before it.
 TEST_F(CudaDeviceTest, AStoreWaitsForTheKernelThatWritesItsBlocks) {
-  fill_device(gpu_, bytes, 0x22);
-  ASSERT_EQ(launch_spin_then_fill(compute_, gpu_, bytes, 0x7E, spin_cycles), 0);
-  ASSERT_EQ(cudaEventRecord(after_compute_, compute_), cudaSuccess);
-  std::vector<copy_op> ops;
-  for (size_t p = 0; p < pages; ++p) ops.push_back({gpu_ + p * page, pool_.at(p * page), page});
-  auto id = engine_->submit(direction::gpu_to_cpu, ops, {.wait_event = after_compute_});
-  ASSERT_TRUE(id.ok()) << id.error().to_string();
-  const transfer_report r = finish(*id);
-  EXPECT_TRUE(r.ok) << r.detail;
-  EXPECT_TRUE(pool_.all(0, bytes, 0x7E))
-      << "the store read the blocks before the kernel wrote them";
+  store_after_a_writing_kernel();
 }
 
 // A load submitted with the event recorded after the kernel that reads its blocks overwrites
@@ -336,16 +342,8 @@ TEST_F(CudaDeviceGatherTest, TheKernelCopiesEveryOpExactlyBothWays) {
 
 // A kernel-path store waits for the compute stream's event like a DMA one.
 TEST_F(CudaDeviceGatherTest, AKernelStoreWaitsForTheKernelThatWritesItsBlocks) {
-  fill_device(gpu_, bytes, 0x22);
-  ASSERT_EQ(launch_spin_then_fill(compute_, gpu_, bytes, 0x7E, spin_cycles), 0);
-  ASSERT_EQ(cudaEventRecord(after_compute_, compute_), cudaSuccess);
-  std::vector<copy_op> ops;
-  for (size_t p = 0; p < pages; ++p) ops.push_back({gpu_ + p * page, pool_.at(p * page), page});
-  auto id = engine_->submit(direction::gpu_to_cpu, ops, {.wait_event = after_compute_});
-  ASSERT_TRUE(id.ok()) << id.error().to_string();
-  EXPECT_TRUE(finish(*id).ok);
+  store_after_a_writing_kernel();
   EXPECT_EQ(engine_->kernel_transfers(), 1u);
-  EXPECT_TRUE(pool_.all(0, bytes, 0x7E)) << "the kernel read the blocks before compute wrote them";
 }
 
 // Descriptor slots are taken while their kernel may run: with every slot's transfer held
