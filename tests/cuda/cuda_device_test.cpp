@@ -209,6 +209,21 @@ TEST_F(CudaDeviceTest, ABadPointerInTheMiddleOfAnOpListCopiesNothing) {
   EXPECT_TRUE(pool_.all(page, bytes - page, 0x11));
 }
 
+// CUDA's last error belongs to the host application: the engine's successful calls neither
+// clear an error the host left pending nor add one.
+TEST_F(CudaDeviceTest, TheHostsOwnCudaErrorIsLeftToTheHost) {
+  void* never = nullptr;
+  const cudaError_t host_error = cudaMalloc(&never, size_t{1} << 62);  // now pending
+  ASSERT_NE(host_error, cudaSuccess);
+  fill_device(gpu_, bytes, 0x3C);
+  const std::vector<copy_op> ops{{gpu_, pool_.at(0), page}, {gpu_ + page, pool_.at(page), page}};
+  auto id = engine_->submit(direction::gpu_to_cpu, ops, {.no_dependency = true});
+  ASSERT_TRUE(id.ok()) << id.error().to_string();
+  EXPECT_TRUE(finish(*id).ok);
+  EXPECT_EQ(cudaGetLastError(), host_error) << "the engine cleared the host's error";
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
 // The same ops through cudaMemcpyBatchAsync (when the driver takes it) and through per-op
 // cudaMemcpyAsync give the same bytes, sizes and offsets that are not multiples of anything
 // included.
