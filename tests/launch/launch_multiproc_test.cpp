@@ -23,6 +23,7 @@
 #include <regex>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -86,24 +87,36 @@ class LaunchMultiprocTest : public launch_fixture {
     ~token_env() { ::unsetenv("KVCONNECT_TOKEN"); }
   };
 
-  /// A free TCP port on 127.0.0.1 (the kernel's pick; released for the scheduler to take).
-  static int free_port() {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
-    ::close(fd);
-    return ntohs(a.sin_port);
+  /// Two distinct free TCP ports on 127.0.0.1, the kernel's picks for bind(), held together
+  /// and then released for the scheduler to take. Both are set explicitly: the derived executor
+  /// port (runtime.port + 1) would be an even neighbour of a bind() pick, the ports Linux hands
+  /// to outgoing connections first, so another test's connection may already hold it.
+  static std::pair<int, int> free_ports() {
+    int fds[2];
+    int ports[2];
+    for (int i = 0; i < 2; ++i) {
+      fds[i] = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      socklen_t len = sizeof a;
+      EXPECT_EQ(::bind(fds[i], reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+      EXPECT_EQ(::getsockname(fds[i], reinterpret_cast<sockaddr*>(&a), &len), 0);
+      ports[i] = ntohs(a.sin_port);
+    }
+    for (int fd : fds) ::close(fd);
+    return {ports[0], ports[1]};
   }
 
   /// `kvconnect launch two-nodes.yaml` (127.0.0.1 and 127.0.0.2) with this test's instance and
-  /// a free port, without --node.
+  /// free step and executor ports, without --node.
   std::vector<std::string> two_nodes_argv(std::vector<std::string> extra) const {
-    std::vector<std::string> argv{KVC_SOURCE_DIR "/launch/examples/two-nodes.yaml", "--set",
-                                  "runtime.port=" + std::to_string(free_port())};
+    const auto [step_port, executor_port] = free_ports();
+    std::vector<std::string> argv{KVC_SOURCE_DIR "/launch/examples/two-nodes.yaml",
+                                  "--set",
+                                  "runtime.port=" + std::to_string(step_port),
+                                  "--set",
+                                  "runtime.executor_port=" + std::to_string(executor_port)};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return argv;
   }

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 
-from prometheus_support import (SKIP, end_all, free_port, metrics_sample, prometheus_binary, query,
+from prometheus_support import (SKIP, end_all, free_ports, metrics_sample, prometheus_binary, query,
                                 read_event, start_prometheus, wait_for_series, watch_scrapes)
 
 
@@ -32,8 +32,7 @@ def main():
     token = "prometheus-check"
     common = ["--instance", instance, "--tp-size", "1", "--slots", "8", "--kv-page-bytes", "256",
               "--gpu-blocks", "16", "--block-factor", "2", "--kv-layers", "2", "--token", token]
-    metrics_port = free_port()
-    prom_port = free_port()
+    metrics_port, prom_port = free_ports(2)
     procs = []
     tmp = tempfile.mkdtemp(prefix="kvc-prometheus-")
     try:

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 
-from prometheus_support import (SKIP, end_all, free_port, metrics_sample, prometheus_binary,
+from prometheus_support import (SKIP, end_all, free_ports, metrics_sample, prometheus_binary,
                                 read_event, start_prometheus, wait_for_series, watch_scrapes)
 
 
@@ -38,8 +38,7 @@ def main():
     prometheus = prometheus_binary()
     if prometheus is None:
         return SKIP
-    metrics_port = free_port()
-    prom_port = free_port()
+    metrics_port, prom_port = free_ports(2)
     procs = []
     tmp = tempfile.mkdtemp(prefix="kvc-prometheus-launch-")
     try:

@@ -24,11 +24,17 @@ def prometheus_binary():
     return path
 
 
-def free_port():
-    """A port the kernel just handed out on 127.0.0.1 (bound with port 0, then released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(count):
+    """`count` distinct ports the kernel just handed out on 127.0.0.1 (bound with port 0, all at
+    once so none repeats, then released)."""
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def read_event(proc, event):
