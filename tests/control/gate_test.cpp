@@ -119,8 +119,8 @@ TEST(AuthFrameTest, CarriesTheTokenAndChecksItExactly) {
 
 TEST(AuthReaderTest, JudgesAFrameInPiecesAndNeverTakesTheBytesAfterIt) {
   const auto f = *make_auth_frame("secret");
-  std::vector<char> bytes(f.begin(), f.end());
-  bytes.insert(bytes.end(), {'B', 'A', 'S', 'P'});  // the relay's, not the reader's
+  std::string bytes(f.begin(), f.end());
+  bytes += "BASP";  // the relay's, not the reader's
   auth_reader r;
   size_t taken = 0;
   EXPECT_EQ(r.feed({bytes.data(), 1}, "secret", taken), auth_reader::verdict::incomplete);

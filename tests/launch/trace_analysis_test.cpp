@@ -160,7 +160,9 @@ TEST(ChromeTrace, PoolSlotRecordsBecomeTheirOwnCounterSeriesInTimeOrder) {
   ASSERT_EQ(slots.size(), 3u);
   for (size_t i = 0; i < slots.size(); ++i) {
     EXPECT_EQ(slots[i].second, 4 * static_cast<int64_t>(i + 1));
-    if (i > 0) EXPECT_GT(slots[i].first, slots[i - 1].first);
+    if (i > 0) {
+      EXPECT_GT(slots[i].first, slots[i - 1].first);
+    }
   }
   EXPECT_EQ(jobs_in_flight, 3u * 2);  // the spans' counter is not mixed with the pool's
 }

@@ -168,7 +168,9 @@ TEST_F(TraceMultiprocTest, ARecordedRunExportsToAWellFormedTraceAndSummarizesEve
   for (const auto& [key, c] : counter_series) {
     counter_names.insert(key.second);
     EXPECT_TRUE(std::is_sorted(c.ts.begin(), c.ts.end())) << key.second;
-    if (key.second.starts_with("jobs in flight")) EXPECT_EQ(c.values.back(), 0) << key.second;
+    if (key.second.starts_with("jobs in flight")) {
+      EXPECT_EQ(c.values.back(), 0) << key.second;
+    }
     for (const int64_t v : c.values) EXPECT_GE(v, 0) << key.second;
     if (key.second == "pool slots used") {
       EXPECT_GT(*std::max_element(c.values.begin(), c.values.end()), 0);
