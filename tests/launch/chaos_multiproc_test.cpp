@@ -93,9 +93,11 @@ class ChaosMultiprocTest : public launch_fixture {
 };
 
 TEST_F(ChaosMultiprocTest, AKilledRankAndAShortHangRecoverAndTheRunCompletes) {
-  // The hang (300 ms) is shorter than runtime.connection_timeout_ms (1000): the rank is slow,
-  // not lost; the killed rank is restarted and rejoins as incarnation 1.
-  launch({"--fault", "kill_rank:rank=2,step=20", "--fault", "hang_rank:rank=1,step=50,resume=300"});
+  // The hang (300 ms) is far shorter than runtime.connection_timeout_ms (raised to 5000 so that
+  // a loaded host cannot stretch it past): the rank is slow, not lost; the killed rank is
+  // restarted and rejoins as incarnation 1 (a closed connection is lost at once).
+  launch({"--set", "runtime.connection_timeout_ms=5000", "--fault", "kill_rank:rank=2,step=20",
+          "--fault", "hang_rank:rank=1,step=50,resume=300"});
   ASSERT_EQ(exit_code(), 0) << launcher_.stderr_text();
   const auto faults = lines("fault");
   ASSERT_EQ(faults.size(), 2u) << launcher_.stdout_text();
