@@ -144,6 +144,30 @@ class EmbedTest : public shm::testing::ShmTest,
     return sc.update_connector_output(s, 5s);
   }
 
+  /// A store job and every job result of the two steps it took.
+  struct store_run {
+    job_id store = 0;
+    std::vector<job_result> results;
+  };
+
+  /// Request a (8 tokens, `ka`) in GPU blocks 1-2: step 1 writes them and plans one store of
+  /// both; step 2 submits it and its copies run.
+  result<store_run> store_request_a(scheduler_connector& sc, const std::vector<block_key>& ka) {
+    const scheduler::request_view a{"a", ka, 8};
+    const std::vector<gpu_block> blocks_a{1, 2};
+    if (auto st = sc.update_state_after_alloc(a, blocks_a, 0); !st) return st;
+    auto out = step(sc, 1, {{a, blocks_a, 0, 8}}, {{1, 100}, {2, 100}});
+    if (!out) return out.error();
+    if (last_meta_.stores.size() != 1) {
+      return make_error(errc::internal, std::to_string(last_meta_.stores.size()) + " stores");
+    }
+    store_run run{last_meta_.stores[0].id, out->jobs};
+    out = step(sc, 2);
+    if (!out) return out.error();
+    run.results.insert(run.results.end(), out->jobs.begin(), out->jobs.end());
+    return run;
+  }
+
   const std::string instance_ = shm::testing::test_instance_prefix() + "embed";
   std::vector<rank_kv> ranks_;
   connector_metadata last_meta_;
@@ -374,22 +398,13 @@ TEST_P(EmbedTest, ALostRankFailsItsJobsAndTheOtherRanksGoOn) {
   ASSERT_TRUE(add_worker(sc->get(), worker_cfg(1, 2)));
   ASSERT_TRUE((*sc)->wait_for_workers(5s).ok());
 
-  const auto ka = keys({21, 22});
-  const scheduler::request_view a{"a", ka, 8};
-  const std::vector<gpu_block> blocks_a{1, 2};
-  ASSERT_TRUE((*sc)->update_state_after_alloc(a, blocks_a, 0).ok());
-  // Rank 1 goes (its connector ends: the scheduler actor sees it leave) before step 1 runs.
+  // Rank 1 goes (its connector ends: the scheduler actor sees it leave) before step 1 runs;
+  // rank 0 submits the store in step 2 and its copies run: rank 1 does not hold the steps back.
   ranks_.pop_back();
-  step_id s = 1;
-  auto out = step(**sc, s, {{a, blocks_a, 0, 8}}, {{1, 100}, {2, 100}});
-  ASSERT_TRUE(out.ok()) << out.error().to_string();
-  ASSERT_EQ(last_meta_.stores.size(), 1u);
-  const job_id store = last_meta_.stores[0].id;
-  std::vector<job_result> results = out->jobs;
-  // Rank 0 submits the store in step 2 and its copies run; rank 1 does not hold the steps back.
-  out = step(**sc, ++s);
-  ASSERT_TRUE(out.ok()) << out.error().to_string();
-  results.insert(results.end(), out->jobs.begin(), out->jobs.end());
+  const auto ka = keys({21, 22});
+  auto run = store_request_a(**sc, ka);
+  ASSERT_TRUE(run.ok()) << run.error().to_string();
+  const auto& [store, results] = *run;
   ASSERT_EQ(results.size(), 1u);  // once: failed for the lost rank, rank 0's report absorbed
   EXPECT_EQ(results[0].job, store);
   EXPECT_FALSE(results[0].ok);
@@ -400,7 +415,8 @@ TEST_P(EmbedTest, ALostRankFailsItsJobsAndTheOtherRanksGoOn) {
       << results[0].detail;
   EXPECT_EQ((*sc)->stats().stores_failed, 1u);
   EXPECT_TRUE((*sc)->take_events().empty());  // a failed store stores nothing
-  EXPECT_EQ((*sc)->get_num_new_matched_tokens(a, 0), (scheduler::match_result{0u, false}));
+  EXPECT_EQ((*sc)->get_num_new_matched_tokens({"a", ka, 8}, 0),
+            (scheduler::match_result{0u, false}));
 }
 
 // A copy that fails on one rank reaches the engine's job result with that rank's words (the
@@ -416,19 +432,9 @@ TEST_P(EmbedTest, AFailedCopyReachesTheSchedulerWithItsRankAndCause) {
   ASSERT_TRUE(add_worker(sc->get(), faulty));
   ASSERT_TRUE((*sc)->wait_for_workers(5s).ok());
 
-  const auto ka = keys({31, 32});
-  const scheduler::request_view a{"a", ka, 8};
-  const std::vector<gpu_block> blocks_a{1, 2};
-  ASSERT_TRUE((*sc)->update_state_after_alloc(a, blocks_a, 0).ok());
-  step_id s = 1;
-  auto out = step(**sc, s, {{a, blocks_a, 0, 8}}, {{1, 100}, {2, 100}});
-  ASSERT_TRUE(out.ok()) << out.error().to_string();
-  ASSERT_EQ(last_meta_.stores.size(), 1u);
-  const job_id store = last_meta_.stores[0].id;
-  std::vector<job_result> results = out->jobs;
-  out = step(**sc, ++s);  // the store is submitted and its copies run
-  ASSERT_TRUE(out.ok()) << out.error().to_string();
-  results.insert(results.end(), out->jobs.begin(), out->jobs.end());
+  auto run = store_request_a(**sc, keys({31, 32}));
+  ASSERT_TRUE(run.ok()) << run.error().to_string();
+  const auto& [store, results] = *run;
   ASSERT_EQ(results.size(), 1u);
   EXPECT_EQ(results[0].job, store);
   EXPECT_FALSE(results[0].ok);
