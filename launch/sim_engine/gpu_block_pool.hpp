@@ -10,8 +10,7 @@
 /// free block can be revived by take() (it leaves the free queue). Only the first block computed
 /// for a hash is registered; a second block with the same content stays anonymous.
 ///
-/// Used by the simulated engine (sim_scheduler) and the connector tests' engine_model; not
-/// thread-safe.
+/// Used by the simulated engine's scheduler (sim_scheduler); not thread-safe.
 #include <cstdint>
 #include <list>
 #include <optional>

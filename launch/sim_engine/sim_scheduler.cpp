@@ -13,7 +13,7 @@ uint32_t cdiv(uint64_t a, uint64_t b) {
   return static_cast<uint32_t>((a + b - 1) / b);
 }
 
-enum class state : uint8_t { waiting, loading, running, finished_holding };
+using state = request_phase;
 
 }  // namespace
 
@@ -27,6 +27,7 @@ struct sim_scheduler::request {
   uint32_t max_new = 0;
   uint32_t outputs = 0;
   double arrival_us = 0;
+  bool do_remote_decode = false;
 
   std::vector<gpu_block> blocks;
   uint32_t num_computed = 0;
@@ -59,7 +60,24 @@ sim_scheduler::sim_scheduler(const engine_limits& limits, connector_calls& conne
 sim_scheduler::~sim_scheduler() = default;
 
 scheduler::request_view sim_scheduler::view(const request& q) const {
-  return {q.id, q.hashes, q.num_tokens(), false};
+  return {q.id, q.hashes, q.num_tokens(), q.do_remote_decode};
+}
+
+request_info sim_scheduler::info(const request& q) {
+  return {q.id, q.st, q.tokens, q.blocks, q.num_computed};
+}
+
+std::optional<request_info> sim_scheduler::find(std::string_view id) const {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return std::nullopt;
+  return info(*it->second);
+}
+
+std::vector<request_info> sim_scheduler::running_requests() const {
+  std::vector<request_info> out;
+  out.reserve(running_.size());
+  for (const request* q : running_) out.push_back(info(*q));
+  return out;
 }
 
 void sim_scheduler::append_token(request& q, uint32_t token) {
@@ -87,6 +105,7 @@ status sim_scheduler::add(request_spec spec) {
   q->conversation = spec.conversation;
   q->turn = spec.turn;
   q->max_new = spec.max_new_tokens;
+  q->do_remote_decode = spec.do_remote_decode;
   q->arrival_us = stats_.clock_us;
   q->tokens.reserve(spec.prompt.size() + spec.max_new_tokens);
   for (uint32_t t : spec.prompt) append_token(*q, t);
@@ -151,6 +170,21 @@ void sim_scheduler::abort_all() {
   released_.clear();
 }
 
+status sim_scheduler::abort(std::string_view id) {
+  if (in_step_) {
+    return make_error(errc::precondition_failed,
+                      "abort: step " + std::to_string(step_) + " is scheduled");
+  }
+  auto it = requests_.find(id);
+  if (it == requests_.end()) {
+    return make_error(errc::not_found, "abort: no request " + std::string(id));
+  }
+  abort(*it->second);
+  for (const auto& done : released_) requests_.erase(done);
+  released_.clear();
+  return status::success();
+}
+
 status sim_scheduler::lose_gpu_cache() {
   if (in_step_) {
     return make_error(errc::precondition_failed,
@@ -180,6 +214,7 @@ status sim_scheduler::lose_gpu_cache() {
 }
 
 void sim_scheduler::cache_full_blocks(request& q) {
+  if (!limits_.enable_prefix_caching) return;
   const uint32_t full = q.num_computed / limits_.gpu_block_size;
   for (uint32_t i = 0; i < full && i < q.blocks.size(); ++i) pool_.cache(q.blocks[i], q.hashes[i]);
 }
@@ -256,7 +291,9 @@ void sim_scheduler::schedule_waiting() {
         ++it;
         continue;
       }
-      const std::vector<gpu_block> hits = pool_.cached_prefix(q.hashes, (q.num_tokens() - 1) / bs);
+      const std::vector<gpu_block> hits =
+          limits_.enable_prefix_caching ? pool_.cached_prefix(q.hashes, (q.num_tokens() - 1) / bs)
+                                        : std::vector<gpu_block>{};
       const uint32_t local = static_cast<uint32_t>(hits.size()) * bs;
       const auto m = connector_.get_num_new_matched_tokens(view(q), local);
       if (!m.tokens) {  // its hit blocks are being loaded for another request: next step

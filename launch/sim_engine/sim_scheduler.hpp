@@ -6,8 +6,8 @@
 /// embedding API's scheduler_connector, or nothing when offloading is off) and says what the
 /// model must compute (model_input, for every rank's model runner).
 ///
-/// One step, as vLLM's V1 scheduler does it (tests/connector/engine_model.hpp is the same loop
-/// over the planner directly):
+/// One step, as vLLM's V1 scheduler does it (the connector tests' engine_model runs this loop
+/// over the planner directly, with no budget and no running limit):
 ///   schedule()  running requests first: each gets min(its remaining tokens, the budget left)
 ///               (one decode token, or the next chunk of a prefill) and the blocks for them;
 ///               when none are left the last running request is preempted (blocks freed,
@@ -43,6 +43,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -90,6 +91,21 @@ struct engine_limits {
   double prefill_token_us = 50.0;
   double decode_step_us = 5000.0;
   double load_token_us = 2.0;
+  /// vLLM's enable_prefix_caching: off, no GPU block is ever found by its hash.
+  bool enable_prefix_caching = true;
+};
+
+/// Where a request is in its life (vLLM: WAITING, WAITING_FOR_REMOTE_KVS, RUNNING, and finished
+/// with its blocks still held for a store in flight or a load that must end first).
+enum class request_phase : uint8_t { waiting, loading, running, finished_holding };
+
+/// A read-only look at one request (views into the scheduler, valid until its next call).
+struct request_info {
+  std::string_view id;
+  request_phase phase = request_phase::waiting;
+  std::span<const uint32_t> tokens;   ///< prompt, then outputs
+  std::span<const gpu_block> blocks;  ///< held now
+  uint32_t num_computed = 0;
 };
 
 /// Token p of a request lands in `slot` of GPU block `block`; its chained hash is `hash`.
@@ -163,6 +179,12 @@ class sim_scheduler {
   std::vector<finished_turn> complete(const scheduler::request_completions& c);
   /// Aborts every request (vLLM: finished with FINISHED_ABORTED): the run is draining.
   void abort_all();
+  /// Aborts one request, between steps, in any phase: its blocks are freed now or when its
+  /// store or load ends. errc::not_found for an id not held; errc::precondition_failed, nothing
+  /// changed, between schedule() and complete().
+  status abort(std::string_view id);
+  /// vLLM's reset_prefix_cache: every cached block hash is forgotten (blocks held stay held).
+  void reset_prefix_cache() { pool_.reset_prefix_cache(); }
   /// The GPU cache reset (see above), between steps. errc::precondition_failed, nothing
   /// changed, between schedule() and complete().
   status lose_gpu_cache();
@@ -175,6 +197,10 @@ class sim_scheduler {
   step_id step() const noexcept { return step_; }
   const engine_stats& stats() const noexcept { return stats_; }
   const gpu_block_pool& pool() const noexcept { return pool_; }
+  /// The request, while it is held (not released yet).
+  std::optional<request_info> find(std::string_view id) const;
+  /// The running requests, in their scheduling order.
+  std::vector<request_info> running_requests() const;
   /// Protocol problems seen (a completion for an unknown request, a connector call that
   /// failed); each is a line. Empty in a good run.
   const std::vector<std::string>& errors() const noexcept { return errors_; }
@@ -184,6 +210,7 @@ class sim_scheduler {
   struct entry;
 
   scheduler::request_view view(const request& q) const;
+  static request_info info(const request& q);
   void append_token(request& q, uint32_t token);
   void preempt(request& q);
   void finish(request& q);

@@ -31,6 +31,8 @@ struct request_spec {
   uint32_t turn = 0;          ///< 0 for a first turn
   std::vector<uint32_t> prompt;
   uint32_t max_new_tokens = 1;
+  /// vLLM's kv_transfer_params do_remote_decode: a P/D prefill whose KV a decoder takes.
+  bool do_remote_decode = false;
 };
 
 /// Token ids are below this (a vocabulary size).

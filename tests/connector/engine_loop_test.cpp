@@ -123,7 +123,7 @@ TEST(EngineLoopTest, StoreRunsOneStepLaterAndReloadIsByteExact) {
   run_clean(*m);
   expect_drained(*m);
 
-  m->pool().reset_prefix_cache();
+  m->reset_prefix_cache();
   m->add_request({"b", plus(p, {7}), 2});
   auto r3 = step_ok(*m);
   EXPECT_TRUE(r3.scheduled.empty());
@@ -283,7 +283,7 @@ TEST(EngineLoopTest, LoadsFillOnlyTheBlocksAfterTheGpuCachedPrefix) {
   const tokens a = seq(36, 1000);
   m->add_request({"a", a, 1});
   run_clean(*m);
-  m->pool().reset_prefix_cache();
+  m->reset_prefix_cache();
 
   m->add_request({"b", head(a, 12), 1});
   auto rb = step_ok(*m);
@@ -313,7 +313,7 @@ TEST(EngineLoopTest, LoadStartingMidOffloadedBlockSkipsCachedSubBlocks) {
   const tokens a = seq(36, 1000);
   m->add_request({"a", a, 1});
   run_clean(*m);
-  m->pool().reset_prefix_cache();
+  m->reset_prefix_cache();
   m->add_request({"d", plus(head(a, 4), {9}), 1});  // caches a's first GPU block again
   run_clean(*m);
   const uint64_t computed_before = m->stats().tokens_computed;
@@ -403,7 +403,7 @@ TEST(EngineLoopTest, PreemptionFlushesStoresBeforeBlocksAreReused) {
   expect_drained(*m);
 
   // b's offloaded prefix is exact: reload it into a fresh request.
-  m->pool().reset_prefix_cache();
+  m->reset_prefix_cache();
   m->add_request({"c", plus(b, {3}), 1});
   auto r = step_ok(*m);
   ASSERT_EQ(r.meta.loads.size(), 1u);
@@ -421,7 +421,7 @@ TEST(EngineLoopTest, SamePrefixInFlightIsLoadedOnce) {
   const tokens a = seq(36, 1000);
   m->add_request({"a", a, 1});
   run_clean(*m);
-  m->pool().reset_prefix_cache();
+  m->reset_prefix_cache();
   m->add_request({"b", plus(a, {1}), 2});
   m->add_request({"c", plus(a, {2}), 2});
   auto r = step_ok(*m);
@@ -450,7 +450,7 @@ TEST(EngineLoopTest, AbortDuringLoadKeepsBlocksUntilTheLoadEnds) {
   const tokens a = seq(36, 1000);
   m->add_request({"a", a, 1});
   run_clean(*m);
-  m->pool().reset_prefix_cache();
+  m->reset_prefix_cache();
 
   sim->pause(cuda::direction::cpu_to_gpu);
   m->set_wait_at_step_end(false);
@@ -481,7 +481,7 @@ TEST(EngineLoopTest, RemoteDecodeOffersTheLoadedPrefixForStoringAgain) {
     const tokens a = seq(13, 1000);
     m->add_request({"a", a, 1});
     run_clean(*m);
-    m->pool().reset_prefix_cache();
+    m->reset_prefix_cache();
     m->manager().take_record();
     const tokens b = plus(head(a, 12), {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
     m->add_request({"b", b, 1, remote});
@@ -530,7 +530,7 @@ TEST(EngineLoopTest, FailedStoreFreesItsSlotsSoTheKeysNoLongerHit) {
     EXPECT_TRUE(m->scheduler().take_events().empty());
     expect_drained(*m);
 
-    m->pool().reset_prefix_cache();
+    m->reset_prefix_cache();
     m->add_request({"b", plus(a, {1}), 1});
     reps = run_clean(*m);
     EXPECT_EQ(count_loads(reps), 0u);  // a's keys miss: b recomputes and stores them
@@ -550,7 +550,7 @@ TEST(EngineLoopTest, FailedLoadIsReportedAndRecomputedExactly) {
     const tokens a = seq(36, 1000);
     m->add_request({"a", a, 1});
     run_clean(*m);
-    m->pool().reset_prefix_cache();
+    m->reset_prefix_cache();
     m->add_request({"d", plus(head(a, 4), {9}), 1});  // GPU-caches a's first block
     run_clean(*m);
     const uint64_t computed_before = m->stats().tokens_computed;
@@ -573,7 +573,7 @@ TEST(EngineLoopTest, FailedLoadIsReportedAndRecomputedExactly) {
     expect_drained(*m);
 
     // The keys are still offloaded: the next request loads them successfully.
-    m->pool().reset_prefix_cache();
+    m->reset_prefix_cache();
     m->add_request({"f", plus(a, {8}), 1});
     run_clean(*m);
     EXPECT_EQ(m->stats().tokens_loaded, 36u);
@@ -615,7 +615,7 @@ TEST(EngineLoopTest, TwoRanksShareOneShmPoolAndAFailureOnOneRankFailsTheJob) {
     EXPECT_NE(std::memcmp(seg->slot(0, s0), seg->slot(1, s0), slot_bytes), 0);
 
     for (const char* id : {"b", "c"}) {
-      m->pool().reset_prefix_cache();
+      m->reset_prefix_cache();
       m->add_request({id, plus(a, {static_cast<uint32_t>(id[0])}), 2});
       auto r = step_ok(*m);
       ASSERT_EQ(r.meta.loads.size(), 1u);
@@ -652,7 +652,7 @@ TEST(EngineLoopTest, AsyncTransfersWithPreemptionsAndEvictionsStayExact) {
   run_clean(*m);  // some stored prefixes to load below
   m->set_wait_at_step_end(false);
   for (uint32_t i = 0; i < 16; ++i) {
-    if (i % 4 == 0) m->pool().reset_prefix_cache();
+    if (i % 4 == 0) m->reset_prefix_cache();
     const tokens& doc = docs[i % docs.size()];
     tokens p = head(doc, 10 + (i * 7) % (doc.size() - 9));
     p.push_back(50000 + i);

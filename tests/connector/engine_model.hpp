@@ -1,42 +1,38 @@
 #pragma once
 /// engine_model: a small deterministic inference engine that drives the real connector (one
-/// planner, one transfer_executor per rank over real copy engines) step by step, the
-/// way vLLM's V1 engine core drives a KV connector. Test support for the end-to-end tests.
+/// planner, one transfer_executor per rank over real copy engines) step by step, the way vLLM's
+/// V1 engine core drives a KV connector. Test support for the end-to-end tests.
 ///
-/// The model. Requests are token-id prompts with a fixed number of output tokens. The KV of the
-/// token at position p is a pure function of the tokens [0, p] (through a chained per-token hash),
-/// of the layer, of K/V and of the rank, so the engine knows the exact bytes every GPU block must
-/// hold and verify() checks them byte for byte. A block's hash is the token hash at its last
-/// token, so requests sharing a prefix share block hashes (GPU prefix cache and CPU keys).
+/// Its scheduler is the simulated engine's (sim::sim_scheduler: prefix caching, preemption under
+/// memory pressure, asynchronous loads, request_finished and delay_free), with no token budget
+/// and no running limit, asking the planner directly; the KV every token gets is the simulated
+/// model's (sim::token_kv of the token's chained hash, the layer's K and V as two content
+/// layers, the rank), so the engine knows the exact bytes every GPU block must hold and verify()
+/// checks them byte for byte.
 ///
 /// Each rank's KV cache is one FlashAttention-shaped tensor per layer, (2, num_blocks,
 /// block_size, 1, head_dim) of 2-byte elements, in memory of that rank's copy engine; the CPU
 /// pool regions come from the test (a heap buffer or an shm segment's rank regions).
 ///
 /// One step():
-///   1. schedule: running requests decode one token each (allocating blocks; when none are
-///      left, the last running request is preempted: blocks freed, recomputed later); then, if
-///      nobody was preempted, waiting requests in order: a request whose async load finished is
-///      promoted; others get their GPU prefix-cache hit, ask get_num_new_matched_tokens
-///      (nullopt: skip this step), allocate blocks (none left: stop), call
-///      update_state_after_alloc, and either wait for the async load or are scheduled.
+///   1. sim_scheduler::schedule (running requests first, preempting the last one when blocks
+///      run out; then, unless somebody was preempted, waiting requests: get_num_new_matched_tokens,
+///      update_state_after_alloc, a load to wait for or a prefill to run).
 ///   2. build_connector_meta; every worker: bind, [before_workers hook], handle_preemptions,
 ///      start_load_kv; the forward writes the KV of every scheduled token; wait_for_save;
 ///      optionally wait for all transfers (wait_at_step_end, for determinism); get_finished
 ///      with the requests finished in the previous step; get_block_ids_with_load_errors; clear.
 ///   3. job results are aggregated across ranks (ok iff every rank ok) and given to
-///      update_connector_output; the request completions are applied: finished requests free
-///      their blocks (unless delay_free, then at finished_sending), a finished load marks its
-///      request for promotion, invalid blocks truncate it (recompute from the first invalid
-///      block), aborted requests whose load finished are dropped.
+///      update_connector_output; the request completions go to sim_scheduler::complete
+///      (computed tokens, sampling, request_finished, finished_sending / finished_recving,
+///      invalid blocks).
 ///   4. verify_each_step: every running request's computed tokens are checked on every rank.
-/// Any error status from the connector becomes a line in step_report::errors.
+/// Any error from the connector or the scheduler becomes a line in step_report::errors.
 ///
 /// Test support; not thread-safe.
 #include <cstdint>
-#include <deque>
 #include <functional>
-#include <map>
+#include <set>
 #include <memory>
 #include <optional>
 #include <string>
@@ -46,6 +42,7 @@
 #include "actors/worker/transfer_executor.hpp"
 #include "cuda/copy_engine.hpp"
 #include "launch/sim_engine/gpu_block_pool.hpp"
+#include "launch/sim_engine/sim_scheduler.hpp"
 #include "tests/connector/recording_manager.hpp"
 
 namespace kvc::testing {
@@ -134,14 +131,17 @@ class engine_model {
 
   // --- introspection and control for tests ---
   const engine_config& config() const noexcept { return cfg_; }
-  scheduler::planner& scheduler() noexcept { return *sched_; }
+  scheduler::planner& scheduler() noexcept { return *planner_; }
   recording_manager& manager() noexcept { return *manager_; }
   worker::transfer_executor& worker(rank_id r) { return workers_.at(r); }
   cuda::copy_engine& engine(rank_id r) { return *engines_.at(r); }
-  sim::gpu_block_pool& pool() noexcept { return pool_; }
+  const sim::gpu_block_pool& pool() const noexcept { return sched_->pool(); }
+  /// vLLM's reset_prefix_cache: the GPU prefix cache forgets every block hash.
+  void reset_prefix_cache() { sched_->reset_prefix_cache(); }
   const model_stats& stats() const noexcept { return stats_; }
+  /// nullopt for an id never added; done once it released its blocks.
   std::optional<request_state> state_of(const std::string& id) const;
-  /// All of the request's tokens so far (prompt + outputs); empty for unknown ids.
+  /// All of the request's tokens so far (prompt + outputs); empty once done or unknown.
   std::vector<uint32_t> tokens_of(const std::string& id) const;
   std::vector<gpu_block> blocks_of(const std::string& id) const;
   uint32_t num_computed(const std::string& id) const;
@@ -155,29 +155,18 @@ class engine_model {
   /// Bytes of one token's K (or V) in one layer on one rank.
   uint32_t token_bytes() const noexcept { return 2 * cfg_.head_dim; }
 
-  /// The model's KV bytes for a token whose prefix hash is `h` (test helpers use it too).
-  static void token_kv(uint64_t h, uint32_t layer, uint32_t kv, rank_id rank, std::byte* out,
-                       size_t bytes);
-  /// Chained token hash: hash of tokens [0, p] from the hash of [0, p) (0 for p == 0).
-  static uint64_t chain(uint64_t prev, uint32_t token) noexcept;
-
  private:
-  struct request;
-  struct sched_entry;
+  class planner_calls;
   class rank_aggregator;
 
   explicit engine_model(engine_config cfg);
   status init();
 
-  scheduler::request_view view(const request& q) const;
-  void append_token(request& q, uint32_t token);
-  void preempt(request& q, step_report& rep);
-  void finish(request& q);
-  void release(request& q);
-  void cache_full_blocks(request& q);
-  void forward(const std::vector<sched_entry>& sched, step_report& rep);
+  void forward(const sim::model_input& in, step_report& rep);
   std::byte* token_ptr(rank_id r, uint32_t layer, uint32_t kv, gpu_block b, uint32_t slot) const;
-  void apply_completions(const scheduler::request_completions& c, step_report& rep);
+  /// The model's KV bytes of a token whose chained hash is `h`.
+  static void token_kv(uint64_t h, uint32_t layer, uint32_t kv, rank_id rank, std::byte* out,
+                       size_t bytes);
 
   engine_config cfg_;
   std::vector<std::unique_ptr<cuda::copy_engine>> engines_;
@@ -185,18 +174,16 @@ class engine_model {
   std::vector<std::vector<cuda::device_buffer>> kv_;
   std::vector<std::vector<std::byte>> heap_pools_;
   std::vector<worker::transfer_executor> workers_;
-  recording_manager* manager_ = nullptr;  ///< owned by sched_
-  std::unique_ptr<scheduler::planner> sched_;
+  recording_manager* manager_ = nullptr;  ///< owned by planner_
+  std::unique_ptr<scheduler::planner> planner_;
+  std::unique_ptr<planner_calls> calls_;
+  std::unique_ptr<sim::sim_scheduler> sched_;
   std::unique_ptr<rank_aggregator> agg_;
-  sim::gpu_block_pool pool_;
 
-  std::map<std::string, std::unique_ptr<request>> requests_;
-  std::vector<request*> running_;
-  std::deque<request*> waiting_;
-  std::vector<std::string> finished_prev_;  ///< finished in the previous step (for workers)
-  std::vector<std::string> finished_now_;
+  std::set<std::string, std::less<>> added_;  ///< every id add_request took
+  std::vector<std::string> add_errors_;       ///< refused add_request calls, for the next step
+  std::vector<std::string> finished_prev_;    ///< finished in the previous step (for workers)
   std::function<void(const connector_metadata&)> before_workers_;
-  step_id step_ = 0;
   model_stats stats_;
 };
 

@@ -21,6 +21,7 @@ class scripted_connector final : public connector_calls {
   scheduler::match_result get_num_new_matched_tokens(const scheduler::request_view& req,
                                                      uint32_t num_computed) override {
     ++lookups;
+    remote_decode.push_back(req.do_remote_decode);
     if (req.id.starts_with("hit")) return {hit_tokens, hit_tokens > 0};
     return {0u, false};
   }
@@ -38,6 +39,7 @@ class scripted_connector final : public connector_calls {
   uint32_t hit_tokens = 0;
   bool delay_free = false;
   int lookups = 0;
+  std::vector<bool> remote_decode;  ///< each lookup's request_view::do_remote_decode
   std::vector<std::string> allocated;
   std::vector<uint32_t> externals;
   std::vector<std::string> finished;
@@ -59,6 +61,27 @@ engine_limits small() {
           .prefill_token_us = 10,
           .decode_step_us = 100,
           .load_token_us = 1};
+}
+
+/// A connector output in which `id`'s stores finished.
+scheduler::request_completions sending(const std::string& id) {
+  scheduler::request_completions c;
+  c.finished_sending.push_back(id);
+  return c;
+}
+
+/// A connector output in which `id`'s load finished.
+scheduler::request_completions recving(const std::string& id) {
+  scheduler::request_completions c;
+  c.finished_recving.push_back(id);
+  return c;
+}
+
+/// Nothing left: no request, every block of small() free, no protocol error.
+void expect_drained(const sim_scheduler& s) {
+  EXPECT_TRUE(s.idle());
+  EXPECT_EQ(s.pool().num_free(), 16u);
+  EXPECT_TRUE(s.errors().empty());
 }
 
 /// Steps until idle (at most `limit` steps), with no connector output.
@@ -201,9 +224,7 @@ TEST(SimSchedulerTest, ACpuHitLoadsThenPromotesWithTheLoadedTokensAndTheirHashes
     h = chain(h, 1 + i);
     EXPECT_EQ(check.hashes[i], h);
   }
-  scheduler::request_completions c;
-  c.finished_recving.push_back("hit");
-  s.complete(c);
+  s.complete(recving("hit"));
   s.schedule();  // promoted: the 2 tokens past the load are computed
   ASSERT_EQ(s.input().new_requests.size(), 1u);
   EXPECT_EQ(s.input().new_requests[0].num_computed, 8u);
@@ -224,12 +245,8 @@ TEST(SimSchedulerTest, AbortingHoldsTheBlocksOfDelayFreeRequestsUntilFinishedSen
   EXPECT_EQ(s.stats().requests_aborted, 1u);
   EXPECT_FALSE(s.idle());  // its blocks wait for the stores
   s.schedule();
-  scheduler::request_completions c;
-  c.finished_sending.push_back("a");
-  s.complete(c);
-  EXPECT_TRUE(s.idle());
-  EXPECT_EQ(s.pool().num_free(), 16u);
-  EXPECT_TRUE(s.errors().empty());
+  s.complete(sending("a"));
+  expect_drained(s);
 }
 
 TEST(SimSchedulerTest, AGpuCacheResetPreemptsTheRunningAndForgetsEveryCachedBlock) {
@@ -277,9 +294,7 @@ TEST(SimSchedulerTest, ARequestLoadingThroughAResetKeepsItsBlocksAndRecomputesEv
   EXPECT_EQ(s.pool().num_free(), 14u);  // its 2 blocks wait for the load to finish
   s.schedule();
   EXPECT_TRUE(s.input().preempted.empty());  // never ran: nothing to flush
-  scheduler::request_completions c;
-  c.finished_recving.push_back("hit");
-  s.complete(c);
+  s.complete(recving("hit"));
   s.schedule();  // promoted with nothing of the load: every token computed again
   ASSERT_EQ(s.input().new_requests.size(), 1u);
   EXPECT_EQ(s.input().new_requests[0].num_computed, 0u);
@@ -311,6 +326,111 @@ TEST(SimSchedulerTest, ARequestThatCanNeverFitIsRefused) {
   EXPECT_EQ(s.add(make("empty", 1, 0, 1)).code(), errc::invalid_argument);
   ASSERT_TRUE(s.add(make("a", 1, 4, 1)).ok());
   EXPECT_EQ(s.add(make("a", 1, 4, 1)).code(), errc::invalid_argument);
+}
+
+TEST(SimSchedulerTest, FindShowsARequestsPhaseTokensBlocksAndComputedTokens) {
+  scripted_connector conn;
+  sim_scheduler s(small(), conn);
+  ASSERT_TRUE(s.add(make("a", 1, 8, 3)).ok());
+  ASSERT_TRUE(s.add(make("b", 50, 4, 3)).ok());
+  auto a = s.find("a");
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->phase, request_phase::waiting);
+  EXPECT_THAT(a->tokens, ElementsAre(1, 2, 3, 4, 5, 6, 7, 8));
+  EXPECT_TRUE(a->blocks.empty());
+  EXPECT_EQ(a->num_computed, 0u);
+  EXPECT_FALSE(s.find("nobody").has_value());
+
+  s.schedule();
+  s.complete({});
+  a = s.find("a");
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->phase, request_phase::running);
+  ASSERT_EQ(a->tokens.size(), 9u);  // the prompt and its first sampled token
+  EXPECT_EQ(a->blocks.size(), 2u);
+  EXPECT_EQ(a->num_computed, 8u);
+  const auto running = s.running_requests();
+  ASSERT_EQ(running.size(), 2u);
+  EXPECT_EQ(running[0].id, "a");
+  EXPECT_EQ(running[1].id, "b");
+  EXPECT_EQ(running[1].num_computed, 4u);
+}
+
+TEST(SimSchedulerTest, AbortingOneRequestReleasesItOrHoldsItsBlocksUntilItsLoadEnds) {
+  scripted_connector conn;
+  conn.hit_tokens = 8;
+  sim_scheduler s(small(), conn);
+  ASSERT_TRUE(s.add(make("hit", 1, 10, 1)).ok());
+  ASSERT_TRUE(s.add(make("a", 100, 8, 50)).ok());
+  s.schedule();  // hit's load is planned; a runs
+  EXPECT_EQ(s.abort("a").code(), errc::precondition_failed);  // inside the step
+  s.complete({});
+  ASSERT_EQ(s.find("hit")->phase, request_phase::loading);
+  ASSERT_EQ(s.find("a")->phase, request_phase::running);
+
+  ASSERT_TRUE(s.abort("a").ok());
+  EXPECT_FALSE(s.find("a").has_value());  // no store in flight: released at once
+  EXPECT_EQ(s.running(), 0u);
+  ASSERT_TRUE(s.abort("hit").ok());
+  const auto hit = s.find("hit");
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->phase, request_phase::finished_holding);  // the load still writes its blocks
+  EXPECT_EQ(hit->blocks.size(), 2u);
+  EXPECT_EQ(s.abort("nobody").code(), errc::not_found);
+  EXPECT_EQ(s.stats().requests_aborted, 2u);
+  EXPECT_THAT(conn.finished, ElementsAre("a", "hit"));
+
+  s.schedule();
+  EXPECT_TRUE(s.input().new_requests.empty() && s.input().cached_requests.empty());
+  s.complete(recving("hit"));
+  expect_drained(s);
+}
+
+TEST(SimSchedulerTest, WithoutPrefixCachingNoGpuBlockIsEverFound) {
+  scripted_connector conn;
+  engine_limits limits = small();
+  limits.enable_prefix_caching = false;
+  sim_scheduler s(limits, conn);
+  ASSERT_TRUE(s.add(make("a", 1, 12, 1)).ok());
+  run(s);
+  for (gpu_block blk = 1; blk < 17; ++blk) EXPECT_FALSE(s.pool().is_cached(blk));
+  ASSERT_TRUE(s.add(make("b", 1, 13, 1)).ok());  // a's 12 tokens and one more
+  s.schedule();
+  ASSERT_EQ(s.input().new_requests.size(), 1u);
+  EXPECT_EQ(s.input().new_requests[0].num_computed, 0u);
+  s.complete({});
+  EXPECT_EQ(s.stats().gpu_hit_tokens, 0u);
+}
+
+TEST(SimSchedulerTest, ResetPrefixCacheForgetsTheHashesAndKeepsTheRunningBlocks) {
+  scripted_connector conn;
+  sim_scheduler s(small(), conn);
+  ASSERT_TRUE(s.add(make("a", 1, 12, 1)).ok());
+  run(s);  // a's 3 full blocks are cached
+  ASSERT_TRUE(s.add(make("b", 100, 8, 20)).ok());
+  s.schedule();
+  s.complete({});
+  const std::vector<gpu_block> held(s.find("b")->blocks.begin(), s.find("b")->blocks.end());
+  s.reset_prefix_cache();
+  for (gpu_block blk = 1; blk < 17; ++blk) EXPECT_FALSE(s.pool().is_cached(blk));
+  EXPECT_EQ(s.running(), 1u);
+  EXPECT_THAT(s.find("b")->blocks, ::testing::ElementsAreArray(held));
+  EXPECT_EQ(s.stats().preemptions, 0u);
+}
+
+TEST(SimSchedulerTest, DoRemoteDecodeReachesTheConnectorsView) {
+  scripted_connector conn;
+  sim_scheduler s(small(), conn);
+  request_spec pd = make("pd", 1, 8, 1);
+  pd.do_remote_decode = true;
+  ASSERT_TRUE(s.add(pd).ok());
+  ASSERT_TRUE(s.add(make("plain", 50, 8, 1)).ok());
+  s.schedule();
+  EXPECT_THAT(conn.remote_decode, ElementsAre(true, false));
+  ASSERT_EQ(s.input().new_requests.size(), 2u);
+  EXPECT_TRUE(s.input().new_requests[0].req.do_remote_decode);
+  EXPECT_FALSE(s.input().new_requests[1].req.do_remote_decode);
+  s.complete({});
 }
 
 }  // namespace
