@@ -1,9 +1,10 @@
 #pragma once
 /// What the multi-process engine test's two sides share: the model's geometry, the KV a token
-/// holds (a function of its prefix hash, layer and rank, so both sides know every byte), and
-/// the line protocol between the engine's scheduler process (the test) and its worker processes
-/// (kvc_mp_worker), which stands in for the engine's own channel (vLLM sends SchedulerOutput to
-/// its workers through a shm queue; the connector metadata travels through kvconnect's actors).
+/// holds (the simulated model's: a function of its prefix hash, layer and rank, so both sides
+/// know every byte), and the line protocol between the engine's scheduler process (the test)
+/// and its worker processes (kvc_mp_worker), which stands in for the engine's own channel
+/// (vLLM sends SchedulerOutput to its workers through a shm queue; the connector metadata
+/// travels through kvconnect's actors).
 ///
 /// Engine -> worker, one line per step:
 ///   S <step> F <n> <req>... W <n> (<block> <pos> <hash>)... V <n> (<block> <pos> <hash>)...
@@ -19,11 +20,11 @@
 /// Test support, header-only; pure functions.
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "launch/sim_engine/kv_content.hpp"
 #include "proto/block_key.hpp"
 #include "proto/ids.hpp"
 
@@ -43,24 +44,14 @@ inline constexpr uint32_t cpu_slots = 40;  ///< per rank
 inline constexpr uint64_t slot_bytes = uint64_t{block_factor} * num_layers * page_bytes;
 inline constexpr const char* token = "mp-test-token";
 
-/// Chained token hash: hash of tokens [0, p] from the hash of [0, p).
-inline uint64_t chain(uint64_t prev, uint32_t t) noexcept {
-  return block_key::mix(prev * 0x100000001b3ULL ^ (uint64_t{t} + 0x9e3779b97f4a7c15ULL));
-}
-
-/// The block hash of a full GPU block ending at a token with prefix hash h.
-inline block_key key_of(uint64_t h) noexcept {
-  return {h, block_key::mix(h ^ 0x5bd1e995u)};
-}
+/// The model's hashes and KV bytes are the simulated engine's (launch/sim_engine/kv_content.hpp):
+/// sim::chain, sim::block_hash_of, sim::token_kv.
+using sim::block_hash_of;
+using sim::chain;
 
 /// The KV bytes of a token with prefix hash h, in `layer`, on `rank`.
 inline void token_kv(uint64_t h, uint32_t layer, rank_id rank, std::byte* out) noexcept {
-  const uint64_t seed = block_key::mix(h ^ block_key::mix(uint64_t{layer} + 1) ^
-                                       block_key::mix((uint64_t{rank} << 32) | 0x77));
-  for (uint32_t i = 0; i < token_bytes; i += 8) {
-    const uint64_t v = block_key::mix(seed + i);
-    std::memcpy(out + i, &v, 8);
-  }
+  sim::token_kv(h, layer, rank, {out, token_bytes});
 }
 
 /// One token position: GPU block, slot in the block, prefix hash.

@@ -66,7 +66,7 @@ struct request {
   void append(uint32_t t) {
     th.push_back(chain(th.empty() ? 0 : th.back(), t));
     tokens.push_back(t);
-    if (tokens.size() % gpu_block_size == 0) hashes.push_back(key_of(th.back()));
+    if (tokens.size() % gpu_block_size == 0) hashes.push_back(block_hash_of(th.back()));
   }
   scheduler::request_view view() const { return {id, hashes, ntok()}; }
 };
