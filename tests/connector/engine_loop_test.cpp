@@ -71,6 +71,14 @@ std::vector<step_report> run_clean(engine_model& m, uint32_t max_steps = 200) {
   return reps;
 }
 
+/// `r` runs to completion (its full offloaded blocks are stored in the CPU pool), then the GPU
+/// prefix cache forgets it: the next request with its prefix must load.
+void offload(engine_model& m, request_spec r) {
+  m.add_request(std::move(r));
+  run_clean(m);
+  m.reset_prefix_cache();
+}
+
 /// Everything given back: no request, block, job or pinned key left anywhere.
 void expect_drained(engine_model& m) {
   EXPECT_TRUE(m.idle());
@@ -281,9 +289,7 @@ TEST(EngineLoopTest, LoadsFillOnlyTheBlocksAfterTheGpuCachedPrefix) {
   auto m = make_model();
   ASSERT_NE(m, nullptr);
   const tokens a = seq(36, 1000);
-  m->add_request({"a", a, 1});
-  run_clean(*m);
-  m->reset_prefix_cache();
+  offload(*m, {"a", a, 1});
 
   m->add_request({"b", head(a, 12), 1});
   auto rb = step_ok(*m);
@@ -311,9 +317,7 @@ TEST(EngineLoopTest, LoadStartingMidOffloadedBlockSkipsCachedSubBlocks) {
   auto m = make_model();
   ASSERT_NE(m, nullptr);
   const tokens a = seq(36, 1000);
-  m->add_request({"a", a, 1});
-  run_clean(*m);
-  m->reset_prefix_cache();
+  offload(*m, {"a", a, 1});
   m->add_request({"d", plus(head(a, 4), {9}), 1});  // caches a's first GPU block again
   run_clean(*m);
   const uint64_t computed_before = m->stats().tokens_computed;
@@ -419,9 +423,7 @@ TEST(EngineLoopTest, SamePrefixInFlightIsLoadedOnce) {
   auto m = make_model();
   ASSERT_NE(m, nullptr);
   const tokens a = seq(36, 1000);
-  m->add_request({"a", a, 1});
-  run_clean(*m);
-  m->reset_prefix_cache();
+  offload(*m, {"a", a, 1});
   m->add_request({"b", plus(a, {1}), 2});
   m->add_request({"c", plus(a, {2}), 2});
   auto r = step_ok(*m);
@@ -448,9 +450,7 @@ TEST(EngineLoopTest, AbortDuringLoadKeepsBlocksUntilTheLoadEnds) {
   auto m = make_model(cfg);
   ASSERT_NE(m, nullptr);
   const tokens a = seq(36, 1000);
-  m->add_request({"a", a, 1});
-  run_clean(*m);
-  m->reset_prefix_cache();
+  offload(*m, {"a", a, 1});
 
   sim->pause(cuda::direction::cpu_to_gpu);
   m->set_wait_at_step_end(false);
@@ -479,9 +479,7 @@ TEST(EngineLoopTest, RemoteDecodeOffersTheLoadedPrefixForStoringAgain) {
     auto m = make_model();
     ASSERT_NE(m, nullptr);
     const tokens a = seq(13, 1000);
-    m->add_request({"a", a, 1});
-    run_clean(*m);
-    m->reset_prefix_cache();
+    offload(*m, {"a", a, 1});
     m->manager().take_record();
     const tokens b = plus(head(a, 12), {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
     m->add_request({"b", b, 1, remote});
@@ -548,9 +546,7 @@ TEST(EngineLoopTest, FailedLoadIsReportedAndRecomputedExactly) {
     auto m = make_faulty_model(one_fault(fault_target::load, action));
     ASSERT_NE(m, nullptr);
     const tokens a = seq(36, 1000);
-    m->add_request({"a", a, 1});
-    run_clean(*m);
-    m->reset_prefix_cache();
+    offload(*m, {"a", a, 1});
     m->add_request({"d", plus(head(a, 4), {9}), 1});  // GPU-caches a's first block
     run_clean(*m);
     const uint64_t computed_before = m->stats().tokens_computed;
