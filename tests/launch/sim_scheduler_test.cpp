@@ -84,6 +84,11 @@ void expect_drained(const sim_scheduler& s) {
   EXPECT_TRUE(s.errors().empty());
 }
 
+/// No block of small() is in the GPU prefix cache.
+void expect_nothing_cached(const sim_scheduler& s) {
+  for (gpu_block blk = 1; blk < 17; ++blk) EXPECT_FALSE(s.pool().is_cached(blk)) << blk;
+}
+
 /// Steps until idle (at most `limit` steps), with no connector output.
 int run(sim_scheduler& s, int limit = 200) {
   int n = 0;
@@ -93,6 +98,16 @@ int run(sim_scheduler& s, int limit = 200) {
     ++n;
   }
   return n;
+}
+
+/// Request a (12 tokens) runs to the end, leaving its 3 full blocks cached; then request b
+/// (8 tokens, 20 outputs) is prefilled and decodes.
+void cache_a_then_decode_b(sim_scheduler& s) {
+  ASSERT_TRUE(s.add(make("a", 1, 12, 1)).ok());
+  run(s);
+  ASSERT_TRUE(s.add(make("b", 100, 8, 20)).ok());
+  s.schedule();
+  s.complete({});
 }
 
 TEST(WorkloadGeneratorTest, TheSeedDecidesEverythingAndPromptsShareDocumentPrefixes) {
@@ -252,16 +267,12 @@ TEST(SimSchedulerTest, AbortingHoldsTheBlocksOfDelayFreeRequestsUntilFinishedSen
 TEST(SimSchedulerTest, AGpuCacheResetPreemptsTheRunningAndForgetsEveryCachedBlock) {
   scripted_connector conn;
   sim_scheduler s(small(), conn);
-  ASSERT_TRUE(s.add(make("a", 1, 12, 1)).ok());
-  run(s);  // a's 3 full blocks are cached
-  ASSERT_TRUE(s.add(make("b", 100, 8, 20)).ok());
-  s.schedule();
-  s.complete({});
+  ASSERT_NO_FATAL_FAILURE(cache_a_then_decode_b(s));
   ASSERT_EQ(s.running(), 1u);  // b decodes
   ASSERT_TRUE(s.lose_gpu_cache().ok());
   EXPECT_EQ(s.running(), 0u);
   EXPECT_EQ(s.pool().num_free(), 16u);  // b's blocks freed
-  for (gpu_block blk = 1; blk < 17; ++blk) EXPECT_FALSE(s.pool().is_cached(blk));
+  expect_nothing_cached(s);
   EXPECT_EQ(s.stats().gpu_cache_resets, 1u);
   EXPECT_EQ(s.stats().requests_recomputed, 1u);
   EXPECT_EQ(s.stats().preemptions, 1u);
@@ -393,7 +404,7 @@ TEST(SimSchedulerTest, WithoutPrefixCachingNoGpuBlockIsEverFound) {
   sim_scheduler s(limits, conn);
   ASSERT_TRUE(s.add(make("a", 1, 12, 1)).ok());
   run(s);
-  for (gpu_block blk = 1; blk < 17; ++blk) EXPECT_FALSE(s.pool().is_cached(blk));
+  expect_nothing_cached(s);
   ASSERT_TRUE(s.add(make("b", 1, 13, 1)).ok());  // a's 12 tokens and one more
   s.schedule();
   ASSERT_EQ(s.input().new_requests.size(), 1u);
@@ -405,14 +416,10 @@ TEST(SimSchedulerTest, WithoutPrefixCachingNoGpuBlockIsEverFound) {
 TEST(SimSchedulerTest, ResetPrefixCacheForgetsTheHashesAndKeepsTheRunningBlocks) {
   scripted_connector conn;
   sim_scheduler s(small(), conn);
-  ASSERT_TRUE(s.add(make("a", 1, 12, 1)).ok());
-  run(s);  // a's 3 full blocks are cached
-  ASSERT_TRUE(s.add(make("b", 100, 8, 20)).ok());
-  s.schedule();
-  s.complete({});
+  ASSERT_NO_FATAL_FAILURE(cache_a_then_decode_b(s));
   const std::vector<gpu_block> held(s.find("b")->blocks.begin(), s.find("b")->blocks.end());
   s.reset_prefix_cache();
-  for (gpu_block blk = 1; blk < 17; ++blk) EXPECT_FALSE(s.pool().is_cached(blk));
+  expect_nothing_cached(s);
   EXPECT_EQ(s.running(), 1u);
   EXPECT_THAT(s.find("b")->blocks, ::testing::ElementsAreArray(held));
   EXPECT_EQ(s.stats().preemptions, 0u);
