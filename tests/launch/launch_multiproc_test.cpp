@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstring>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -384,12 +385,19 @@ TEST_F(LaunchMultiprocTest, AWorkerKilledUnderOnFailureRejoinsAndTheSimulatedRun
   EXPECT_EQ(j.at("pending_jobs"), 0);
   EXPECT_EQ(j.at("ranks_reported"), 2);  // rank 0 and rank 1's second process
   // Rank 1's line is its second process's: it ran the steps after the restart.
-  std::smatch runner;
-  ASSERT_TRUE(
-      std::regex_search(err, runner, std::regex{"\\[worker 1\\] (\\{[^\\n]*\"runner\"[^\\n]*)"}));
-  EXPECT_GT(json::parse(runner[1].str()).at("steps").get<uint64_t>(), 0u);
-  EXPECT_LT(json::parse(runner[1].str()).at("steps").get<uint64_t>(),
-            j.at("steps").get<uint64_t>());
+  // (A line scan: std::regex recurses once per character of a long line.)
+  const std::string tag = "[worker 1] ";
+  json runner;
+  std::istringstream lines(err);
+  for (std::string l; std::getline(lines, l);) {
+    const size_t at = l.find(tag + "{");
+    if (at == std::string::npos || l.find("\"runner\"") == std::string::npos) continue;
+    runner = json::parse(l.substr(at + tag.size()));
+    break;
+  }
+  ASSERT_TRUE(runner.is_object()) << err;
+  EXPECT_GT(runner.at("steps").get<uint64_t>(), 0u);
+  EXPECT_LT(runner.at("steps").get<uint64_t>(), j.at("steps").get<uint64_t>());
   EXPECT_THAT(launcher_.stderr_text(),
               HasSubstr("[scheduler] {\"event\":\"stopped\",\"workers\":2}"));
 }
@@ -563,7 +571,8 @@ TEST_F(LaunchMultiprocTest, SigtermToTheFirstNodeEndsBothNodesLeavingNothing) {
   child_process node1 = std::move(c).value();
   auto line = node1.find_stdout("\"started\"", patience);
   ASSERT_TRUE(line.ok()) << node1.stderr_text();
-  for (const auto& p : json::parse(*line).at("worker_pids")) children_.push_back(p.get<pid_t>());
+  const json node1_started = json::parse(*line);  // named: a range-for over a temporary dangles
+  for (const auto& p : node1_started.at("worker_pids")) children_.push_back(p.get<pid_t>());
   ASSERT_TRUE(launcher_.find_stdout("\"ready\"", patience).ok()) << launcher_.stderr_text();
   ASSERT_EQ(leftover_segments().size(), 2u);
   ASSERT_TRUE(launcher_.signal(SIGTERM).ok());
