@@ -390,9 +390,12 @@ void read_kv_cache(reader& r, const YAML::Node& n, kv_cache_section& k) {
        {"dtype_bytes", [&](auto& v, auto& p) { r.number(v, p, k.dtype_bytes, 1, 8); }},
        {"gpu_block_size", [&](auto& v, auto& p) { r.number(v, p, k.gpu_block_size, 1, 1u << 16); }},
        {"gpu_blocks", [&](auto& v, auto& p) { r.number(v, p, k.gpu_blocks, 2, 1u << 30); }},
-       {"layout", [&](auto& v, auto& p) {
+       {"layout",
+        [&](auto& v, auto& p) {
           r.choice(v, p, k.layout, {"flash_attn", "flashinfer", "cross_layer"});
-        }}});
+        }},
+       {"enable_prefix_caching",
+        [&](auto& v, auto& p) { r.flag(v, p, k.enable_prefix_caching); }}});
 }
 
 void read_offload(reader& r, const YAML::Node& n, offload_section& o) {

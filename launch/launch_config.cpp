@@ -72,6 +72,8 @@ std::string to_yaml(const launch_config& c) {
   emit_number(out, "gpu_block_size", k.gpu_block_size);
   emit_number(out, "gpu_blocks", k.gpu_blocks);
   emit_string(out, "layout", k.layout);
+  out << YAML::Key << "enable_prefix_caching" << YAML::Value
+      << (k.enable_prefix_caching ? "true" : "false");
   out << YAML::EndMap;
 
   const auto& o = c.offload;

@@ -50,6 +50,8 @@ struct kv_cache_section {
   uint32_t gpu_block_size = 16;       ///< tokens per GPU block
   uint32_t gpu_blocks = 256;          ///< GPU blocks per rank
   std::string layout = "flash_attn";  ///< flash_attn | flashinfer | cross_layer
+  /// vLLM's enable_prefix_caching: the GPU prefix cache (and the planner's delay rule) is on.
+  bool enable_prefix_caching = true;
   friend bool operator==(const kv_cache_section&, const kv_cache_section&) = default;
 };
 

@@ -272,6 +272,7 @@ result<launch_plan> make_plan(const launch_config& c, const std::string& instanc
   s.pool = pool_cfg;
   s.planner.gpu_block_size = c.kv_cache.gpu_block_size;
   s.planner.offloaded_block_size = p.kv.factor * c.kv_cache.gpu_block_size;
+  s.planner.enable_prefix_caching = c.kv_cache.enable_prefix_caching;
   auto policy = scheduler::parse_eviction_policy(c.offload.eviction_policy);
   if (!policy) return policy.error();
   s.planner.manager.capacity = p.pool.num_slots;

@@ -81,7 +81,8 @@ engine_limits limits_of(const launch::launch_config& c) {
           .max_batched_tokens = w.max_batched_tokens,
           .prefill_token_us = w.prefill_token_us,
           .decode_step_us = w.decode_step_us,
-          .load_token_us = w.load_token_us};
+          .load_token_us = w.load_token_us,
+          .enable_prefix_caching = c.kv_cache.enable_prefix_caching};
 }
 
 run_report run_engine_loop(const launch::launch_config& c, embed::scheduler_connector* sc,

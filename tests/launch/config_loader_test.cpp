@@ -43,6 +43,7 @@ TEST(ConfigLoaderTest, EmptyTextGivesTheEmbeddedDefaultWithEveryDefaultResolved)
   EXPECT_EQ(c.topology.restart.limit, 3u);
   EXPECT_THAT(c.topology.placement, ElementsAre("node0", "node0"));  // filled in order
   EXPECT_EQ(c.kv_cache.gpu_block_size, 16u);
+  EXPECT_TRUE(c.kv_cache.enable_prefix_caching);  // vLLM's default
   EXPECT_EQ(c.offload.block_size, 16u);  // vLLM: the GPU block size
   EXPECT_EQ(c.offload.eviction_policy, "lru");
   EXPECT_EQ(c.offload.store_threshold, 0u);
@@ -253,6 +254,15 @@ TEST(ConfigLoaderTest, ASyntaxErrorNamesItsLine) {
   EXPECT_THAT(errors_of(scalar), ElementsAre(HasSubstr("tp4.yaml:1: expected a map of sections")));
 }
 
+TEST(ConfigLoaderTest, PrefixCachingIsTrueOrFalse) {
+  auto off = load("kv_cache:\n  enable_prefix_caching: false\n");
+  ASSERT_TRUE(off.ok()) << ::testing::PrintToString(errors_of(off));
+  EXPECT_FALSE(off.config.kv_cache.enable_prefix_caching);
+  EXPECT_THAT(errors_of(load("kv_cache:\n  enable_prefix_caching: sometimes\n")),
+              ElementsAre("tp4.yaml:2: kv_cache.enable_prefix_caching: \"sometimes\" is not "
+                          "true or false"));
+}
+
 TEST(ConfigLoaderTest, ToYamlReadsBackAsTheSameConfig) {
   auto base = load(
       "topology:\n"
@@ -260,6 +270,7 @@ TEST(ConfigLoaderTest, ToYamlReadsBackAsTheSameConfig) {
       "  tensor_parallel: 4\n"
       "  pipeline_parallel: 2\n"
       "  restart: {policy: on-failure, limit: 5}\n"
+      "kv_cache: {enable_prefix_caching: false}\n"
       "offload: {block_size: 32, eviction_policy: arc, store_threshold: 2}\n"
       "runtime: {token: \"0123\", instance: demo, log_level: debug, fault_seed: 4,\n"
       "  faults: [\"drop_report:rank=1,p=0.05\", \"kill_rank:rank=2,step=300\"]}\n"
@@ -272,6 +283,7 @@ TEST(ConfigLoaderTest, ToYamlReadsBackAsTheSameConfig) {
   EXPECT_EQ(again.config, base.config) << yaml;
   EXPECT_EQ(to_yaml(again.config), yaml);
   EXPECT_THAT(yaml, HasSubstr("token: \"0123\""));  // a string stays a string
+  EXPECT_THAT(yaml, HasSubstr("enable_prefix_caching: false"));
 }
 
 TEST(ConfigLoaderTest, ObserveSectionIsReadAndChecked) {

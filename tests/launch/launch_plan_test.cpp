@@ -79,8 +79,13 @@ TEST(LaunchPlanTest, SchedulerConfigCarriesTheOffloadSection) {
   EXPECT_EQ(s.planner.manager.policy, scheduler::eviction_policy::arc);
   EXPECT_EQ(s.planner.manager.store_threshold, 2u);
   EXPECT_EQ(s.planner.manager.max_tracker_size, 1000u);
+  EXPECT_TRUE(s.planner.enable_prefix_caching);
   EXPECT_EQ(s.job_timeout, std::chrono::milliseconds{250});
   EXPECT_THAT(embed::segment_name_for(s.pool, s.topology), ::testing::EndsWith("-inst-node0"));
+  auto no_prefix_caching =
+      make_plan(loaded(tp4pp2, {"kv_cache.enable_prefix_caching=false"}), "inst", "secret");
+  ASSERT_TRUE(no_prefix_caching.ok()) << no_prefix_caching.error().to_string();
+  EXPECT_FALSE(no_prefix_caching->scheduler.planner.enable_prefix_caching);
 }
 
 TEST(LaunchPlanTest, EveryRankGetsAWorkerConfigOnItsNode) {

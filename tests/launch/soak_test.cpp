@@ -68,6 +68,22 @@ TEST_F(SoakTest, ShortSoakFinishesRequestsVerifiesEveryLoadAndLeavesNothing) {
   EXPECT_EQ(rep->loads_verified, rep->blocks_loaded * 2 * 2);
 }
 
+TEST_F(SoakTest, WithoutPrefixCachingEveryHitComesFromTheCpuPoolVerified) {
+  auto on = run_in_process(options(7));
+  ASSERT_TRUE(on.ok()) << on.error().to_string();
+  EXPECT_GT(on->gpu_hit_tokens, 0u);
+  in_process_options o = options(7);
+  o.config.kv_cache.enable_prefix_caching = false;
+  auto off = run_in_process(o);
+  ASSERT_TRUE(off.ok()) << off.error().to_string();
+  EXPECT_TRUE(off->ok()) << summary_json(*off).dump();
+  EXPECT_EQ(off->gpu_hit_tokens, 0u);
+  EXPECT_GT(off->cpu_hit_tokens, 0u);
+  EXPECT_GT(off->loads_verified, 0u);
+  EXPECT_EQ(off->load_mismatches, 0u);
+  EXPECT_GT(off->requests_finished, 0u);
+}
+
 TEST_F(SoakTest, TheSameSeedGivesTheSameReport) {
   auto a = run_in_process(options(11));
   auto b = run_in_process(options(11));
