@@ -48,16 +48,21 @@ class SoakTest : public shm::testing::ShmTest {
   int runs_ = 0;
 };
 
+/// The run ended well: requests finished, the CPU pool served hits, every load was verified.
+void expect_verified_cpu_hits(const run_report& r) {
+  EXPECT_TRUE(r.ok()) << summary_json(r).dump();
+  EXPECT_GT(r.requests_finished, 0u);
+  EXPECT_GT(r.cpu_hit_tokens, 0u);
+  EXPECT_GT(r.loads_verified, 0u);
+  EXPECT_EQ(r.load_mismatches, 0u);
+}
+
 TEST_F(SoakTest, ShortSoakFinishesRequestsVerifiesEveryLoadAndLeavesNothing) {
   auto rep = run_in_process(options(7));
   ASSERT_TRUE(rep.ok()) << rep.error().to_string();
-  EXPECT_TRUE(rep->ok()) << summary_json(*rep).dump();
-  EXPECT_GT(rep->requests_finished, 0u);
-  EXPECT_GT(rep->cpu_hit_tokens, 0u);
+  expect_verified_cpu_hits(*rep);
   EXPECT_GT(rep->blocks_stored, 0u);
   EXPECT_GT(rep->blocks_loaded, 0u);
-  EXPECT_GT(rep->loads_verified, 0u);
-  EXPECT_EQ(rep->load_mismatches, 0u);
   EXPECT_EQ(rep->jobs_failed, 0u);
   EXPECT_EQ(rep->step_errors, 0u);
   EXPECT_EQ(rep->hung_requests, 0u);
@@ -76,12 +81,8 @@ TEST_F(SoakTest, WithoutPrefixCachingEveryHitComesFromTheCpuPoolVerified) {
   o.config.kv_cache.enable_prefix_caching = false;
   auto off = run_in_process(o);
   ASSERT_TRUE(off.ok()) << off.error().to_string();
-  EXPECT_TRUE(off->ok()) << summary_json(*off).dump();
+  expect_verified_cpu_hits(*off);
   EXPECT_EQ(off->gpu_hit_tokens, 0u);
-  EXPECT_GT(off->cpu_hit_tokens, 0u);
-  EXPECT_GT(off->loads_verified, 0u);
-  EXPECT_EQ(off->load_mismatches, 0u);
-  EXPECT_GT(off->requests_finished, 0u);
 }
 
 TEST_F(SoakTest, TheSameSeedGivesTheSameReport) {
