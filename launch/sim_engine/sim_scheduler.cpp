@@ -162,12 +162,16 @@ void sim_scheduler::abort(request& q) {
   ++stats_.requests_aborted;
 }
 
+void sim_scheduler::erase_released() {
+  for (const auto& id : released_) requests_.erase(id);
+  released_.clear();
+}
+
 void sim_scheduler::abort_all() {
   std::vector<request*> all;
   for (auto& [id, q] : requests_) all.push_back(q.get());
   for (request* q : all) abort(*q);
-  for (const auto& id : released_) requests_.erase(id);
-  released_.clear();
+  erase_released();
 }
 
 status sim_scheduler::abort(std::string_view id) {
@@ -180,8 +184,7 @@ status sim_scheduler::abort(std::string_view id) {
     return make_error(errc::not_found, "abort: no request " + std::string(id));
   }
   abort(*it->second);
-  for (const auto& done : released_) requests_.erase(done);
-  released_.clear();
+  erase_released();
   return status::success();
 }
 
@@ -410,8 +413,7 @@ std::vector<finished_turn> sim_scheduler::complete(const scheduler::request_comp
   entries_.clear();
   preempted_.clear();
   in_step_ = false;
-  for (const auto& id : released_) requests_.erase(id);
-  released_.clear();
+  erase_released();
   return out;
 }
 

@@ -216,6 +216,8 @@ class sim_scheduler {
   void finish(request& q);
   void abort(request& q);
   void release(request& q);
+  /// Forgets the requests released since the last call (their blocks are free already).
+  void erase_released();
   void cache_full_blocks(request& q);
   bool allocate(request& q, uint32_t tokens);
   void schedule_running();
