@@ -507,7 +507,8 @@ void read_workload(reader& r, const YAML::Node& n, workload_section& w) {
          {"decode_step_us", [&](auto& v, auto& p) { r.real(v, p, w.decode_step_us, 0, 1e9); }},
          {"load_token_us", [&](auto& v, auto& p) { r.real(v, p, w.load_token_us, 0, 1e9); }},
          {"seed", [&](auto& v, auto& p) { r.number(v, p, w.seed, 0, u64_max); }},
-         {"steps", [&](auto& v, auto& p) { r.number(v, p, w.steps, 1, u32_max); }}});
+         {"steps", [&](auto& v, auto& p) { r.number(v, p, w.steps, 1, u32_max); }},
+         {"drain_steps", [&](auto& v, auto& p) { r.number(v, p, w.drain_steps, 0, u32_max); }}});
 }
 
 void read_observe(reader& r, const YAML::Node& n, observe_section& ob) {

@@ -129,6 +129,7 @@ std::string to_yaml(const launch_config& c) {
   emit_double(out, "load_token_us", w.load_token_us);
   emit_number(out, "seed", w.seed);
   emit_number(out, "steps", w.steps);
+  emit_number(out, "drain_steps", w.drain_steps);
   out << YAML::EndMap;
 
   const auto& ob = c.observe;

@@ -127,7 +127,10 @@ struct workload_section {
   double decode_step_us = 5000.0;
   double load_token_us = 2.0;
   uint64_t seed = 0;
-  uint32_t steps = 200;
+  uint32_t steps = 200;  ///< steps with arrivals
+  /// Then at most this many steps without arrivals while what arrived finishes; what is left
+  /// after them is aborted (launch/sim_engine/engine_loop.hpp). 0: abort at once.
+  uint32_t drain_steps = 1000;
   friend bool operator==(const workload_section&, const workload_section&) = default;
 };
 

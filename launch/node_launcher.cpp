@@ -26,6 +26,7 @@
 #include "launch/fault_report.hpp"
 #include "launch/node_processes.hpp"
 #include "launch/sim_engine/in_process_run.hpp"
+#include "launch/sim_engine/run_comparison.hpp"
 #include "launch/sim_engine/run_report.hpp"
 #include "launch/process_faults.hpp"
 #include "launch/progress_display.hpp"
@@ -150,6 +151,8 @@ class node_run {
   /// When the scheduler said every rank registered (its first step follows at once).
   const std::optional<clock::time_point>& ready_at() const { return ready_at_; }
   const std::optional<json>& sim() const { return sim_; }
+  /// The scheduler's "finished" line: the simulated run's finished requests (--compare).
+  const std::optional<json>& finished() const { return finished_; }
   /// The run's fault report: the scheduler's line (channel faults, the coordinator's counts)
   /// with the workers' copy faults added to `fired`; none without the scheduler's line.
   std::optional<json> fault_report() const {
@@ -452,7 +455,8 @@ class node_run {
   void on_line(size_t child, const std::string& line) {
     const json j = json::parse(line, nullptr, false);
     const std::string event = j.is_object() ? j.value("event", "") : "";
-    if (child != 0 || event != "progress") {  // progress: every step, not relayed
+    // progress: every step; finished: a figure per request (for --compare). Not relayed.
+    if (child != 0 || (event != "progress" && event != "finished")) {
       tell(spdlog::level::info, "[" + role(child) + "] " + line, false);
     }
     if (event.empty()) return;
@@ -493,6 +497,8 @@ class node_run {
     } else if (event == "smoke") {
       smoke_ = j;
       sup_.on_smoke(true);  // the scheduler prints it only when every job and check passed
+    } else if (event == "finished") {
+      finished_ = j;
     } else if (event == "sim") {
       sim_ = j;
       sup_.on_smoke(j.value("ok", false));
@@ -545,6 +551,7 @@ class node_run {
   std::optional<json> smoke_;
   std::optional<clock::time_point> ready_at_;
   std::optional<json> sim_;
+  std::optional<json> finished_;
   std::vector<json> runners_;  ///< the workers' "runner" lines
   std::optional<json> fault_report_;             ///< the scheduler's fault_report line
   std::map<std::string, uint64_t> worker_fired_;  ///< copy faults from the workers' "stopped"
@@ -588,9 +595,21 @@ void sweep_stale_segments(const std::string& log_level) {
 }
 
 /// `--compare`: the same workload without offloading, in this process (the reference run of
-/// `soak --compare`); its table and the comparison's on stderr, the "compare" line to print.
-/// None (with the error said) when the reference run could not start.
-std::optional<json> compare_without_offload(const launch_config& c, const json& summary) {
+/// `soak --compare`), compared over the requests finished in both runs (`finished`: the
+/// scheduler's "finished" line); its table and the comparison's on stderr, the "compare" line
+/// to print. None (with the error said) when the scheduler's finished requests are missing or
+/// unreadable, or the reference run could not start.
+std::optional<json> compare_without_offload(const launch_config& c, const json& summary,
+                                            const std::optional<json>& finished) {
+  if (!finished) {
+    say("--compare: the scheduler did not list its finished requests");
+    return std::nullopt;
+  }
+  auto on = sim::finished_from_json(*finished);
+  if (!on) {
+    say("--compare: " + on.error().to_string());
+    return std::nullopt;
+  }
   sim::in_process_options reference;
   reference.config = c;
   reference.instance = "launch-compare-" + std::to_string(::getpid());
@@ -600,8 +619,10 @@ std::optional<json> compare_without_offload(const launch_config& c, const json& 
     return std::nullopt;
   }
   const json off_line = sim::summary_json(*off);
-  std::cerr << (sim::summary_table(*off) + sim::compare_table(summary, off_line)) << std::flush;
-  return sim::compare_json(summary, off_line);
+  const sim::run_comparison compared = sim::compare_finished(*on, off->finished);
+  std::cerr << (sim::summary_table(*off) + sim::compare_table(summary, off_line, compared))
+            << std::flush;
+  return sim::compare_json(summary, off_line, compared);
 }
 
 }  // namespace
@@ -741,7 +762,7 @@ int run_launch(const launch_options& o) {
     summary["exit_code"] = code;
     if (run.sim() || o.node != 0) print_sim_table(summary);
     if (o.compare && run.sim()) {
-      compared = compare_without_offload(c, summary);
+      compared = compare_without_offload(c, summary, run.finished());
       if (!compared && code == 0) code = 1;
       summary["ok"] = code == 0;
       summary["exit_code"] = code;

@@ -24,7 +24,11 @@ uint64_t count(const nlohmann::json& j, const char* key) {
 
 std::string progress_text(const nlohmann::json& j, double steps_per_second) {
   std::string line = "progress: step " + std::to_string(count(j, "step"));
-  if (j.contains("steps")) line += "/" + std::to_string(count(j, "steps"));
+  if (j.contains("steps")) {
+    line += "/" + std::to_string(count(j, "steps"));
+    // The simulated engine's drain: steps past the arrivals while what arrived finishes.
+    if (count(j, "step") > count(j, "steps")) line += " (draining)";
+  }
   line += ", " + fixed1(steps_per_second) + " steps/s";
   if (j.contains("requests_finished")) {
     line += ", requests finished " + std::to_string(count(j, "requests_finished"));

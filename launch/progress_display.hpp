@@ -17,7 +17,8 @@ namespace kvc::launch {
 
 /// One progress line's text: "progress: step 120/200, 74.2 steps/s, requests finished 31,
 /// cpu hit 12.5%, jobs failed 0" (the fields the line has; the cpu hit share of the prefill
-/// tokens when it has cpu_hit_tokens and prefill_tokens_computed).
+/// tokens when it has cpu_hit_tokens and prefill_tokens_computed; "step 230/200 (draining)"
+/// past the steps with arrivals).
 std::string progress_text(const nlohmann::json& progress, double steps_per_second);
 
 class progress_display {

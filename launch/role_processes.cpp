@@ -32,6 +32,7 @@
 #include "launch/sim_engine/engine_loop.hpp"
 #include "launch/sim_engine/executor_channel.hpp"
 #include "launch/sim_engine/model_runner.hpp"
+#include "launch/sim_engine/run_comparison.hpp"
 #include "launch/smoke_engine.hpp"
 
 namespace kvc::launch {
@@ -155,7 +156,8 @@ double thread_cpu_ns() {
 
 /// The simulated engine's scheduler loop: waits for every rank and its executor-channel
 /// subscription, runs the workload (each step's model input published to the workers), ends
-/// the channel and prints the run's figures ("sim"). 0 when the scheduler side saw no problem
+/// the channel and prints its finished requests ("finished", for `launch --compare`) and the
+/// run's figures ("sim"). 0 when the scheduler side saw no problem
 /// (nothing hung or pending); the workers report their load checks themselves.
 int simulate(embed::scheduler_connector& sc, const launch_config& c,
              sim::executor_publisher& executor, const scheduler_process_options& o,
@@ -213,6 +215,7 @@ int simulate(embed::scheduler_connector& sc, const launch_config& c,
   };
   auto rep = sim::run_engine_loop(c, &sc, lo);
   if (auto st = executor.publish({true, {}}); !st) spdlog::warn("sim: {}", st.to_string());
+  emit(sim::finished_json(rep.finished));  // what `kvconnect launch --compare` pairs
   auto line = sim::summary_json(rep);  // the launcher adds the workers' checks and prints it
   line["event"] = "sim";
   emit(line);

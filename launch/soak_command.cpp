@@ -22,6 +22,7 @@
 #include "launch/fault_options.hpp"
 #include "launch/fault_report.hpp"
 #include "launch/sim_engine/in_process_run.hpp"
+#include "launch/sim_engine/run_comparison.hpp"
 
 namespace kvc::launch {
 

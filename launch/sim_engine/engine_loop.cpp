@@ -135,16 +135,18 @@ run_report run_engine_loop(const launch::launch_config& c, embed::scheduler_conn
     return true;
   };
 
-  const uint64_t last = uint64_t{c.workload.steps} + o.drain_limit;
+  const uint64_t arrivals_end = c.workload.steps;
+  const uint64_t drain_end = arrivals_end + c.workload.drain_steps;
+  const uint64_t last = drain_end + o.drain_limit;
   for (uint64_t s = 1; s <= last; ++s) {
     const auto t0 = clock::now();
-    const bool draining = s > c.workload.steps;
+    const bool draining = s > arrivals_end;
     if (!draining) {
       for (auto& spec : gen.arrivals(s)) {
         if (auto st = core.add(std::move(spec)); !st) problem(st.to_string());
       }
-    } else if (s == c.workload.steps + 1) {
-      core.abort_all();
+    } else if (s == drain_end + 1) {
+      core.abort_all();  // the drain's bound: what is left will not finish
     }
     if (draining && core.idle() && (!sc || sc->jobs_in_flight() == 0)) break;
     if (!ranks_back()) break;
@@ -212,7 +214,10 @@ run_report run_engine_loop(const launch::launch_config& c, embed::scheduler_conn
   if (timed) connector_ns += timed->ns;
   if (sc) rep.pending_jobs = sc->jobs_in_flight();
   rep.sim_seconds = st.clock_us / 1e6;
-  std::vector<double> ttft = st.ttft_us;
+  rep.finished = st.finished;
+  std::vector<double> ttft;
+  ttft.reserve(st.finished.size());
+  for (const auto& f : st.finished) ttft.push_back(f.ttft_us());
   rep.ttft_p50_ms = percentile(ttft, 50) / 1000.0;
   rep.ttft_p99_ms = percentile(ttft, 99) / 1000.0;
   rep.output_tokens_per_s = rep.sim_seconds > 0 ? rep.output_tokens / rep.sim_seconds : 0;

@@ -4,9 +4,15 @@
 /// turn) and the scheduler process of `kvconnect launch` (the model input published on the
 /// executor channel to the worker processes). Per step: arrivals, sim_scheduler::schedule,
 /// build_connector_meta, run_model(the step's model input), update_connector_output(step),
-/// the job results counted, sim_scheduler::complete, follow-up turns. After workload.steps
-/// steps the run drains (every request left aborted) until nothing is left and no job is in
-/// flight, at most drain_limit steps.
+/// the job results counted, sim_scheduler::complete, follow-up turns. Three phases:
+///   arrivals  steps 1..workload.steps: first turns arrive, finished turns bring follow-ups;
+///   drain     at most workload.drain_steps more steps without arrivals or follow-ups: what
+///             arrived runs to its end;
+///   settle    only when the drain's bound came first: every request left is aborted (counted
+///             in requests_aborted; an aborted request enters neither TTFT nor throughput) and
+///             steps go on, at most drain_limit, until their stores and loads ended.
+/// The run ends at the first step of the drain or settle phase that finds no request left and
+/// no job in flight.
 ///
 /// A lost rank: before each step the loop compares scheduler_connector::ranks_changed() with
 /// the changes it handled; on a new loss or restart it runs await_ranks (no step runs until
@@ -25,6 +31,7 @@
 namespace kvc::sim {
 
 struct loop_options {
+  /// Steps of the settle phase (after the aborts) at most.
   uint32_t drain_limit = 1000;
   std::chrono::milliseconds step_timeout{10000};
   /// Wait up to step_timeout for each step's output (worker processes: the reports travel over

@@ -5,9 +5,10 @@
 /// the memory step transport, the node's pool in an shm segment) and, in turn, each rank's
 /// model runner over its worker_connector.
 ///
-/// A run: `steps` steps with arrivals (workload_generator), then a drain: every request left is
-/// aborted and steps go on, without arrivals, until nothing is left and no job is in flight (at
-/// most drain_limit steps). What is left then is reported as hung or pending.
+/// A run: engine_loop.hpp's phases: `steps` steps with arrivals (workload_generator), the drain
+/// (at most workload.drain_steps steps while what arrived finishes), and only past its bound the
+/// aborts and at most drain_limit steps for their transfers. What is left then is reported as
+/// hung or pending.
 ///
 /// Injection points: the copy-engine factory (default: the deterministic manual copy engine,
 /// every transfer completing in its step), a decorator of the step channel's server transport,
@@ -42,7 +43,7 @@ struct in_process_options {
   fault_config faults;  ///< channel and copy faults; process faults are not for one process
   /// Every step's transfers complete in it (model_runner's finish_transfers).
   bool finish_transfers = true;
-  uint32_t drain_limit = 1000;
+  uint32_t drain_limit = 1000;  ///< steps after the drain's aborts (loop_options::drain_limit)
   std::chrono::milliseconds step_timeout{10000};
 };
 

@@ -13,10 +13,6 @@ double round3(double v) {
   return std::round(v * 1000) / 1000;
 }
 
-double ratio(double a, double b) {
-  return b > 0 ? round3(a / b) : 0.0;
-}
-
 std::string line(const char* name, const std::string& value) {
   char buf[160];
   std::snprintf(buf, sizeof buf, "  %-26s %s\n", name, value.c_str());
@@ -99,7 +95,7 @@ std::string summary_table(const run_report& r) {
   out += line("steps", std::to_string(r.steps));
   out += line("requests finished", std::to_string(r.requests_finished) + " of " +
                                        std::to_string(r.requests_arrived) + " (" +
-                                       std::to_string(r.requests_aborted) + " aborted at the end)");
+                                       std::to_string(r.requests_aborted) + " aborted at the drain's bound)");
   out += line("prefill tokens computed", std::to_string(r.prefill_tokens_computed));
   out += line("hit tokens gpu / cpu",
               std::to_string(r.gpu_hit_tokens) + " / " + std::to_string(r.cpu_hit_tokens));
@@ -123,65 +119,6 @@ std::string summary_table(const run_report& r) {
   out += line("hung / pending", std::to_string(r.hung_requests) + " requests / " +
                                     std::to_string(r.pending_jobs) + " jobs");
   for (const auto& p : r.problems) out += "  problem: " + p + "\n";
-  return out;
-}
-
-nlohmann::json compare_json(const run_report& on, const run_report& off) {
-  return compare_json(summary_json(on), summary_json(off));
-}
-
-std::string compare_table(const run_report& on, const run_report& off) {
-  return compare_table(summary_json(on), summary_json(off));
-}
-
-namespace {
-
-/// The figures a comparison reads of a summary line.
-struct compared {
-  int64_t prefill_tokens_computed;
-  double ttft_p50_ms;
-  double output_tokens_per_s;
-  double sim_seconds;
-};
-
-compared figures(const nlohmann::json& s) {
-  auto number = [&s](const char* key) {
-    const auto it = s.find(key);
-    return it != s.end() && it->is_number() ? it->get<double>() : 0.0;
-  };
-  return {static_cast<int64_t>(number("prefill_tokens_computed")), number("ttft_p50_ms"),
-          number("output_tokens_per_s"), number("sim_seconds")};
-}
-
-}  // namespace
-
-nlohmann::json compare_json(const nlohmann::json& on_line, const nlohmann::json& off_line) {
-  const compared on = figures(on_line);
-  const compared off = figures(off_line);
-  return {{"event", "compare"},
-          {"offload_on", on_line},
-          {"offload_off", off_line},
-          {"prefill_tokens_saved", off.prefill_tokens_computed - on.prefill_tokens_computed},
-          {"ttft_p50_ratio", ratio(off.ttft_p50_ms, on.ttft_p50_ms)},
-          {"throughput_ratio", ratio(on.output_tokens_per_s, off.output_tokens_per_s)},
-          {"sim_time_ratio", ratio(off.sim_seconds, on.sim_seconds)}};
-}
-
-std::string compare_table(const nlohmann::json& on_line, const nlohmann::json& off_line) {
-  const compared on = figures(on_line);
-  const compared off = figures(off_line);
-  std::string out = "offload on vs off (same workload, simulated time)\n";
-  out += line("prefill tokens computed", std::to_string(on.prefill_tokens_computed) + " vs " +
-                                             std::to_string(off.prefill_tokens_computed));
-  out += line("prefill tokens saved",
-              std::to_string(off.prefill_tokens_computed - on.prefill_tokens_computed));
-  out += line("ttft p50", num(on.ttft_p50_ms) + " vs " + num(off.ttft_p50_ms) + " ms (" +
-                              num(ratio(off.ttft_p50_ms, on.ttft_p50_ms)) + "x)");
-  out += line("output tokens/s",
-              num(on.output_tokens_per_s) + " vs " + num(off.output_tokens_per_s) + " (" +
-                  num(ratio(on.output_tokens_per_s, off.output_tokens_per_s)) + "x)");
-  out += line("simulated time", num(on.sim_seconds) + " vs " + num(off.sim_seconds) + " s (" +
-                                    num(ratio(off.sim_seconds, on.sim_seconds)) + "x)");
   return out;
 }
 

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "launch/sim_engine/finished_request.hpp"
 #include "proto/fault_plan.hpp"
 
 namespace kvc::sim {
@@ -21,13 +22,13 @@ struct run_report {
   uint64_t steps = 0;
   uint64_t requests_arrived = 0;
   uint64_t requests_finished = 0;
-  uint64_t requests_aborted = 0;  ///< unfinished when the run drained
+  uint64_t requests_aborted = 0;  ///< unfinished at the drain's bound (workload.drain_steps)
   uint64_t preemptions = 0;
   uint64_t gpu_hit_tokens = 0;
   uint64_t cpu_hit_tokens = 0;
   uint64_t prefill_tokens_computed = 0;
   uint64_t prefill_tokens_saved = 0;  ///< prompt tokens not computed thanks to the CPU pool
-  uint64_t output_tokens = 0;
+  uint64_t output_tokens = 0;  ///< of the finished requests
   uint64_t blocks_stored = 0;  ///< offloaded blocks of successful store jobs
   uint64_t blocks_loaded = 0;  ///< offloaded blocks of successful load jobs
   uint64_t bytes_stored = 0;   ///< over every rank
@@ -50,10 +51,12 @@ struct run_report {
   uint64_t duplicates_dropped = 0;    ///< duplicate reports
   uint64_t restarts = 0;
   double sim_seconds = 0;  ///< simulated time of the run
-  double ttft_p50_ms = 0;  ///< simulated
+  double ttft_p50_ms = 0;  ///< simulated, over the finished requests
   double ttft_p99_ms = 0;
-  double output_tokens_per_s = 0;     ///< simulated throughput
+  double output_tokens_per_s = 0;     ///< simulated: output_tokens / sim_seconds
   std::vector<std::string> problems;  ///< protocol errors and mismatches, described
+  /// Every finished request (what a comparison pairs; not in the summary line).
+  std::vector<finished_request> finished;
 
   // Wall-clock timings (not deterministic).
   double step_p50_us = 0;
@@ -80,15 +83,6 @@ nlohmann::json counts_json(const run_report& r);
 nlohmann::json summary_json(const run_report& r);
 /// The human table (several lines).
 std::string summary_table(const run_report& r);
-/// The comparison of a run with offloading and one without: {"event":"compare"} with both
-/// summaries (offload_on, offload_off), prefill_tokens_saved, ttft_p50_ratio (off / on),
-/// throughput_ratio (on / off) and sim_time_ratio (off / on).
-nlohmann::json compare_json(const run_report& on, const run_report& off);
-std::string compare_table(const run_report& on, const run_report& off);
-/// The same from two summary lines (summary_json's keys; `kvconnect launch --compare`, whose
-/// run with offloading is the processes' summary). A missing figure counts as 0.
-nlohmann::json compare_json(const nlohmann::json& on, const nlohmann::json& off);
-std::string compare_table(const nlohmann::json& on, const nlohmann::json& off);
 
 /// One rank's connector time of each step it ran: (step, ns), model_runner's stats.
 using step_times = std::vector<std::pair<uint64_t, uint64_t>>;

@@ -27,6 +27,8 @@ struct sim_scheduler::request {
   uint32_t max_new = 0;
   uint32_t outputs = 0;
   double arrival_us = 0;
+  double first_token_us = 0;
+  uint64_t prefill_tokens = 0;  ///< computed as prefill, recomputations included
   bool do_remote_decode = false;
 
   std::vector<gpu_block> blocks;
@@ -365,6 +367,7 @@ void sim_scheduler::make_step_input() {
       ++stats_.decode_tokens;
     } else {
       step_prefill_ += e.num_new;
+      q.prefill_tokens += e.num_new;
       stats_.prefill_tokens_computed += e.num_new;
     }
   }
@@ -401,10 +404,12 @@ std::vector<finished_turn> sim_scheduler::complete(const scheduler::request_comp
     if (q.num_computed < q.num_tokens()) continue;  // a prefill chunk
     // The sampled token: a pure function of the tokens so far.
     append_token(q, static_cast<uint32_t>(block_key::mix(q.th.back()) % vocabulary));
-    if (q.outputs++ == 0) stats_.ttft_us.push_back(stats_.clock_us - q.arrival_us);
-    ++stats_.output_tokens;
+    if (q.outputs++ == 0) q.first_token_us = stats_.clock_us;
     if (q.outputs >= q.max_new) {
       ++stats_.requests_finished;
+      stats_.output_tokens += q.outputs;
+      stats_.finished.push_back(
+          {q.id, q.arrival_us, q.first_token_us, stats_.clock_us, q.outputs, q.prefill_tokens});
       out.push_back({q.conversation, q.turn, q.tokens});
       finish(q);
     }

@@ -36,7 +36,9 @@
 ///
 /// The clock: a step costs prefill_token_us per prefill token computed, decode_step_us when it
 /// decodes, load_token_us per token a load brings in. TTFT is the simulated time from a turn's
-/// arrival to the end of the step that sampled its first token.
+/// arrival to the end of the step that sampled its first token; it is counted, with the output
+/// tokens, only for the requests that finished (stats().finished): an aborted request is in
+/// neither.
 ///
 /// Not thread-safe: the engine's scheduler thread owns it.
 #include <cstdint>
@@ -50,6 +52,7 @@
 #include <vector>
 
 #include "actors/scheduler/planner.hpp"
+#include "launch/sim_engine/finished_request.hpp"
 #include "launch/sim_engine/gpu_block_pool.hpp"
 #include "launch/sim_engine/workload_generator.hpp"
 #include "proto/status.hpp"
@@ -154,9 +157,9 @@ struct engine_stats {
   uint64_t gpu_cache_resets = 0;  ///< lose_gpu_cache calls
   uint64_t prefill_tokens_computed = 0;
   uint64_t decode_tokens = 0;
-  uint64_t output_tokens = 0;
-  double clock_us = 0;          ///< simulated time
-  std::vector<double> ttft_us;  ///< one per turn that sampled its first token
+  uint64_t output_tokens = 0;  ///< of the finished requests
+  double clock_us = 0;         ///< simulated time
+  std::vector<finished_request> finished;  ///< in the order they finished
 };
 
 class sim_scheduler {

@@ -25,6 +25,13 @@ TEST(ProgressDisplayTest, TheTextNamesTheSimulatedRunsFigures) {
             "jobs failed 2");
 }
 
+TEST(ProgressDisplayTest, PastTheStepsWithArrivalsTheTextSaysTheRunIsDraining) {
+  EXPECT_EQ(progress_text(sim_progress(200), 0).find("draining"), std::string::npos);
+  EXPECT_EQ(progress_text(sim_progress(201), 0),
+            "progress: step 201/200 (draining), 0.0 steps/s, requests finished 31, cpu hit 12.5%, "
+            "jobs failed 2");
+}
+
 TEST(ProgressDisplayTest, TheTextHasTheSmokeRunsFieldsWhenThoseAreWhatItGot) {
   const json smoke{{"event", "progress"}, {"step", 7}, {"steps", 50}, {"jobs_ok", 6},
                    {"jobs_failed", 0}};

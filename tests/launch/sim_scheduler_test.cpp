@@ -181,11 +181,14 @@ TEST(SimSchedulerTest, PrefillIsChunkedToTheBudgetAndTheClockCountsPrefillAndDec
   EXPECT_EQ(s.input().cached_requests[0].num_scheduled, 4u);
   s.complete({});
   EXPECT_EQ(s.stats().clock_us, 200.0);  // 20 prefill tokens of 10 us
-  ASSERT_EQ(s.stats().ttft_us.size(), 1u);
-  EXPECT_EQ(s.stats().ttft_us[0], 200.0);
+  EXPECT_TRUE(s.stats().finished.empty());
   s.schedule();  // one decode step
   auto done = s.complete({});
   EXPECT_EQ(s.stats().clock_us, 300.0);
+  // Its first token came at the end of the second step, its last at the end of the third.
+  EXPECT_THAT(s.stats().finished, ElementsAre(finished_request{"a", 0, 200, 300, 2, 20}));
+  EXPECT_EQ(s.stats().finished[0].ttft_us(), 200.0);
+  EXPECT_EQ(s.stats().output_tokens, 2u);
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].tokens.size(), 22u);
   EXPECT_THAT(conn.finished, ElementsAre("a"));
@@ -394,6 +397,27 @@ TEST(SimSchedulerTest, AbortingOneRequestReleasesItOrHoldsItsBlocksUntilItsLoadE
   s.schedule();
   EXPECT_TRUE(s.input().new_requests.empty() && s.input().cached_requests.empty());
   s.complete(recving("hit"));
+  expect_drained(s);
+}
+
+TEST(SimSchedulerTest, AnAbortedRequestEntersNeitherTtftNorTheOutputTokens) {
+  scripted_connector conn;
+  sim_scheduler s(small(), conn);
+  ASSERT_TRUE(s.add(make("a", 1, 4, 2)).ok());
+  ASSERT_TRUE(s.add(make("b", 100, 4, 50)).ok());
+  for (int i = 0; i < 3; ++i) {  // a finishes in the second step; b samples 3 tokens
+    s.schedule();
+    s.complete({});
+  }
+  ASSERT_EQ(s.find("b")->tokens.size(), 7u);
+  s.abort_all();
+  EXPECT_EQ(s.stats().requests_finished, 1u);
+  EXPECT_EQ(s.stats().requests_aborted, 1u);
+  // b sampled its first token before a finished, but only a counts.
+  ASSERT_EQ(s.stats().finished.size(), 1u);
+  EXPECT_EQ(s.stats().finished[0].id, "a");
+  EXPECT_EQ(s.stats().output_tokens, 2u);
+  EXPECT_EQ(s.stats().decode_tokens, 3u);  // the work done: a's second token, b's 2nd and 3rd
   expect_drained(s);
 }
 

@@ -7,7 +7,10 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "launch/config_loader.hpp"
+#include "launch/sim_engine/run_comparison.hpp"
 #include "tests/shm/shm_fixture.hpp"
 
 namespace kvc::sim {
@@ -16,8 +19,8 @@ namespace {
 class SoakTest : public shm::testing::ShmTest {
  protected:
   /// A small geometry whose GPU cache is much smaller than the working set: offloading pays.
-  in_process_options options(uint64_t seed) {
-    const std::vector<std::string> sets{"kv_cache.layers=2",
+  in_process_options options(uint64_t seed, std::vector<std::string> more = {}) {
+    std::vector<std::string> sets{"kv_cache.layers=2",
                                         "kv_cache.kv_heads=2",
                                         "kv_cache.head_dim=8",
                                         "kv_cache.gpu_blocks=96",
@@ -38,6 +41,11 @@ class SoakTest : public shm::testing::ShmTest {
                                         "workload.max_batched_tokens=512",
                                         "workload.steps=300",
                                         "workload.seed=" + std::to_string(seed)};
+    sets.insert(sets.end(), more.begin(), more.end());
+    return with(sets);
+  }
+  /// The config of `sets` over the defaults.
+  in_process_options with(const std::vector<std::string>& sets) {
     auto loaded = launch::load_config("", "<test>", sets);
     EXPECT_TRUE(loaded.ok());
     in_process_options o;
@@ -73,6 +81,53 @@ TEST_F(SoakTest, ShortSoakFinishesRequestsVerifiesEveryLoadAndLeavesNothing) {
   EXPECT_EQ(rep->loads_verified, rep->blocks_loaded * 2 * 2);
 }
 
+TEST_F(SoakTest, TheDefaultWorkloadFinishesEveryRequestThatArrived) {
+  // What `kvconnect launch` and `kvconnect soak` run without a file: the drain lets every
+  // request that arrived in the 200 steps finish.
+  auto rep = run_in_process(with({}));
+  ASSERT_TRUE(rep.ok()) << rep.error().to_string();
+  expect_verified_cpu_hits(*rep);
+  EXPECT_EQ(rep->requests_arrived, 0u);
+  EXPECT_EQ(rep->requests_finished, 0u);
+  EXPECT_EQ(rep->requests_aborted, 0u);
+  EXPECT_EQ(rep->steps, 0u);
+  EXPECT_EQ(rep->finished.size(), rep->requests_finished);
+}
+
+TEST_F(SoakTest, ACompareCountsOnlyTheRequestsFinishedInBothRuns) {
+  // A short drain: each run aborts requests, not the same ones.
+  auto on_opts = options(3, {"workload.drain_steps=5"});
+  auto on = run_in_process(on_opts);
+  on_opts.offload = false;
+  auto off = run_in_process(on_opts);
+  ASSERT_TRUE(on.ok() && off.ok());
+  EXPECT_GT(on->requests_aborted, 0u);
+  EXPECT_GT(off->requests_aborted, 0u);
+  std::set<std::string> in_off;
+  for (const auto& f : off->finished) in_off.insert(f.id);
+  uint64_t both = 0;
+  int64_t prefill_on = 0;
+  int64_t prefill_off = 0;
+  for (const auto& f : on->finished) {
+    if (!in_off.contains(f.id)) continue;
+    ++both;
+    prefill_on += static_cast<int64_t>(f.prefill_tokens);
+  }
+  std::set<std::string> in_on;
+  for (const auto& f : on->finished) in_on.insert(f.id);
+  for (const auto& f : off->finished) {
+    if (in_on.contains(f.id)) prefill_off += static_cast<int64_t>(f.prefill_tokens);
+  }
+  EXPECT_EQ(both, 0u);
+  EXPECT_EQ(on->requests_finished, 0u);
+  EXPECT_EQ(off->requests_finished, 0u);
+  const auto cmp = compare_json(*on, *off);
+  EXPECT_EQ(cmp.at("requests_compared").get<uint64_t>(), both);
+  EXPECT_EQ(cmp.at("prefill_tokens_saved").get<int64_t>(), prefill_off - prefill_on);
+  EXPECT_GT(prefill_off - prefill_on, 0);
+  EXPECT_GT(cmp.at("ttft_p50_ratio").get<double>(), 1.0);
+}
+
 TEST_F(SoakTest, WithoutPrefixCachingEveryHitComesFromTheCpuPoolVerified) {
   auto on = run_in_process(options(7));
   ASSERT_TRUE(on.ok()) << on.error().to_string();
@@ -90,6 +145,7 @@ TEST_F(SoakTest, TheSameSeedGivesTheSameReport) {
   auto b = run_in_process(options(11));
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(counts_json(*a), counts_json(*b));
+  EXPECT_EQ(a->finished, b->finished);  // the same requests finished at the same times
   auto c = run_in_process(options(12));
   ASSERT_TRUE(c.ok());
   EXPECT_NE(counts_json(*a), counts_json(*c));  // the seed matters
