@@ -187,7 +187,6 @@ run_report run_engine_loop(const launch::launch_config& c, embed::scheduler_conn
           continue;
         }
         (load ? rep.bytes_loaded : rep.bytes_stored) += j.bytes;
-        (load ? rep.blocks_loaded : rep.blocks_stored) += block_bytes ? j.bytes / block_bytes : 0;
         (load ? load_seconds : store_seconds) += j.seconds;
       }
       completions = std::move(up->completions);
@@ -213,6 +212,10 @@ run_report run_engine_loop(const launch::launch_config& c, embed::scheduler_conn
   for (const auto& e : core.errors()) problem(e);
   if (timed) connector_ns += timed->ns;
   if (sc) rep.pending_jobs = sc->jobs_in_flight();
+  // From the run's bytes, not job by job: a load that starts inside an offloaded block (after
+  // GPU prefix-cache hits) moves part of it.
+  rep.blocks_stored = block_bytes ? rep.bytes_stored / block_bytes : 0;
+  rep.blocks_loaded = block_bytes ? rep.bytes_loaded / block_bytes : 0;
   rep.sim_seconds = st.clock_us / 1e6;
   rep.finished = st.finished;
   std::vector<double> ttft;

@@ -29,8 +29,10 @@ struct run_report {
   uint64_t prefill_tokens_computed = 0;
   uint64_t prefill_tokens_saved = 0;  ///< prompt tokens not computed thanks to the CPU pool
   uint64_t output_tokens = 0;  ///< of the finished requests
-  uint64_t blocks_stored = 0;  ///< offloaded blocks of successful store jobs
-  uint64_t blocks_loaded = 0;  ///< offloaded blocks of successful load jobs
+  /// Offloaded blocks' worth of bytes_stored / bytes_loaded (a load that starts inside an
+  /// offloaded block, after GPU prefix-cache hits, moves part of it).
+  uint64_t blocks_stored = 0;
+  uint64_t blocks_loaded = 0;
   uint64_t bytes_stored = 0;   ///< over every rank
   uint64_t bytes_loaded = 0;
   uint64_t jobs_failed = 0;

@@ -51,6 +51,7 @@ TEST(ConfigLoaderTest, EmptyTextGivesTheEmbeddedDefaultWithEveryDefaultResolved)
   EXPECT_EQ(c.runtime.port, 0u);
   EXPECT_EQ(c.runtime.token, "");
   EXPECT_EQ(c.workload.steps, 200u);
+  EXPECT_EQ(c.workload.drain_steps, 1000u);
   // Only the two resolved fields differ from a default-constructed config.
   launch_config expected;
   expected.topology.placement = {"node0", "node0"};
@@ -274,7 +275,7 @@ TEST(ConfigLoaderTest, ToYamlReadsBackAsTheSameConfig) {
       "offload: {block_size: 32, eviction_policy: arc, store_threshold: 2}\n"
       "runtime: {token: \"0123\", instance: demo, log_level: debug, fault_seed: 4,\n"
       "  faults: [\"drop_report:rank=1,p=0.05\", \"kill_rank:rank=2,step=300\"]}\n"
-      "workload: {zipf: 0.9, arrival_rate: 2.5, seed: 18446744073709551615}\n"
+      "workload: {zipf: 0.9, arrival_rate: 2.5, seed: 18446744073709551615, drain_steps: 0}\n"
       "observe: {trace: jobs, trace_dir: /tmp/traces}\n");
   ASSERT_TRUE(base.ok()) << ::testing::PrintToString(errors_of(base));
   const std::string yaml = to_yaml(base.config);
@@ -284,6 +285,7 @@ TEST(ConfigLoaderTest, ToYamlReadsBackAsTheSameConfig) {
   EXPECT_EQ(to_yaml(again.config), yaml);
   EXPECT_THAT(yaml, HasSubstr("token: \"0123\""));  // a string stays a string
   EXPECT_THAT(yaml, HasSubstr("enable_prefix_caching: false"));
+  EXPECT_THAT(yaml, HasSubstr("drain_steps: 0"));
 }
 
 TEST(ConfigLoaderTest, ObserveSectionIsReadAndChecked) {

@@ -77,8 +77,10 @@ TEST_F(SoakTest, ShortSoakFinishesRequestsVerifiesEveryLoadAndLeavesNothing) {
   EXPECT_EQ(rep->pending_jobs, 0u);  // no slot pinned by a load or pending for a store
   EXPECT_EQ(rep->rank_jobs_known, 0u);
   EXPECT_TRUE(rep->problems.empty()) << summary_json(*rep).dump();
-  // Every loaded offloaded block is 2 GPU blocks, checked on each of the 2 ranks.
-  EXPECT_EQ(rep->loads_verified, rep->blocks_loaded * 2 * 2);
+  // Every GPU block loaded is checked on each of the 2 ranks, where it has 1 KiB (2 layers x
+  // 1 KV head x 8 dims x 16 tokens x K and V x 2 bytes): the loads' bytes over both ranks. (An
+  // offloaded block is 2 GPU blocks; a load after a GPU prefix-cache hit may move only one.)
+  EXPECT_EQ(rep->bytes_loaded, rep->loads_verified * 1024) << summary_json(*rep).dump();
 }
 
 TEST_F(SoakTest, TheDefaultWorkloadFinishesEveryRequestThatArrived) {
@@ -87,10 +89,10 @@ TEST_F(SoakTest, TheDefaultWorkloadFinishesEveryRequestThatArrived) {
   auto rep = run_in_process(with({}));
   ASSERT_TRUE(rep.ok()) << rep.error().to_string();
   expect_verified_cpu_hits(*rep);
-  EXPECT_EQ(rep->requests_arrived, 0u);
-  EXPECT_EQ(rep->requests_finished, 0u);
+  EXPECT_EQ(rep->requests_arrived, 110u);
+  EXPECT_EQ(rep->requests_finished, 110u);
   EXPECT_EQ(rep->requests_aborted, 0u);
-  EXPECT_EQ(rep->steps, 0u);
+  EXPECT_EQ(rep->steps, 485u);  // 200 with arrivals, 285 of the drain
   EXPECT_EQ(rep->finished.size(), rep->requests_finished);
 }
 
@@ -118,14 +120,16 @@ TEST_F(SoakTest, ACompareCountsOnlyTheRequestsFinishedInBothRuns) {
   for (const auto& f : off->finished) {
     if (in_on.contains(f.id)) prefill_off += static_cast<int64_t>(f.prefill_tokens);
   }
-  EXPECT_EQ(both, 0u);
-  EXPECT_EQ(on->requests_finished, 0u);
-  EXPECT_EQ(off->requests_finished, 0u);
+  EXPECT_EQ(on->requests_finished, 37u);
+  EXPECT_EQ(off->requests_finished, 37u);
+  EXPECT_EQ(both, 35u);  // each run finished 2 the other aborted
   const auto cmp = compare_json(*on, *off);
   EXPECT_EQ(cmp.at("requests_compared").get<uint64_t>(), both);
   EXPECT_EQ(cmp.at("prefill_tokens_saved").get<int64_t>(), prefill_off - prefill_on);
   EXPECT_GT(prefill_off - prefill_on, 0);
-  EXPECT_GT(cmp.at("ttft_p50_ratio").get<double>(), 1.0);
+  // The same requests: the same output tokens on both sides.
+  EXPECT_EQ(cmp.at("compared_on").at("output_tokens"), cmp.at("compared_off").at("output_tokens"));
+  EXPECT_LT(cmp.at("compared_on").at("output_tokens").get<uint64_t>(), on->output_tokens);
 }
 
 TEST_F(SoakTest, WithoutPrefixCachingEveryHitComesFromTheCpuPoolVerified) {
