@@ -11,24 +11,8 @@ namespace kvc::sim {
 
 namespace {
 
-double round3(double v) {
-  return std::round(v * 1000) / 1000;
-}
-
 double ratio(double a, double b) {
   return b > 0 ? round3(a / b) : 0.0;
-}
-
-std::string line(const char* name, const std::string& value) {
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "  %-26s %s\n", name, value.c_str());
-  return buf;
-}
-
-std::string num(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.3f", v);
-  return buf;
 }
 
 /// One run's figures over its requests in `pick` (the compared ones).
@@ -104,24 +88,28 @@ std::string compare_table(const nlohmann::json& on_summary, const nlohmann::json
   const compared_figures& on = c.on;
   const compared_figures& off = c.off;
   std::string out = "offload on vs off (same workload, simulated time)\n";
-  out += line("requests compared", std::to_string(c.requests) + ", finished in both runs (" +
-                                       finished(on_summary) + " vs " + finished(off_summary) +
-                                       " finished)");
-  out += line("prefill tokens computed", std::to_string(on.prefill_tokens_computed) + " vs " +
-                                             std::to_string(off.prefill_tokens_computed));
-  out += line("prefill tokens saved", std::to_string(saved(c)));
-  out += line("ttft p50", num(on.ttft_p50_ms) + " vs " + num(off.ttft_p50_ms) + " ms (" +
-                              num(ratio(off.ttft_p50_ms, on.ttft_p50_ms)) + "x)");
-  out += line("output tokens/s",
-              num(on.output_tokens_per_s) + " vs " + num(off.output_tokens_per_s) + " (" +
-                  num(ratio(on.output_tokens_per_s, off.output_tokens_per_s)) + "x)");
-  out += line("simulated time", num(on.sim_seconds) + " vs " + num(off.sim_seconds) + " s (" +
-                                    num(ratio(off.sim_seconds, on.sim_seconds)) + "x)");
+  out += table_line("requests compared", std::to_string(c.requests) + ", finished in both runs (" +
+                                             finished(on_summary) + " vs " + finished(off_summary) +
+                                             " finished)");
+  out += table_line("prefill tokens computed", std::to_string(on.prefill_tokens_computed) + " vs " +
+                                                   std::to_string(off.prefill_tokens_computed));
+  out += table_line("prefill tokens saved", std::to_string(saved(c)));
+  out +=
+      table_line("ttft p50", fixed3(on.ttft_p50_ms) + " vs " + fixed3(off.ttft_p50_ms) + " ms (" +
+                                 fixed3(ratio(off.ttft_p50_ms, on.ttft_p50_ms)) + "x)");
+  out +=
+      table_line("output tokens/s",
+                 fixed3(on.output_tokens_per_s) + " vs " + fixed3(off.output_tokens_per_s) + " (" +
+                     fixed3(ratio(on.output_tokens_per_s, off.output_tokens_per_s)) + "x)");
+  out += table_line("simulated time", fixed3(on.sim_seconds) + " vs " + fixed3(off.sim_seconds) +
+                                          " s (" + fixed3(ratio(off.sim_seconds, on.sim_seconds)) +
+                                          "x)");
   return out;
 }
 
 nlohmann::json compare_json(const run_report& on, const run_report& off) {
-  return compare_json(summary_json(on), summary_json(off), compare_finished(on.finished, off.finished));
+  return compare_json(summary_json(on), summary_json(off),
+                      compare_finished(on.finished, off.finished));
 }
 
 std::string compare_table(const run_report& on, const run_report& off) {
@@ -151,8 +139,9 @@ result<std::vector<finished_request>> finished_from_json(const nlohmann::json& l
     const nlohmann::json& e = (*it)[i];
     const std::string at = "entry " + std::to_string(i);
     if (!e.is_array() || e.size() != 6 || !e[0].is_string()) {
-      return bad(at + " is not [id, arrival_us, first_token_us, finish_us, output_tokens, "
-                      "prefill_tokens]");
+      return bad(at +
+                 " is not [id, arrival_us, first_token_us, finish_us, output_tokens, "
+                 "prefill_tokens]");
     }
     for (size_t k = 1; k < 4; ++k) {
       if (!e[k].is_number() || !(e[k].get<double>() >= 0)) {
@@ -163,8 +152,12 @@ result<std::vector<finished_request>> finished_from_json(const nlohmann::json& l
         e[4].get<uint64_t>() > UINT32_MAX) {
       return bad(at + ": a token count is not a count");
     }
-    finished_request r{e[0].get<std::string>(), e[1].get<double>(),         e[2].get<double>(),
-                       e[3].get<double>(),      e[4].get<uint32_t>(),       e[5].get<uint64_t>()};
+    finished_request r{.id = e[0].get<std::string>(),
+                       .arrival_us = e[1].get<double>(),
+                       .first_token_us = e[2].get<double>(),
+                       .finish_us = e[3].get<double>(),
+                       .output_tokens = e[4].get<uint32_t>(),
+                       .prefill_tokens = e[5].get<uint64_t>()};
     if (!ids.insert(r.id).second) return bad(at + ": request " + r.id + " is given twice");
     out.push_back(std::move(r));
   }

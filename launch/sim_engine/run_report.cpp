@@ -7,30 +7,25 @@
 
 namespace kvc::sim {
 
-namespace {
-
 double round3(double v) {
   return std::round(v * 1000) / 1000;
 }
 
-std::string line(const char* name, const std::string& value) {
+std::string table_line(const char* name, const std::string& value) {
   char buf[160];
   std::snprintf(buf, sizeof buf, "  %-26s %s\n", name, value.c_str());
   return buf;
 }
 
-std::string num(double v) {
+std::string fixed3(double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.3f", v);
   return buf;
 }
 
-}  // namespace
-
 bool run_report::ok() const noexcept {
   return load_mismatches == 0 && hung_requests == 0 && pending_jobs == 0 && rank_jobs_known == 0 &&
-         busy_slots == 0 && double_completions == 0 &&
-         problems.empty();
+         busy_slots == 0 && double_completions == 0 && problems.empty();
 }
 
 double percentile(std::vector<double>& v, double p) {
@@ -92,32 +87,36 @@ nlohmann::json summary_json(const run_report& r) {
 
 std::string summary_table(const run_report& r) {
   std::string out = std::string("simulated engine, offload ") + (r.offload ? "on" : "off") + "\n";
-  out += line("steps", std::to_string(r.steps));
-  out += line("requests finished", std::to_string(r.requests_finished) + " of " +
-                                       std::to_string(r.requests_arrived) + " (" +
-                                       std::to_string(r.requests_aborted) + " aborted at the drain's bound)");
-  out += line("prefill tokens computed", std::to_string(r.prefill_tokens_computed));
-  out += line("hit tokens gpu / cpu",
-              std::to_string(r.gpu_hit_tokens) + " / " + std::to_string(r.cpu_hit_tokens));
-  out += line("blocks stored / loaded",
-              std::to_string(r.blocks_stored) + " / " + std::to_string(r.blocks_loaded));
-  out += line("loads verified", std::to_string(r.loads_verified) + " blocks, " +
-                                    std::to_string(r.load_mismatches) + " mismatches");
-  out += line("jobs failed", std::to_string(r.jobs_failed));
-  out += line("preemptions", std::to_string(r.preemptions));
+  out += table_line("steps", std::to_string(r.steps));
+  out +=
+      table_line("requests finished",
+                 std::to_string(r.requests_finished) + " of " + std::to_string(r.requests_arrived) +
+                     " (" + std::to_string(r.requests_aborted) + " aborted at the drain's bound)");
+  out += table_line("prefill tokens computed", std::to_string(r.prefill_tokens_computed));
+  out += table_line("hit tokens gpu / cpu",
+                    std::to_string(r.gpu_hit_tokens) + " / " + std::to_string(r.cpu_hit_tokens));
+  out += table_line("blocks stored / loaded",
+                    std::to_string(r.blocks_stored) + " / " + std::to_string(r.blocks_loaded));
+  out += table_line("loads verified", std::to_string(r.loads_verified) + " blocks, " +
+                                          std::to_string(r.load_mismatches) + " mismatches");
+  out += table_line("jobs failed", std::to_string(r.jobs_failed));
+  out += table_line("preemptions", std::to_string(r.preemptions));
   if (r.gpu_cache_resets > 0) {
-    out += line("gpu cache resets", std::to_string(r.gpu_cache_resets) + " (" +
-                                        std::to_string(r.requests_recomputed) +
-                                        " requests recomputed)");
+    out += table_line("gpu cache resets", std::to_string(r.gpu_cache_resets) + " (" +
+                                              std::to_string(r.requests_recomputed) +
+                                              " requests recomputed)");
   }
-  out += line("simulated time", num(r.sim_seconds) + " s");
-  out += line("ttft p50 / p99 (sim)", num(r.ttft_p50_ms) + " / " + num(r.ttft_p99_ms) + " ms");
-  out += line("output tokens/s (sim)", num(r.output_tokens_per_s));
-  out += line("step p50 / p99 (wall)", num(r.step_p50_us) + " / " + num(r.step_p99_us) + " us");
-  out += line("connector share", num(r.connector_share * 100) + " % of the simulated time");
-  out += line("copy share", num(r.copy_share * 100) + " % of the simulated time");
-  out += line("hung / pending", std::to_string(r.hung_requests) + " requests / " +
-                                    std::to_string(r.pending_jobs) + " jobs");
+  out += table_line("simulated time", fixed3(r.sim_seconds) + " s");
+  out += table_line("ttft p50 / p99 (sim)",
+                    fixed3(r.ttft_p50_ms) + " / " + fixed3(r.ttft_p99_ms) + " ms");
+  out += table_line("output tokens/s (sim)", fixed3(r.output_tokens_per_s));
+  out += table_line("step p50 / p99 (wall)",
+                    fixed3(r.step_p50_us) + " / " + fixed3(r.step_p99_us) + " us");
+  out +=
+      table_line("connector share", fixed3(r.connector_share * 100) + " % of the simulated time");
+  out += table_line("copy share", fixed3(r.copy_share * 100) + " % of the simulated time");
+  out += table_line("hung / pending", std::to_string(r.hung_requests) + " requests / " +
+                                          std::to_string(r.pending_jobs) + " jobs");
   for (const auto& p : r.problems) out += "  problem: " + p + "\n";
   return out;
 }

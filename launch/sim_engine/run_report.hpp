@@ -96,6 +96,13 @@ double launch_connector_share(double scheduler_ns, const std::vector<step_times>
 /// The sum over the steps of each step's slowest rank's connector ns.
 double slowest_rank_ns(const std::vector<step_times>& ranks);
 
+/// The summaries' rounding of a figure: 3 decimals.
+double round3(double v);
+/// One line of a human table: "  name<padded to 26> value\n".
+std::string table_line(const char* name, const std::string& value);
+/// A figure with 3 decimals, for the tables.
+std::string fixed3(double v);
+
 /// The p-th percentile (0..100) by nearest rank; 0 for no values. Sorts `v`.
 double percentile(std::vector<double>& v, double p);
 

@@ -14,7 +14,7 @@ using nlohmann::json;
 const std::vector<finished_request> on{
     {"c0.t0", 0, 1000, 3000, 10, 100},
     {"c1.t0", 0, 2000, 5000, 20, 50},
-    {"c2.t0", 1000, 2000, 4000, 30, 70},   // not finished in the other run
+    {"c2.t0", 1000, 2000, 4000, 30, 70},  // not finished in the other run
 };
 const std::vector<finished_request> off{
     {"c1.t0", 0, 4000, 8000, 20, 300},
