@@ -237,6 +237,8 @@ TEST_F(LaunchMultiprocTest, TheSimulatedEngineRunsTheDefaultWorkloadAndVerifiesE
   EXPECT_EQ(j.at("reason"), "the simulated run passed");
   EXPECT_GE(j.at("steps").get<uint64_t>(), 120u);  // and the drain
   EXPECT_GT(j.at("requests_finished").get<uint64_t>(), 0u);
+  EXPECT_EQ(j.at("requests_finished"), j.at("requests_arrived"));  // the drain let all finish
+  EXPECT_EQ(j.at("requests_aborted"), 0);
   EXPECT_GT(j.at("blocks_stored").get<uint64_t>(), 0u);
   EXPECT_GT(j.at("loads_verified").get<uint64_t>(), 0u) << j.dump();
   EXPECT_EQ(j.at("loads_verified").get<uint64_t>(),
@@ -302,6 +304,8 @@ TEST_F(LaunchMultiprocTest, CompareRunsTheWorkloadAgainWithoutOffloading) {
     EXPECT_GT(cmp.at(k).get<double>(), 0.0) << k;
   }
   EXPECT_THAT(launcher_.stderr_text(), HasSubstr("offload on vs off"));
+  // The scheduler's list of finished requests is read, not relayed (a figure per request).
+  EXPECT_THAT(launcher_.stderr_text(), ::testing::Not(HasSubstr("\"event\":\"finished\"")));
   // The connector's share of the launch: the scheduler's and the slowest rank's of each step.
   EXPECT_GT(on.at("scheduler_connector_ns").get<double>(), 0.0);
   EXPECT_GT(on.at("rank_connector_ns").get<double>(), 0.0);
