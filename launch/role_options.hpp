@@ -3,6 +3,7 @@
 /// share. Both sides derive the node's pool from the same flags (topology, --instance, --slots,
 /// the KV cache shape), so the layout checksum a worker registers with equals the segment's only
 /// when the two were started with the same configuration. Plain data, no CAF.
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -34,6 +35,12 @@ struct pool_plan {
 /// Validates the options (sizes, KV shape, world size, the instance name's characters) and
 /// derives the plan. errc::invalid_argument naming the flag otherwise.
 result<pool_plan> derive_pool(const topology_options& topo, const pool_options& pool);
+
+/// How long the scheduler waits for every rank to register: `ready_timeout_ms` plus the time
+/// a worker may spend faulting in and pinning its region before it registers, counted at a
+/// conservative 1 GiB/s (100 GB of pool: 100 s more), so that a large pool does not outlast a
+/// timeout sized for a small one.
+std::chrono::milliseconds ready_timeout_for(uint32_t ready_timeout_ms, uint64_t rank_region_bytes);
 
 struct network_options {
   uint32_t heartbeat_ms = 100;

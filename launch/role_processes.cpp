@@ -77,18 +77,25 @@ embed::pool_config pool_of(const pool_options& p, bool prefault) {
           .prefault = prefault};
 }
 
-/// Waits up to --ready-timeout-ms for every rank to be registered again, in slices, so that a
+/// --ready-timeout-ms grown by what faulting in and pinning a rank's region may take.
+milliseconds ready_wait(const scheduler_process_options& o) {
+  auto plan = derive_pool(o.topology, o.pool);
+  return ready_timeout_for(o.ready_timeout_ms, plan ? plan->geometry.rank_bytes() : 0);
+}
+
+/// Waits up to ready_wait(o) for every rank to be registered again, in slices, so that a
 /// signal ends the wait (success: the caller looks at the signal).
 status wait_for_restarts(embed::scheduler_connector& sc, const scheduler_process_options& o,
                          signal_watcher& signals) {
-  const auto deadline = std::chrono::steady_clock::now() + milliseconds{o.ready_timeout_ms};
+  const milliseconds ready = ready_wait(o);
+  const auto deadline = std::chrono::steady_clock::now() + ready;
   while (!signals.signalled()) {
     const auto left = std::chrono::ceil<milliseconds>(deadline - std::chrono::steady_clock::now());
     auto st = sc.wait_for_workers(std::clamp(left, milliseconds{1}, idle_slice));
     if (st || st.code() != errc::timeout) return st;
     if (left <= idle_slice) {
       return make_error(errc::timeout, "a lost rank did not register again within " +
-                                           std::to_string(o.ready_timeout_ms) + " ms");
+                                           std::to_string(ready.count()) + " ms");
     }
   }
   return status::success();  // signalled: the caller ends the run
@@ -107,8 +114,8 @@ void report_lost_ranks(const embed::scheduler_connector& sc,
 /// Smoke mode: waits for every rank, then runs the engine loop's steps one after the other.
 int smoke(embed::scheduler_connector& sc, smoke_engine& engine, const scheduler_process_options& o,
           signal_watcher& signals) {
-  if (auto st = sc.wait_for_workers(milliseconds{o.ready_timeout_ms}); !st) {
-    spdlog::error("smoke: not every rank registered within {} ms: {}", o.ready_timeout_ms,
+  if (auto st = sc.wait_for_workers(ready_wait(o)); !st) {
+    spdlog::error("smoke: not every rank registered within {} ms: {}", ready_wait(o).count(),
                   st.to_string());
     return 1;
   }
@@ -160,9 +167,9 @@ double thread_cpu_ns() {
 int simulate(embed::scheduler_connector& sc, const launch_config& c,
              sim::executor_publisher& executor, const scheduler_process_options& o,
              uint64_t offloaded_block_bytes, signal_watcher& signals) {
-  const milliseconds ready{o.ready_timeout_ms};
+  const milliseconds ready = ready_wait(o);
   if (auto st = sc.wait_for_workers(ready); !st) {
-    spdlog::error("sim: not every rank registered within {} ms: {}", o.ready_timeout_ms,
+    spdlog::error("sim: not every rank registered within {} ms: {}", ready.count(),
                   st.to_string());
     return 1;
   }

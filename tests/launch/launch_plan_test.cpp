@@ -8,6 +8,7 @@
 
 #include "launch/config_loader.hpp"
 #include "launch/node_processes.hpp"
+#include "launch/role_options.hpp"
 
 namespace kvc::launch {
 namespace {
@@ -246,6 +247,21 @@ TEST(LaunchPlanTest, EachProcessGetsTheFaultsThatConcernIt) {
   const auto none = loaded(tp4pp2, {});
   auto plain = make_plan(none, "inst", "secret");
   for (const auto& a : worker_arguments(none, *plain, 0, 1)) EXPECT_NE(a, "--fault");
+}
+
+}  // namespace
+}  // namespace kvc::launch
+
+namespace kvc::launch {
+namespace {
+
+// A worker faults in and pins its region before it registers: the scheduler's wait grows with
+// the region (1 GiB/s), so 100 GiB per rank does not run out a timeout sized for a small pool.
+TEST(ReadyTimeoutTest, GrowsWithTheRankRegionAtOneGibPerSecond) {
+  using std::chrono::milliseconds;
+  EXPECT_EQ(ready_timeout_for(30'000, 0), milliseconds{30'000});
+  EXPECT_EQ(ready_timeout_for(30'000, uint64_t{100} << 30), milliseconds{130'000});
+  EXPECT_EQ(ready_timeout_for(1, uint64_t{64} << 20), milliseconds{63});
 }
 
 }  // namespace

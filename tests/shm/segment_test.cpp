@@ -7,7 +7,11 @@
 #include <unistd.h>
 
 #include <gmock/gmock.h>
+#include <numaif.h>
+
 #include <gtest/gtest.h>
+
+#include <array>
 
 #include <cstring>
 #include <functional>
@@ -345,6 +349,30 @@ TEST_F(SegmentTest, PrefaultRankKeepsItsBytesAndRefusesAnUnknownRank) {
   EXPECT_EQ(std::to_integer<int>(peer->slot(1, 2)[99]), 0x77);
   EXPECT_EQ(std::to_integer<int>(peer->slot(1, 2)[100]), 0);
   EXPECT_EQ(peer->prefault_rank(3).code(), errc::invalid_argument);
+}
+
+// A worker places its rank's pages on its GPU's NUMA node before faulting them in: the region
+// then carries that policy (node 0 exists on every machine), and the pages land there.
+TEST_F(SegmentTest, ARankRegionPreferringANodeFaultsItsPagesInThere) {
+  const auto name = unique_name();
+  auto owner = segment::create(name, geo_);
+  ASSERT_TRUE(owner.ok());
+  auto peer = segment::attach(name, &geo_);
+  ASSERT_TRUE(peer.ok());
+  ASSERT_TRUE(peer->prefer_numa_node(1, 0).ok());
+  ASSERT_TRUE(peer->prefault_rank(1).ok());
+  int mode = -1;
+  std::array<unsigned long, 16> mask{};
+  ASSERT_EQ(::get_mempolicy(&mode, mask.data(), mask.size() * 64, peer->slot(1, 1), MPOL_F_ADDR),
+            0);
+  EXPECT_EQ(mode, MPOL_PREFERRED);
+  EXPECT_EQ(mask[0] & 1ul, 1ul) << "the policy does not name node 0";
+  int node = -1;
+  ASSERT_EQ(::get_mempolicy(&node, nullptr, 0, peer->slot(1, 1), MPOL_F_NODE | MPOL_F_ADDR), 0);
+  EXPECT_EQ(node, 0);
+  EXPECT_EQ(peer->prefer_numa_node(3, 0).code(), errc::invalid_argument);
+  EXPECT_EQ(peer->prefer_numa_node(0, -1).code(), errc::invalid_argument);
+  EXPECT_EQ(peer->prefer_numa_node(0, 1000).code(), errc::invalid_argument);  // no such node
 }
 
 TEST_F(SegmentTest, MovedSegmentKeepsOwnership) {
