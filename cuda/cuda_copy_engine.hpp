@@ -99,7 +99,7 @@ class cuda_copy_engine final : public copy_engine {
   /// The NUMA node of the device's PCIe root (sysfs), -1 when unknown.
   int numa_node() const override { return numa_node_; }
   /// Gather-kernel transfers one direction may have in flight; more are copied with memcpy.
-  static constexpr int ring_slots = 8;
+  static constexpr int ring_slots = 32;
   /// device_unavailable once a sticky error latched (device_health::admit).
   status health() const override { return health_.admit(); }
 

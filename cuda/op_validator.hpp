@@ -4,10 +4,10 @@
 ///
 /// They run on every submit, so the success path is cheap: no string is built unless a check
 /// fails; ops whose destinations already arrive in ascending order (what the KV op builder emits
-/// for a store into consecutive slots) are checked for overlap in one pass; ops of one size in
-/// any order (pages of one layout: loads into the GPU blocks vLLM allocated, stores into
-/// whatever slots the pool handed out) go through a hash of destination buckets of that size, in
-/// linear time; only ops of mixed sizes out of order are sorted. An op_checker keeps its scratch
+/// for a store into consecutive slots) are checked for overlap in one pass; a thousand or more
+/// ops of one size in any order (pages of one layout: loads into the GPU blocks vLLM allocated,
+/// stores into whatever slots the pool handed out) go through a hash of destination buckets of
+/// that size, in linear time; other unordered lists are sorted. An op_checker keeps its scratch
 /// between calls, so after its first calls none of this allocates.
 #include <cstdint>
 #include <span>
@@ -29,6 +29,8 @@ status validate_ops(std::span<const copy_op> ops);
 class op_checker {
  public:
   status validate(std::span<const copy_op> ops);
+  /// Unordered equal-sized lists at least this long take the hash; shorter ones sort.
+  static constexpr size_t hash_from_ops = 1024;
 
  private:
   /// Equal-sized ops in any order: two ops of B bytes overlap only if their destinations lie in
