@@ -25,6 +25,7 @@
 #include "launch/fault_options.hpp"
 #include "launch/fault_report.hpp"
 #include "launch/node_processes.hpp"
+#include "launch/observe_dirs.hpp"
 #include "launch/sim_engine/in_process_run.hpp"
 #include "launch/sim_engine/run_report.hpp"
 #include "launch/process_faults.hpp"
@@ -672,6 +673,7 @@ int run_launch(const launch_options& o) {
     if (!s) return refuse("runtime.faults: " + s.error().message());
     process_faults = std::move(s).value();
   }
+  if (auto st = make_observe_dirs(c, o.node); !st) return refuse(st.message());
   const std::string segment = shm::segment_name(::getuid(), instance, o.node);
 
   sweep_stale_segments(c.runtime.log_level);
