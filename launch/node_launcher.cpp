@@ -632,6 +632,14 @@ int run_launch(const launch_options& o) {
   if (o.engine != "sim" && o.engine != "smoke") {
     return refuse("--engine " + o.engine + ": sim or smoke");
   }
+  // The engine of a launch waits for each step's output: a lost report must fail its jobs at
+  // their deadline before that wait ends (check_config refuses a wait shorter than the
+  // deadline; here also no deadline by time, which only the in-process soak can do without).
+  if (auto p = step_wait_problem(c.runtime.step_timeout_ms, c.runtime.job_timeout_ms,
+                                 "runtime.step_timeout_ms", "runtime.job_timeout_ms", true);
+      !p.empty()) {
+    return refuse(p);
+  }
   if (o.compare && (o.engine != "sim" || o.node != 0)) {
     return refuse("--compare: the simulated engine's run on node 0 is what it compares");
   }

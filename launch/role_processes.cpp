@@ -324,6 +324,13 @@ int run_scheduler_process(const scheduler_process_options& o) {
   use_stderr_logging("scheduler");
   auto faults = parse_fault_options(o.faults.specs, o.faults.seed);
   if (!faults) return fail("scheduler", 2, faults.error().message());
+  if (o.smoke_steps > 0 || !o.sim_engine_config.empty()) {  // an engine that waits for steps
+    if (auto p = step_wait_problem(o.step_timeout_ms, o.job_timeout_ms, "--step-timeout-ms",
+                                   "--job-timeout-ms", false);
+        !p.empty()) {
+      return fail("scheduler", 2, p);
+    }
+  }
   auto plan = derive_pool(o.topology, o.pool);
   if (!plan) return fail("scheduler", 1, plan.error().to_string());
   std::optional<launch_config> sim_config;

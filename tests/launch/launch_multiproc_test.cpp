@@ -649,6 +649,24 @@ TEST_F(LaunchMultiprocTest, LogLevelReachesEveryProcess) {
   EXPECT_THAT(launcher_.stderr_text(), ::testing::Not(HasSubstr("[scheduler] {")));
 }
 
+// The engine of a launch waits for each step's output; only a deadline by time, shorter than
+// that wait, releases a step whose report was lost. Timeouts that contradict this are refused
+// before anything starts, naming both keys.
+TEST_F(LaunchMultiprocTest, ALaunchRefusesAJobDeadlineThatCannotReleaseALostStep) {
+  launch({"--set", "runtime.job_timeout_ms=0"});
+  EXPECT_EQ(exit_code(), 2);
+  EXPECT_EQ(launcher_.stdout_text(), "");
+  EXPECT_THAT(launcher_.stderr_text(),
+              HasSubstr("runtime.job_timeout_ms is 0 (no deadline by time), but the engine waits "
+                        "for each step's output for runtime.step_timeout_ms (60000)"));
+  launch({"--set", "runtime.step_timeout_ms=10000"});  // the job deadline's default is 30000
+  EXPECT_EQ(exit_code(), 2);
+  EXPECT_EQ(launcher_.stdout_text(), "");
+  EXPECT_THAT(launcher_.stderr_text(),
+              HasSubstr("runtime.step_timeout_ms (10000) must exceed runtime.job_timeout_ms "
+                        "(30000)"));
+}
+
 TEST_F(LaunchMultiprocTest, ABadConfigExitsTwoAndStartsNothing) {
   launch({"--set", "topology.tensor_parallel=0", "--set", "offload.block_size=24"});
   EXPECT_EQ(exit_code(), 2);
