@@ -146,6 +146,8 @@ class node_run {
   }
 
   const supervision& outcome() const { return sup_; }
+  /// The scheduler process this launch started (node 0); -1 when none started.
+  pid_t scheduler_pid() const { return node_ == 0 ? children_[0].pid() : -1; }
   const std::optional<json>& smoke() const { return smoke_; }
   /// When the scheduler said every rank registered (its first step follows at once).
   const std::optional<clock::time_point>& ready_at() const { return ready_at_; }
@@ -700,13 +702,21 @@ int run_launch(const launch_options& o) {
   int code = run.run(signals);
   own_segment.reset();  // removes it
 
-  // A scheduler that was killed cannot remove its segment: the launch does.
+  // A scheduler that was killed cannot remove its segment: the launch does, when the segment's
+  // header names that scheduler. A segment of the same name that another live process created
+  // (a second launch of the instance, refused) is not this launch's to remove.
   bool segment_left = false;
-  if (auto exists = shm::segment::exists(segment); exists && *exists) {
-    segment_left = true;
-    if (spdlog::level::from_str(c.runtime.log_level) <= spdlog::level::warn)
-      say("removing " + segment + ", left behind by the scheduler");
-    (void)shm::segment::remove(segment);
+  if (o.node == 0 && run.scheduler_pid() > 0) {
+    auto removed = shm::remove_segment_left_by(segment, run.scheduler_pid());
+    if (!removed) {
+      say(removed.error().to_string());
+    } else if (*removed) {
+      segment_left = true;
+      if (spdlog::level::from_str(c.runtime.log_level) <= spdlog::level::warn) {
+        say("removed " + segment + ", left behind by the scheduler (pid " +
+            std::to_string(run.scheduler_pid()) + ")");
+      }
+    }
   }
   // With faults: one fault report of the whole node, and exit 3 when an invariant failed.
   if (auto report = run.fault_report()) {

@@ -497,6 +497,25 @@ TEST_F(LaunchMultiprocTest, CleanupRemovesAStaleSegmentAndNeverALiveOne) {
   EXPECT_EQ(*ended, 0) << running.stderr_text();
 }
 
+TEST_F(LaunchMultiprocTest, ARefusedLaunchOfAnInstanceInUseLeavesTheLiveSegmentAlone) {
+  // Another run of the same instance holds the segment (its creator lives): this launch's
+  // scheduler cannot create it and the launch fails, without removing what is not its own.
+  const std::string segment = segment_of(instance_);
+  child_process running = start_scheduler(instance_);
+  children_.push_back(running.pid());
+  launch({"--set", "workload.steps=10"});
+  EXPECT_EQ(exit_code(), 1) << launcher_.stderr_text();
+  EXPECT_THAT(launcher_.stderr_text(), HasSubstr("is in use"));
+  EXPECT_THAT(launcher_.stderr_text(), ::testing::Not(HasSubstr("left behind")));
+  EXPECT_EQ(summary().at("segment_left"), false);
+  EXPECT_EQ(leftover_segments(), std::vector<std::string>{segment});
+  // The live run goes on and removes its own segment at its end.
+  ASSERT_TRUE(running.signal(SIGTERM).ok());
+  auto ended = running.wait_exit(patience);
+  ASSERT_TRUE(ended.ok());
+  EXPECT_EQ(*ended, 0) << running.stderr_text();
+}
+
 TEST_F(LaunchMultiprocTest, ALaunchRemovesAStaleSegmentAtItsStart) {
   const std::string stale = segment_of(instance_ + "-old");
   leave_stale_segment(instance_ + "-old");
