@@ -83,7 +83,8 @@ struct scheduler_process_options {
   /// workers. Exclusive with smoke_steps.
   std::string sim_engine_config;
   uint32_t ready_timeout_ms = 30000;  ///< smoke / sim: how long to wait for every rank
-  uint32_t step_timeout_ms = 10000;   ///< smoke: how long one step's results may take
+  /// smoke / sim: how long one step's output may take; above job_timeout_ms (step_wait_problem)
+  uint32_t step_timeout_ms = 60000;
   uint32_t stop_timeout_ms = 5000;    ///< how long stopping the workers may take
   /// Smoke: after the steps, keep serving (metrics, KV-event replay) until SIGINT/SIGTERM.
   bool serve_after_smoke = false;

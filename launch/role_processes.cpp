@@ -16,6 +16,8 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <spdlog/cfg/env.h>
 #include <spdlog/sinks/stdout_sinks.h>
@@ -64,6 +66,29 @@ void emit(const std::string& line) {
 }
 
 void emit(const nlohmann::json& line) { emit(line.dump()); }
+
+/// A rank's connector time of each step, to the launcher as the run goes:
+/// {"event":"connector_steps","rank":r,"ns":[[step,ns],...]} every `batch` steps and the rest
+/// before the "runner" line (the launcher folds them: launch::slowest_rank_sum). The worker's
+/// memory and every line stay bounded however long the run.
+class connector_steps_out {
+ public:
+  static constexpr size_t batch = 1024;
+  explicit connector_steps_out(rank_id rank) : rank_(rank) { steps_.reserve(batch); }
+  void add(step_id step, uint64_t ns) {
+    steps_.emplace_back(step, ns);
+    if (steps_.size() >= batch) flush();
+  }
+  void flush() {
+    if (steps_.empty()) return;
+    emit({{"event", "connector_steps"}, {"rank", rank_}, {"ns", steps_}});
+    steps_.clear();
+  }
+
+ private:
+  rank_id rank_;
+  std::vector<std::pair<step_id, uint64_t>> steps_;
+};
 
 int fail(const std::string& who, int code, const std::string& message) {
   std::cerr << "kvconnect " << who << ": " << message << std::endl;
@@ -162,11 +187,13 @@ double thread_cpu_ns() {
 
 /// The simulated engine's scheduler loop: waits for every rank and its executor-channel
 /// subscription, runs the workload (each step's model input published to the workers), ends
-/// the channel and prints the run's figures ("sim"). 0 when the scheduler side saw no problem
-/// (nothing hung or pending); the workers report their load checks themselves.
+/// the channel and prints the run's figures ("sim"), kept in `report` once the run started (the
+/// fault report's source too). 0 when the scheduler side saw no problem (nothing hung, pending
+/// or leaked); the workers report their load checks themselves.
 int simulate(embed::scheduler_connector& sc, const launch_config& c,
              sim::executor_publisher& executor, const scheduler_process_options& o,
-             uint64_t offloaded_block_bytes, signal_watcher& signals) {
+             uint64_t offloaded_block_bytes, signal_watcher& signals,
+             std::optional<sim::run_report>& report) {
   const milliseconds ready = ready_wait(o);
   if (auto st = sc.wait_for_workers(ready); !st) {
     spdlog::error("sim: not every rank registered within {} ms: {}", ready.count(),
@@ -220,9 +247,15 @@ int simulate(embed::scheduler_connector& sc, const launch_config& c,
   };
   auto rep = sim::run_engine_loop(c, &sc, lo);
   if (auto st = executor.publish({true, {}}); !st) spdlog::warn("sim: {}", st.to_string());
+  rep.busy_slots = sc.planner().manager().busy();
+  const embed::fault_stats f = sc.fault_statistics();
+  rep.faults_fired = f.injected;  // the channel's; the launcher adds the workers' copy faults
+  rep.late_reports_dropped = f.late_reports;
+  rep.duplicates_dropped = f.duplicates;
   auto line = sim::summary_json(rep);  // the launcher adds the workers' checks and prints it
   line["event"] = "sim";
   emit(line);
+  report = rep;
   return rep.ok() ? 0 : 1;
 }
 
@@ -312,9 +345,10 @@ int device_lost(const worker_process_options& o, const embed::worker_connector& 
 
 }  // namespace
 
-/// The fault report of the scheduler's end: the channel faults it injected and what the
-/// coordinator counted. Hung requests, leaks and byte checks are the engine's (the smoke run
-/// fails on any); the planner's in-flight jobs are the pending ones.
+/// The fault report of the scheduler's end without the simulated engine (the smoke run, which
+/// fails on any hung request, leak or byte mismatch itself; serving): the channel faults it
+/// injected and what the coordinator counted; the planner's in-flight jobs are the pending ones.
+/// With the simulated engine the report is its run report's (sim::fault_outcome_of).
 fault_outcome scheduler_outcome(const embed::scheduler_connector& sc, uint64_t seed) {
   const embed::fault_stats f = sc.fault_statistics();
   fault_outcome o;
@@ -331,6 +365,13 @@ int run_scheduler_process(const scheduler_process_options& o) {
   use_stderr_logging("scheduler");
   auto faults = parse_fault_options(o.faults.specs, o.faults.seed);
   if (!faults) return fail("scheduler", 2, faults.error().message());
+  if (o.smoke_steps > 0 || !o.sim_engine_config.empty()) {  // an engine that waits for steps
+    if (auto p = step_wait_problem(o.step_timeout_ms, o.job_timeout_ms, "--step-timeout-ms",
+                                   "--job-timeout-ms", false);
+        !p.empty()) {
+      return fail("scheduler", 2, p);
+    }
+  }
   auto plan = derive_pool(o.topology, o.pool);
   if (!plan) return fail("scheduler", 1, plan.error().to_string());
   std::optional<launch_config> sim_config;
@@ -405,9 +446,11 @@ int run_scheduler_process(const scheduler_process_options& o) {
       "bytes per rank)",
       o.host, (*sc)->port(), plan->geometry.world_size, plan->segment, plan->geometry.num_slots,
       plan->geometry.slot_bytes);
+  std::optional<sim::run_report> sim_report;
   int code = engine     ? smoke(**sc, *engine, o, signals)
              : executor ? simulate(**sc, *sim_config, *executor, o,
-                                   sim_plan->kv.slot_bytes * sim_plan->kv.world_size, signals)
+                                   sim_plan->kv.slot_bytes * sim_plan->kv.world_size, signals,
+                                   sim_report)
                         : serve(**sc, signals);
   if (engine && code == 0 && o.serve_after_smoke) code = serve(**sc, signals);
   if (int sig = signals.signalled()) spdlog::info("scheduler: signal {}: shutting down", sig);
@@ -420,7 +463,8 @@ int run_scheduler_process(const scheduler_process_options& o) {
     emit({{"event", "stopped"}, {"workers", *stopped}});
   }
   if (!faults->empty()) {  // the last line
-    const fault_outcome outcome = scheduler_outcome(**sc, faults->seed);
+    const fault_outcome outcome = sim_report ? sim::fault_outcome_of(*sim_report, faults->seed)
+                                             : scheduler_outcome(**sc, faults->seed);
     emit(fault_report_line(outcome));
     code = fault_report_exit_code(outcome, code);
   }
@@ -477,6 +521,7 @@ int run_worker_process(const worker_process_options& o) {
   auto wc = embed::worker_connector::prepare(cfg);
   if (!wc) return refused(wc.error(), false);
   std::optional<sim::model_runner> runner;
+  connector_steps_out step_times(o.rank);
   std::unique_ptr<sim::executor_subscriber> executor;
   if (o.executor.empty()) {
     if (auto st = install_synthetic_kv(**wc, o.pool.kv); !st) {
@@ -491,6 +536,7 @@ int run_worker_process(const worker_process_options& o) {
     auto r = sim::model_runner::create((*wc)->copy_engine(), wc->get(), o.rank, g);
     if (!r) return fail(who, 2, rank + "set-up failed: " + r.error().to_string());
     runner.emplace(std::move(r).value());
+    runner->on_step_connector_ns([&](step_id s, uint64_t ns) { step_times.add(s, ns); });
     auto sub = sim::executor_subscriber::connect(o.executor, o.token);
     if (!sub) return fail(who, 2, rank + "set-up failed: " + sub.error().to_string());
     executor = std::move(sub).value();
@@ -507,6 +553,7 @@ int run_worker_process(const worker_process_options& o) {
       if (st.code() == errc::device_unavailable) return device_lost(o, **wc, st);
       spdlog::error("worker {}: {}", o.rank, st.to_string());
     }
+    step_times.flush();
     const auto& s = runner->stats();
     emit({{"event", "runner"},
           {"rank", o.rank},
@@ -519,7 +566,6 @@ int run_worker_process(const worker_process_options& o) {
           {"steps_connector_only", s.steps_connector_only},
           {"steps_skipped", s.steps_skipped},
           {"connector_ns", static_cast<uint64_t>(s.connector_ns)},
-          {"step_connector_ns", s.step_connector_ns},
           {"mismatches", s.mismatches}});
   }
   const status st = run_steps(**wc, signals);

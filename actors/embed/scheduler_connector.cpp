@@ -371,6 +371,13 @@ result<connector_update> scheduler_connector::update_connector_output(
     m.coord().wait_some(deadline - now);
     m.apply_released();
   }
+  if (m.through < step && m.host->live()) {
+    // One look at the clock past this wait's deadline: a step deadline that passed before it
+    // (the coordinator's job_timeout from planning, no longer than this wait) releases the step
+    // here, however the last wait slice ended.
+    m.coord().take_arrived();
+    m.apply_released();
+  }
   m.after_step();
   if (!m.host->live()) {
     return make_error(errc::io_error, "embed: the scheduler actor is gone (step " +

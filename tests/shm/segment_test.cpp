@@ -19,6 +19,7 @@
 
 #include "shm/process_identity.hpp"
 #include "shm/segment_header.hpp"
+#include "shm/stale_segments.hpp"
 #include "tests/shm/shm_fixture.hpp"
 
 namespace kvc::shm {
@@ -297,6 +298,28 @@ TEST_F(SegmentTest, CreateReplacesASegmentWhosePidWasRecycled) {
   auto peer = segment::attach(name);
   ASSERT_TRUE(peer.ok());
   EXPECT_EQ(peer->geometry(), (pool_geometry{1, 2, 4096}));
+}
+
+// What a launcher removes after its scheduler ended: the segment that scheduler left, never one
+// that another live process created under the same name (issue 23: a refused second launch of
+// an instance removed the first launch's live segment).
+TEST_F(SegmentTest, ALauncherRemovesOnlyTheSegmentItsOwnGoneCreatorLeft) {
+  const auto name = unique_name();
+  const pid_t me = ::getpid();
+  auto created = segment::create(name, geo_, {.remove_on_close = false});
+  ASSERT_TRUE(created.ok()) << created.error().to_string();
+  // Live (its creator, this process, runs): nobody's to remove, whoever the launcher started.
+  EXPECT_EQ(remove_segment_left_by(name, me).value(), false);
+  EXPECT_EQ(remove_segment_left_by(name, me + 1).value(), false);
+  EXPECT_TRUE(segment::exists(name).value());
+  // Its creator gone (the pid recycled, as after a SIGKILL): only that creator's launcher
+  // removes it.
+  edit_header(name, [](segment_header& h) { h.creator_start_time = h.creator_start_time + 1; });
+  EXPECT_EQ(remove_segment_left_by(name, me + 1).value(), false);
+  EXPECT_TRUE(segment::exists(name).value());
+  EXPECT_EQ(remove_segment_left_by(name, me).value(), true);
+  EXPECT_FALSE(segment::exists(name).value());
+  EXPECT_EQ(remove_segment_left_by(name, me).value(), false);  // absent: nothing to do
 }
 
 TEST_F(SegmentTest, CreateFailsCleanlyWhenDevShmIsTooSmall) {
