@@ -397,6 +397,35 @@ TEST_F(CudaDeviceTest, AWaitPastItsDeadlineAnswersTimeoutAndTheTransferStaysPend
   EXPECT_FALSE(flag.timed_out());
 }
 
+// Shutdown is bounded: an engine destroyed while a transfer waits for a compute kernel that
+// waits for the host returns after its wait_timeout instead of hanging the worker, and frees
+// nothing the copy may still touch (the copy completes once compute lets it).
+TEST_F(CudaDeviceTest, ShutdownWithATransferHeldByComputeDoesNotHang) {
+  engine_options o = device_options();
+  o.wait_timeout = 200ms;
+  auto e = make_copy_engine(o);
+  ASSERT_TRUE(e.ok()) << e.error().to_string();
+  host_pool& pool = another_pool(bytes, 0x11);
+  ASSERT_TRUE((*e)->register_host(pool.at(0), bytes, page).ok());
+  ASSERT_TRUE((*e)->register_device(gpu_, bytes).ok());
+  fill_device(gpu_, bytes, 0x5D);
+  host_flag flag;
+  ASSERT_EQ(flag.hold(compute_), 0);
+  ASSERT_EQ(cudaEventRecord(after_compute_, compute_), cudaSuccess);
+  const std::vector<copy_op> ops{{gpu_, pool.at(0), page}};
+  auto id = (*e)->submit(direction::gpu_to_cpu, ops, {.wait_event = after_compute_});
+  ASSERT_TRUE(id.ok()) << id.error().to_string();
+  e->reset();  // returns after the 200 ms wait, the copy still queued behind compute
+  EXPECT_EQ(cudaStreamQuery(compute_), cudaErrorNotReady)
+      << "the engine's shutdown waited for the compute kernel";
+  (void)cudaGetLastError();
+  flag.release();
+  ASSERT_EQ(cudaStreamSynchronize(compute_), cudaSuccess);
+  EXPECT_FALSE(flag.timed_out());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the leaked stream's copy ran
+  EXPECT_TRUE(pool.all(0, page, 0x5D));
+}
+
 // Polling a transfer still running leaves no cudaErrorNotReady as the thread's last error (an
 // engine's next kernel-launch check, PyTorch's, would raise it).
 TEST_F(CudaDeviceTest, PollingAPendingTransferLeavesNoErrorBehind) {
