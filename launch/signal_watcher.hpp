@@ -3,9 +3,9 @@
 /// constructor blocks both signals in the calling thread, so construct it in main before the
 /// actor system starts its threads (they inherit the mask and never see the signals); a thread
 /// of its own then reads them from a signalfd. The first signal sets signalled(), wakes wait(),
-/// makes signalled_fd() readable and runs the callback. A second signal is a fast exit: the on_second_signal cleanup runs
-/// (remove what must not outlive the process, nothing that waits) and the process ends with
-/// 128 + the signal's number.
+/// makes signalled_fd() readable and runs the callback. A second signal is a fast exit: the
+/// on_second_signal cleanup runs (remove what must not outlive the process, nothing that waits) and
+/// the process ends with 128 + the signal's number.
 ///
 /// Thread-safe. The callback runs on the watcher's thread under the watcher's lock: on_signal()
 /// (also with nullptr, to clear it before what it touches goes away) waits for a running

@@ -64,8 +64,8 @@ struct loop_state {
     auto reply = [&](std::string_view seq, std::string_view payload) {
       if (!complete) return;
       try {
-        if (!router.send(zmq::buffer(identity), zmq::send_flags::sndmore |
-                                                    zmq::send_flags::dontwait)) {
+        if (!router.send(zmq::buffer(identity),
+                         zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
           complete = false;  // EAGAIN: the peer's queue is full
           return;
         }

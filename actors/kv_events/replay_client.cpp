@@ -51,8 +51,7 @@ result<replay_outcome> fetch_replay(
     if (n == 0) {
       return make_error(errc::timeout, "replay: " + r.endpoint + " sent no message for " +
                                            std::to_string(r.timeout.count()) + " ms after " +
-                                           std::to_string(received) +
-                                           " batches (no end marker)");
+                                           std::to_string(received) + " batches (no end marker)");
     }
     auto f = recv_message(dealer);
     if (f.size() != 3 || f[0].size() != 0 || f[1].size() != 8) {

@@ -26,9 +26,8 @@ connection_gate::head connection_gate::append(int id, std::string_view bytes) {
   entry* e = find(id);
   assert(e && "append on a connection that does not wait");
   // Search only where the end can be: it may straddle the old and the new bytes.
-  const size_t from = e->received.size() < head_end.size() - 1
-                          ? 0
-                          : e->received.size() - (head_end.size() - 1);
+  const size_t from =
+      e->received.size() < head_end.size() - 1 ? 0 : e->received.size() - (head_end.size() - 1);
   e->received.append(bytes);
   const size_t end = e->received.find(head_end, from);
   if (end != std::string::npos && end + head_end.size() <= limits_.max_head_bytes) {
@@ -38,9 +37,8 @@ connection_gate::head connection_gate::append(int id, std::string_view bytes) {
 }
 
 connection_gate::ready connection_gate::dispatch(int id) {
-  auto it = std::find_if(waiting_.begin(), waiting_.end(), [id](const entry& e) {
-    return e.id == id;
-  });
+  auto it =
+      std::find_if(waiting_.begin(), waiting_.end(), [id](const entry& e) { return e.id == id; });
   assert(it != waiting_.end() && "dispatch of a connection that does not wait");
   ready r{std::move(it->received), it->deadline};
   waiting_.erase(it);
@@ -61,9 +59,9 @@ std::vector<int> connection_gate::expired(time_point now) const {
 
 std::optional<connection_gate::time_point> connection_gate::next_deadline() const {
   if (waiting_.empty()) return std::nullopt;
-  return std::min_element(waiting_.begin(), waiting_.end(), [](const entry& a, const entry& b) {
-           return a.deadline < b.deadline;
-         })->deadline;
+  return std::min_element(waiting_.begin(), waiting_.end(),
+                          [](const entry& a, const entry& b) { return a.deadline < b.deadline; })
+      ->deadline;
 }
 
 std::vector<int> connection_gate::waiting() const {

@@ -25,8 +25,8 @@
 namespace kvc::metrics {
 
 struct gate_limits {
-  size_t max_connections = 64;                   ///< open at once, waiting or answered (>= 1)
-  size_t max_head_bytes = 8192;                  ///< request line and headers
+  size_t max_connections = 64;                      ///< open at once, waiting or answered (>= 1)
+  size_t max_head_bytes = 8192;                     ///< request line and headers
   std::chrono::milliseconds request_timeout{5000};  ///< from accept to the end of the answer
 };
 

@@ -33,8 +33,8 @@ void address_of(const sockaddr_storage& sa, std::string& ip, int& port) {
 
 bool deadline_stream::wait(short events) const {
   for (;;) {
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(
-        deadline_ - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::ceil<std::chrono::milliseconds>(deadline_ - std::chrono::steady_clock::now());
     if (left.count() <= 0) return false;
     pollfd fds[2] = {{fd_, events, 0}, {stop_fd_, POLLIN, 0}};
     const int n = ::poll(fds, 2, static_cast<int>(std::min<int64_t>(left.count(), INT32_MAX)));

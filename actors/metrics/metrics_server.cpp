@@ -102,8 +102,8 @@ struct metrics_server::impl {
       for (int id : gate.waiting()) fds.push_back({id, POLLIN, 0});
       int timeout_ms = -1;
       if (auto due = gate.next_deadline()) {
-        const auto left = std::chrono::ceil<std::chrono::milliseconds>(
-            *due - std::chrono::steady_clock::now());
+        const auto left =
+            std::chrono::ceil<std::chrono::milliseconds>(*due - std::chrono::steady_clock::now());
         timeout_ms = static_cast<int>(std::clamp<int64_t>(left.count(), 0, INT32_MAX));
       }
       if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) break;

@@ -20,8 +20,8 @@ namespace kvc::kv_events {
 namespace {
 
 using namespace std::chrono_literals;
-using ::testing::HasSubstr;
 using testing::child_process;
+using ::testing::HasSubstr;
 
 /// Safety net for a single wait: only a broken run ever reaches it.
 constexpr auto patience = 20s;
@@ -37,8 +37,8 @@ class EventsTailCliTest : public ::testing::Test {
 
   /// Starts `events tail` on the test's sockets and waits until its subscription arrived.
   void start(std::vector<std::string> extra) {
-    std::vector<std::string> argv{KVC_BINARY, "events", "tail", endpoint(pub_), "--replay",
-                                  endpoint(router_)};
+    std::vector<std::string> argv{KVC_BINARY,     "events",   "tail",
+                                  endpoint(pub_), "--replay", endpoint(router_)};
     argv.insert(argv.end(), extra.begin(), extra.end());
     auto c = child_process::start(argv);
     ASSERT_TRUE(c.ok()) << c.error().to_string();

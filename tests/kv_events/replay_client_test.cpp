@@ -98,8 +98,7 @@ TEST(ReplayClientTest, AnAnswerWithoutTheEndMarkerIsATimeoutAfterItsBatches) {
   client.join();
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.code(), errc::timeout);
-  EXPECT_NE(r.error().message().find("after 1 batches"), std::string::npos)
-      << r.error().message();
+  EXPECT_NE(r.error().message().find("after 1 batches"), std::string::npos) << r.error().message();
   EXPECT_EQ(got, (batches{{7, "x"}}));
 }
 

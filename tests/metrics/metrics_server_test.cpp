@@ -72,10 +72,8 @@ server_options options(std::chrono::milliseconds request_timeout, size_t max_con
   return o;
 }
 
-std::unique_ptr<metrics_server> start_server(const server_options& o,
-                                             metrics_server::render_fn render = [] {
-                                               return text;
-                                             }) {
+std::unique_ptr<metrics_server> start_server(
+    const server_options& o, metrics_server::render_fn render = [] { return text; }) {
   auto s = metrics_server::start("127.0.0.1", 0, std::move(render), o);
   EXPECT_TRUE(s.ok()) << s.error().to_string();
   return s.ok() ? std::move(s).value() : nullptr;
@@ -83,7 +81,8 @@ std::unique_ptr<metrics_server> start_server(const server_options& o,
 
 ::testing::AssertionResult scraped(httplib::Client& c) {
   auto res = c.Get("/metrics");
-  if (!res) return ::testing::AssertionFailure() << "no answer: " << httplib::to_string(res.error());
+  if (!res)
+    return ::testing::AssertionFailure() << "no answer: " << httplib::to_string(res.error());
   if (res->status != 200 || res->body != text) {
     return ::testing::AssertionFailure() << res->status << " " << res->body;
   }
@@ -228,11 +227,15 @@ TEST(MetricsServerTest, OtherPathsAnswer404) {
 TEST(MetricsServerTest, BadOptionsAndAPortInUseAreErrors) {
   server_options o;
   o.threads = 0;
-  EXPECT_EQ(metrics_server::start("127.0.0.1", 0, [] { return text; }, o).code(),
+  EXPECT_EQ(metrics_server::start(
+                "127.0.0.1", 0, [] { return text; }, o)
+                .code(),
             errc::invalid_argument);
   o = {};
   o.gate.max_connections = 0;
-  EXPECT_EQ(metrics_server::start("127.0.0.1", 0, [] { return text; }, o).code(),
+  EXPECT_EQ(metrics_server::start(
+                "127.0.0.1", 0, [] { return text; }, o)
+                .code(),
             errc::invalid_argument);
   auto first = start_server({});
   ASSERT_TRUE(first);
