@@ -97,9 +97,4 @@ void add_network_flags(CLI::App& cmd, std::string& token, network_options& net) 
       ->capture_default_str();
 }
 
-std::chrono::milliseconds ready_timeout_for(uint32_t ready_timeout_ms, uint64_t rank_region_bytes) {
-  constexpr uint64_t bytes_per_ms = (uint64_t{1} << 30) / 1000;  // 1 GiB/s
-  return std::chrono::milliseconds{uint64_t{ready_timeout_ms} + rank_region_bytes / bytes_per_ms};
-}
-
 }  // namespace kvc::launch

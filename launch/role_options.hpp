@@ -40,7 +40,11 @@ result<pool_plan> derive_pool(const topology_options& topo, const pool_options& 
 /// a worker may spend faulting in and pinning its region before it registers, counted at a
 /// conservative 1 GiB/s (100 GB of pool: 100 s more), so that a large pool does not outlast a
 /// timeout sized for a small one.
-std::chrono::milliseconds ready_timeout_for(uint32_t ready_timeout_ms, uint64_t rank_region_bytes);
+inline std::chrono::milliseconds ready_timeout_for(uint32_t ready_timeout_ms,
+                                                   uint64_t rank_region_bytes) {
+  constexpr uint64_t bytes_per_ms = (uint64_t{1} << 30) / 1000;  // 1 GiB/s
+  return std::chrono::milliseconds{uint64_t{ready_timeout_ms} + rank_region_bytes / bytes_per_ms};
+}
 
 struct network_options {
   uint32_t heartbeat_ms = 100;
