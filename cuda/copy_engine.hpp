@@ -124,12 +124,19 @@ class copy_engine {
   virtual uint64_t batched_transfers() const noexcept { return 0; }
   /// Transfers copied by one gather-kernel launch (cuda, engine_options::path); 0 for others.
   virtual uint64_t kernel_transfers() const noexcept { return 0; }
+  /// Transfers the copy path gave the gather kernel that went by memcpy instead (cuda: every
+  /// descriptor slot still read by a kernel in flight, or the launch failed); 0 for others.
+  virtual uint64_t kernel_fallbacks() const noexcept { return 0; }
   /// ok while the device can take work; errc::device_unavailable, naming the cause, once it
   /// cannot (the cuda backend after a sticky CUDA error, the faulty decorator after an injected
   /// lose_device): every later submit fails without copying. Only a new process gets a new CUDA
   /// context, so the owner should report what finished and end the process for a restart. The
   /// sim and manual backends are always healthy.
   virtual status health() const { return {}; }
+  /// The NUMA node nearest the device (the cuda backend reads its PCIe device's numa_node in
+  /// sysfs), so that the owner can place the pool's pages there before faulting them in; -1 when
+  /// unknown or meaningless (sim, manual).
+  virtual int numa_node() const { return -1; }
 };
 
 }  // namespace kvc::cuda

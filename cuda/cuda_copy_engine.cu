@@ -1,14 +1,21 @@
 #include "cuda/cuda_copy_engine.hpp"
 
+#include <cuda.h>  // CUcontext and the context calls' types; no link against libcuda
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <string>
 #include <string_view>
 #include <thread>
 
+#include <unistd.h>
+
+#include "cuda/device_switch.hpp"
+#include "cuda/engine_log.hpp"
 #include "cuda/gather_kernel.cuh"
+#include "cuda/numa_affinity.hpp"
 #include "cuda/op_validator.hpp"
 #include "cuda/pin_chunk_plan.hpp"
 
@@ -33,8 +40,10 @@ KVC_STICKY(cudaErrorLaunchFailure);
 KVC_STICKY(cudaErrorTensorMemoryLeak);
 KVC_STICKY(cudaErrorMpsClientTerminated);
 KVC_STICKY(cudaErrorExternalDevice);
+KVC_STICKY(cudaErrorDevicesUnavailable);
+KVC_STICKY(cudaErrorUnknown);
 #undef KVC_STICKY
-static_assert(sticky_cuda_errors.size() == 15, "a sticky code without its static_assert above");
+static_assert(sticky_cuda_errors.size() == 17, "a sticky code without its static_assert above");
 
 bool means_no_device(cudaError_t e) {
   switch (e) {
@@ -65,28 +74,44 @@ status cuda_error(cudaError_t e, std::string_view what) {
 
 /// Runs one CUDA call; when it fails with an error that is not sticky, clears CUDA's last error,
 /// which this very call set, so that the host's own cudaGetLastError never reports our failure.
-/// cudaErrorNotReady is a state, not an error, and sets nothing.
+/// cudaErrorNotReady (a state: a query of work still running) can be left as the thread's last
+/// error too, and PyTorch's next kernel-launch check in the same thread would raise it: it is
+/// cleared when it is the last error.
 template <class Fn>
 cudaError_t clearing(Fn&& fn) {
   const cudaError_t e = fn();
-  if (e != cudaSuccess && e != cudaErrorNotReady && !device_health::is_sticky(e)) {
+  if (e == cudaErrorNotReady) {
+    if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
+  } else if (e != cudaSuccess && !device_health::is_sticky(e)) {
     (void)cudaGetLastError();
   }
   return e;
 }
 
-/// Makes a device current for a scope and restores the caller's current device at its end, so
-/// that an engine on device 1 never leaves the host's thread on device 1.
+using ctx_get_fn = CUresult (*)(CUcontext*);
+using ctx_set_fn = CUresult (*)(CUcontext);
+ctx_get_fn get_context(const context_calls& c) { return reinterpret_cast<ctx_get_fn>(c.get); }
+ctx_set_fn set_context(const context_calls& c) { return reinterpret_cast<ctx_set_fn>(c.set); }
+
+/// Makes the engine's device current for a scope without creating any other context: see
+/// device_switch.hpp for the decision. The caller's context is read and put back with the
+/// driver's cuCtxGetCurrent / cuCtxSetCurrent, found through the runtime when the engine is
+/// built (the binary does not link libcuda, so it still starts where no driver is installed).
 class device_guard {
  public:
-  explicit device_guard(int device) {
-    int current = -1;
-    if (clearing([&] { return cudaGetDevice(&current); }) == cudaSuccess) previous_ = current;
-    if (previous_ != device) error_ = clearing([&] { return cudaSetDevice(device); });
-    switched_ = previous_ >= 0 && previous_ != device && error_ == cudaSuccess;
+  device_guard(const context_calls& calls, int device) : calls_(calls) {
+    CUcontext current_context = nullptr;
+    const bool had_context = calls_.get != nullptr &&
+                             get_context(calls_)(&current_context) == CUDA_SUCCESS &&
+                             current_context != nullptr;
+    int current_device = -1;
+    if (had_context) (void)clearing([&] { return cudaGetDevice(&current_device); });
+    const device_switch plan = plan_device_switch(had_context, current_device, device);
+    if (plan.set_device) error_ = clearing([&] { return cudaSetDevice(device); });
+    if (plan.restore_context && error_ == cudaSuccess) restore_ = current_context;
   }
   ~device_guard() {
-    if (switched_) (void)clearing([&] { return cudaSetDevice(previous_); });
+    if (restore_ != nullptr) (void)set_context(calls_)(restore_);
   }
   device_guard(const device_guard&) = delete;
   device_guard& operator=(const device_guard&) = delete;
@@ -95,10 +120,32 @@ class device_guard {
   cudaError_t error() const noexcept { return error_; }
 
  private:
-  int previous_ = -1;
-  bool switched_ = false;
+  const context_calls& calls_;
+  CUcontext restore_ = nullptr;
   cudaError_t error_ = cudaSuccess;
 };
+
+/// The driver's context calls through the runtime's entry-point query.
+cudaError_t find_context_calls(context_calls* out) {
+  void* get = nullptr;
+  void* set = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  cudaError_t e = clearing([&] {
+    return cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &get, 12000, cudaEnableDefault,
+                                            &found);
+  });
+  if (e != cudaSuccess) return e;
+  if (found != cudaDriverEntryPointSuccess || get == nullptr) return cudaErrorSymbolNotFound;
+  e = clearing([&] {
+    return cudaGetDriverEntryPointByVersion("cuCtxSetCurrent", &set, 12000, cudaEnableDefault,
+                                            &found);
+  });
+  if (e != cudaSuccess) return e;
+  if (found != cudaDriverEntryPointSuccess || set == nullptr) return cudaErrorSymbolNotFound;
+  out->get = get;
+  out->set = set;
+  return cudaSuccess;
+}
 
 }  // namespace
 
@@ -118,6 +165,10 @@ result<std::unique_ptr<copy_engine>> cuda_copy_engine::create(const engine_optio
                           " out of range (" + std::to_string(n) + " device(s))");
   }
   std::unique_ptr<cuda_copy_engine> engine(new cuda_copy_engine(opts));
+  if (const cudaError_t found = find_context_calls(&engine->context_calls_);
+      found != cudaSuccess) {
+    return cuda_error(found, "cudaGetDriverEntryPointByVersion(cuCtxGetCurrent/cuCtxSetCurrent)");
+  }
   if (status s = engine->init(); !s) return s;
   return std::unique_ptr<copy_engine>(std::move(engine));
 }
@@ -138,8 +189,16 @@ cuda_copy_engine::cuda_copy_engine(const engine_options& opts)
   static_cast<cudaError_t>(health_.call(name, [&] { return clearing([&] { return expr; }); }))
 
 status cuda_copy_engine::init() {
-  device_guard g(device_);
+  device_guard g(context_calls_, device_);
   if (g.error() != cudaSuccess) return cuda_error(g.error(), "cudaSetDevice");
+  std::array<char, 64> bus_id{};
+  if (KVC_CALL("cudaDeviceGetPCIBusId",
+               cudaDeviceGetPCIBusId(bus_id.data(), static_cast<int>(bus_id.size()), device_)) ==
+      cudaSuccess) {
+    auto node = read_pci_numa_node(bus_id.data());
+    if (node) numa_node_ = *node;
+    if (!node) engine_log::numa_unknown(device_, node.error().message());
+  }
   for (lane& l : lanes_) {
     cudaStream_t stream = nullptr;
     const cudaError_t e = KVC_CALL("cudaStreamCreateWithFlags",
@@ -169,6 +228,18 @@ status cuda_copy_engine::init_gather() {
                           " cannot use host pointers of registered memory "
                           "(cudaDevAttrCanUseHostPointerForRegisteredMem is 0)");
   }
+  if (gather_limits_.chunk_bytes == 0) {
+    return make_error(errc::invalid_argument, "cuda copy engine: gather chunk_bytes must be > 0");
+  }
+  // Load the kernel's module now, not at its first launch inside a submit (lazy loading may
+  // synchronise the context and stall the step behind the forward pass).
+  e = KVC_CALL("cudaFuncGetAttributes", load_gather());
+  if (e == cudaErrorNoKernelImageForDevice || e == cudaErrorInvalidDeviceFunction) {
+    if (path_ == copy_path::auto_select) return {};  // memcpy only
+    return cuda_error(e, "copy path kernel: the gather kernel cannot run on device " +
+                             std::to_string(device_));
+  }
+  if (e != cudaSuccess) return cuda_error(e, "cudaFuncGetAttributes(gather kernel)");
   const size_t ring_bytes = ring_slots * gather_limits_.max_ops * sizeof(gather_desc);
   for (lane& l : lanes_) {
     void* host = nullptr;
@@ -187,12 +258,22 @@ status cuda_copy_engine::init_gather() {
 }
 
 cuda_copy_engine::~cuda_copy_engine() {
-  device_guard g(device_);
+  device_guard g(context_calls_, device_);
+  // Bounded: a lane waiting on a compute event that never comes (a hung kernel) must not keep
+  // the worker from exiting and being restarted.
+  const auto deadline = std::chrono::steady_clock::now() + wait_timeout_;
+  bool drained = true;
   for (lane& l : lanes_) {
-    if (l.stream != nullptr) {
-      if (!health_.latched()) (void)clearing([&] { return cudaStreamSynchronize(l.stream); });
-      (void)clearing([&] { return cudaStreamDestroy(l.stream); });
-    }
+    if (l.stream != nullptr && !health_.latched()) drained = sync_lane(l, deadline).ok() && drained;
+  }
+  if (!drained) {
+    // Copies may still touch the streams' events, the device memory and the pinned chunks:
+    // nothing is freed, and the process's exit takes them.
+    engine_log::shutdown_timed_out(device_, wait_timeout_.count());
+    return;
+  }
+  for (lane& l : lanes_) {
+    if (l.stream != nullptr) (void)clearing([&] { return cudaStreamDestroy(l.stream); });
     for (const inflight& f : l.queue) {
       (void)clearing([&] { return cudaEventDestroy(f.start); });
       (void)clearing([&] { return cudaEventDestroy(f.end); });
@@ -204,20 +285,48 @@ cuda_copy_engine::~cuda_copy_engine() {
   for (void* p : registered_chunks_) (void)clearing([&] { return cudaHostUnregister(p); });
 }
 
+status cuda_copy_engine::sync_lane(lane& l, std::chrono::steady_clock::time_point deadline) {
+  uint32_t idle_polls = 0;
+  for (;;) {
+    const cudaError_t e = KVC_CALL("cudaStreamQuery", cudaStreamQuery(l.stream));
+    if (e == cudaSuccess) return {};
+    if (e != cudaErrorNotReady) return cuda_error(e, "cudaStreamQuery");
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return make_error(errc::timeout, "cuda copy engine: a stream still had work after " +
+                                           std::to_string(wait_timeout_.count()) + " ms");
+    }
+    // Poll instead of cudaStreamSynchronize, which has no deadline.
+    if (++idle_polls > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
 status cuda_copy_engine::register_host(void* base, size_t bytes, size_t slot_stride) {
   if (base == nullptr || bytes == 0) {
     return make_error(errc::invalid_argument, "register_host: null base or zero bytes");
   }
-  auto plan = plan_pin_chunks(bytes, slot_stride == 0 ? bytes : slot_stride, pin_chunk_bytes_);
+  const auto page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  auto plan =
+      plan_pin_chunks(bytes, slot_stride == 0 ? bytes : slot_stride, pin_chunk_bytes_, page);
   if (!plan) return make_error(plan.code(), "register_host: " + plan.error().message());
+  if (plan->size() > 1 && reinterpret_cast<uintptr_t>(base) % page != 0) {
+    return make_error(errc::invalid_argument,
+                      "register_host: a region pinned in several chunks must start on a page "
+                      "boundary (two chunks sharing a page cannot both be registered)");
+  }
   if (host_ranges_.overlaps(base, bytes)) {
     return make_error(errc::invalid_argument,
                       "register_host: range overlaps a range already registered");
   }
   if (status s = health_.admit(); !s) return s;
-  device_guard g(device_);
+  device_guard g(context_calls_, device_);
   if (g.error() != cudaSuccess) return cuda_error(g.error(), "cudaSetDevice");
   const size_t first_new = registered_chunks_.size();
+  // Pinning is synchronous and takes seconds per tens of GB: say so, and how far it got.
+  const bool large = bytes >= pin_log_bytes;
+  const auto began = std::chrono::steady_clock::now();
+  if (large) {
+    engine_log::pinning_started(device_, bytes, plan->size());
+  }
   for (const pin_chunk& c : *plan) {
     void* p = static_cast<std::byte*>(base) + c.offset;
     // Mapped as well when the gather kernel reads the pool through its host addresses.
@@ -235,6 +344,14 @@ status cuda_copy_engine::register_host(void* base, size_t bytes, size_t slot_str
     }
     registered_chunks_.push_back(p);
     (void)host_ranges_.insert(reinterpret_cast<uintptr_t>(p), c.bytes);  // disjoint: checked
+    if (large && plan->size() > 1) {
+      engine_log::pinning_progress(device_, c.offset + c.bytes, bytes);
+    }
+  }
+  if (large) {
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+    engine_log::pinning_done(device_, bytes, seconds);
   }
   return {};
 }
@@ -250,7 +367,7 @@ status cuda_copy_engine::register_device(const void* base, size_t bytes) {
                       "register_device: range overlaps device memory already registered");
   }
   if (status s = health_.admit(); !s) return s;
-  device_guard g(device_);
+  device_guard g(context_calls_, device_);
   if (g.error() != cudaSuccess) return cuda_error(g.error(), "cudaSetDevice");
   const auto* first = static_cast<const std::byte*>(base);
   for (const void* p :
@@ -276,7 +393,7 @@ status cuda_copy_engine::register_device(const void* base, size_t bytes) {
 result<device_buffer> cuda_copy_engine::allocate_device(size_t bytes) {
   if (bytes == 0) return make_error(errc::invalid_argument, "allocate_device: zero bytes");
   if (status s = health_.admit(); !s) return s;
-  device_guard g(device_);
+  device_guard g(context_calls_, device_);
   if (g.error() != cudaSuccess) return cuda_error(g.error(), "cudaSetDevice");
   void* p = nullptr;
   const cudaError_t e = KVC_CALL("cudaMalloc", cudaMalloc(&p, bytes));
@@ -292,24 +409,34 @@ status cuda_copy_engine::upload(void* device_dst, const void* host_src, size_t b
   if (device_dst == nullptr || host_src == nullptr) {
     return make_error(errc::invalid_argument, "upload: null pointer");
   }
-  if (status s = health_.admit(); !s) return s;
-  device_guard g(device_);
-  if (g.error() != cudaSuccess) return cuda_error(g.error(), "cudaSetDevice");
-  const cudaError_t e =
-      KVC_CALL("cudaMemcpy", cudaMemcpy(device_dst, host_src, bytes, cudaMemcpyHostToDevice));
-  return e == cudaSuccess ? status{} : cuda_error(e, "upload: cudaMemcpy");
+  return copy_now(direction::cpu_to_gpu, device_dst, host_src, bytes, "upload");
 }
 
 status cuda_copy_engine::download(void* host_dst, const void* device_src, size_t bytes) {
   if (host_dst == nullptr || device_src == nullptr) {
     return make_error(errc::invalid_argument, "download: null pointer");
   }
+  return copy_now(direction::gpu_to_cpu, host_dst, device_src, bytes, "download");
+}
+
+status cuda_copy_engine::copy_now(direction dir, void* dst, const void* src, size_t bytes,
+                                  std::string_view what) {
   if (status s = health_.admit(); !s) return s;
-  device_guard g(device_);
+  device_guard g(context_calls_, device_);
   if (g.error() != cudaSuccess) return cuda_error(g.error(), "cudaSetDevice");
+  // On the direction's own stream, then waited for: ordered after the transfers queued there
+  // and finished before any later one. A cudaMemcpy on the legacy stream is neither (from
+  // pageable memory it may return while its DMA still runs).
+  lane& l = lane_of(dir);
+  const cudaMemcpyKind kind =
+      dir == direction::gpu_to_cpu ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice;
   const cudaError_t e =
-      KVC_CALL("cudaMemcpy", cudaMemcpy(host_dst, device_src, bytes, cudaMemcpyDeviceToHost));
-  return e == cudaSuccess ? status{} : cuda_error(e, "download: cudaMemcpy");
+      KVC_CALL("cudaMemcpyAsync", cudaMemcpyAsync(dst, src, bytes, kind, l.stream));
+  if (e != cudaSuccess) return cuda_error(e, std::string(what) + ": cudaMemcpyAsync");
+  if (status s = sync_lane(l, std::chrono::steady_clock::now() + wait_timeout_); !s) {
+    return make_error(s.code(), std::string(what) + ": " + s.message());
+  }
+  return {};
 }
 
 result<CUevent_st*> cuda_copy_engine::take_event() {
@@ -329,9 +456,9 @@ result<transfer_id> cuda_copy_engine::submit(direction dir, std::span<const copy
                                              const submit_options& opts) {
   if (status s = health_.admit(); !s) return s;
   if (status s = check_ordering(opts); !s) return s;
-  if (status s = validate_ops(ops); !s) return s;
+  if (status s = checker_.validate(ops); !s) return s;
   if (status s = check_placement(dir, ops, host_ranges_, device_ranges_); !s) return s;
-  device_guard g(device_);
+  device_guard g(context_calls_, device_);
   if (g.error() != cudaSuccess) return cuda_error(g.error(), "cudaSetDevice");
   lane& l = lane_of(dir);
 
@@ -370,6 +497,7 @@ result<transfer_id> cuda_copy_engine::submit(direction dir, std::span<const copy
     if (le == cudaErrorNoKernelImageForDevice || le == cudaErrorInvalidDeviceFunction) {
       gather_ready_ = false;  // not built for this device: memcpy from now on
     }
+    if (!copied) ++kernel_fallbacks_;
   }
 #if CUDART_VERSION >= 12080
   if (!copied && use_batch_ && ops.size() > 1) {
@@ -407,8 +535,12 @@ result<transfer_id> cuda_copy_engine::submit(direction dir, std::span<const copy
       ++batched_;
     } else if (device_health::is_sticky(e)) {
       return refuse(e, "cudaMemcpyBatchAsync");  // the device is gone: nothing will run
-    } else if (e == cudaErrorNotSupported || e == cudaErrorCallRequiresNewerDriver) {
-      use_batch_ = false;  // a refused batch enqueues nothing; the per-op path below runs
+    } else {
+      // A refused batch enqueues nothing; the per-op path below copies this transfer. Whatever
+      // the reason, batching is off from now on: retrying would pay a failed call per submit.
+      use_batch_ = false;
+      batch_refusal_ = health_.failure_text("cudaMemcpyBatchAsync", e);
+      engine_log::batch_refused(device_, batch_refusal_);
     }
   }
 #endif
@@ -451,17 +583,27 @@ result<transfer_id> cuda_copy_engine::submit(direction dir, std::span<const copy
 
 int cuda_copy_engine::try_gather(lane& l, std::span<const copy_op> ops, int* error) {
   *error = cudaSuccess;
-  int slot = -1;
-  for (int s = 0; s < ring_slots && slot < 0; ++s) {
-    if (!l.ring.busy[s]) slot = s;
+  auto free_slot = [&] {
+    for (int s = 0; s < ring_slots; ++s) {
+      if (!l.ring.busy[s]) return s;
+    }
+    return -1;
+  };
+  int slot = free_slot();
+  if (slot < 0) {
+    // Every slot was taken: give back those whose transfers completed meanwhile (a query of the
+    // lane's oldest end events; nothing blocks), then look again.
+    (void)harvest(direction_of(l));
+    slot = free_slot();
   }
   if (slot < 0) return -1;  // every slot is read by a kernel in flight
   const size_t base = static_cast<size_t>(slot) * gather_limits_.max_ops;
-  fill_gather_descs(ops, {l.ring.host + base, ops.size()});
+  const size_t descs = fill_gather_descs(ops, {l.ring.host + base, gather_limits_.max_ops},
+                                         gather_limits_.chunk_bytes);
   std::atomic_thread_fence(std::memory_order_release);  // descriptors written before the launch
   const cudaError_t e =
       KVC_CALL("cudaLaunchKernel",
-               launch_gather(l.ring.device + base, static_cast<uint32_t>(ops.size()), l.stream));
+               launch_gather(l.ring.device + base, static_cast<uint32_t>(descs), l.stream));
   if (e != cudaSuccess) {
     *error = e;
     return -1;
@@ -529,14 +671,14 @@ poll_state cuda_copy_engine::poll(transfer_id id) {
   if (auto it = finished_state_.find(id); it != finished_state_.end()) return it->second;
   auto it = pending_.find(id);
   if (it == pending_.end()) return poll_state::unknown;
-  device_guard g(device_);
+  device_guard g(context_calls_, device_);
   (void)harvest(it->second);
   auto done = finished_state_.find(id);
   return done == finished_state_.end() ? poll_state::pending : done->second;
 }
 
 status cuda_copy_engine::wait(std::span<const transfer_id> ids) {
-  device_guard g(device_);
+  device_guard g(context_calls_, device_);
   const auto deadline = std::chrono::steady_clock::now() + wait_timeout_;
   std::string unknown;
   for (transfer_id id : ids) {
@@ -555,7 +697,7 @@ status cuda_copy_engine::wait(std::span<const transfer_id> ids) {
 }
 
 std::vector<transfer_report> cuda_copy_engine::take_finished() {
-  device_guard g(device_);
+  device_guard g(context_calls_, device_);
   (void)harvest(direction::gpu_to_cpu);
   (void)harvest(direction::cpu_to_gpu);
   std::vector<transfer_report> out;

@@ -3,8 +3,11 @@
 /// FIFO per direction and stores overlap loads. Each transfer records a start and an end event
 /// on its stream (timing and completion); poll() queries the end events without blocking, wait()
 /// polls them up to engine_options::wait_timeout. A transfer's ops go out as one
-/// cudaMemcpyBatchAsync (CUDA >= 12.8; the driver may refuse it, then per-op cudaMemcpyAsync with
-/// an explicit kind, DeviceToHost or HostToDevice, is used from then on; never cudaMemcpyDefault).
+/// cudaMemcpyBatchAsync (CUDA >= 12.8; when the driver refuses one, for whatever reason, batching
+/// is off from then on, logged once with the reason (batch_refusal()), and per-op
+/// cudaMemcpyAsync with an explicit kind, DeviceToHost or HostToDevice, copies; never
+/// cudaMemcpyDefault). The gather kernel's module is loaded when the engine is built, never at
+/// a first launch inside a submit.
 ///
 /// Checks before any CUDA call, all host-side (op_validator, address_range_set):
 ///   - ordering: a submit carries a wait_event (a cudaEvent_t of the compute stream) or states
@@ -16,17 +19,21 @@
 /// Errors: every CUDA error is returned as errc::device_unavailable (no driver / device) or
 /// errc::device_error, with the CUDA error name and string. A sticky error (device_health)
 /// latches: every later submit answers errc::device_unavailable without calling CUDA, and
-/// transfers in flight report failed. CUDA's last error is cleared only after a call of this
-/// engine failed (so the host's own error checks never see ours), never before. A device call
+/// transfers in flight report failed; the codes a GPU lost from the bus answers
+/// (cudaErrorDevicesUnavailable, cudaErrorUnknown) latch too. CUDA's last error is cleared only
+/// after a call of this engine failed or left cudaErrorNotReady behind (so the host's own error
+/// checks never see ours), never before. A device call
 /// failing after copies of a transfer were queued leaves the transfer pending until those copies
 /// finished; it then reports failed.
 ///
 /// Ownership: owns its streams, events and device allocations, and unregisters the host chunks
-/// it registered; the destructor first synchronises both streams. Thread-safety: one owner
-/// thread. Each public method makes the engine's device current for its calls and restores the
-/// caller's current device before returning. upload/download use cudaMemcpy, which does not
-/// synchronise with the non-blocking streams. This header needs no CUDA header: handles are the
-/// opaque CUDA driver structs.
+/// it registered; the destructor first waits for both streams, at most wait_timeout: past it,
+/// it logs and frees nothing (copies may still touch that memory; the process's exit takes it).
+/// Thread-safety: one owner thread. Each public method makes the engine's device current for its
+/// calls and puts the caller's context back, never creating a context the caller did not have
+/// (device_switch.hpp). upload/download copy on the direction's stream and wait for it, so they
+/// are ordered after the transfers queued in that direction and finished before later ones. This
+/// header needs no CUDA header: handles are the opaque CUDA driver structs.
 #include <array>
 #include <chrono>
 #include <deque>
@@ -40,11 +47,19 @@
 #include "cuda/device_health.hpp"
 #include "cuda/engine_factory.hpp"
 #include "cuda/gather_plan.hpp"
+#include "cuda/op_validator.hpp"
 
 struct CUstream_st;
 struct CUevent_st;
 
 namespace kvc::cuda {
+
+/// The driver's current-context calls (cuCtxGetCurrent, cuCtxSetCurrent), found through the
+/// runtime when an engine is built; the .cu file gives them their types.
+struct context_calls {
+  void* get = nullptr;
+  void* set = nullptr;
+};
 
 class cuda_copy_engine final : public copy_engine {
  public:
@@ -76,8 +91,15 @@ class cuda_copy_engine final : public copy_engine {
   uint64_t per_op_transfers() const noexcept { return per_op_; }
   /// Transfers the gather kernel copied (engine_options::path).
   uint64_t kernel_transfers() const noexcept override { return kernel_; }
+  /// Transfers the path gave the kernel that went by memcpy: every ring slot was still read by
+  /// a kernel in flight, or the launch failed.
+  uint64_t kernel_fallbacks() const noexcept override { return kernel_fallbacks_; }
+  /// Why the driver refused cudaMemcpyBatchAsync ("" while batching is on or was never tried).
+  const std::string& batch_refusal() const noexcept { return batch_refusal_; }
+  /// The NUMA node of the device's PCIe root (sysfs), -1 when unknown.
+  int numa_node() const override { return numa_node_; }
   /// Gather-kernel transfers one direction may have in flight; more are copied with memcpy.
-  static constexpr int ring_slots = 8;
+  static constexpr int ring_slots = 32;
   /// device_unavailable once a sticky error latched (device_health::admit).
   status health() const override { return health_.admit(); }
 
@@ -109,6 +131,11 @@ class cuda_copy_engine final : public copy_engine {
 
 
   status init();
+  /// upload/download: one copy on the direction's stream, then waits for that stream.
+  status copy_now(direction dir, void* dst, const void* src, size_t bytes, std::string_view what);
+  /// Waits (polling, no cudaStreamSynchronize) until `l`'s stream is idle or `deadline` passed
+  /// (errc::timeout).
+  status sync_lane(lane& l, std::chrono::steady_clock::time_point deadline);
   /// Decides whether the gather kernel can run (init) and allocates the lanes' rings.
   status init_gather();
   /// Copies `ops` with one gather kernel launch from a free ring slot: the slot, -1 when no slot
@@ -121,8 +148,18 @@ class cuda_copy_engine final : public copy_engine {
   status harvest(direction dir, transfer_id until = 0,
                  std::chrono::steady_clock::time_point deadline = {});
   lane& lane_of(direction d) { return lanes_[static_cast<size_t>(d)]; }
+  direction direction_of(const lane& l) const {
+    return &l == &lanes_[0] ? direction::gpu_to_cpu : direction::cpu_to_gpu;
+  }
+  /// register_host logs its progress for regions at least this large.
+  static constexpr size_t pin_log_bytes = size_t{1} << 30;
 
   int device_ = 0;
+  int numa_node_ = -1;
+  context_calls context_calls_;
+  op_checker checker_;
+  std::string batch_refusal_;
+  uint64_t kernel_fallbacks_ = 0;
   std::chrono::milliseconds wait_timeout_;
   device_health health_;
   bool use_batch_ = true;  ///< engine_options::batch_copies, off once the driver refused a batch

@@ -28,9 +28,12 @@
 namespace kvc::cuda {
 
 /// driver_types.h (CUDA 13.0): the errors documented as leaving the process in an inconsistent
-/// state ("any further CUDA work will return the same error"), and uncorrectable ECC / NVLink
-/// errors.
-inline constexpr std::array<std::pair<int, std::string_view>, 15> sticky_cuda_errors{{
+/// state ("any further CUDA work will return the same error"), uncorrectable ECC / NVLink
+/// errors, and what a GPU that fell off the bus or was taken away answers once the engine runs
+/// (cudaErrorDevicesUnavailable, cudaErrorUnknown): no later call can succeed on that context
+/// either. (Before an engine exists, the same two codes mean "no usable device".)
+inline constexpr std::array<std::pair<int, std::string_view>, 17> sticky_cuda_errors{{
+    {46, "cudaErrorDevicesUnavailable"},
     {214, "cudaErrorECCUncorrectable"},
     {220, "cudaErrorNvlinkUncorrectable"},
     {226, "cudaErrorContained"},
@@ -46,6 +49,7 @@ inline constexpr std::array<std::pair<int, std::string_view>, 15> sticky_cuda_er
     {721, "cudaErrorTensorMemoryLeak"},
     {810, "cudaErrorMpsClientTerminated"},
     {911, "cudaErrorExternalDevice"},
+    {999, "cudaErrorUnknown"},
 }};
 
 class device_health {

@@ -5,7 +5,11 @@
 /// through its host addresses (registered mapped); it saves the per-op cost of copy-engine
 /// submissions for many small pages, at the price of SMs the model's compute also uses.
 ///
-/// Selection: `kernel` takes every transfer with 1..max_ops ops; `auto_select` only those of at
+/// Descriptors: one per chunk of at most `chunk_bytes` of an op, so that an op of a large block
+/// is copied by many CUDA blocks at once (one block per op would keep too little in flight to
+/// fill the link); small pages are one descriptor each.
+///
+/// Selection: `kernel` takes every transfer whose ops make 1..max_ops descriptors; `auto_select` only those of at
 /// least two ops that are all at most `auto_max_op_bytes` (small pages; large blocks keep the
 /// DMA engines, which reach the link's bandwidth without SMs); `memcpy` none. A transfer the
 /// kernel does not take is copied with cudaMemcpyBatchAsync / cudaMemcpyAsync as before.
@@ -39,15 +43,21 @@ struct gather_desc {
 struct gather_limits {
   size_t max_ops = 4096;                         ///< descriptors one ring slot holds
   size_t auto_max_op_bytes = size_t{256} << 10;  ///< auto_select: the largest "small page"
+  size_t chunk_bytes = size_t{64} << 10;         ///< the most bytes one descriptor copies
 };
+
+/// Descriptors `ops` make: the sum over ops of ceil(bytes / chunk_bytes).
+size_t gather_desc_count(std::span<const copy_op> ops, size_t chunk_bytes) noexcept;
 
 /// Whether a transfer of `ops` takes the gather kernel under `path`.
 bool takes_gather(copy_path path, std::span<const copy_op> ops,
                   const gather_limits& limits) noexcept;
 
-/// Writes one descriptor per op into `out` (which holds at least ops.size()). The pool's host
-/// addresses are used as they are: the engine enables the kernel only on a device that can use
-/// host pointers of registered memory (cudaDevAttrCanUseHostPointerForRegisteredMem).
-void fill_gather_descs(std::span<const copy_op> ops, std::span<gather_desc> out) noexcept;
+/// Writes the descriptors of `ops` in order (each op cut into chunks of at most `chunk_bytes`)
+/// into `out`, never past its end; returns how many it wrote. The pool's host addresses are used
+/// as they are: the engine enables the kernel only on a device that can use host pointers of
+/// registered memory (cudaDevAttrCanUseHostPointerForRegisteredMem).
+size_t fill_gather_descs(std::span<const copy_op> ops, std::span<gather_desc> out,
+                         size_t chunk_bytes) noexcept;
 
 }  // namespace kvc::cuda

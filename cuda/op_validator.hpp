@@ -3,9 +3,15 @@
 /// bad op list is refused with one clear error before anything is copied. Pure functions.
 ///
 /// They run on every submit, so the success path is cheap: no string is built unless a check
-/// fails, and ops whose destinations already arrive in ascending order (what the KV op builder
-/// emits) are checked for overlap in one pass, without sorting or allocating.
+/// fails; ops whose destinations already arrive in ascending order (what the KV op builder emits
+/// for a store into consecutive slots) are checked for overlap in one pass; a thousand or more
+/// ops of one size in any order (pages of one layout: loads into the GPU blocks vLLM allocated,
+/// stores into whatever slots the pool handed out) go through a hash of destination buckets of
+/// that size, in linear time; other unordered lists are sorted. An op_checker keeps its scratch
+/// between calls, so after its first calls none of this allocates.
+#include <cstdint>
 #include <span>
+#include <vector>
 
 #include "cuda/address_range_set.hpp"
 #include "cuda/copy_engine.hpp"
@@ -16,7 +22,29 @@ namespace kvc::cuda {
 /// errc::invalid_argument when an op has a null pointer, zero bytes, a range that wraps the
 /// address space, a source overlapping its own destination, or when two ops' destinations
 /// overlap (copies inside one transfer are unordered, so overlapping destinations would race).
+/// Stateless form of op_checker::validate (allocates its scratch for unordered ops).
 status validate_ops(std::span<const copy_op> ops);
+
+/// validate_ops with scratch kept between calls: a backend holds one. Not thread-safe.
+class op_checker {
+ public:
+  status validate(std::span<const copy_op> ops);
+  /// Unordered equal-sized lists at least this long take the hash; shorter ones sort.
+  static constexpr size_t hash_from_ops = 1024;
+
+ private:
+  /// Equal-sized ops in any order: two ops of B bytes overlap only if their destinations lie in
+  /// the same or neighbouring B-byte buckets, and no two valid ones share a bucket.
+  status check_equal_sized(std::span<const copy_op> ops);
+  status check_sorted(std::span<const copy_op> ops);
+
+  struct slot {
+    uintptr_t bucket = 0;
+    uint32_t op = UINT32_MAX;  ///< UINT32_MAX: empty
+  };
+  std::vector<slot> table_;
+  std::vector<size_t> order_;
+};
 
 /// Strict placement (the cuda backend): each op's GPU side must lie inside one range of
 /// `device` and its CPU side inside one range of `host` (one pinned chunk). An op whose sides

@@ -79,7 +79,8 @@ struct direction_result {
   double submit_p50_us = 0;
   double submit_p99_us = 0;
   uint64_t batched = 0;
-  uint64_t kernel = 0;  ///< transfers the gather kernel copied
+  uint64_t kernel = 0;    ///< transfers the gather kernel copied
+  uint64_t fallback = 0;  ///< transfers given the kernel that went by memcpy (no free slot)
 };
 
 uint64_t splitmix64(uint64_t x) {
@@ -167,6 +168,7 @@ class copy_bench {
       r.submit_p99_us = *p99;
       r.batched = engine_->batched_transfers();
       r.kernel = engine_->kernel_transfers();
+      r.fallback = engine_->kernel_fallbacks();
       out.push_back(r);
     }
     return status::success();
@@ -358,16 +360,17 @@ void print(const copy_options& opt, const std::vector<direction_result>& results
                 "per shape, %u blocks per transfer, %u repetitions (best; median in brackets)\n",
                 opt.backend.c_str(), opt.device, opt.copy_path.c_str(),
                 static_cast<double>(working_set) / (1 << 20), opt.batch, opt.repeat);
-    std::printf("%-18s %-11s %9s %9s %9s %7s %9s %9s %9s %8s %8s\n", "shape", "direction",
+    std::printf("%-18s %-11s %9s %9s %9s %7s %9s %9s %9s %8s %8s %8s\n", "shape", "direction",
                 "engine", "(median)", "ceiling", "ratio", "per-page", "submit50", "submit99",
-                "batched", "kernel");
+                "batched", "kernel", "fallback");
     for (const auto& r : results) {
-      std::printf("%-18s %-11s %9.2f %9.2f %9.2f %7.3f %9.2f %8.1fus %8.1fus %8llu %8llu\n",
+      std::printf("%-18s %-11s %9.2f %9.2f %9.2f %7.3f %9.2f %8.1fus %8.1fus %8llu %8llu %8llu\n",
                   r.shape.c_str(), std::string(cuda::to_string(r.dir)).c_str(), r.gbps,
                   r.median_gbps, r.ceiling_gbps, cuda::ratio_to_ceiling(r.gbps, r.ceiling_gbps),
                   r.memcpy_gbps, r.submit_p50_us, r.submit_p99_us,
                   static_cast<unsigned long long>(r.batched),
-                  static_cast<unsigned long long>(r.kernel));
+                  static_cast<unsigned long long>(r.kernel),
+                  static_cast<unsigned long long>(r.fallback));
     }
     if (bidirectional_gbps > 0) {
       std::printf("both directions at once (raw cudaMemcpyAsync, two streams): %.2f GB/s\n",
@@ -378,12 +381,14 @@ void print(const copy_options& opt, const std::vector<direction_result>& results
     std::printf("{\"bench\":\"copy\",\"backend\":\"%s\",\"shape\":\"%s\",\"direction\":\"%s\","
                 "\"page_bytes\":%llu,\"gbps\":%.3f,\"ceiling_gbps\":%.3f,\"ratio\":%.3f,"
                 "\"per_page_gbps\":%.3f,\"submit_p50_us\":%.2f,\"submit_p99_us\":%.2f,"
-                "\"batched_transfers\":%llu,\"copy_path\":\"%s\",\"kernel_transfers\":%llu}\n",
+                "\"batched_transfers\":%llu,\"copy_path\":\"%s\",\"kernel_transfers\":%llu,"
+                "\"kernel_fallbacks\":%llu}\n",
                 opt.backend.c_str(), r.shape.c_str(), std::string(cuda::to_string(r.dir)).c_str(),
                 static_cast<unsigned long long>(r.page_bytes), r.gbps, r.ceiling_gbps,
                 cuda::ratio_to_ceiling(r.gbps, r.ceiling_gbps), r.memcpy_gbps, r.submit_p50_us,
                 r.submit_p99_us, static_cast<unsigned long long>(r.batched),
-                opt.copy_path.c_str(), static_cast<unsigned long long>(r.kernel));
+                opt.copy_path.c_str(), static_cast<unsigned long long>(r.kernel),
+                static_cast<unsigned long long>(r.fallback));
   }
   if (bidirectional_gbps > 0) {
     std::printf("{\"bench\":\"copy\",\"backend\":\"%s\",\"shape\":\"bidirectional\","

@@ -1,8 +1,9 @@
 #pragma once
 /// The edge between a config file on disk and the pure loader (config_loader.hpp): reads the
 /// file and loads it with the --set overrides. An empty path loads the embedded default (one
-/// node, TP=2, PP=1, sim; errors then name "<default>"). An unreadable file is one
-/// config_error naming it. Used by `kvconnect config` and `kvconnect launch`.
+/// node, TP=2, PP=1, sim; errors then name "<default>"). A path that is not a readable regular
+/// file (missing, a directory, a device) or holds more than max_config_bytes is one config_error
+/// naming it, and nothing is parsed. Used by `kvconnect config`, `launch` and `soak`.
 #include <span>
 #include <string>
 
@@ -12,7 +13,8 @@ namespace kvc::launch {
 
 loaded_config load_config_file(const std::string& path, std::span<const std::string> overrides);
 
-/// Prints every error of `loaded` on stderr, one line each ("kvconnect <who>: " first).
+/// Prints the errors of `loaded` on stderr, one line each ("kvconnect <who>: " first): the first
+/// 20, then "... and N more", then the count.
 void print_config_errors(const loaded_config& loaded, const std::string& who);
 
 }  // namespace kvc::launch

@@ -9,6 +9,7 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <unordered_map>
 
 #include <yaml-cpp/yaml.h>
 
@@ -138,6 +139,19 @@ class reader {
 
   void note(const std::string& path, const YAML::Node& n) { seen[path] = at(path, &n); }
 
+  /// A key given twice in one map. yaml-cpp keeps both entries, and reading them in turn would
+  /// let the second silently win, so both places are named and neither is read twice.
+  void duplicate(const std::string& path, const std::string& key, const YAML::Mark& first,
+                 const YAML::Mark& again) {
+    config_error e;
+    e.key_path = path;
+    e.line = again.is_null() ? 0 : again.line + 1;
+    e.location = e.line > 0 ? file_ + ":" + std::to_string(e.line) : file_;
+    e.message = "duplicate key " + quoted(key) + ": first at " + place(first) + ", again at " +
+                place(again) + " (a key may appear once in a map)";
+    errors.push_back(std::move(e));
+  }
+
   /// Reads the keys of a map; nothing (an absent or empty section) keeps the defaults.
   void map(const YAML::Node& n, const std::string& path, const std::vector<field>& fields) {
     if (!n.IsDefined() || n.IsNull()) return;
@@ -148,6 +162,7 @@ class reader {
       return;
     }
     note(path, n);
+    std::unordered_map<std::string, YAML::Mark> first_at;  ///< key → where it was first given
     for (auto it = n.begin(); it != n.end(); ++it) {
       // Copies (handles): `it->first` lives in a temporary proxy that ends with the statement
       // (a dangling reference found by fuzzing under ASan).
@@ -159,6 +174,10 @@ class reader {
       }
       const std::string key = key_node.Scalar();
       const std::string child = path.empty() ? key : path + "." + key;
+      if (auto [first, fresh] = first_at.try_emplace(key, key_node.Mark()); !fresh) {
+        duplicate(child, key, first->second, key_node.Mark());
+        continue;
+      }
       auto f =
           std::find_if(fields.begin(), fields.end(), [&](const field& x) { return x.key == key; });
       if (f == fields.end()) {
@@ -303,6 +322,11 @@ class reader {
   }
 
  private:
+  /// "file:line:column" of a mark (the file alone for a node made by --set).
+  std::string place(const YAML::Mark& m) const {
+    if (m.is_null()) return file_;
+    return file_ + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1);
+  }
   static std::string shortest(double v) {
     char buf[32];
     auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
@@ -578,6 +602,12 @@ loaded_config load_config(std::string_view text, std::string_view file_name,
                           std::span<const std::string> overrides) {
   loaded_config out;
   const std::string file(file_name);
+  if (text.size() > max_config_bytes) {
+    out.errors.push_back({file, 0, "",
+                          "holds " + std::to_string(text.size()) + " bytes: a config is at most " +
+                              std::to_string(max_config_bytes) + " bytes (1 MiB)"});
+    return out;
+  }
   YAML::Node root;
   try {
     root = YAML::Load(std::string(text));

@@ -4,7 +4,8 @@
 /// --set > file > built-in defaults (launch_config.hpp).
 ///
 /// Every problem is reported, not only the first: unknown keys (with a "did you mean" from
-/// edit distance), wrong types, values out of range, and the checks across keys of
+/// edit distance), keys given twice in one map (both places named), wrong types, values out of
+/// range, and the checks across keys of
 /// check_config (launch_plan.hpp). Each error names where the value came from and the key
 /// path: "tp4.yaml:7: topology.tensor_parallel: ...", "--set: runtime.port: ...", or the file
 /// alone for a default that conflicts with another key. Key paths index lists with brackets
@@ -23,6 +24,10 @@
 
 namespace kvc::launch {
 
+/// The largest config text loaded (1 MiB; the examples hold about 1 KiB). A larger one is
+/// refused before parsing: yaml-cpp's tree takes about 1 KiB of memory per key.
+inline constexpr size_t max_config_bytes = size_t{1} << 20;
+
 struct config_error {
   std::string location;  ///< "file:line", "file" (a default), or "--set"
   int line = 0;          ///< 1-based line in the file; 0 when none
@@ -39,7 +44,8 @@ struct loaded_config {
   bool ok() const noexcept { return errors.empty(); }
 };
 
-/// `text`: the YAML (empty: only defaults and overrides). `file_name`: how errors name it.
+/// `text`: the YAML (empty: only defaults and overrides; more than max_config_bytes: one
+/// error, nothing parsed). `file_name`: how errors name it.
 /// `overrides`: "key.path=value" items, the value read as YAML (`[a, b]` is a list).
 loaded_config load_config(std::string_view text, std::string_view file_name,
                           std::span<const std::string> overrides);

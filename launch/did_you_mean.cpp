@@ -31,8 +31,13 @@ std::string closest_name(std::string_view name, std::span<const std::string_view
     for (char& ch : out) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     return out;
   };
+  const std::string lowered = lower(name);
   for (auto c : candidates) {
-    const size_t d = edit_distance(lower(name), lower(c));
+    // The distance is at least the difference in length: a long name (a pasted blob) costs
+    // nothing beyond that comparison.
+    const size_t gap = name.size() > c.size() ? name.size() - c.size() : c.size() - name.size();
+    if (gap >= best_d) continue;
+    const size_t d = edit_distance(lowered, lower(c));
     if (d < best_d) {
       best_d = d;
       best = std::string(c);

@@ -2,8 +2,9 @@
 // or vLLM's own) and prints one JSON line per batch: {"topic", "seq", "ts",
 // "data_parallel_rank", "events": [...]} (kv_events/batch_decoder.hpp). A jump in the sequence
 // numbers is reported on stderr; with --replay ENDPOINT the missed batches are fetched from the
-// publisher's replay socket and printed first, in order. Ends after --count batches, or at
-// SIGINT / SIGTERM.
+// publisher's replay socket and printed first, in order (exit 1 when the replay endpoint sends
+// nothing for --replay-timeout-ms). Ends after --count batches, or at the first SIGINT /
+// SIGTERM (exit 0), also while it waits for a replay.
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -14,6 +15,7 @@
 #include <zmq.hpp>
 
 #include "actors/kv_events/batch_decoder.hpp"
+#include "actors/kv_events/replay_client.hpp"
 #include "launch/commands.hpp"
 #include "launch/signal_watcher.hpp"
 
@@ -26,6 +28,7 @@ struct tail_options {
   std::string replay;
   std::string topic;
   uint64_t count = 0;  // 0: until a signal
+  int64_t replay_timeout_ms = 5000;
 };
 
 uint64_t be64(const zmq::message_t& m) {
@@ -47,8 +50,8 @@ std::vector<zmq::message_t> recv_frames(zmq::socket_t& s) {
 }
 
 /// Prints one batch; false (and a line on stderr) when it does not decode.
-bool print(const std::string& topic, uint64_t seq, const zmq::message_t& payload) {
-  auto j = kv_events::decode_batch(payload.to_string_view());
+bool print(const std::string& topic, uint64_t seq, std::string_view payload) {
+  auto j = kv_events::decode_batch(payload);
   if (!j) {
     std::cerr << "kvconnect events tail: batch " << seq << ": " << j.error().message() << "\n";
     return false;
@@ -59,27 +62,20 @@ bool print(const std::string& topic, uint64_t seq, const zmq::message_t& payload
   return true;
 }
 
-/// The batches [from, to) from the replay socket; how many were printed.
-uint64_t fill_gap(zmq::context_t& ctx, const tail_options& o, const std::string& topic,
-                  uint64_t from, uint64_t to) {
-  zmq::socket_t dealer(ctx, zmq::socket_type::dealer);
-  dealer.set(zmq::sockopt::linger, 0);
-  dealer.connect(o.replay);
-  std::string start(8, '\0');
-  for (int i = 0; i < 8; ++i) start[i] = static_cast<char>(from >> (56 - 8 * i));
-  dealer.send(zmq::message_t{}, zmq::send_flags::sndmore);
-  dealer.send(zmq::buffer(start), zmq::send_flags::none);
+/// Prints the batches [from, to) from the replay endpoint; how many were printed, or why the
+/// replay failed. std::nullopt when a signal stopped it.
+result<std::optional<uint64_t>> fill_gap(zmq::context_t& ctx, const tail_options& o,
+                                         const std::string& topic, uint64_t from, uint64_t to,
+                                         int stop_fd) {
   uint64_t printed = 0;
-  for (;;) {
-    auto f = recv_frames(dealer);
-    if (f.size() != 3 || f[1].size() != 8) {
-      std::cerr << "kvconnect events tail: malformed replay answer\n";
-      return printed;
-    }
-    if (f[1].to_string() == std::string(8, '\xff')) return printed;  // end marker
-    const uint64_t seq = be64(f[1]);
-    if (seq < to && print(topic, seq, f[2])) ++printed;
-  }
+  auto r = kv_events::fetch_replay(
+      ctx, {o.replay, from, std::chrono::milliseconds{o.replay_timeout_ms}, stop_fd},
+      [&](uint64_t seq, std::string_view payload) {
+        if (seq >= from && seq < to && print(topic, seq, payload)) ++printed;
+      });
+  if (!r) return r.error();
+  if (*r == kv_events::replay_outcome::stopped) return std::optional<uint64_t>{};
+  return std::optional<uint64_t>{printed};
 }
 
 int tail(const tail_options& o) {
@@ -97,9 +93,11 @@ int tail(const tail_options& o) {
   }
   std::optional<uint64_t> next;
   uint64_t printed = 0;
-  while (!signals.signalled() && (o.count == 0 || printed < o.count)) {
-    zmq::pollitem_t item{sub.handle(), 0, ZMQ_POLLIN, 0};
-    if (zmq::poll(&item, 1, std::chrono::milliseconds{100}) == 0) continue;
+  while (o.count == 0 || printed < o.count) {
+    zmq::pollitem_t items[2] = {{sub.handle(), 0, ZMQ_POLLIN, 0},
+                                {nullptr, signals.signalled_fd(), ZMQ_POLLIN, 0}};
+    zmq::poll(items, 2, std::chrono::milliseconds{-1});
+    if (signals.signalled() != 0) break;
     auto f = recv_frames(sub);
     if (f.size() != 3 || f[1].size() != 8) {
       std::cerr << "kvconnect events tail: a message of " << f.size()
@@ -110,10 +108,19 @@ int tail(const tail_options& o) {
     const uint64_t seq = be64(f[1]);
     if (next && seq > *next) {
       std::cerr << "kvconnect events tail: missed batches " << *next << ".." << seq - 1 << "\n";
-      if (!o.replay.empty()) printed += fill_gap(ctx, o, topic, *next, seq);
+      if (!o.replay.empty()) {
+        auto filled = fill_gap(ctx, o, topic, *next, seq, signals.signalled_fd());
+        if (!filled) {
+          std::cerr << "kvconnect events tail: batches " << *next << ".." << seq - 1
+                    << " not recovered: " << filled.error().message() << "\n";
+          return 1;
+        }
+        if (!*filled) break;  // a signal
+        printed += **filled;
+      }
     }
     next = seq + 1;
-    if (print(topic, seq, f[2])) ++printed;
+    if (print(topic, seq, f[2].to_string_view())) ++printed;
   }
   return 0;
 }
@@ -130,6 +137,10 @@ void add_events_command(CLI::App& app, int& exit_code) {
       ->required();
   cmd->add_option("--replay", o->replay,
                   "The publisher's replay (ROUTER) endpoint: fetch missed batches from it");
+  cmd->add_option("--replay-timeout-ms", o->replay_timeout_ms,
+                  "The longest wait for each message of a replay answer; past it, exit 1")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->add_option("--topic", o->topic, "Only batches whose topic starts with this");
   cmd->add_option("--count", o->count, "Stop after this many batches (0: at SIGINT/SIGTERM)")
       ->capture_default_str();

@@ -1,5 +1,7 @@
 #include "launch/fault_report.hpp"
 
+#include <utility>
+
 #include <nlohmann/json.hpp>
 
 namespace kvc::launch {
@@ -7,6 +9,27 @@ namespace kvc::launch {
 bool invariants_ok(const fault_outcome& o) noexcept {
   return o.hung_requests == 0 && o.leaked_slots == 0 && o.pending_jobs == 0 &&
          o.load_mismatches == 0 && o.double_completions == 0;
+}
+
+bool invariants_ok(const nlohmann::json& report) {
+  auto count = [&](const char* key) { return report.value(key, uint64_t{0}); };
+  const fault_outcome o{.hung_requests = count("hung_requests"),
+                        .leaked_slots = count("leaked_slots"),
+                        .pending_jobs = count("pending_jobs"),
+                        .load_mismatches = count("load_mismatches"),
+                        .double_completions = count("double_completions")};
+  return invariants_ok(o) && report.value("workers_exited_on_their_own", true);
+}
+
+void take_invariants(nlohmann::json& report, const nlohmann::json& summary) {
+  for (const auto& [from, to] : {std::pair{"hung_requests", "hung_requests"},
+                                 {"pending_jobs", "pending_jobs"},
+                                 {"double_completions", "double_completions"},
+                                 {"load_mismatches", "load_mismatches"},
+                                 {"busy_slots", "leaked_slots"}}) {
+    if (summary.contains(from) && summary[from].is_number_integer()) report[to] = summary[from];
+  }
+  report["invariants_ok"] = invariants_ok(report);
 }
 
 std::string fault_report_line(const fault_outcome& o) {

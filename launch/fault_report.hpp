@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "proto/fault_plan.hpp"
 
 namespace kvc::launch {
@@ -28,6 +30,17 @@ struct fault_outcome {
 
 /// True when nothing hung, leaked, stayed pending, mismatched or completed twice.
 bool invariants_ok(const fault_outcome& o) noexcept;
+
+/// The same of a fault report line (fault_report_line's keys; a missing count is 0), also false
+/// when it says `"workers_exited_on_their_own":false` (the launcher's, after kill_scheduler).
+bool invariants_ok(const nlohmann::json& report);
+
+/// A launch's fault report takes its invariant counts from the launch's summary, the one source
+/// of both lines: hung_requests, pending_jobs, double_completions, load_mismatches (every
+/// worker's) and leaked_slots (the summary's busy_slots), those the summary has; then
+/// invariants_ok is recomputed. A run that ends with hung requests never reports its
+/// invariants as kept.
+void take_invariants(nlohmann::json& report, const nlohmann::json& summary);
 
 /// `{"event":"fault_report","seed":S,"fired":{"drop_report":n,... every kind},"jobs_failed":...,
 /// "invariants_ok":true}` on one line (no newline). Keys in a fixed order: the same outcome

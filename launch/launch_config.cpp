@@ -150,6 +150,21 @@ std::string to_yaml(const launch_config& c) {
   return std::string(out.c_str()) + "\n";
 }
 
+std::string step_wait_problem(uint32_t step_ms, uint32_t job_ms, const std::string& step_key,
+                              const std::string& job_key, bool deadline_needed) {
+  if (job_ms == 0) {
+    if (!deadline_needed) return "";
+    return job_key + " is 0 (no deadline by time), but the engine waits for each step's output " +
+           "for " + step_key + " (" + std::to_string(step_ms) +
+           ") and only a deadline by time releases a step whose report was lost: a lost report " +
+           "would end the run; set " + job_key + " below " + step_key;
+  }
+  if (step_ms > job_ms) return "";
+  return step_key + " (" + std::to_string(step_ms) + ") must exceed " + job_key + " (" +
+         std::to_string(job_ms) + "): the engine would stop waiting for a step before the " +
+         "coordinator fails the jobs of a lost report, and the report would end the run";
+}
+
 uint16_t executor_port_of(const runtime_section& r) {
   if (r.executor_port != 0) return static_cast<uint16_t>(r.executor_port);
   if (r.port == 0 || r.port >= 65535) return 0;

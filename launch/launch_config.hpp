@@ -81,7 +81,9 @@ struct runtime_section {
   uint32_t connection_timeout_ms = 1000;
   uint32_t register_timeout_ms = 5000;
   uint32_t ready_timeout_ms = 30000;
-  uint32_t step_timeout_ms = 10000;
+  /// How long the engine of a launch waits for one step's output; above job_timeout_ms, so that
+  /// a lost report fails its jobs at their deadline instead of ending the run (check_config).
+  uint32_t step_timeout_ms = 60000;
   uint32_t stop_timeout_ms = 5000;
   uint32_t job_timeout_ms = 30000;     ///< a job's deadline after its step; 0: none by time
   uint32_t job_timeout_steps = 1000;  ///< a job's deadline in later steps; 0: none by steps
@@ -166,6 +168,16 @@ struct launch_config {
 /// The config as YAML, every key in file order (what `kvconnect config show` prints); loading
 /// it back gives the same config.
 std::string to_yaml(const launch_config& config);
+
+/// The engine's wait for a step's output (`step_ms`, runtime.step_timeout_ms) against the
+/// coordinator's deadline (`job_ms`, runtime.job_timeout_ms), which releases a step whose report
+/// was lost: a wait that ends first ends the run where the deadline would have failed the jobs.
+/// The problem in one sentence naming both keys (`step_key`, `job_key`); empty when the wait
+/// outlasts the deadline. `deadline_needed`: the engine waits for every step (a launch), so a
+/// job_ms of 0 (no deadline by time) is a problem too; without it (the in-process soak takes
+/// what has arrived) 0 is fine.
+std::string step_wait_problem(uint32_t step_ms, uint32_t job_ms, const std::string& step_key,
+                              const std::string& job_key, bool deadline_needed);
 
 /// The executor channel's port: runtime.executor_port, else runtime.port + 1 when runtime.port
 /// is fixed, else 0 (a free one). check_config refuses a port + 1 beyond 65535.

@@ -203,6 +203,11 @@ std::vector<config_problem> check_config(const launch_config& c) {
     if (exec == rt.port) problem(key, which + ", which is runtime.port as well");
     if (exec == c.observe.metrics_port) problem(key, which + ", which is observe.metrics_port");
   }
+  if (auto p = step_wait_problem(rt.step_timeout_ms, rt.job_timeout_ms, "runtime.step_timeout_ms",
+                                 "runtime.job_timeout_ms", false);
+      !p.empty()) {
+    problem("runtime.step_timeout_ms", std::move(p));
+  }
   // The simulated engine refuses nothing: its longest request must fit in the GPU blocks.
   const uint64_t longest = uint64_t{w.prompt_tokens.max} + w.output_tokens.max;
   const uint64_t room = uint64_t{k.gpu_blocks - 1} * k.gpu_block_size;

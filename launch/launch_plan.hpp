@@ -51,7 +51,8 @@ std::vector<uint32_t> rank_nodes(const topology_section& topology);
 /// The checks across keys: placement vs TP×PP and the nodes, a node without ranks, duplicate
 /// node names, heads vs TP, layers vs PP, offload block_size vs gpu_block_size, a pool too
 /// small for one block per rank or too large for a node's shm_bytes, the smoke run's minimum
-/// GPU blocks and slots, the workload's ranges. Every problem found, in key order.
+/// GPU blocks and slots, the workload's ranges, a step wait that does not outlast the
+/// job deadline (step_wait_problem). Every problem found, in key order.
 std::vector<config_problem> check_config(const launch_config& config);
 
 struct launch_plan {

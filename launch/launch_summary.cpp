@@ -33,29 +33,25 @@ bool add_runner_checks(json& summary, const std::vector<json>& runners, size_t r
   return runners.size() == ranks && mismatches == 0;
 }
 
-void add_connector_share(json& summary, const json& sim, const std::vector<json>& runners) {
-  std::vector<sim::step_times> ranks;
-  for (const auto& r : runners) {
-    ranks.push_back(r.value("step_connector_ns", sim::step_times{}));
-  }
+void add_connector_share(json& summary, const json& sim, double rank_connector_ns) {
   const double scheduler_ns = sim.value("connector_ns", 0.0);
-  const double slowest = sim::slowest_rank_ns(ranks);
   summary["scheduler_connector_ns"] = std::round(scheduler_ns);
-  summary["rank_connector_ns"] = std::round(slowest);
+  summary["rank_connector_ns"] = std::round(rank_connector_ns);
   summary["connector_share"] =
-      std::round(sim::launch_connector_share(scheduler_ns, ranks, sim.value("sim_seconds", 0.0)) *
+      std::round(sim::launch_connector_share(scheduler_ns, rank_connector_ns,
+                                             sim.value("sim_seconds", 0.0)) *
                  1e6) /
       1e6;
 }
 
 bool add_sim_figures(json& summary, const std::optional<json>& sim,
-                     const std::vector<json>& runners, size_t ranks) {
+                     const std::vector<json>& runners, size_t ranks, double rank_connector_ns) {
   if (sim) {
     for (const auto& [k, v] : sim->items()) {
       if (!summary.contains(k)) summary[k] = v;  // the launch's own fields stay
     }
     summary.erase("connector_ns");  // the scheduler's alone: scheduler_connector_ns below
-    add_connector_share(summary, *sim, runners);
+    add_connector_share(summary, *sim, rank_connector_ns);
   } else {
     summary["connector_share"] = json();  // the simulated time is node 0's
   }

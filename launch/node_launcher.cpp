@@ -19,18 +19,21 @@
 #include <spdlog/common.h>
 #include <nlohmann/json.hpp>
 
+#include "launch/child_lines.hpp"
 #include "launch/config_file.hpp"
 #include "launch/launch_plan.hpp"
 #include "launch/launch_summary.hpp"
 #include "launch/fault_options.hpp"
 #include "launch/fault_report.hpp"
 #include "launch/node_processes.hpp"
+#include "launch/observe_dirs.hpp"
 #include "launch/sim_engine/in_process_run.hpp"
 #include "launch/sim_engine/run_comparison.hpp"
 #include "launch/sim_engine/run_report.hpp"
 #include "launch/process_faults.hpp"
 #include "launch/progress_display.hpp"
 #include "launch/signal_watcher.hpp"
+#include "launch/slowest_rank_sum.hpp"
 #include "launch/spawned_process.hpp"
 #include "launch/supervision.hpp"
 #include "shm/segment.hpp"
@@ -147,6 +150,8 @@ class node_run {
   }
 
   const supervision& outcome() const { return sup_; }
+  /// The scheduler process this launch started (node 0); -1 when none started.
+  pid_t scheduler_pid() const { return node_ == 0 ? children_[0].pid() : -1; }
   const std::optional<json>& smoke() const { return smoke_; }
   /// When the scheduler said every rank registered (its first step follows at once).
   const std::optional<clock::time_point>& ready_at() const { return ready_at_; }
@@ -181,8 +186,27 @@ class node_run {
     return merged;
   }
   const std::vector<json>& runners() const { return runners_; }
+  /// Each step's slowest rank of this node, summed over the steps (the workers'
+  /// "connector_steps" lines), once the run ended.
+  double rank_connector_ns() {
+    slowest_.finish();
+    return slowest_.total_ns();
+  }
 
  private:
+  /// A worker's {"event":"connector_steps","rank":r,"ns":[[step,ns],...]}.
+  void add_connector_steps(const json& j) {
+    const json steps = j.value("ns", json::array());
+    if (!steps.is_array()) return;
+    const rank_id rank = j.value("rank", rank_id{0});
+    for (const auto& s : steps) {
+      if (s.is_array() && s.size() == 2 && s[0].is_number_unsigned() &&
+          s[1].is_number_unsigned()) {
+        slowest_.add(rank, s[0].get<step_id>(), s[1].get<uint64_t>());
+      }
+    }
+  }
+
   /// A message of the launcher's own at `level`, shown unless runtime.log_level is above it.
   void tell(spdlog::level::level_enum level, const std::string& message, bool own = true) {
     if (level < spdlog::level::from_str(config_.runtime.log_level)) return;
@@ -455,9 +479,14 @@ class node_run {
   void on_line(size_t child, const std::string& line) {
     const json j = json::parse(line, nullptr, false);
     const std::string event = j.is_object() ? j.value("event", "") : "";
-    // progress: every step; finished: a figure per request (for --compare). Not relayed.
-    if (child != 0 || (event != "progress" && event != "finished")) {
-      tell(spdlog::level::info, "[" + role(child) + "] " + line, false);
+    // On stderr: a sentence at info, the raw line at debug (progress, every step, and finished,
+    // a figure per request for --compare: never).
+    if (spdlog::level::debug >= spdlog::level::from_str(config_.runtime.log_level)) {
+      if (event != "progress" && event != "finished") {
+        tell(spdlog::level::debug, "[" + role(child) + "] " + line, false);
+      }
+    } else if (auto text = child_line_text(j, line)) {
+      tell(spdlog::level::info, "[" + role(child) + "] " + *text, false);
     }
     if (event.empty()) return;
     if (child != 0) {
@@ -469,6 +498,7 @@ class node_run {
               {"pid", j.value("pid", 0)}});
       }
       if (event == "runner") runners_.push_back(j);
+      if (event == "connector_steps") add_connector_steps(j);
       if (event == "device_lost") {
         emit({{"event", "device_lost"},
               {"rank", j.value("rank", 0)},
@@ -553,6 +583,7 @@ class node_run {
   std::optional<json> sim_;
   std::optional<json> finished_;
   std::vector<json> runners_;  ///< the workers' "runner" lines
+  slowest_rank_sum slowest_{ranks_};  ///< the workers' "connector_steps" lines
   std::optional<json> fault_report_;             ///< the scheduler's fault_report line
   std::map<std::string, uint64_t> worker_fired_;  ///< copy faults from the workers' "stopped"
   process_fault_schedule process_faults_;
@@ -653,6 +684,14 @@ int run_launch(const launch_options& o) {
   if (o.engine != "sim" && o.engine != "smoke") {
     return refuse("--engine " + o.engine + ": sim or smoke");
   }
+  // The engine of a launch waits for each step's output: a lost report must fail its jobs at
+  // their deadline before that wait ends (check_config refuses a wait shorter than the
+  // deadline; here also no deadline by time, which only the in-process soak can do without).
+  if (auto p = step_wait_problem(c.runtime.step_timeout_ms, c.runtime.job_timeout_ms,
+                                 "runtime.step_timeout_ms", "runtime.job_timeout_ms", true);
+      !p.empty()) {
+    return refuse(p);
+  }
   if (o.compare && (o.engine != "sim" || o.node != 0)) {
     return refuse("--compare: the simulated engine's run on node 0 is what it compares");
   }
@@ -693,6 +732,7 @@ int run_launch(const launch_options& o) {
     if (!s) return refuse("runtime.faults: " + s.error().message());
     process_faults = std::move(s).value();
   }
+  if (auto st = make_observe_dirs(c, o.node); !st) return refuse(st.message());
   const std::string segment = shm::segment_name(::getuid(), instance, o.node);
 
   sweep_stale_segments(c.runtime.log_level);
@@ -713,18 +753,21 @@ int run_launch(const launch_options& o) {
   int code = run.run(signals);
   own_segment.reset();  // removes it
 
-  // A scheduler that was killed cannot remove its segment: the launch does.
+  // A scheduler that was killed cannot remove its segment: the launch does, when the segment's
+  // header names that scheduler. A segment of the same name that another live process created
+  // (a second launch of the instance, refused) is not this launch's to remove.
   bool segment_left = false;
-  if (auto exists = shm::segment::exists(segment); exists && *exists) {
-    segment_left = true;
-    if (spdlog::level::from_str(c.runtime.log_level) <= spdlog::level::warn)
-      say("removing " + segment + ", left behind by the scheduler");
-    (void)shm::segment::remove(segment);
-  }
-  // With faults: one fault report of the whole node, and exit 3 when an invariant failed.
-  if (auto report = run.fault_report()) {
-    if (!report->value("invariants_ok", true)) code = 3;
-    emit(*report);
+  if (o.node == 0 && run.scheduler_pid() > 0) {
+    auto removed = shm::remove_segment_left_by(segment, run.scheduler_pid());
+    if (!removed) {
+      say(removed.error().to_string());
+    } else if (*removed) {
+      segment_left = true;
+      if (spdlog::level::from_str(c.runtime.log_level) <= spdlog::level::warn) {
+        say("removed " + segment + ", left behind by the scheduler (pid " +
+            std::to_string(run.scheduler_pid()) + ")");
+      }
+    }
   }
   const auto wall = std::chrono::duration<double>(clock::now() - t0).count();
   json summary{{"event", "summary"},
@@ -744,11 +787,24 @@ int run_launch(const launch_options& o) {
           ? json(std::round(std::chrono::duration<double>(*run.ready_at() - t0).count() * 1000) /
                  1000)
           : json();
+  // Node 0 has the scheduler's figures; another node has its workers' checks.
+  const bool sim_figures = o.engine == "sim" && (run.sim() || o.node != 0);
+  const bool checked =
+      !sim_figures ||
+      add_sim_figures(summary, run.sim(), run.runners(), ranks.size(), run.rank_connector_ns());
+  // With faults: one fault report of the whole node, whose invariants are the summary's counts
+  // (one source for both lines), and exit 3 when one failed.
+  if (auto report = run.fault_report()) {
+    if (sim_figures) take_invariants(*report, summary);
+    else (*report)["invariants_ok"] = invariants_ok(*report);
+    if (!report->value("invariants_ok", true)) code = 3;
+    emit(*report);
+  }
+  summary["ok"] = code == 0;
+  summary["exit_code"] = code;
   std::optional<json> compared;
   if (o.engine == "sim") {
-    // Node 0 has the scheduler's figures; another node has its workers' checks.
-    if (run.sim() || o.node != 0) {
-      const bool checked = add_sim_figures(summary, run.sim(), run.runners(), ranks.size());
+    if (sim_figures) {
       if (code == 0 && !checked) {
         code = 1;
         summary["reason"] =

@@ -55,7 +55,7 @@ struct launch_options {
   std::string engine = "sim";
   /// The simulated engine on node 0: after the launch, run the same workload without
   /// offloading in this process (sim::run_without_offload), print both, the comparison's table
-  /// and a {"event":"compare",...} line after the summary (run_report.hpp compare_json).
+  /// and a {"event":"compare",...} line after the summary (run_comparison.hpp compare_json).
   bool compare = false;
 };
 

@@ -1,6 +1,6 @@
 #pragma once
 /// `kvconnect replay --connector`: replays a connector trace recorded from vLLM R1's
-/// OffloadingConnectorScheduler (shared/reference/connector_trace_format.md) through kvconnect's
+/// OffloadingConnectorScheduler (tests/scheduler/connector_traces/README.md) through kvconnect's
 /// planner (scheduler::planner over its own offload manager), printing one answer
 /// line per connector-call line. docs/planner.md describes the comparison.
 ///

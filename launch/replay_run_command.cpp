@@ -19,15 +19,17 @@ namespace kvc::launch {
 
 namespace {
 
-/// The record files `target` names; empty (and a message) when there is none.
-std::vector<std::string> record_files(const std::string& target) {
+/// The record files `target` names (empty when a directory holds none), or why the directory
+/// cannot be read.
+result<std::vector<std::string>> record_files(const std::string& target) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (!fs::is_directory(target, ec)) return {target};
+  if (!fs::is_directory(target, ec)) return std::vector<std::string>{target};
   std::vector<std::string> files;
-  for (const auto& e : fs::directory_iterator(target, ec)) {
-    if (e.path().extension() == ".kvcrec") files.push_back(e.path().string());
+  for (fs::directory_iterator it{target, ec}, end; !ec && it != end; it.increment(ec)) {
+    if (it->path().extension() == ".kvcrec") files.push_back(it->path().string());
   }
+  if (ec) return make_error(errc::io_error, "cannot read " + target + ": " + ec.message());
   std::sort(files.begin(), files.end());
   return files;
 }
@@ -69,13 +71,18 @@ void add_replay_run_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--quiet", *quiet, "Print only the result, not a line per step");
   cmd->callback([target, quiet, &exit_code] {
     const auto files = record_files(*target);
-    if (files.empty()) {
+    if (!files) {
+      std::cerr << "kvconnect replay-run: " << files.error().message() << "\n";
+      exit_code = 2;
+      return;
+    }
+    if (files->empty()) {
       std::cerr << "kvconnect replay-run: no *.kvcrec file in " << *target << "\n";
       exit_code = 2;
       return;
     }
     int worst = 0;
-    for (const auto& f : files) worst = std::max(worst, replay_file(f, *quiet));
+    for (const auto& f : *files) worst = std::max(worst, replay_file(f, *quiet));
     exit_code = worst;
   });
 }

@@ -3,6 +3,7 @@
 /// share. Both sides derive the node's pool from the same flags (topology, --instance, --slots,
 /// the KV cache shape), so the layout checksum a worker registers with equals the segment's only
 /// when the two were started with the same configuration. Plain data, no CAF.
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -34,6 +35,16 @@ struct pool_plan {
 /// Validates the options (sizes, KV shape, world size, the instance name's characters) and
 /// derives the plan. errc::invalid_argument naming the flag otherwise.
 result<pool_plan> derive_pool(const topology_options& topo, const pool_options& pool);
+
+/// How long the scheduler waits for every rank to register: `ready_timeout_ms` plus the time
+/// a worker may spend faulting in and pinning its region before it registers, counted at a
+/// conservative 1 GiB/s (100 GB of pool: 100 s more), so that a large pool does not outlast a
+/// timeout sized for a small one.
+inline std::chrono::milliseconds ready_timeout_for(uint32_t ready_timeout_ms,
+                                                   uint64_t rank_region_bytes) {
+  constexpr uint64_t bytes_per_ms = (uint64_t{1} << 30) / 1000;  // 1 GiB/s
+  return std::chrono::milliseconds{uint64_t{ready_timeout_ms} + rank_region_bytes / bytes_per_ms};
+}
 
 struct network_options {
   uint32_t heartbeat_ms = 100;
@@ -76,7 +87,8 @@ struct scheduler_process_options {
   /// workers. Exclusive with smoke_steps.
   std::string sim_engine_config;
   uint32_t ready_timeout_ms = 30000;  ///< smoke / sim: how long to wait for every rank
-  uint32_t step_timeout_ms = 10000;   ///< smoke: how long one step's results may take
+  /// smoke / sim: how long one step's output may take; above job_timeout_ms (step_wait_problem)
+  uint32_t step_timeout_ms = 60000;
   uint32_t stop_timeout_ms = 5000;    ///< how long stopping the workers may take
   /// Smoke: after the steps, keep serving (metrics, KV-event replay) until SIGINT/SIGTERM.
   bool serve_after_smoke = false;

@@ -16,6 +16,8 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <spdlog/cfg/env.h>
 #include <spdlog/sinks/stdout_sinks.h>
@@ -66,6 +68,29 @@ void emit(const std::string& line) {
 
 void emit(const nlohmann::json& line) { emit(line.dump()); }
 
+/// A rank's connector time of each step, to the launcher as the run goes:
+/// {"event":"connector_steps","rank":r,"ns":[[step,ns],...]} every `batch` steps and the rest
+/// before the "runner" line (the launcher folds them: launch::slowest_rank_sum). The worker's
+/// memory and every line stay bounded however long the run.
+class connector_steps_out {
+ public:
+  static constexpr size_t batch = 1024;
+  explicit connector_steps_out(rank_id rank) : rank_(rank) { steps_.reserve(batch); }
+  void add(step_id step, uint64_t ns) {
+    steps_.emplace_back(step, ns);
+    if (steps_.size() >= batch) flush();
+  }
+  void flush() {
+    if (steps_.empty()) return;
+    emit({{"event", "connector_steps"}, {"rank", rank_}, {"ns", steps_}});
+    steps_.clear();
+  }
+
+ private:
+  rank_id rank_;
+  std::vector<std::pair<step_id, uint64_t>> steps_;
+};
+
 int fail(const std::string& who, int code, const std::string& message) {
   std::cerr << "kvconnect " << who << ": " << message << std::endl;
   return code;
@@ -78,18 +103,25 @@ embed::pool_config pool_of(const pool_options& p, bool prefault) {
           .prefault = prefault};
 }
 
-/// Waits up to --ready-timeout-ms for every rank to be registered again, in slices, so that a
+/// --ready-timeout-ms grown by what faulting in and pinning a rank's region may take.
+milliseconds ready_wait(const scheduler_process_options& o) {
+  auto plan = derive_pool(o.topology, o.pool);
+  return ready_timeout_for(o.ready_timeout_ms, plan ? plan->geometry.rank_bytes() : 0);
+}
+
+/// Waits up to ready_wait(o) for every rank to be registered again, in slices, so that a
 /// signal ends the wait (success: the caller looks at the signal).
 status wait_for_restarts(embed::scheduler_connector& sc, const scheduler_process_options& o,
                          signal_watcher& signals) {
-  const auto deadline = std::chrono::steady_clock::now() + milliseconds{o.ready_timeout_ms};
+  const milliseconds ready = ready_wait(o);
+  const auto deadline = std::chrono::steady_clock::now() + ready;
   while (!signals.signalled()) {
     const auto left = std::chrono::ceil<milliseconds>(deadline - std::chrono::steady_clock::now());
     auto st = sc.wait_for_workers(std::clamp(left, milliseconds{1}, idle_slice));
     if (st || st.code() != errc::timeout) return st;
     if (left <= idle_slice) {
       return make_error(errc::timeout, "a lost rank did not register again within " +
-                                           std::to_string(o.ready_timeout_ms) + " ms");
+                                           std::to_string(ready.count()) + " ms");
     }
   }
   return status::success();  // signalled: the caller ends the run
@@ -108,8 +140,8 @@ void report_lost_ranks(const embed::scheduler_connector& sc,
 /// Smoke mode: waits for every rank, then runs the engine loop's steps one after the other.
 int smoke(embed::scheduler_connector& sc, smoke_engine& engine, const scheduler_process_options& o,
           signal_watcher& signals) {
-  if (auto st = sc.wait_for_workers(milliseconds{o.ready_timeout_ms}); !st) {
-    spdlog::error("smoke: not every rank registered within {} ms: {}", o.ready_timeout_ms,
+  if (auto st = sc.wait_for_workers(ready_wait(o)); !st) {
+    spdlog::error("smoke: not every rank registered within {} ms: {}", ready_wait(o).count(),
                   st.to_string());
     return 1;
   }
@@ -157,14 +189,16 @@ double thread_cpu_ns() {
 /// The simulated engine's scheduler loop: waits for every rank and its executor-channel
 /// subscription, runs the workload (each step's model input published to the workers), ends
 /// the channel and prints its finished requests ("finished", for `launch --compare`) and the
-/// run's figures ("sim"). 0 when the scheduler side saw no problem
-/// (nothing hung or pending); the workers report their load checks themselves.
+/// run's figures ("sim"), kept in `report` once the run started (the fault report's source
+/// too). 0 when the scheduler side saw no problem (nothing hung, pending or leaked); the
+/// workers report their load checks themselves.
 int simulate(embed::scheduler_connector& sc, const launch_config& c,
              sim::executor_publisher& executor, const scheduler_process_options& o,
-             uint64_t offloaded_block_bytes, signal_watcher& signals) {
-  const milliseconds ready{o.ready_timeout_ms};
+             uint64_t offloaded_block_bytes, signal_watcher& signals,
+             std::optional<sim::run_report>& report) {
+  const milliseconds ready = ready_wait(o);
   if (auto st = sc.wait_for_workers(ready); !st) {
-    spdlog::error("sim: not every rank registered within {} ms: {}", o.ready_timeout_ms,
+    spdlog::error("sim: not every rank registered within {} ms: {}", ready.count(),
                   st.to_string());
     return 1;
   }
@@ -215,10 +249,16 @@ int simulate(embed::scheduler_connector& sc, const launch_config& c,
   };
   auto rep = sim::run_engine_loop(c, &sc, lo);
   if (auto st = executor.publish({true, {}}); !st) spdlog::warn("sim: {}", st.to_string());
+  rep.busy_slots = sc.planner().manager().busy();
+  const embed::fault_stats f = sc.fault_statistics();
+  rep.faults_fired = f.injected;  // the channel's; the launcher adds the workers' copy faults
+  rep.late_reports_dropped = f.late_reports;
+  rep.duplicates_dropped = f.duplicates;
   emit(sim::finished_json(rep.finished));  // what `kvconnect launch --compare` pairs
   auto line = sim::summary_json(rep);  // the launcher adds the workers' checks and prints it
   line["event"] = "sim";
   emit(line);
+  report = rep;
   return rep.ok() ? 0 : 1;
 }
 
@@ -308,9 +348,10 @@ int device_lost(const worker_process_options& o, const embed::worker_connector& 
 
 }  // namespace
 
-/// The fault report of the scheduler's end: the channel faults it injected and what the
-/// coordinator counted. Hung requests, leaks and byte checks are the engine's (the smoke run
-/// fails on any); the planner's in-flight jobs are the pending ones.
+/// The fault report of the scheduler's end without the simulated engine (the smoke run, which
+/// fails on any hung request, leak or byte mismatch itself; serving): the channel faults it
+/// injected and what the coordinator counted; the planner's in-flight jobs are the pending ones.
+/// With the simulated engine the report is its run report's (sim::fault_outcome_of).
 fault_outcome scheduler_outcome(const embed::scheduler_connector& sc, uint64_t seed) {
   const embed::fault_stats f = sc.fault_statistics();
   fault_outcome o;
@@ -327,6 +368,13 @@ int run_scheduler_process(const scheduler_process_options& o) {
   use_stderr_logging("scheduler");
   auto faults = parse_fault_options(o.faults.specs, o.faults.seed);
   if (!faults) return fail("scheduler", 2, faults.error().message());
+  if (o.smoke_steps > 0 || !o.sim_engine_config.empty()) {  // an engine that waits for steps
+    if (auto p = step_wait_problem(o.step_timeout_ms, o.job_timeout_ms, "--step-timeout-ms",
+                                   "--job-timeout-ms", false);
+        !p.empty()) {
+      return fail("scheduler", 2, p);
+    }
+  }
   auto plan = derive_pool(o.topology, o.pool);
   if (!plan) return fail("scheduler", 1, plan.error().to_string());
   std::optional<launch_config> sim_config;
@@ -401,9 +449,11 @@ int run_scheduler_process(const scheduler_process_options& o) {
       "bytes per rank)",
       o.host, (*sc)->port(), plan->geometry.world_size, plan->segment, plan->geometry.num_slots,
       plan->geometry.slot_bytes);
+  std::optional<sim::run_report> sim_report;
   int code = engine     ? smoke(**sc, *engine, o, signals)
              : executor ? simulate(**sc, *sim_config, *executor, o,
-                                   sim_plan->kv.slot_bytes * sim_plan->kv.world_size, signals)
+                                   sim_plan->kv.slot_bytes * sim_plan->kv.world_size, signals,
+                                   sim_report)
                         : serve(**sc, signals);
   if (engine && code == 0 && o.serve_after_smoke) code = serve(**sc, signals);
   if (int sig = signals.signalled()) spdlog::info("scheduler: signal {}: shutting down", sig);
@@ -416,7 +466,8 @@ int run_scheduler_process(const scheduler_process_options& o) {
     emit({{"event", "stopped"}, {"workers", *stopped}});
   }
   if (!faults->empty()) {  // the last line
-    const fault_outcome outcome = scheduler_outcome(**sc, faults->seed);
+    const fault_outcome outcome = sim_report ? sim::fault_outcome_of(*sim_report, faults->seed)
+                                             : scheduler_outcome(**sc, faults->seed);
     emit(fault_report_line(outcome));
     code = fault_report_exit_code(outcome, code);
   }
@@ -473,6 +524,7 @@ int run_worker_process(const worker_process_options& o) {
   auto wc = embed::worker_connector::prepare(cfg);
   if (!wc) return refused(wc.error(), false);
   std::optional<sim::model_runner> runner;
+  connector_steps_out step_times(o.rank);
   std::unique_ptr<sim::executor_subscriber> executor;
   if (o.executor.empty()) {
     if (auto st = install_synthetic_kv(**wc, o.pool.kv); !st) {
@@ -487,6 +539,7 @@ int run_worker_process(const worker_process_options& o) {
     auto r = sim::model_runner::create((*wc)->copy_engine(), wc->get(), o.rank, g);
     if (!r) return fail(who, 2, rank + "set-up failed: " + r.error().to_string());
     runner.emplace(std::move(r).value());
+    runner->on_step_connector_ns([&](step_id s, uint64_t ns) { step_times.add(s, ns); });
     auto sub = sim::executor_subscriber::connect(o.executor, o.token);
     if (!sub) return fail(who, 2, rank + "set-up failed: " + sub.error().to_string());
     executor = std::move(sub).value();
@@ -503,6 +556,7 @@ int run_worker_process(const worker_process_options& o) {
       if (st.code() == errc::device_unavailable) return device_lost(o, **wc, st);
       spdlog::error("worker {}: {}", o.rank, st.to_string());
     }
+    step_times.flush();
     const auto& s = runner->stats();
     emit({{"event", "runner"},
           {"rank", o.rank},
@@ -515,7 +569,6 @@ int run_worker_process(const worker_process_options& o) {
           {"steps_connector_only", s.steps_connector_only},
           {"steps_skipped", s.steps_skipped},
           {"connector_ns", static_cast<uint64_t>(s.connector_ns)},
-          {"step_connector_ns", s.step_connector_ns},
           {"mismatches", s.mismatches}});
   }
   const status st = run_steps(**wc, signals);

@@ -38,7 +38,8 @@ void add_scheduler_command(CLI::App& app, int& exit_code) {
                   "Smoke / simulated engine: how long every rank may take to register")
       ->capture_default_str();
   cmd->add_option("--step-timeout-ms", o->step_timeout_ms,
-                  "Smoke: how long one step's results may take")
+                  "Smoke / simulated engine: how long one step's output may take (must exceed "
+                  "--job-timeout-ms)")
       ->capture_default_str();
   cmd->add_option("--rank-nodes", o->rank_nodes,
                   "Several nodes: the node of every rank, comma-separated (the scheduler runs on "

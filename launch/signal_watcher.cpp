@@ -18,10 +18,13 @@ signal_watcher::signal_watcher() {
   pthread_sigmask(SIG_BLOCK, &set, &old_mask_);
   signal_fd_ = ::signalfd(-1, &set, SFD_CLOEXEC);
   stop_fd_ = ::eventfd(0, EFD_CLOEXEC);
-  if (signal_fd_ < 0 || stop_fd_ < 0) {
+  const int signalled = ::eventfd(0, EFD_CLOEXEC);
+  if (signal_fd_ < 0 || stop_fd_ < 0 || signalled < 0) {
+    if (signalled >= 0) ::close(signalled);
     pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
     return;
   }
+  signalled_fd_ = signalled;
   thread_ = std::thread([this] { run(); });
 }
 
@@ -33,6 +36,7 @@ signal_watcher::~signal_watcher() {
   }
   if (signal_fd_ >= 0) ::close(signal_fd_);
   if (stop_fd_ >= 0) ::close(stop_fd_);
+  if (signalled_fd_ >= 0) ::close(signalled_fd_);
   pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
 }
 
@@ -51,6 +55,8 @@ void signal_watcher::run() {
       ::_exit(128 + sig);
     }
     signal_ = static_cast<int>(info.ssi_signo);
+    const uint64_t one = 1;
+    (void)!::write(signalled_fd_, &one, sizeof one);
     cv_.notify_all();
     if (callback_) callback_(signal_);
   }

@@ -2,10 +2,10 @@
 /// signal_watcher: turns SIGINT / SIGTERM into an orderly shutdown of a kvconnect process. The
 /// constructor blocks both signals in the calling thread, so construct it in main before the
 /// actor system starts its threads (they inherit the mask and never see the signals); a thread
-/// of its own then reads them from a signalfd. The first signal sets signalled(), wakes wait()
-/// and runs the callback. A second signal is a fast exit: the on_second_signal cleanup runs
-/// (remove what must not outlive the process, nothing that waits) and the process ends with
-/// 128 + the signal's number.
+/// of its own then reads them from a signalfd. The first signal sets signalled(), wakes wait(),
+/// makes signalled_fd() readable and runs the callback. A second signal is a fast exit: the
+/// on_second_signal cleanup runs (remove what must not outlive the process, nothing that waits) and
+/// the process ends with 128 + the signal's number.
 ///
 /// Thread-safe. The callback runs on the watcher's thread under the watcher's lock: on_signal()
 /// (also with nullptr, to clear it before what it touches goes away) waits for a running
@@ -37,6 +37,9 @@ class signal_watcher {
   int wait_for(std::chrono::milliseconds timeout);
   /// The signal received so far, 0 if none.
   int signalled() const;
+  /// A descriptor that becomes readable at the first signal and stays so, for a poll() that
+  /// must also end on a signal; -1 when not active().
+  int signalled_fd() const noexcept { return signalled_fd_; }
   /// False when the signalfd could not be set up (then signals keep their default action).
   bool active() const noexcept { return thread_.joinable(); }
 
@@ -46,6 +49,7 @@ class signal_watcher {
   sigset_t old_mask_;
   int signal_fd_ = -1;
   int stop_fd_ = -1;
+  int signalled_fd_ = -1;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::function<void(int)> callback_;

@@ -38,26 +38,6 @@ struct soak_options {
   std::optional<uint64_t> fault_seed;
 };
 
-/// What the fault report says of an in-process run.
-fault_outcome outcome_of(const sim::run_report& r, uint64_t seed) {
-  fault_outcome o;
-  o.seed = seed;
-  o.fired = r.faults_fired;
-  o.jobs_failed = r.jobs_failed;
-  // A failed load's request recomputes what the load did not bring: that redoes the job's work.
-  // A failed store is not retried (its blocks stay on the GPU; a later step may offer them).
-  o.jobs_recovered = r.requests_recomputed;
-  o.requests_recomputed = r.requests_recomputed;
-  o.late_reports_dropped = r.late_reports_dropped;
-  o.duplicates_dropped = r.duplicates_dropped;
-  o.hung_requests = r.hung_requests;
-  o.leaked_slots = r.busy_slots;
-  o.pending_jobs = r.pending_jobs;
-  o.load_mismatches = r.load_mismatches;
-  o.double_completions = r.double_completions;
-  return o;
-}
-
 int run_soak(const soak_options& o) {
   // Logs go to stderr (level: $SPDLOG_LEVEL); stdout carries only the JSON lines.
   auto logger =
@@ -104,7 +84,7 @@ int run_soak(const soak_options& o) {
   }
   std::cerr << sim::summary_table(*on);
   std::cout << sim::summary_json(*on).dump() << std::endl;
-  const fault_outcome outcome = outcome_of(*on, faults->seed);
+  const fault_outcome outcome = sim::fault_outcome_of(*on, faults->seed);
   if (!faults->empty()) std::cout << fault_report_line(outcome) << std::endl;
   if (o.compare && run.offload) {
     auto off = sim::run_without_offload(run);

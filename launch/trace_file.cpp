@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <utility>
 
@@ -14,8 +15,12 @@ namespace {
 
 using json = nlohmann::json;
 
+/// An integer field, refused unless its value lies in [lo, hi] (hi at most T's maximum): a value
+/// the field's type cannot hold is named, never wrapped.
 template <class T>
-bool read_int(const json& j, const char* key, T& out, bool required, std::string& why) {
+bool read_int(const json& j, const char* key, T& out, bool required, std::string& why,
+              int64_t lo = std::numeric_limits<T>::min(),
+              uint64_t hi = std::numeric_limits<T>::max()) {
   auto it = j.find(key);
   if (it == j.end()) {
     if (required) why = std::string{"no \""} + key + "\"";
@@ -23,6 +28,12 @@ bool read_int(const json& j, const char* key, T& out, bool required, std::string
   }
   if (!it->is_number_integer()) {
     why = std::string{"\""} + key + "\" is not an integer";
+    return false;
+  }
+  const bool fits = it->is_number_unsigned() ? it->get<uint64_t>() <= hi : it->get<int64_t>() >= lo;
+  if (!fits) {
+    why = std::string{"\""} + key + "\" is " + it->dump() + ", out of range [" +
+          std::to_string(lo) + ", " + std::to_string(hi) + "]";
     return false;
   }
   out = it->get<T>();
@@ -53,16 +64,18 @@ result<trace::trace_record> parse_record(std::string_view line) {
   trace::trace_record r;
   std::string why;
   std::string dir;
+  const uint64_t t_max = max_trace_ns;
   const bool ok =
-      read_int(j, "wall_ns", r.wall_ns, true, why) &&
-      read_int(j, "mono_ns", r.mono_ns, true, why) && read_int(j, "dur_ns", r.dur_ns, false, why) &&
-      read_int(j, "node", r.node, true, why) && read_int(j, "pid", r.pid, true, why) &&
+      read_int(j, "wall_ns", r.wall_ns, true, why, 0, t_max) &&
+      read_int(j, "mono_ns", r.mono_ns, true, why, 0, t_max) &&
+      read_int(j, "dur_ns", r.dur_ns, false, why, 0, t_max) &&
+      read_int(j, "node", r.node, true, why) && read_int(j, "pid", r.pid, true, why, 0) &&
       read_text(j, "role", r.role, true, why) && read_text(j, "track", r.track, true, why) &&
       read_text(j, "dir", dir, true, why) && read_text(j, "type", r.type, true, why) &&
-      read_int(j, "step", r.step, false, why) && read_int(j, "rank", r.rank, false, why) &&
-      read_int(j, "job", r.job, false, why) && read_text(j, "request", r.request, false, why) &&
+      read_int(j, "step", r.step, false, why, -1) && read_int(j, "rank", r.rank, false, why, -1) &&
+      read_int(j, "job", r.job, false, why, -1) && read_text(j, "request", r.request, false, why) &&
       read_int(j, "bytes", r.bytes, false, why) && read_text(j, "msg", r.msg, false, why) &&
-      read_int(j, "value", r.value, false, why) && read_text(j, "note", r.note, false, why);
+      read_int(j, "value", r.value, false, why, -1) && read_text(j, "note", r.note, false, why);
   if (!ok) return make_error(errc::invalid_argument, why);
   if (dir == "send") {
     r.dir = trace::direction::send;
@@ -74,7 +87,11 @@ result<trace::trace_record> parse_record(std::string_view line) {
     return make_error(errc::invalid_argument, "\"dir\" is not send, receive or local");
   }
   if (r.type.empty()) return make_error(errc::invalid_argument, "\"type\" is empty");
-  if (r.dur_ns < 0) return make_error(errc::invalid_argument, "\"dur_ns\" is negative");
+  if (r.dur_ns > r.mono_ns) {
+    return make_error(errc::invalid_argument,
+                      "\"dur_ns\" " + std::to_string(r.dur_ns) + " is longer than \"mono_ns\" " +
+                          std::to_string(r.mono_ns) + ": the span would begin before its clock");
+  }
   return r;
 }
 
@@ -83,7 +100,13 @@ result<trace_set> read_trace_dir(const std::string& dir) {
   std::error_code ec;
   std::vector<fs::path> files;
   for (fs::directory_iterator it{dir, ec}, end; !ec && it != end; it.increment(ec)) {
-    if (it->is_regular_file() && it->path().extension() == ".jsonl") files.push_back(it->path());
+    if (it->path().extension() != ".jsonl") continue;
+    const bool regular = it->is_regular_file(ec);
+    if (ec) {
+      return make_error(errc::io_error,
+                        "trace: cannot read " + it->path().string() + ": " + ec.message());
+    }
+    if (regular) files.push_back(it->path());
   }
   if (ec) return make_error(errc::io_error, "trace: cannot read " + dir + ": " + ec.message());
   if (files.empty()) return make_error(errc::not_found, "trace: no *.jsonl trace files in " + dir);
@@ -95,6 +118,8 @@ result<trace_set> read_trace_dir(const std::string& dir) {
 
   trace_set out;
   std::map<std::pair<uint32_t, int64_t>, uint32_t> index;  // (node, pid) -> process
+  // Per process: its first record's wall - mono clock offset, and where that record is.
+  std::vector<std::pair<int64_t, std::string>> first_clock;
   for (const auto& path : files) {
     std::ifstream in{path};
     if (!in) return make_error(errc::io_error, "trace: cannot open " + path.string());
@@ -102,6 +127,7 @@ result<trace_set> read_trace_dir(const std::string& dir) {
     size_t number = 0;
     std::vector<std::string> lines;
     while (std::getline(in, line)) lines.push_back(std::move(line));
+    if (in.bad()) return make_error(errc::io_error, "trace: cannot read " + path.string());
     const bool ends_with_newline = [&] {
       std::ifstream tail{path, std::ios::binary | std::ios::ate};
       const auto size = tail.tellg();
@@ -112,19 +138,30 @@ result<trace_set> read_trace_dir(const std::string& dir) {
     for (const auto& l : lines) {
       ++number;
       if (l.empty()) continue;
+      const std::string where = path.string() + ":" + std::to_string(number);
       auto r = parse_record(l);
       if (!r) {
         if (number == lines.size() && !ends_with_newline) {
           ++out.cut_lines;  // the writer was killed mid-line
           continue;
         }
-        return make_error(
-            errc::invalid_argument,
-            "trace: " + path.string() + ":" + std::to_string(number) + ": " + r.error().message());
+        return make_error(errc::invalid_argument, "trace: " + where + ": " + r.error().message());
       }
       const auto key = std::make_pair(r->node, r->pid);
       auto [it, fresh] = index.try_emplace(key, static_cast<uint32_t>(out.processes.size()));
-      if (fresh) out.processes.push_back({r->node, r->pid, r->role});
+      const int64_t clock = r->wall_ns - r->mono_ns;  // both in [0, max_trace_ns]: no overflow
+      if (fresh) {
+        out.processes.push_back({r->node, r->pid, r->role});
+        first_clock.emplace_back(clock, where);
+      } else if (const auto& [first, first_at] = first_clock[it->second];
+                 clock - first > max_wall_clock_step || first - clock > max_wall_clock_step) {
+        return make_error(errc::invalid_argument,
+                          "trace: " + where + ": \"wall_ns\" " + std::to_string(r->wall_ns) +
+                              " is " + std::to_string((clock - first) / 1'000'000'000) +
+                              " s away from the wall clock of the process's first record (" +
+                              first_at + "), more than a day: one of the two is not a time " +
+                              "the process wrote");
+      }
       out.records.push_back({std::move(r).value(), it->second});
     }
   }

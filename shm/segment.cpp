@@ -1,6 +1,7 @@
 #include "shm/segment.hpp"
 
 #include <fcntl.h>
+#include <numaif.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -10,6 +11,7 @@
 #include <boost/interprocess/mapped_region.hpp>
 #include <boost/interprocess/permissions.hpp>
 #include <boost/interprocess/shared_memory_object.hpp>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <new>
@@ -440,6 +442,35 @@ status segment::prefault_rank(rank_id r) {
   for (size_t off = 0; off < region.size(); off += page) {
     auto* p = reinterpret_cast<volatile std::atomic<uint8_t>*>(region.data() + off);
     p->fetch_add(0, std::memory_order_relaxed);
+  }
+  return status::success();
+}
+
+status segment::prefer_numa_node(rank_id r, int node) {
+  const auto region = rank_region(r);
+  if (region.empty() || node < 0) {
+    return make_error(errc::invalid_argument, "prefer NUMA node " + std::to_string(node) +
+                                                  " for rank " + std::to_string(r) +
+                                                  ": no such rank, or a negative node");
+  }
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto first = (reinterpret_cast<uintptr_t>(region.data()) + page - 1) / page * page;
+  const auto last = (reinterpret_cast<uintptr_t>(region.data()) + region.size()) / page * page;
+  if (last <= first) return status::success();  // less than a page: nothing to place
+  constexpr size_t mask_bits = sizeof(unsigned long) * 8 * 16;  // 1024 nodes
+  if (static_cast<size_t>(node) >= mask_bits) {
+    return make_error(errc::invalid_argument,
+                      "prefer NUMA node " + std::to_string(node) + ": beyond node 1023");
+  }
+  std::array<unsigned long, mask_bits / (sizeof(unsigned long) * 8)> mask{};
+  mask[static_cast<size_t>(node) / (sizeof(unsigned long) * 8)] |=
+      1ul << (static_cast<size_t>(node) % (sizeof(unsigned long) * 8));
+  if (::mbind(reinterpret_cast<void*>(first), last - first, MPOL_PREFERRED, mask.data(),
+              mask_bits + 1, 0) != 0) {
+    const int err = errno;
+    return make_error(err == EINVAL ? errc::invalid_argument : errc::shm_error,
+                      "prefer NUMA node " + std::to_string(node) + " for rank " +
+                          std::to_string(r) + " of " + impl_->name + ": " + errno_text(err));
   }
   return status::success();
 }

@@ -82,6 +82,12 @@ class segment {
   /// Faults in the pages of rank `r`'s region in this process without changing its bytes
   /// (MADV_POPULATE_WRITE): what an attaching worker calls before its first transfer.
   status prefault_rank(rank_id r);
+  /// Asks the kernel to place rank `r`'s pages on NUMA node `node` (mbind MPOL_PREFERRED over
+  /// the region's whole pages): called before prefault_rank, so that the rank's region lands
+  /// next to its GPU. The policy is the segment's (shared memory keeps it per file range), so it
+  /// holds for every process that faults those pages in. errc::invalid_argument for a rank out
+  /// of range or a negative node; errc::shm_error naming errno when the kernel refuses.
+  status prefer_numa_node(rank_id r, int node);
 
   const pool_geometry& geometry() const noexcept;
   uint64_t layout_checksum() const noexcept;

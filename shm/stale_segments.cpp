@@ -44,4 +44,19 @@ result<stale_sweep> remove_stale_segments(uint32_t uid) {
   return out;
 }
 
+result<bool> remove_segment_left_by(std::string_view name, pid_t creator) {
+  auto stale = segment::stale_creator(name);
+  if (!stale) {
+    if (stale.error().code() == errc::not_found) return false;
+    return stale.error();
+  }
+  if (!*stale || **stale != creator) return false;
+  const std::string path(name);
+  if (::shm_unlink(path.c_str()) != 0) {
+    if (errno == ENOENT) return false;
+    return make_error(errc::io_error, "cannot remove " + path + ": " + std::strerror(errno));
+  }
+  return true;
+}
+
 }  // namespace kvc::shm

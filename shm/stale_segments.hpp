@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "proto/status.hpp"
@@ -30,5 +31,13 @@ struct stale_sweep {
 
 /// Removes user `uid`'s stale segments. errc::io_error when /dev/shm cannot be read.
 result<stale_sweep> remove_stale_segments(uint32_t uid);
+
+/// Removes `name` only when it is a kvconnect segment whose header names `creator` and that
+/// creator is gone: what a launcher does after its scheduler (`creator`) ended, so that it
+/// removes the segment its scheduler left and never one that another live process created
+/// under the same name (a second launch of the same instance is refused, and must leave the
+/// first launch's segment alone). True when removed; false when absent, live, being created,
+/// or another creator's. Errors: a bad name, a segment that cannot be read or removed.
+result<bool> remove_segment_left_by(std::string_view name, pid_t creator);
 
 }  // namespace kvc::shm

@@ -8,7 +8,6 @@
 #include <caf/binary_serializer.hpp>
 #include <caf/error.hpp>
 #include <caf/sec.hpp>
-#include <zlib.h>
 
 namespace kvc::channel {
 
@@ -117,13 +116,6 @@ result<T> decode_as(wire_kind want, const char* what, std::span<const char> fram
 }
 
 }  // namespace
-
-uint32_t frame_checksum(std::span<const char> bytes) noexcept {
-  // zlib's CRC-32 (IEEE 802.3); its length type is 32-bit, and frames are capped far below that.
-  static_assert(max_frame_bytes < (size_t{1} << 32));
-  return static_cast<uint32_t>(
-      crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));
-}
 
 void seal_frame(wire_bytes& frame) {
   const uint32_t c = frame_checksum(frame);

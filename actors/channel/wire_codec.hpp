@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "proto/connector_metadata.hpp"
+#include "proto/frame_checksum.hpp"
 #include "proto/ids.hpp"
 #include "proto/status.hpp"
 #include "proto/step_report.hpp"
@@ -50,12 +51,9 @@ typename Inspector::result_type inspect(Inspector& f, wire_hello& x) {
 
 using wire_bytes = std::vector<char>;
 
-/// The checksum trailer's size.
-inline constexpr size_t checksum_bytes = 4;
-/// CRC-32 (IEEE) of `bytes`.
-uint32_t frame_checksum(std::span<const char> bytes) noexcept;
-/// Appends the checksum of `frame` (tag + payload) to it. encode() does it; tests and fuzzers
-/// that build raw frames use it to get past the checksum.
+/// Appends the checksum (proto/frame_checksum.hpp: frame_checksum, checksum_bytes) of
+/// `frame` (tag + payload) to it. encode() does it; tests and fuzzers that build raw frames use
+/// it to get past the checksum.
 void seal_frame(wire_bytes& frame);
 
 wire_bytes encode(const wire_hello& x);

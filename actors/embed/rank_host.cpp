@@ -1,5 +1,7 @@
 #include "actors/embed/rank_host.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <unistd.h>
 
 #include <utility>
@@ -157,6 +159,14 @@ result<std::unique_ptr<rank_host>> rank_host::open(const worker_connector_config
   if (!seg) return seg.error();
   h->segment_.emplace(std::move(seg).value());
   if (cfg.pool.prefault) {
+    // The region's pages go next to the GPU before they are faulted in (cuda backend only; the
+    // others know no node). A refusal costs bandwidth, not correctness: warn and go on.
+    if (const int node = h->engine_->numa_node(); node >= 0) {
+      if (auto st = h->segment_->prefer_numa_node(cfg.rank, node); !st) {
+        spdlog::warn("embed: rank {}: pool region not placed on NUMA node {}: {}", cfg.rank, node,
+                     st.message());
+      }
+    }
     if (auto st = h->segment_->prefault_rank(cfg.rank); !st) return st;
   }
   return h;

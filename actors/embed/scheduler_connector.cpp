@@ -16,6 +16,7 @@
 #include "actors/metrics/published.hpp"
 #include "actors/metrics/scheduler_metrics.hpp"
 #include "actors/record/recorder.hpp"
+#include "proto/private_files.hpp"
 
 namespace kvc::embed {
 
@@ -203,12 +204,15 @@ struct scheduler_connector::impl {
     return status::success();
   }
 
-  /// observe.record: opens `<record_dir>/scheduler-<pid>.kvcrec` and attaches it to the
-  /// coordinator.
+  /// observe.record: opens `<record_dir>/scheduler-<pid>.kvcrec` (creating the directory,
+  /// 0700, when it is missing) and attaches it to the coordinator.
   status start_recorder() {
     const observe_config& o = cfg.observe;
     if (!o.record) return status::success();
     const std::string dir = o.record_dir.empty() ? o.trace_dir : o.record_dir;
+    if (auto st = make_private_dir(dir); !st) {
+      return make_error(st.code(), "record: " + st.message());
+    }
     const std::string path = dir + "/scheduler-" + std::to_string(::getpid()) + ".kvcrec";
     auto r = record::recorder::open(path, {cfg.planner, coord().options()});
     if (!r) return r.error();
@@ -365,6 +369,13 @@ result<connector_update> scheduler_connector::update_connector_output(
     const auto now = steady::now();
     if (now >= deadline) break;
     m.coord().wait_some(deadline - now);
+    m.apply_released();
+  }
+  if (m.through < step && m.host->live()) {
+    // One look at the clock past this wait's deadline: a step deadline that passed before it
+    // (the coordinator's job_timeout from planning, no longer than this wait) releases the step
+    // here, however the last wait slice ended.
+    m.coord().take_arrived();
     m.apply_released();
   }
   m.after_step();

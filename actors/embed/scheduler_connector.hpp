@@ -117,7 +117,9 @@ class scheduler_connector {
   result<connector_update> update_connector_output();
   /// Waits up to `timeout` until the output of step `step` has arrived, then applies everything
   /// that has. errc::timeout if it did not arrive in time (what did arrive stays queued for the
-  /// next call); errc::io_error when the scheduler actor is gone.
+  /// next call); errc::io_error when the scheduler actor is gone. A `timeout` no shorter than
+  /// job_timeout never ends in errc::timeout: the step's deadline (job_timeout after
+  /// build_connector_meta) releases it first, even when a report was lost on the way.
   result<connector_update> update_connector_output(step_id step, std::chrono::nanoseconds timeout);
   /// Request-level outcomes as vLLM's engine aggregates them from its workers
   /// (KVConnectorOutput.finished_sending / finished_recving), for an engine that does its own

@@ -1,6 +1,8 @@
 #include "actors/kv_events/publisher.hpp"
 
+#include <algorithm>
 #include <deque>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -54,18 +56,41 @@ struct loop_state {
                    frames.size());
     }
     const std::string identity(static_cast<const char*>(frames[0].data()), frames[0].size());
+    size_t sent = 0;
+    size_t due = 1;  // the end marker
+    bool complete = true;
+    // ROUTER_MANDATORY: a reply that does not fit the peer's queue fails instead of vanishing;
+    // dontwait: a peer that reads nothing never stalls the PUB socket.
     auto reply = [&](std::string_view seq, std::string_view payload) {
-      router.send(zmq::buffer(identity), zmq::send_flags::sndmore);
-      router.send(zmq::message_t{}, zmq::send_flags::sndmore);
-      router.send(zmq::buffer(seq), zmq::send_flags::sndmore);
-      router.send(zmq::buffer(payload), zmq::send_flags::none);
+      if (!complete) return;
+      try {
+        if (!router.send(zmq::buffer(identity),
+                         zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+          complete = false;  // EAGAIN: the peer's queue is full
+          return;
+        }
+        router.send(zmq::message_t{}, zmq::send_flags::sndmore);
+        router.send(zmq::buffer(seq), zmq::send_flags::sndmore);
+        router.send(zmq::buffer(payload), zmq::send_flags::none);
+        ++sent;
+      } catch (const zmq::error_t&) {  // EHOSTUNREACH: the peer went away
+        complete = false;
+      }
     };
     if (well_formed) {
       for (const auto& [seq, payload] : kept) {
-        if (seq >= start) reply(sequence_bytes(seq), payload);
+        if (seq < start) continue;
+        ++due;
+        reply(sequence_bytes(seq), payload);
       }
     }
     reply(end_of_replay(), {});
+    if (!complete) {
+      spdlog::warn(
+          "kv events: replay answer cut after {} of {} messages: the peer is gone or has not "
+          "read an earlier answer",
+          sent, due);
+    }
   }
 
   void run() {
@@ -122,6 +147,11 @@ result<std::unique_ptr<publisher>> publisher::start(const publisher_options& o) 
     try {
       st->router = zmq::socket_t(p->ctx_, zmq::socket_type::router);
       st->router.set(zmq::sockopt::linger, 0);
+      // One whole answer (every kept batch and the end marker) fits a peer's queue; ZeroMQ's
+      // default (1,000) silently dropped the rest of a longer one.
+      st->router.set(zmq::sockopt::sndhwm, static_cast<int>(std::min<size_t>(
+                                               o.buffer + 1, std::numeric_limits<int>::max())));
+      st->router.set(zmq::sockopt::router_mandatory, true);
       st->router.bind(o.replay_endpoint);
       p->replay_endpoint_ = last_endpoint(st->router);
     } catch (const zmq::error_t& e) {

@@ -4,8 +4,11 @@
 /// big-endian, from 0), payload (batch_encoder's msgpack). The last `buffer` batches are kept;
 /// with a replay endpoint, a ROUTER socket answers a request [empty, start seq (8 bytes
 /// big-endian)] from a DEALER/REQ with one [empty, seq, payload] per kept batch with
-/// seq >= start, then [empty, -1 (8 bytes 0xff), empty]. A malformed request gets only the end
-/// marker.
+/// seq >= start, then [empty, -1 (8 bytes 0xff), empty] (vLLM's end marker). A malformed request
+/// gets only the end marker. The ROUTER's send high-water mark is `buffer` + 1 messages, so one
+/// whole answer fits a peer's queue however slowly it reads; a peer that asks again before it
+/// read an earlier answer, or that went away, gets what fits and no end marker (a warning says
+/// where the answer was cut), and the PUB socket never waits for it.
 ///
 /// Threads: the sockets live on a thread of the publisher's own; publish() hands the encoded
 /// batch over an inproc PUSH/PULL pair (a copy, no lock), so the engine's thread never waits on

@@ -1,5 +1,6 @@
 #include "actors/record/record_codec.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <exception>
 #include <type_traits>
@@ -288,6 +289,21 @@ std::string encode_header(const recorded_config& c) {
   return {buf.data(), buf.size()};
 }
 
+std::optional<uint32_t> header_schema(std::span<const char> payload) {
+  auto schema = unpack_whole(payload, "header", [](const object& o) {
+    return uint_as<uint32_t>(items(o, 3, "header")[0], "schema version");
+  });
+  if (!schema) return std::nullopt;
+  return *schema;
+}
+
+status check_schema(uint32_t schema) {
+  if (schema == record_schema_version) return status::success();
+  return make_error(errc::protocol_mismatch, "record: schema version " + std::to_string(schema) +
+                                                 " is not the version this kvconnect reads (" +
+                                                 std::to_string(record_schema_version) + ")");
+}
+
 result<record_header> decode_header(std::span<const char> payload) {
   auto raw = unpack_whole(payload, "header", [](const object& o) {
     const object* p = items(o, 3, "header");
@@ -298,12 +314,7 @@ result<record_header> decode_header(std::span<const char> payload) {
   });
   if (!raw) return raw.error();
   auto& [schema, digest, cfg] = *raw;
-  if (schema != record_schema_version) {
-    return make_error(errc::protocol_mismatch,
-                      "record: schema version " + std::to_string(schema) +
-                          " is not the version this kvconnect reads (" +
-                          std::to_string(record_schema_version) + ")");
-  }
+  if (auto st = check_schema(schema); !st) return st;
   if (config_digest(cfg) != digest) {
     return make_error(errc::protocol_mismatch,
                       "record: the config digest in the header does not match the recorded "
@@ -383,12 +394,25 @@ result<record_event> event_decoder::decode(std::span<const char> payload) {
   return unpack_whole(payload, "event", [&](const object& o) { return event_from(o, mem_); });
 }
 
+std::array<char, 4> le32(uint32_t v) noexcept {
+  return {static_cast<char>(v), static_cast<char>(v >> 8), static_cast<char>(v >> 16),
+          static_cast<char>(v >> 24)};
+}
+
+uint32_t seal_record_frame(char* frame, size_t payload_size) noexcept {
+  const auto len = le32(static_cast<uint32_t>(payload_size));
+  std::copy(len.begin(), len.end(), frame);
+  return frame_checksum({frame, 4 + payload_size});
+}
+
 std::string encode_record(const run_record& rec) {
   std::string out{record_magic};
   auto frame = [&](const std::string& payload) {
-    const auto len = static_cast<uint32_t>(payload.size());
-    for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(len >> (8 * i)));
+    const size_t start = out.size();
+    out.append(4, '\0');
     out += payload;
+    const auto sum = le32(seal_record_frame(out.data() + start, payload.size()));
+    out.append(sum.data(), sum.size());
   };
   frame(encode_header(rec.header.config));
   event_encoder enc;

@@ -1,5 +1,6 @@
 #include "actors/record/record_reader.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -17,6 +18,19 @@ status at(const status& st, uint64_t frame, uint64_t offset) {
                                    std::to_string(offset) + "): " + st.message());
 }
 
+uint32_t from_le32(const char* p) noexcept {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= uint32_t{static_cast<uint8_t>(p[i])} << (8 * i);
+  return v;
+}
+
+std::string hex32(uint32_t v) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string out(8, '0');
+  for (int i = 7; i >= 0; --i, v >>= 4) out[static_cast<size_t>(i)] = digits[v & 0xf];
+  return out;
+}
+
 }  // namespace
 
 result<run_record> read_record(std::istream& in, uint64_t size) {
@@ -28,34 +42,43 @@ result<run_record> read_record(std::istream& in, uint64_t size) {
   uint64_t offset = magic.size();
   uint64_t frame = 0;
   run_record rec;
-  std::vector<char> payload;
+  std::vector<char> buf;  // the frame's length prefix, payload and checksum
   event_decoder decoder;
+  auto bad = [&](std::string why) {
+    return at(make_error(errc::invalid_argument, "record: " + std::move(why)), frame, offset);
+  };
   while (offset < size) {
-    if (size - offset < 4) {
-      return at(make_error(errc::invalid_argument, "record: a truncated length prefix"), frame,
-                offset);
-    }
-    unsigned char len_bytes[4];
-    if (!in.read(reinterpret_cast<char*>(len_bytes), 4)) {
+    if (size - offset < 4) return bad("a truncated length prefix");
+    buf.resize(4);
+    if (!in.read(buf.data(), 4)) {
       return at(make_error(errc::io_error, "record: read failed"), frame, offset);
     }
-    const uint64_t len = uint64_t{len_bytes[0]} | uint64_t{len_bytes[1]} << 8 |
-                         uint64_t{len_bytes[2]} << 16 | uint64_t{len_bytes[3]} << 24;
+    const uint64_t len = from_le32(buf.data());
     if (len > max_record_frame) {
-      return at(make_error(errc::invalid_argument,
-                           "record: a frame of " + std::to_string(len) +
-                               " bytes is over the limit of " + std::to_string(max_record_frame)),
-                frame, offset);
+      return bad("a frame of " + std::to_string(len) + " bytes is over the limit of " +
+                 std::to_string(max_record_frame));
     }
     if (len > size - offset - 4) {
-      return at(make_error(errc::invalid_argument,
-                           "record: a frame of " + std::to_string(len) +
-                               " bytes runs past the end of the record"),
-                frame, offset);
+      return bad("a frame of " + std::to_string(len) + " bytes runs past the end of the record");
     }
-    payload.resize(len);
-    if (!in.read(payload.data(), static_cast<std::streamsize>(len))) {
+    const uint64_t with_sum = std::min<uint64_t>(len + checksum_bytes, size - offset - 4);
+    buf.resize(4 + with_sum);
+    if (!in.read(buf.data() + 4, static_cast<std::streamsize>(with_sum))) {
       return at(make_error(errc::io_error, "record: read failed"), frame, offset);
+    }
+    const std::span<const char> payload{buf.data() + 4, len};
+    if (frame == 0) {
+      // Another version first: an older record has no checksums to check.
+      if (auto v = header_schema(payload)) {
+        if (auto st = check_schema(*v); !st) return at(st, frame, offset);
+      }
+    }
+    if (with_sum < len + checksum_bytes) return bad("the frame's checksum is cut short");
+    const uint32_t stored = from_le32(buf.data() + 4 + len);
+    const uint32_t computed = frame_checksum({buf.data(), 4 + len});
+    if (stored != computed) {
+      return bad("the frame (" + std::to_string(len) + " bytes) fails its checksum (stored " +
+                 hex32(stored) + ", computed " + hex32(computed) + "): the record is corrupt");
     }
     if (frame == 0) {
       auto h = decode_header(payload);
@@ -66,7 +89,7 @@ result<run_record> read_record(std::istream& in, uint64_t size) {
       if (!e) return at(e.error(), frame, offset);
       rec.events.push_back(std::move(e).value());
     }
-    offset += 4 + len;
+    offset += record_frame_overhead + len;
     ++frame;
   }
   if (frame == 0) return make_error(errc::invalid_argument, "record: no header");

@@ -1,10 +1,13 @@
 #include "actors/record/recorder.hpp"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 
 #include "actors/record/record_codec.hpp"
 #include "actors/record/record_pack.hpp"
+#include "proto/private_files.hpp"
 
 namespace kvc::record {
 
@@ -18,10 +21,13 @@ recorder::recorder(std::string path, std::FILE* file)
 
 result<std::unique_ptr<recorder>> recorder::open(const std::string& path,
                                                  const recorded_config& cfg) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
+  auto fd = create_private_file(path);
+  if (!fd) return make_error(fd.code(), "record: " + fd.error().message());
+  std::FILE* f = ::fdopen(*fd, "wb");
   if (f == nullptr) {
-    return make_error(errc::io_error,
-                      "record: cannot create " + path + ": " + std::strerror(errno));
+    const int e = errno;
+    ::close(*fd);
+    return make_error(errc::io_error, "record: cannot write " + path + ": " + std::strerror(e));
   }
   std::unique_ptr<recorder> r{new recorder(path, f)};
   r->out_->buf.write(record_magic.data(), record_magic.size());
@@ -47,8 +53,8 @@ bool recorder::begin_frame() {
 
 void recorder::end_frame() {
   const size_t len = out_->buf.size() - frame_start_ - 4;
-  char* p = out_->buf.data() + frame_start_;
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<char>(len >> (8 * i));
+  const auto sum = le32(seal_record_frame(out_->buf.data() + frame_start_, len));
+  out_->buf.write(sum.data(), sum.size());
   ++events_;
   if (out_->buf.size() >= flush_bytes) write_out();
 }

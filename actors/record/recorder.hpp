@@ -24,8 +24,8 @@ class recorder {
  public:
   static constexpr size_t flush_bytes = size_t{1} << 20;
 
-  /// Creates (truncates) `path` and writes the magic and the header for `cfg`.
-  /// errc::io_error naming the path when it cannot be written.
+  /// Creates (truncates) `path`, mode 0600 (proto/private_files.hpp), and writes the magic and
+  /// the header for `cfg`. errc::io_error naming the path when it cannot be written.
   static result<std::unique_ptr<recorder>> open(const std::string& path,
                                                 const recorded_config& cfg);
   recorder(const recorder&) = delete;
@@ -63,7 +63,7 @@ class recorder {
  private:
   struct buffer;  // the msgpack buffer and packer (recorder.cpp)
   recorder(std::string path, std::FILE* file);
-  /// Starts a frame (its length is patched in by end_frame).
+  /// Starts a frame (end_frame patches its length in and appends its checksum).
   bool begin_frame();
   void end_frame();
   void write_out();

@@ -24,8 +24,9 @@
 namespace kvc::record {
 
 /// Bumped whenever the byte layout or the meaning of an event changes; a reader refuses
-/// another version. 2: a completion event carries its failure detail.
-inline constexpr uint32_t record_schema_version = 2;
+/// another version. 2: a completion event carries its failure detail. 3: every frame ends with
+/// a checksum.
+inline constexpr uint32_t record_schema_version = 3;
 
 /// The cores' configuration, everything a replay needs to rebuild them.
 struct recorded_config {

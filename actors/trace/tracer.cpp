@@ -3,9 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <filesystem>
 #include <mutex>
-#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -14,6 +12,8 @@
 #include <spdlog/details/file_helper.h>
 #include <spdlog/details/null_mutex.h>
 #include <spdlog/sinks/base_sink.h>
+
+#include "proto/private_files.hpp"
 
 namespace kvc::trace {
 
@@ -148,15 +148,14 @@ result<std::shared_ptr<tracer>> tracer::open(trace_level level, const std::strin
     return make_error(errc::invalid_argument, "trace: open with level off");
   }
   if (dir.empty()) return make_error(errc::invalid_argument, "trace: no trace directory");
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    return make_error(errc::io_error,
-                      "trace: cannot create the directory " + dir + ": " + ec.message());
-  }
+  if (auto st = make_private_dir(dir); !st) return make_error(st.code(), "trace: " + st.message());
   std::string path = dir + "/" + role + "-" + std::to_string(::getpid());
   if (!tag.empty()) path += "-" + tag;
   path += ".jsonl";
+  // Created private first; the logger's file opens it again, truncating, mode kept.
+  auto fd = create_private_file(path);
+  if (!fd) return make_error(fd.code(), "trace: " + fd.error().message());
+  ::close(*fd);
   try {
     // The queue holds wake-ups only (one per batch), so a short one suffices.
     auto pool = std::make_shared<spdlog::details::thread_pool>(1024, 1);

@@ -5,7 +5,8 @@
 /// off there is no tracer at all (a null pointer), so nothing is recorded and nothing checked
 /// per message beyond that pointer.
 ///
-/// open() writes `<dir>/<role>-<pid>-<tag>.jsonl`, one JSON object per line
+/// open() writes `<dir>/<role>-<pid>-<tag>.jsonl` (mode 0600; the directory, when open()
+/// creates it, 0700: proto/private_files.hpp), one JSON object per line
 /// (trace_record.hpp), through an spdlog async logger with a thread pool of its own (a full
 /// queue blocks the writer rather than losing records). emit() only moves the record into a
 /// batch of 256; a full batch wakes the logger's thread, which formats and writes it (no

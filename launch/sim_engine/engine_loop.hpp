@@ -33,7 +33,9 @@ namespace kvc::sim {
 struct loop_options {
   /// Steps of the settle phase (after the aborts) at most.
   uint32_t drain_limit = 1000;
-  std::chrono::milliseconds step_timeout{10000};
+  /// Above the coordinator's job deadline (30 s by default), which releases a step whose report
+  /// was lost: a shorter wait would end the run where the deadline fails the step's jobs.
+  std::chrono::milliseconds step_timeout{60000};
   /// Wait up to step_timeout for each step's output (worker processes: the reports travel over
   /// the network). False: take what has arrived. In one process every report of a step that will
   /// arrive has arrived once the ranks ran it, so the run waits on no clock and, with deadlines

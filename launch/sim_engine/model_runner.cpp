@@ -134,7 +134,7 @@ status model_runner::run_step(const model_input& in, std::chrono::nanoseconds bi
       const double ns = std::max(
           0.0, ns_since(start) - (r.stats_.model_ns + r.stats_.copy_ns - others_before));
       r.stats_.connector_ns += ns;
-      r.stats_.step_connector_ns.emplace_back(step, static_cast<uint64_t>(ns));
+      if (r.step_sink_) r.step_sink_(step, static_cast<uint64_t>(ns));
     }
   } accounted{*this, in.step, start, others_before};
   // Align with the metadata stream: a rank that joined mid-run (restarted) may have metadata

@@ -26,6 +26,7 @@
 /// buffers belong to the copy engine. Not thread-safe: the rank's worker thread owns it.
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -56,13 +57,15 @@ struct runner_stats {
   uint64_t steps_skipped = 0;         ///< model inputs planned before this rank registered
   double model_ns = 0;                ///< wall time in the forward and the checks
   double copy_ns = 0;  ///< wall time in finish_transfers (the copies; a GPU runs them as DMA)
-  /// Wall time in the connector's calls: each step's time less its model_ns and copy_ns.
+  /// Wall time in the connector's calls: each step's time less its model_ns and copy_ns (each
+  /// step's own goes to the step sink, model_runner::on_step_connector_ns).
   double connector_ns = 0;
-  /// connector_ns of each step run with a connector, by step (the launch's connector share
-  /// takes each step's slowest rank).
-  std::vector<std::pair<step_id, uint64_t>> step_connector_ns;
   std::vector<std::string> mismatches;  ///< the first few, described
 };
+
+/// Takes one step's connector time (step, ns) as the step ends; kept by the caller, not the
+/// runner, so that the runner's memory does not grow with the run.
+using step_time_sink = std::function<void(step_id, uint64_t)>;
 
 class model_runner {
  public:
@@ -77,6 +80,9 @@ class model_runner {
   status run_step(const model_input& in, std::chrono::nanoseconds bind_timeout);
 
   const runner_stats& stats() const noexcept { return stats_; }
+  /// Every step run with a connector gives its connector time to `sink` (the launch's connector
+  /// share takes each step's slowest rank); unset: only the total (stats().connector_ns).
+  void on_step_connector_ns(step_time_sink sink) { step_sink_ = std::move(sink); }
   rank_id rank() const noexcept { return rank_; }
 
  private:
@@ -98,6 +104,7 @@ class model_runner {
   std::vector<std::byte> buf_;
   std::vector<std::byte> got_;
   runner_stats stats_;
+  step_time_sink step_sink_;
 };
 
 }  // namespace kvc::sim

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <map>
 
 namespace kvc::sim {
 
@@ -33,6 +32,25 @@ double percentile(std::vector<double>& v, double p) {
   std::sort(v.begin(), v.end());
   const auto rank = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(v.size())));
   return v[std::clamp<size_t>(rank, 1, v.size()) - 1];
+}
+
+launch::fault_outcome fault_outcome_of(const run_report& r, uint64_t seed) {
+  launch::fault_outcome o;
+  o.seed = seed;
+  o.fired = r.faults_fired;
+  o.jobs_failed = r.jobs_failed;
+  // A failed load's request recomputes what the load did not bring: that redoes the job's work.
+  // A failed store is not retried (its blocks stay on the GPU; a later step may offer them).
+  o.jobs_recovered = r.requests_recomputed;
+  o.requests_recomputed = r.requests_recomputed;
+  o.late_reports_dropped = r.late_reports_dropped;
+  o.duplicates_dropped = r.duplicates_dropped;
+  o.hung_requests = r.hung_requests;
+  o.leaked_slots = r.busy_slots;
+  o.pending_jobs = r.pending_jobs;
+  o.load_mismatches = r.load_mismatches;
+  o.double_completions = r.double_completions;
+  return o;
 }
 
 nlohmann::json counts_json(const run_report& r) {
@@ -121,20 +139,9 @@ std::string summary_table(const run_report& r) {
   return out;
 }
 
-double slowest_rank_ns(const std::vector<step_times>& ranks) {
-  std::map<uint64_t, uint64_t> slowest;  // by step
-  for (const auto& rank : ranks) {
-    for (const auto& [step, ns] : rank) slowest[step] = std::max(slowest[step], ns);
-  }
-  double sum = 0;
-  for (const auto& [step, ns] : slowest) sum += static_cast<double>(ns);
-  return sum;
-}
-
-double launch_connector_share(double scheduler_ns, const std::vector<step_times>& ranks,
-                              double sim_seconds) {
+double launch_connector_share(double scheduler_ns, double ranks_ns, double sim_seconds) {
   if (sim_seconds <= 0) return 0;
-  return (scheduler_ns + slowest_rank_ns(ranks)) / (sim_seconds * 1e9);
+  return (scheduler_ns + ranks_ns) / (sim_seconds * 1e9);
 }
 
 }  // namespace kvc::sim

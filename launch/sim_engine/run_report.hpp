@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "launch/fault_report.hpp"
 #include "launch/sim_engine/finished_request.hpp"
 #include "proto/fault_plan.hpp"
 
@@ -79,6 +80,11 @@ struct run_report {
   bool ok() const noexcept;
 };
 
+/// What the fault report says of a run: the soak's, and the scheduler process's of a launch
+/// (whose launcher adds its workers' load checks): one source for the summary's counts and the
+/// report's invariants.
+launch::fault_outcome fault_outcome_of(const run_report& r, uint64_t seed);
+
 /// The deterministic part as JSON (what two runs of one seed must agree on).
 nlohmann::json counts_json(const run_report& r);
 /// {"event":"summary", ...}: every field of the summary line and the rest.
@@ -86,15 +92,10 @@ nlohmann::json summary_json(const run_report& r);
 /// The human table (several lines).
 std::string summary_table(const run_report& r);
 
-/// One rank's connector time of each step it ran: (step, ns), model_runner's stats.
-using step_times = std::vector<std::pair<uint64_t, uint64_t>>;
-/// The connector's share of a run in separate processes: (the scheduler's connector ns + each
-/// step's slowest rank's connector ns, summed over the steps) / the simulated time (the ranks
-/// run a step in parallel, so the step waits for the slowest). 0 without simulated time.
-double launch_connector_share(double scheduler_ns, const std::vector<step_times>& ranks,
-                              double sim_seconds);
-/// The sum over the steps of each step's slowest rank's connector ns.
-double slowest_rank_ns(const std::vector<step_times>& ranks);
+/// The connector's share of a run in separate processes: (the scheduler's connector ns + the
+/// ranks', each step's slowest rank summed over the steps: launch::slowest_rank_sum) / the
+/// simulated time. 0 without simulated time.
+double launch_connector_share(double scheduler_ns, double ranks_ns, double sim_seconds);
 
 /// The summaries' rounding of a figure: 3 decimals.
 double round3(double v);

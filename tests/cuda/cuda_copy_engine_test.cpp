@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cuda/cuda_copy_engine.hpp"
 #include "cuda/engine_factory.hpp"
 #include "tests/cuda/gpu_required.hpp"
 
@@ -20,6 +21,7 @@ namespace {
 constexpr int k_invalid_value = 1;      // cudaErrorInvalidValue
 constexpr int k_illegal_address = 700;  // cudaErrorIllegalAddress
 constexpr int k_not_supported = 801;    // cudaErrorNotSupported
+constexpr int k_unknown = 999;          // cudaErrorUnknown: what a GPU lost from the bus answers
 
 class CudaCopyEngineTest : public testing::Test {
  protected:
@@ -123,6 +125,40 @@ TEST_F(CudaCopyEngineTest, FailedCompletionReportsTheCudaErrorName) {
   EXPECT_FALSE(reports[0].ok);
   EXPECT_NE(reports[0].detail.find("cudaEventQuery returned cudaErrorIllegalAddress"), std::string::npos)
       << reports[0].detail;
+}
+
+// A batch the driver refuses for any reason (not only "not supported") turns batching off: the
+// transfer is copied op by op, the reason is kept, and no later submit tries the batch again.
+TEST_F(CudaCopyEngineTest, ARefusedBatchTurnsBatchingOffWithItsReason) {
+  fail_nth("cudaMemcpyBatchAsync", 1, k_invalid_value);
+  const std::vector<copy_op> ops{{gpu_, host_, 256}, {gpu_ + 256, host_ + 256, 256}};
+  for (int k = 0; k < 3; ++k) {
+    auto id = engine_->submit(direction::gpu_to_cpu, ops, {.no_dependency = true});
+    ASSERT_TRUE(id.ok()) << id.error().to_string();
+    ASSERT_TRUE(engine_->wait(std::span(&*id, 1)).ok());
+    EXPECT_EQ(engine_->poll(*id), poll_state::done);
+  }
+  EXPECT_EQ(calls_["cudaMemcpyBatchAsync"], 1) << "a refused batch was tried again";
+  const auto& cuda = static_cast<const cuda_copy_engine&>(*engine_);
+  EXPECT_EQ(cuda.batched_transfers(), 0u);
+  EXPECT_EQ(cuda.per_op_transfers(), 3u);
+  EXPECT_NE(cuda.batch_refusal().find("cudaMemcpyBatchAsync returned cudaErrorInvalidValue"),
+            std::string::npos)
+      << cuda.batch_refusal();
+  EXPECT_EQ(host_[300], std::byte{0x5A});
+}
+
+// A GPU that fell off the bus answers cudaErrorUnknown: the engine latches and stops calling.
+TEST_F(CudaCopyEngineTest, TheCodeOfALostGpuLatches) {
+  fail_nth("cudaEventQuery", 1, k_unknown);
+  const std::vector<copy_op> ops{{gpu_, host_, 256}};
+  auto id = engine_->submit(direction::gpu_to_cpu, ops, {.no_dependency = true});
+  ASSERT_TRUE(id.ok()) << id.error().to_string();
+  ASSERT_TRUE(engine_->wait(std::span(&*id, 1)).ok());
+  EXPECT_EQ(engine_->health().code(), errc::device_unavailable);
+  EXPECT_NE(engine_->health().message().find("cudaErrorUnknown"), std::string::npos);
+  auto later = engine_->submit(direction::gpu_to_cpu, ops, {.no_dependency = true});
+  EXPECT_EQ(later.code(), errc::device_unavailable);
 }
 
 }  // namespace

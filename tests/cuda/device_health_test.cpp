@@ -19,6 +19,10 @@ TEST(DeviceHealthTest, StickyCodesAreKnownByNumber) {
   EXPECT_TRUE(device_health::is_sticky(k_illegal_address));
   EXPECT_TRUE(device_health::is_sticky(k_launch_failure));
   EXPECT_TRUE(device_health::is_sticky(214));  // cudaErrorECCUncorrectable
+  // A GPU lost from the bus or taken away answers these; no later call on the context succeeds.
+  EXPECT_TRUE(device_health::is_sticky(46));   // cudaErrorDevicesUnavailable
+  EXPECT_TRUE(device_health::is_sticky(999));  // cudaErrorUnknown
+  EXPECT_EQ(device_health::sticky_name(999), "cudaErrorUnknown");
   EXPECT_FALSE(device_health::is_sticky(k_success));
   EXPECT_FALSE(device_health::is_sticky(k_invalid_value));
   EXPECT_FALSE(device_health::is_sticky(600));  // cudaErrorNotReady

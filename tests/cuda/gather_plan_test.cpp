@@ -17,7 +17,7 @@ std::vector<copy_op> pages(size_t n, size_t bytes) {
 }
 
 TEST(GatherPlanTest, MemcpyTakesNothingAndKernelTakesEveryNonEmptyTransferWithinTheRing) {
-  const gather_limits limits{.max_ops = 8, .auto_max_op_bytes = 1024};
+  const gather_limits limits{.max_ops = 8, .auto_max_op_bytes = 1024, .chunk_bytes = 1 << 20};
   EXPECT_FALSE(takes_gather(copy_path::memcpy, pages(4, 64), limits));
   EXPECT_TRUE(takes_gather(copy_path::kernel, pages(1, 1 << 20), limits));  // any size
   EXPECT_TRUE(takes_gather(copy_path::kernel, pages(8, 64), limits));
@@ -38,15 +38,34 @@ TEST(GatherPlanTest, AutoTakesOnlySeveralSmallPages) {
 TEST(GatherPlanTest, DescriptorsAreTheOpsAddressesAndSizesInOrder) {
   const auto ops = pages(3, 100);
   std::array<gather_desc, 3> out{};
-  fill_gather_descs(ops, out);
+  EXPECT_EQ(fill_gather_descs(ops, out, 1024), 3u);
   for (size_t i = 0; i < ops.size(); ++i) {
     EXPECT_EQ(out[i], (gather_desc{reinterpret_cast<uint64_t>(ops[i].src),
                                    reinterpret_cast<uint64_t>(ops[i].dst), 100}))
         << i;
   }
   std::array<gather_desc, 2> short_out{};
-  fill_gather_descs(ops, short_out);  // never writes past the span
+  EXPECT_EQ(fill_gather_descs(ops, short_out, 1024), 2u);  // never writes past the span
   EXPECT_EQ(short_out[1].bytes, 100u);
+}
+
+// A large op is cut into chunks so that many CUDA blocks copy it at once; the chunks cover the
+// op exactly, in order, and count against the ring slot's descriptors.
+TEST(GatherPlanTest, LargeOpsAreCutIntoChunksThatCoverThemExactly) {
+  auto ops = pages(2, 2500);
+  ops[1].bytes = 1000;
+  EXPECT_EQ(gather_desc_count(ops, 1000), 4u);  // 1000 + 1000 + 500, then 1000
+  std::array<gather_desc, 4> out{};
+  ASSERT_EQ(fill_gather_descs(ops, out, 1000), 4u);
+  const auto src0 = reinterpret_cast<uint64_t>(ops[0].src);
+  const auto dst0 = reinterpret_cast<uint64_t>(ops[0].dst);
+  EXPECT_EQ(out[0], (gather_desc{src0, dst0, 1000}));
+  EXPECT_EQ(out[1], (gather_desc{src0 + 1000, dst0 + 1000, 1000}));
+  EXPECT_EQ(out[2], (gather_desc{src0 + 2000, dst0 + 2000, 500}));
+  EXPECT_EQ(out[3].bytes, 1000u);
+  const gather_limits limits{.max_ops = 3, .auto_max_op_bytes = 1 << 20, .chunk_bytes = 1000};
+  EXPECT_FALSE(takes_gather(copy_path::kernel, ops, limits)) << "4 descriptors, 3 fit a slot";
+  EXPECT_TRUE(takes_gather(copy_path::kernel, pages(1, 3000), limits));
 }
 
 TEST(GatherPlanTest, PathNamesRoundTripAndOthersAreOneClearError) {

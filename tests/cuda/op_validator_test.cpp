@@ -51,14 +51,78 @@ TEST(OpValidatorTest, OrderedValidOpsAllocateNothing) {
   EXPECT_EQ(after - before, 0u) << "the success path built a string or sorted";
 }
 
-TEST(OpValidatorTest, UnorderedOpsAreSortedToFindOverlaps) {
+TEST(OpValidatorTest, UnorderedOverlapsAreFoundAndNamed) {
   std::vector<copy_op> ops = ordered_ops(8);
   std::swap(ops[2], ops[6]);
   EXPECT_TRUE(validate_ops(ops).ok());
   ops[1].dst = at(0x200000 + 64 * 6 + 8);  // now overlaps ops[2] (which holds old op 6)
   const status s = validate_ops(ops);
   EXPECT_EQ(s.code(), errc::invalid_argument);
-  EXPECT_NE(s.message().find("copy ops 2 and 1"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("copy ops 1 and 2"), std::string::npos) << s.message();
+  ops[1].bytes = 32;  // mixed sizes: the sorted check names the same pair
+  const status mixed = validate_ops(ops);
+  EXPECT_NE(mixed.message().find("copy ops 1 and 2"), std::string::npos) << mixed.message();
+}
+
+// Loads into the GPU blocks vLLM allocated arrive in any order: a warm checker validates them
+// without allocating or sorting.
+TEST(OpValidatorTest, UnorderedEqualSizedOpsAllocateNothingOnAWarmChecker) {
+  std::vector<copy_op> ops = ordered_ops(1024);
+  for (size_t k = 0; k < ops.size(); ++k) std::swap(ops[k], ops[(k * 389) % ops.size()]);
+  op_checker checker;
+  ASSERT_TRUE(checker.validate(ops).ok());  // sizes its scratch
+  const size_t before = g_allocations.load();
+  const status s = checker.validate(ops);
+  const size_t after = g_allocations.load();
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  EXPECT_EQ(after - before, 0u);
+}
+
+// Against a brute-force pairwise check, on random op lists of equal and of mixed sizes, dense
+// enough that about half of them overlap somewhere.
+TEST(OpValidatorTest, AgreesWithPairwiseOverlapOnRandomOpLists) {
+  uint64_t rng = 12345;
+  auto next = [&] {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return rng >> 33;
+  };
+  op_checker checker;
+  int overlapping = 0;
+  for (int round = 0; round < 2040; ++round) {
+    // The last 40 rounds are long enough for the hashed check of equal-sized ops.
+    const size_t n = round < 2000 ? 2 + next() % 40 : op_checker::hash_from_ops + next() % 200;
+    const bool mixed = round % 2 == 1;
+    std::vector<copy_op> ops;
+    if (round < 2000) {
+      for (size_t k = 0; k < n; ++k) {
+        const size_t bytes = mixed ? 1 + next() % 96 : 64;
+        ops.push_back({at(0x100000 + 64 * k), at(0x800000 + next() % (64 * n * 6)), bytes});
+      }
+    } else {
+      // Distinct 64-byte pages of a larger area in shuffled order; every other round one op is
+      // moved onto part of another.
+      std::vector<size_t> page(2 * n);
+      for (size_t k = 0; k < page.size(); ++k) page[k] = k;
+      for (size_t k = page.size(); k > 1; --k) std::swap(page[k - 1], page[next() % k]);
+      for (size_t k = 0; k < n; ++k) {
+        ops.push_back({at(0x100000 + 64 * k), at(0x800000 + 64 * page[k]), 64});
+      }
+      if (mixed) ops[next() % n].dst = at(0x800000 + 64 * page[next() % n] + next() % 64);
+    }
+    bool pairwise = false;
+    for (size_t a = 0; a < n; ++a) {
+      for (size_t b = a + 1; b < n; ++b) {
+        const auto da = reinterpret_cast<uintptr_t>(ops[a].dst);
+        const auto db = reinterpret_cast<uintptr_t>(ops[b].dst);
+        pairwise = pairwise || (da < db + ops[b].bytes && db < da + ops[a].bytes);
+      }
+    }
+    overlapping += pairwise ? 1 : 0;
+    EXPECT_EQ(!checker.validate(ops).ok(), pairwise) << "round " << round;
+    EXPECT_EQ(!validate_ops(ops).ok(), pairwise) << "round " << round;
+  }
+  EXPECT_GT(overlapping, 200);
+  EXPECT_LT(overlapping, 1800);
 }
 
 TEST(OpValidatorTest, OrderedOverlapNamesBothOps) {

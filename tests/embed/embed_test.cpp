@@ -117,10 +117,11 @@ class EmbedTest : public shm::testing::ShmTest,
   }
 
   /// One engine step: plan, every worker's calls around a forward that writes `writes` (block
-  /// -> request tag), then the step's output.
+  /// -> request tag), then the step's output (waited for up to `wait`).
   result<connector_update> step(scheduler_connector& sc, step_id s,
                                 std::vector<scheduler::scheduled_request> fresh = {},
-                                std::vector<std::pair<gpu_block, uint64_t>> writes = {}) {
+                                std::vector<std::pair<gpu_block, uint64_t>> writes = {},
+                                std::chrono::nanoseconds wait = 5s) {
     auto meta = sc.build_connector_meta({s, fresh, {}, {}});
     if (!meta) return meta.error();
     last_meta_ = *meta;
@@ -141,7 +142,7 @@ class EmbedTest : public shm::testing::ShmTest,
       }
       w.clear_connector_metadata();
     }
-    return sc.update_connector_output(s, 5s);
+    return sc.update_connector_output(s, wait);
   }
 
   /// A store job and every job result of the two steps it took.
@@ -445,6 +446,37 @@ TEST_P(EmbedTest, AFailedCopyReachesTheSchedulerWithItsRankAndCause) {
                 " (store) failed: injected_fault: rank 1: faulty copy engine: injected "
                 "fail_at_completion");
   EXPECT_EQ((*sc)->stats().stores_failed, 1u);
+}
+
+// The engine of a launch waits for each step's output up to runtime.step_timeout_ms, which
+// check_config keeps above runtime.job_timeout_ms: a lost report then costs the step's jobs,
+// failed at their deadline, and never the wait. A wait exactly as long as the deadline is the
+// limit: it started after the step was planned, so its end is past the step's deadline.
+TEST_P(EmbedTest, AWaitAsLongAsTheJobDeadlineGetsTheOutputOfAStepWhoseReportWasLost) {
+  scheduler_connector_config cfg = sched_cfg(1);
+  cfg.job_timeout = 20ms;
+  cfg.job_timeout_steps = 0;  // the time deadline alone
+  auto drop = parse_fault_spec("drop_report:nth=0");  // rank 0's report of step 1
+  ASSERT_TRUE(drop.ok()) << drop.error().to_string();
+  cfg.faults.specs.push_back(*drop);
+  auto sc = scheduler_connector::create(cfg);
+  ASSERT_TRUE(sc.ok()) << sc.error().to_string();
+  ASSERT_TRUE(add_worker(sc->get(), worker_cfg(0, 1)));
+  ASSERT_TRUE((*sc)->wait_for_workers(5s).ok());
+
+  // Step 1 plans the store of request a (its copies run in step 2); the step's report is lost.
+  const scheduler::request_view a{"a", keys({41, 42}), 8};
+  const std::vector<gpu_block> blocks_a{1, 2};
+  ASSERT_TRUE((*sc)->update_state_after_alloc(a, blocks_a, 0).ok());
+  auto out = step(**sc, 1, {{a, blocks_a, 0, 8}}, {{1, 100}, {2, 100}}, cfg.job_timeout);
+  ASSERT_TRUE(out.ok()) << out.error().to_string();  // not errc::timeout
+  EXPECT_GE(out->through_step, 1u);
+  ASSERT_EQ(last_meta_.stores.size(), 1u);
+  ASSERT_EQ(out->jobs.size(), 1u);  // the store failed at its deadline, with the step
+  EXPECT_EQ(out->jobs[0].job, last_meta_.stores[0].id);
+  EXPECT_FALSE(out->jobs[0].ok);
+  EXPECT_EQ(out->jobs[0].error, errc::timeout);
+  EXPECT_EQ((*sc)->fault_statistics().injected[static_cast<size_t>(fault_kind::drop_report)], 1u);
 }
 
 TEST_P(EmbedTest, BindTakesTheMetadataOfItsStepOnly) {

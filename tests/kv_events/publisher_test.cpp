@@ -134,6 +134,69 @@ TEST_F(PublisherTest, SubscriberGetsTopicSequenceAndPayloadInOrder) {
   EXPECT_EQ(seq_of(f[1]), seq_a + 1);
 }
 
+// ZeroMQ's default send high-water mark (1,000 messages per peer) once cut every longer answer
+// short, silently and without the end marker. Here the answer of 2,000 batches of 16 KiB is
+// complete although the peer reads nothing while it is sent: the peer reads one message (the
+// publisher is then inside its answer), then a second replay on another socket is answered in
+// full, which the publisher's single thread does only after the first answer was queued; only
+// then is the first answer read. The reader keeps almost nothing in flight (receive queue of 1
+// message, small socket buffer), so before the fix most of the answer was dropped.
+TEST(PublisherReplayTest, AnswersMoreThanAThousandBatchesWithTheEndMarker) {
+  constexpr size_t kept = 2000;
+  publisher_options o;
+  o.endpoint = "tcp://127.0.0.1:*";
+  o.replay_endpoint = "tcp://127.0.0.1:*";
+  o.buffer = kept;
+  auto started = publisher::start(o);
+  ASSERT_TRUE(started.ok()) << started.error().to_string();
+  auto pub = std::move(started).value();
+  for (size_t i = 0; i < kept; ++i) {
+    std::string payload(16 * 1024, static_cast<char>('a' + i % 26));
+    payload.replace(0, std::to_string(i).size(), std::to_string(i));
+    pub->publish(std::move(payload));
+  }
+  zmq::context_t ctx{1};
+  auto ask = [&](zmq::socket_t& dealer) {
+    dealer.set(zmq::sockopt::linger, 0);
+    dealer.set(zmq::sockopt::rcvhwm, 1);
+    dealer.set(zmq::sockopt::rcvbuf, 4096);
+    dealer.connect(pub->replay_endpoint());
+    dealer.send(zmq::message_t{}, zmq::send_flags::sndmore);
+    dealer.send(zmq::buffer(sequence_bytes(0)), zmq::send_flags::none);
+  };
+  // Reads the answer to its end marker; the sequence numbers it carried.
+  auto read_answer = [](zmq::socket_t& dealer, std::vector<uint64_t>& seqs) {
+    for (;;) {
+      auto f = recv_all(dealer);
+      if (f.size() != 3u) return ::testing::AssertionFailure() << f.size() << " frames";
+      if (f[1] == end_of_replay()) {
+        if (!f[2].empty()) return ::testing::AssertionFailure() << "end marker with a payload";
+        return ::testing::AssertionSuccess();
+      }
+      const uint64_t seq = seq_of(f[1]);
+      if (!f[2].starts_with(std::to_string(seq))) {
+        return ::testing::AssertionFailure() << "batch " << seq << " carries another payload";
+      }
+      seqs.push_back(seq);
+    }
+  };
+  zmq::socket_t first(ctx, zmq::socket_type::dealer);
+  ask(first);
+  auto head = recv_all(first);
+  ASSERT_EQ(head.size(), 3u);
+  std::vector<uint64_t> seqs{seq_of(head[1])};
+
+  zmq::socket_t second(ctx, zmq::socket_type::dealer);
+  ask(second);
+  std::vector<uint64_t> second_seqs;
+  ASSERT_TRUE(read_answer(second, second_seqs));
+  EXPECT_EQ(second_seqs.size(), kept);
+
+  ASSERT_TRUE(read_answer(first, seqs));
+  ASSERT_EQ(seqs.size(), kept);
+  for (size_t i = 0; i < kept; ++i) ASSERT_EQ(seqs[i], i);
+}
+
 TEST(PublisherStartTest, BadEndpointsAreErrors) {
   publisher_options o;
   o.endpoint = "nonsense";

@@ -136,7 +136,7 @@ TEST_F(ChaosMultiprocTest, AHangPastTheConnectionTimeoutIsLostKilledAndRestarted
   EXPECT_THAT(launcher_.stderr_text(),
               HasSubstr("the scheduler lost the stopped worker 1: SIGKILL"));
   EXPECT_THAT(launcher_.stderr_text(),
-              HasSubstr("\"event\":\"rank_lost\",\"incarnation\":0,\"rank\":1"));
+              HasSubstr("[scheduler] rank 1 (incarnation 0) is lost"));
   const json report = last("fault_report");
   EXPECT_EQ(report.at("fired").at("hang_rank"), 1);
   EXPECT_EQ(report.at("invariants_ok"), true) << report.dump();
@@ -188,6 +188,25 @@ TEST_F(ChaosMultiprocTest, AKilledSchedulerLeavesWorkersThatExitOnTheirOwn) {
   EXPECT_THAT(s.at("reason").get<std::string>(), HasSubstr("scheduler exited with code 137"));
   EXPECT_THAT(launcher_.stderr_text(), ::testing::Not(HasSubstr("did not exit within")));
   // TearDown: every worker is gone, the segment too.
+}
+
+TEST_F(ChaosMultiprocTest, ARunEndedWithHungRequestsBreaksTheInvariantsInBothReports) {
+  // Issue 23: a run that failed with 61 hung requests in its summary had a fault report with
+  // none and invariants_ok true. Here a killed rank without restarts ends a run that would go
+  // on for good, with every request arrived at step 1: requests are left hung, and both lines
+  // say so.
+  launch({"--fault", "kill_rank:rank=2,step=5", "--set", "topology.restart.policy=never", "--set",
+          "workload.steps=4000000000", "--set", "workload.arrival_rate=0"});
+  EXPECT_EQ(exit_code(), 3) << launcher_.stderr_text();
+  const json report = last("fault_report");
+  const json s = last("summary");
+  ASSERT_TRUE(s.contains("hung_requests")) << s.dump();
+  EXPECT_GT(s.at("hung_requests").get<uint64_t>(), 0u) << s.dump();
+  EXPECT_EQ(report.at("hung_requests"), s.at("hung_requests")) << report.dump();
+  EXPECT_EQ(report.at("pending_jobs"), s.at("pending_jobs"));
+  EXPECT_EQ(report.at("invariants_ok"), false) << report.dump();
+  EXPECT_EQ(s.at("exit_code"), 3);
+  EXPECT_EQ(s.at("ok"), false);
 }
 
 TEST_F(ChaosMultiprocTest, AProcessFaultOnAnotherNodesRankIsRefused) {

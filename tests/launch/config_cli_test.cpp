@@ -3,8 +3,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <string>
@@ -18,6 +20,7 @@ namespace {
 using namespace std::chrono_literals;
 using testing::child_process;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 /// Safety net for a single wait: only a broken run ever reaches it.
 constexpr auto patience = 20s;
@@ -94,6 +97,51 @@ TEST(ConfigCliTest, AMissingFileIsAConfigError) {
   EXPECT_THAT(r.err, HasSubstr("no-such-file.yaml: cannot read the file"));
   auto show = run({"config", "show", "no-such-file.yaml"});
   EXPECT_EQ(show.code, 2);
+}
+
+TEST(ConfigCliTest, APathThatIsNotARegularFileIsAConfigErrorForEveryCommand) {
+  // A directory opens as a stream that reads nothing: it used to load as the defaults (exit 0,
+  // and `launch DIR` ran the default node).
+  const std::string dir = write_file("");
+  ::unlink(dir.c_str());
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  const std::vector<std::vector<std::string>> commands{
+      {"config", "check"}, {"config", "show"}, {"launch"}, {"soak"}};
+  for (auto args : commands) {
+    args.push_back(dir);
+    auto r = run(args);
+    EXPECT_EQ(r.code, 2) << args[0] << ": " << r.err;
+    EXPECT_EQ(r.out, "") << args[0] << ": started something";
+    EXPECT_THAT(r.err, HasSubstr(dir + ": is a directory, not a config file\n")) << args[0];
+  }
+  ::rmdir(dir.c_str());
+  auto device = run({"config", "check", "/dev/null"});
+  EXPECT_EQ(device.code, 2);
+  EXPECT_THAT(device.err, HasSubstr("/dev/null: is not a regular file, so not a config file"));
+}
+
+TEST(ConfigCliTest, AFileOverTheSizeLimitIsRefused) {
+  const std::string path = write_file("# " + std::string(1 << 20, 'x') + "\n");
+  auto r = run({"config", "check", path});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr(path + ": is 1048579 bytes: a config file is at most 1048576 "
+                                      "bytes (1 MiB)"));
+  ::unlink(path.c_str());
+}
+
+TEST(ConfigCliTest, ManyErrorsPrintTheFirstTwentyAndACount) {
+  std::string text;
+  for (int i = 0; i < 1000; ++i) text += "k" + std::to_string(i) + ": 1\n";
+  const std::string path = write_file(text);
+  auto r = run({"config", "check", path});
+  EXPECT_EQ(r.code, 2);
+  const auto lines = std::count(r.err.begin(), r.err.end(), '\n');
+  EXPECT_EQ(lines, 22) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(path + ":20: k19: unknown key"));
+  EXPECT_THAT(r.err, Not(HasSubstr(path + ":21:")));
+  EXPECT_THAT(r.err, HasSubstr("kvconnect config check: ... and 980 more\n"
+                               "kvconnect config check: 1000 errors in the config\n"));
+  ::unlink(path.c_str());
 }
 
 TEST(ConfigCliTest, ABadFaultSpecIsExitTwoBeforeAnythingStarts) {

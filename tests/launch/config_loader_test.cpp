@@ -108,6 +108,63 @@ TEST(ConfigLoaderTest, UnknownKeysAreNamedWithLineAndASuggestion) {
                                     "port, executor_port, token")));
 }
 
+TEST(ConfigLoaderTest, DuplicateKeysAreRefusedNamingBothPlaces) {
+  // yaml-cpp keeps both entries of a repeated key: read in turn, the second would silently win
+  // (TP=4 here), also over a --set of the same key.
+  auto l = load(
+      "topology:\n"
+      "  tensor_parallel: 2\n"
+      "  nodes:\n"
+      "    - name: a\n"
+      "      host: h\n"
+      "      name: b\n"
+      "  tensor_parallel: 4\n"
+      "offload: {enabled: true, enabled: false}\n"
+      "topology:\n"
+      "  pipeline_parallel: 2\n",
+      {"topology.tensor_parallel=8"});
+  EXPECT_THAT(errors_of(l),
+              ElementsAre("tp4.yaml:6: topology.nodes[0].name: duplicate key \"name\": first at "
+                          "tp4.yaml:4:7, again at tp4.yaml:6:7 (a key may appear once in a map)",
+                          "tp4.yaml:7: topology.tensor_parallel: duplicate key "
+                          "\"tensor_parallel\": first at tp4.yaml:2:3, again at tp4.yaml:7:3 (a "
+                          "key may appear once in a map)",
+                          "tp4.yaml:8: offload.enabled: duplicate key \"enabled\": first at "
+                          "tp4.yaml:8:11, again at tp4.yaml:8:26 (a key may appear once in a map)",
+                          "tp4.yaml:9: topology: duplicate key \"topology\": first at "
+                          "tp4.yaml:1:1, again at tp4.yaml:9:1 (a key may appear once in a map)"));
+  // The same keys once each load.
+  EXPECT_TRUE(load("topology:\n  tensor_parallel: 2\nkv_cache:\n  layers: 2\n").ok());
+}
+
+TEST(ConfigLoaderTest, ATextOverTheSizeLimitIsRefusedBeforeParsing) {
+  std::string text = "# " + std::string(max_config_bytes - 3, 'x') + "\n";
+  ASSERT_EQ(text.size(), max_config_bytes);
+  EXPECT_TRUE(load(text).ok());  // a comment of exactly the limit loads: the defaults
+  text += "\n";
+  EXPECT_THAT(errors_of(load(text)),
+              ElementsAre("tp4.yaml: holds 1048577 bytes: a config is at most 1048576 bytes "
+                          "(1 MiB)"));
+}
+
+TEST(ConfigLoaderTest, EveryUnknownKeyOfALargeFileIsNamedOnce) {
+  // 20,000 unknown keys, and one long one (an explicit key: a plain one ends at 1,024 chars):
+  // one error each, in file order. The suggestion skips a name whose length alone rules it out,
+  // so a pasted blob costs no edit distance.
+  std::string text;
+  const size_t keys = 20'000;
+  for (size_t i = 0; i < keys; ++i) text += "k" + std::to_string(i) + ": 1\n";
+  text += "? " + std::string(100'000, 'y') + "\n: 1\n";
+  auto l = load(text);
+  ASSERT_EQ(l.errors.size(), keys + 1);
+  EXPECT_EQ(l.errors.front().to_string(),
+            "tp4.yaml:1: k0: unknown key \"k0\" (known: topology, kv_cache, offload, runtime, "
+            "workload, observe)");
+  EXPECT_EQ(l.errors[keys - 1].line, static_cast<int>(keys));
+  EXPECT_EQ(l.errors.back().line, static_cast<int>(keys + 1));
+  EXPECT_EQ(closest_name(std::string(100'000, 'y'), std::vector<std::string_view>{"topology"}), "");
+}
+
 TEST(ConfigLoaderTest, WrongTypesAreNamed) {
   auto l = load(
       "topology:\n"

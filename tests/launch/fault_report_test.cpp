@@ -74,5 +74,32 @@ TEST(FaultReportTest, AnyBrokenInvariantIsExitCodeThree) {
   EXPECT_EQ(fault_report_exit_code(failed_but_fine, 1), 1);
 }
 
+// Issue 23: a launch's summary said 61 hung requests (exit 1) while its fault report said 0 and
+// invariants_ok true. The report now takes the summary's counts: one source for both lines.
+TEST(FaultReportTest, ALaunchsReportTakesItsInvariantsFromTheSummary) {
+  nlohmann::json report = nlohmann::json::parse(fault_report_line(fault_outcome{.seed = 3}));
+  ASSERT_TRUE(invariants_ok(report));
+  const nlohmann::json summary{{"hung_requests", 61}, {"pending_jobs", 0},
+                               {"double_completions", 0}, {"load_mismatches", 0},
+                               {"busy_slots", 0}, {"steps", 2}};
+  take_invariants(report, summary);
+  EXPECT_EQ(report.at("hung_requests"), 61);
+  EXPECT_EQ(report.at("invariants_ok"), false);
+  EXPECT_FALSE(invariants_ok(report));
+  EXPECT_FALSE(report.contains("steps"));  // the counts of the invariants only
+  // Each count of the summary, and the workers' exit after kill_scheduler, decides alone.
+  for (const char* key : {"pending_jobs", "double_completions", "load_mismatches", "busy_slots"}) {
+    nlohmann::json one = nlohmann::json::parse(fault_report_line(fault_outcome{}));
+    take_invariants(one, {{key, 1}});
+    EXPECT_EQ(one.at("invariants_ok"), false) << key;
+  }
+  nlohmann::json orphaned = nlohmann::json::parse(fault_report_line(fault_outcome{}));
+  orphaned["workers_exited_on_their_own"] = false;
+  EXPECT_FALSE(invariants_ok(orphaned));
+  nlohmann::json clean = nlohmann::json::parse(fault_report_line(fault_outcome{}));
+  take_invariants(clean, {{"hung_requests", 0}, {"busy_slots", 0}});
+  EXPECT_EQ(clean.at("invariants_ok"), true);
+}
+
 }  // namespace
 }  // namespace kvc::launch

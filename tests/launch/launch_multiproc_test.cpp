@@ -183,14 +183,14 @@ TEST_F(LaunchMultiprocTest, TheEmbeddedDefaultLaunchesAndPasses) {
   EXPECT_GT(j.at("wall_seconds").get<double>(), 0.0);
   EXPECT_GT(j.at("first_step_seconds").get<double>(), 0.0);
   EXPECT_LE(j.at("first_step_seconds").get<double>(), j.at("wall_seconds").get<double>());
-  EXPECT_THAT(launcher_.stderr_text(),
-              HasSubstr("[scheduler] {\"event\":\"stopped\",\"workers\":2}"));
+  EXPECT_THAT(launcher_.stderr_text(), HasSubstr("[scheduler] stopped (2 workers)"));
 }
 
 TEST_F(LaunchMultiprocTest, FaultsThatLoseNothingPassAndAreReportedByEachProcess) {
-  // A duplicated report is ignored; a held copy is released when the worker waits for it.
+  // A duplicated report is ignored; a held copy is released when the worker waits for it. At
+  // log level debug the children's raw lines are relayed (at info: one sentence each).
   launch({"--fault", "duplicate_report:nth=3", "--fault", "delay_copy:p=0.5", "--fault-seed", "11",
-          "--set", "workload.steps=40"});
+          "--set", "workload.steps=40", "--set", "runtime.log_level=debug"});
   started();
   EXPECT_EQ(exit_code(), 0) << launcher_.stderr_text();
   EXPECT_EQ(summary().at("jobs_ok"), 40);
@@ -396,22 +396,14 @@ TEST_F(LaunchMultiprocTest, AWorkerKilledUnderOnFailureRejoinsAndTheSimulatedRun
   EXPECT_EQ(j.at("hung_requests"), 0);
   EXPECT_EQ(j.at("pending_jobs"), 0);
   EXPECT_EQ(j.at("ranks_reported"), 2);  // rank 0 and rank 1's second process
-  // Rank 1's line is its second process's: it ran the steps after the restart.
-  // (A line scan: std::regex recurses once per character of a long line.)
-  const std::string tag = "[worker 1] ";
-  json runner;
-  std::istringstream lines(err);
-  for (std::string l; std::getline(lines, l);) {
-    const size_t at = l.find(tag + "{");
-    if (at == std::string::npos || l.find("\"runner\"") == std::string::npos) continue;
-    runner = json::parse(l.substr(at + tag.size()));
-    break;
-  }
-  ASSERT_TRUE(runner.is_object()) << err;
-  EXPECT_GT(runner.at("steps").get<uint64_t>(), 0u);
-  EXPECT_LT(runner.at("steps").get<uint64_t>(), j.at("steps").get<uint64_t>());
-  EXPECT_THAT(launcher_.stderr_text(),
-              HasSubstr("[scheduler] {\"event\":\"stopped\",\"workers\":2}"));
+  // Rank 1's runner line (relayed as "[worker 1] ran N steps: ...") is its second process's:
+  // it ran the steps after the restart.
+  std::smatch ran;
+  ASSERT_TRUE(std::regex_search(err, ran, std::regex{R"(\[worker 1\] ran ([0-9]+) steps?:)"}))
+      << err;
+  EXPECT_GT(std::stoull(ran[1].str()), 0u);
+  EXPECT_LT(std::stoull(ran[1].str()), j.at("steps").get<uint64_t>());
+  EXPECT_THAT(launcher_.stderr_text(), HasSubstr("[scheduler] stopped (2 workers)"));
 }
 
 TEST_F(LaunchMultiprocTest, AWorkerKilledUnderOnFailureRejoinsAndTheSmokeRunCompletes) {
@@ -445,8 +437,7 @@ TEST_F(LaunchMultiprocTest, AWorkerKilledUnderOnFailureRejoinsAndTheSmokeRunComp
   EXPECT_GE(j.at("jobs_failed").get<uint64_t>(), 1u);
   EXPECT_EQ(j.at("jobs_ok").get<uint64_t>() + j.at("jobs_failed").get<uint64_t>(), 3000u);
   EXPECT_GT(j.at("slots_checked").get<uint64_t>(), 1000u);
-  EXPECT_THAT(launcher_.stderr_text(),
-              HasSubstr("[scheduler] {\"event\":\"stopped\",\"workers\":2}"));
+  EXPECT_THAT(launcher_.stderr_text(), HasSubstr("[scheduler] stopped (2 workers)"));
 }
 
 TEST_F(LaunchMultiprocTest, OffATerminalTheProgressLineIsPlainAndNamesTheRunsFigures) {
@@ -502,6 +493,25 @@ TEST_F(LaunchMultiprocTest, CleanupRemovesAStaleSegmentAndNeverALiveOne) {
   EXPECT_THAT(c->stdout_text(), HasSubstr("removed " + stale + " (creator pid "));
   EXPECT_THAT(c->stdout_text(), ::testing::Not(HasSubstr(live)));
   EXPECT_EQ(leftover_segments(), std::vector<std::string>{live});
+  // The live run goes on and removes its own segment at its end.
+  ASSERT_TRUE(running.signal(SIGTERM).ok());
+  auto ended = running.wait_exit(patience);
+  ASSERT_TRUE(ended.ok());
+  EXPECT_EQ(*ended, 0) << running.stderr_text();
+}
+
+TEST_F(LaunchMultiprocTest, ARefusedLaunchOfAnInstanceInUseLeavesTheLiveSegmentAlone) {
+  // Another run of the same instance holds the segment (its creator lives): this launch's
+  // scheduler cannot create it and the launch fails, without removing what is not its own.
+  const std::string segment = segment_of(instance_);
+  child_process running = start_scheduler(instance_);
+  children_.push_back(running.pid());
+  launch({"--set", "workload.steps=10"});
+  EXPECT_EQ(exit_code(), 1) << launcher_.stderr_text();
+  EXPECT_THAT(launcher_.stderr_text(), HasSubstr("is in use"));
+  EXPECT_THAT(launcher_.stderr_text(), ::testing::Not(HasSubstr("left behind")));
+  EXPECT_EQ(summary().at("segment_left"), false);
+  EXPECT_EQ(leftover_segments(), std::vector<std::string>{segment});
   // The live run goes on and removes its own segment at its end.
   ASSERT_TRUE(running.signal(SIGTERM).ok());
   auto ended = running.wait_exit(patience);
@@ -659,6 +669,24 @@ TEST_F(LaunchMultiprocTest, LogLevelReachesEveryProcess) {
   // The children log "[info]" lines at info (registrations, stops); none passed the level.
   EXPECT_THAT(launcher_.stderr_text(), ::testing::Not(HasSubstr("[info]")));
   EXPECT_THAT(launcher_.stderr_text(), ::testing::Not(HasSubstr("[scheduler] {")));
+}
+
+// The engine of a launch waits for each step's output; only a deadline by time, shorter than
+// that wait, releases a step whose report was lost. Timeouts that contradict this are refused
+// before anything starts, naming both keys.
+TEST_F(LaunchMultiprocTest, ALaunchRefusesAJobDeadlineThatCannotReleaseALostStep) {
+  launch({"--set", "runtime.job_timeout_ms=0"});
+  EXPECT_EQ(exit_code(), 2);
+  EXPECT_EQ(launcher_.stdout_text(), "");
+  EXPECT_THAT(launcher_.stderr_text(),
+              HasSubstr("runtime.job_timeout_ms is 0 (no deadline by time), but the engine waits "
+                        "for each step's output for runtime.step_timeout_ms (60000)"));
+  launch({"--set", "runtime.step_timeout_ms=10000"});  // the job deadline's default is 30000
+  EXPECT_EQ(exit_code(), 2);
+  EXPECT_EQ(launcher_.stdout_text(), "");
+  EXPECT_THAT(launcher_.stderr_text(),
+              HasSubstr("runtime.step_timeout_ms (10000) must exceed runtime.job_timeout_ms "
+                        "(30000)"));
 }
 
 TEST_F(LaunchMultiprocTest, ABadConfigExitsTwoAndStartsNothing) {

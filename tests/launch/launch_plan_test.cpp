@@ -8,6 +8,7 @@
 
 #include "launch/config_loader.hpp"
 #include "launch/node_processes.hpp"
+#include "launch/role_options.hpp"
 
 namespace kvc::launch {
 namespace {
@@ -162,7 +163,7 @@ TEST(LaunchPlanTest, TheNodesProcessesGetTheSameTopologyAndPoolFlags) {
   want.insert(want.end(), shared.begin(), shared.end());
   want.insert(want.end(), {"--host", "127.0.0.1", "--port", "0", "--job-timeout-ms", "250",
                            "--job-timeout-steps", "1000", "--ready-timeout-ms", "30000",
-                           "--step-timeout-ms", "10000", "--stop-timeout-ms", "5000"});
+                           "--step-timeout-ms", "60000", "--stop-timeout-ms", "5000"});
   auto smoke = want;
   smoke.insert(smoke.end(), {"--smoke-steps", "30"});
   EXPECT_EQ(scheduler_arguments(c, *plan), smoke);
@@ -246,6 +247,53 @@ TEST(LaunchPlanTest, EachProcessGetsTheFaultsThatConcernIt) {
   const auto none = loaded(tp4pp2, {});
   auto plain = make_plan(none, "inst", "secret");
   for (const auto& a : worker_arguments(none, *plain, 0, 1)) EXPECT_NE(a, "--fault");
+}
+
+// The engine of a launch waits up to runtime.step_timeout_ms for each step's output; the
+// coordinator releases a step whose report was lost at runtime.job_timeout_ms. A wait that ends
+// first turns one lost report into the end of the run (issue 23: the defaults were 10 s and
+// 30 s), so the loader refuses it, naming both keys, and the defaults keep the wait longer.
+TEST(LaunchPlanTest, AStepWaitThatDoesNotOutlastTheJobDeadlineIsRefusedNamingBothKeys) {
+  const launch_config defaults;
+  EXPECT_GT(defaults.runtime.step_timeout_ms, defaults.runtime.job_timeout_ms);
+  EXPECT_TRUE(load_config("", "defaults.yaml", {}).ok());
+  for (const char* step : {"10000", "30000"}) {
+    const std::vector<std::string> set{std::string("runtime.step_timeout_ms=") + step};
+    auto l = load_config("runtime: {job_timeout_ms: 30000}\n", "t.yaml", set);
+    ASSERT_EQ(l.errors.size(), 1u) << step;
+    EXPECT_EQ(l.errors[0].key_path, "runtime.step_timeout_ms");
+    EXPECT_EQ(l.errors[0].to_string(),
+              std::string("--set: runtime.step_timeout_ms: runtime.step_timeout_ms (") + step +
+                  ") must exceed runtime.job_timeout_ms (30000): the engine would stop waiting "
+                  "for a step before the coordinator fails the jobs of a lost report, and the "
+                  "report would end the run");
+  }
+  EXPECT_TRUE(load_config("runtime: {job_timeout_ms: 30000, step_timeout_ms: 30001}\n", "t.yaml",
+                          {})
+                  .ok());
+  // No deadline by time is for runs that take what has arrived (the soak); a launch refuses it
+  // (LaunchMultiprocTest.ALaunchRefusesAJobDeadlineThatCannotReleaseALostStep).
+  EXPECT_TRUE(load_config("runtime: {job_timeout_ms: 0}\n", "t.yaml", {}).ok());
+  EXPECT_EQ(step_wait_problem(60000, 0, "s", "j", false), "");
+  EXPECT_EQ(step_wait_problem(60000, 0, "s", "j", true),
+            "j is 0 (no deadline by time), but the engine waits for each step's output for s "
+            "(60000) and only a deadline by time releases a step whose report was lost: a lost "
+            "report would end the run; set j below s");
+}
+
+}  // namespace
+}  // namespace kvc::launch
+
+namespace kvc::launch {
+namespace {
+
+// A worker faults in and pins its region before it registers: the scheduler's wait grows with
+// the region (1 GiB/s), so 100 GiB per rank does not run out a timeout sized for a small pool.
+TEST(ReadyTimeoutTest, GrowsWithTheRankRegionAtOneGibPerSecond) {
+  using std::chrono::milliseconds;
+  EXPECT_EQ(ready_timeout_for(30'000, 0), milliseconds{30'000});
+  EXPECT_EQ(ready_timeout_for(30'000, uint64_t{100} << 30), milliseconds{130'000});
+  EXPECT_EQ(ready_timeout_for(1, uint64_t{64} << 20), milliseconds{63});
 }
 
 }  // namespace

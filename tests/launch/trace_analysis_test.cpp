@@ -1,17 +1,22 @@
 // The trace analysis (launch/clock_offsets, chrome_trace, trace_summary, trace_file) on
 // synthetic runs whose clocks are skewed by known amounts: the offsets come back, the export's
 // structure holds (flows paired and causal, slices nested, time going forward on every track),
-// the summary's phases are the ones built in, and bad files are refused naming file and line.
+// the summary's phases are the ones built in, and bad files are refused naming file and line
+// (values out of their field's range, never wrapped; a wall clock far from the process's
+// others; a symlink loop).
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "launch/chrome_trace.hpp"
 #include "launch/clock_offsets.hpp"
@@ -311,6 +316,82 @@ TEST_F(TraceFileTest, ALastLineCutShortIsSkippedAndCounted) {
   ASSERT_TRUE(set) << set.error().to_string();
   EXPECT_EQ(set->records.size(), 1u);
   EXPECT_EQ(set->cut_lines, 1u);
+}
+
+/// good_line with `field` set to the JSON number `value` (added when it is not there).
+std::string line_with(const std::string& field, const std::string& value) {
+  auto j = nlohmann::json::parse(good_line);
+  j[field] = nlohmann::json::parse(value);
+  return j.dump();
+}
+
+TEST_F(TraceFileTest, ValuesOutOfTheirFieldsRangeAreRefusedNeverWrapped) {
+  const std::string u64_max = "18446744073709551615";
+  const std::string beyond = std::to_string(max_trace_ns + 1);
+  const std::pair<std::string, std::string> cases[] = {
+      {"dur_ns", u64_max},    {"wall_ns", u64_max}, {"mono_ns", u64_max},
+      {"wall_ns", beyond},    {"dur_ns", beyond},   {"wall_ns", "-1"},
+      {"node", "4294967296"}, {"pid", "-5"},        {"bytes", "-1"},
+      {"step", "-2"},         {"job", u64_max},     {"value", "9223372036854775808"}};
+  for (const auto& [field, value] : cases) {
+    write("worker-1.jsonl", std::string{good_line} + "\n" + line_with(field, value) + "\n");
+    auto set = read_trace_dir(dir_.string());
+    ASSERT_FALSE(set) << field << " = " << value << " was read";
+    EXPECT_EQ(set.error().code(), errc::invalid_argument);
+    EXPECT_THAT(set.error().message(), HasSubstr("worker-1.jsonl:2"));
+    EXPECT_THAT(set.error().message(),
+                HasSubstr("\"" + field + "\" is " + value + ", out of range ["));
+  }
+  // The largest values that fit are read as they are.
+  write("worker-1.jsonl",
+        line_with("bytes", u64_max) + "\n" + line_with("step", "9223372036854775807") + "\n");
+  auto set = read_trace_dir(dir_.string());
+  ASSERT_TRUE(set) << set.error().to_string();
+  EXPECT_EQ(set->records[0].record.bytes, std::numeric_limits<uint64_t>::max());
+  EXPECT_EQ(set->records[1].record.step, std::numeric_limits<int64_t>::max());
+}
+
+TEST_F(TraceFileTest, ASpanThatWouldBeginBeforeItsClockIsRefused) {
+  write("worker-1.jsonl", line_with("dur_ns", "7") + "\n");  // mono_ns is 6
+  auto set = read_trace_dir(dir_.string());
+  ASSERT_FALSE(set);
+  EXPECT_THAT(set.error().message(), HasSubstr("worker-1.jsonl:1"));
+  EXPECT_THAT(set.error().message(), HasSubstr("\"dur_ns\" 7 is longer than \"mono_ns\" 6"));
+}
+
+TEST_F(TraceFileTest, AWallClockFarFromTheProcesssOtherRecordsIsRefused) {
+  constexpr int64_t hour = int64_t{3600} * 1000 * 1000 * 1000;
+  // Within a day of the process's first record (a clock step): read.
+  write("worker-42-r0.0.jsonl",
+        std::string{good_line} + "\n" + line_with("wall_ns", std::to_string(5 + 23 * hour)) + "\n");
+  ASSERT_TRUE(read_trace_dir(dir_.string()));
+  // 57 years away, in another file of the same process: refused, naming both records.
+  write("worker-42-r1.0.jsonl",
+        line_with("wall_ns", std::to_string(5 + int64_t{57} * 365 * 24 * hour)) + "\n");
+  auto set = read_trace_dir(dir_.string());
+  ASSERT_FALSE(set);
+  EXPECT_EQ(set.error().code(), errc::invalid_argument);
+  EXPECT_THAT(set.error().message(), HasSubstr("worker-42-r1.0.jsonl:1: \"wall_ns\""));
+  EXPECT_THAT(set.error().message(), HasSubstr("worker-42-r0.0.jsonl:1"));
+  EXPECT_THAT(set.error().message(), HasSubstr("more than a day"));
+}
+
+TEST_F(TraceFileTest, ASymlinkLoopIsOneErrorNamingIt) {
+  write("worker-1.jsonl", std::string{good_line} + "\n");
+  std::filesystem::create_symlink(dir_ / "worker-2.jsonl", dir_ / "worker-2.jsonl");
+  auto set = read_trace_dir(dir_.string());
+  ASSERT_FALSE(set);
+  EXPECT_EQ(set.error().code(), errc::io_error);
+  EXPECT_THAT(set.error().message(),
+              HasSubstr("trace: cannot read " + (dir_ / "worker-2.jsonl").string() + ": "));
+  EXPECT_THAT(set.error().message(), HasSubstr("symbolic links"));
+
+  const auto loop_dir = dir_ / "loop";
+  std::filesystem::create_directory_symlink(loop_dir, loop_dir);
+  auto d = read_trace_dir(loop_dir.string());
+  ASSERT_FALSE(d);
+  EXPECT_EQ(d.error().code(), errc::io_error);
+  EXPECT_THAT(d.error().message(), HasSubstr("trace: cannot read " + loop_dir.string() + ": "));
 }
 
 TEST_F(TraceFileTest, ADirectoryWithoutTraceFilesIsNotFound) {

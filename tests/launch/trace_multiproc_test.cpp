@@ -32,6 +32,7 @@ namespace {
 using namespace std::chrono_literals;
 using ::kvc::testing::child_process;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr auto patience = 30s;  // safety net for one wait; only a broken run reaches it
 constexpr int steps = 12;
@@ -234,6 +235,28 @@ TEST_F(TraceMultiprocTest, ExportRefusesADirectoryWithoutTraces) {
   EXPECT_EQ(run({"trace", "export", dir_.string(), "-o", (root_ / "x.json").string()}, out), 1);
   EXPECT_THAT(out, HasSubstr("no *.jsonl trace files"));
   EXPECT_FALSE(std::filesystem::exists(root_ / "x.json"));
+}
+
+// A trace file that is a symlink loop, or a directory that is one: one `trace: cannot read`
+// line naming it (not a raw filesystem exception), exit 1.
+TEST_F(TraceMultiprocTest, ASymlinkLoopIsOneClearError) {
+  std::filesystem::create_directories(dir_);
+  std::filesystem::create_symlink(dir_ / "worker-1.jsonl", dir_ / "worker-1.jsonl");
+  const auto loop = root_ / "loop";
+  std::filesystem::create_directory_symlink(loop, loop);
+  const std::pair<std::string, std::string> cases[] = {
+      {dir_.string(), (dir_ / "worker-1.jsonl").string()}, {loop.string(), loop.string()}};
+  for (const auto& [dir, named] : cases) {
+    for (const char* sub : {"export", "summary"}) {
+      std::vector<std::string> args{"trace", sub, dir};
+      if (std::string{sub} == "export")
+        args.insert(args.end(), {"-o", (root_ / "x.json").string()});
+      std::string out;
+      EXPECT_EQ(run(args, out), 1) << out;
+      EXPECT_THAT(out, HasSubstr("trace: cannot read " + named + ": Too many levels of symbolic"));
+      EXPECT_THAT(out, Not(HasSubstr("filesystem error")));
+    }
+  }
 }
 
 }  // namespace

@@ -1,14 +1,22 @@
 // Run records (actors/record/): every event kind survives encode + decode, the reader refuses
-// bad bytes with one clear error before allocating (magic, over-long or truncated frames,
-// another schema, a config that does not match its digest), and the replayer re-drives fresh
-// cores: identical digests pass, a changed one is reported with its step and field.
+// bad bytes with one clear error before allocating (magic, over-long or truncated frames, a
+// frame failing its checksum: every corrupted byte; another schema, an older record included;
+// a config that does not match its digest), and the replayer re-drives fresh cores: identical
+// digests pass, a changed one is reported with its step and field.
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include "actors/record/record_codec.hpp"
 #include "actors/record/record_reader.hpp"
+#include "actors/record/recorder.hpp"
 #include "actors/record/replayer.hpp"
 
 namespace kvc::record {
@@ -105,9 +113,70 @@ TEST(RecordCodec, WholeRecordReadsBack) {
 }
 
 // Offsets in a record of small_config(): magic (8), length (4), then the header array
-// [schema, digest (0xcf + 8 bytes), bin8 (0xc4, n) config array ...].
+// [schema, digest (0xcf + 8 bytes), bin8 (0xc4, n) config array ...], then its checksum.
 constexpr size_t schema_at = 8 + 4 + 1;
 constexpr size_t config_first_value_at = schema_at + 1 + 9 + 2 + 1;
+
+/// Writes a fresh checksum for the frame at `at` (after its bytes were changed on purpose).
+void reseal(std::string& file, size_t at) {
+  const uint32_t len = static_cast<uint8_t>(file[at]) | static_cast<uint8_t>(file[at + 1]) << 8 |
+                       static_cast<uint8_t>(file[at + 2]) << 16 |
+                       static_cast<uint32_t>(static_cast<uint8_t>(file[at + 3])) << 24;
+  const auto sum = le32(seal_record_frame(file.data() + at, len));
+  file.replace(at + 4 + len, checksum_bytes, sum.data(), sum.size());
+}
+
+/// The bytes of a record in the layout of schema 2: frames without checksums.
+std::string record_of_schema_2(bool with_event) {
+  std::string header = encode_header(small_config());
+  EXPECT_EQ(header[1], char{record_schema_version});  // [schema (a fixint), ...]
+  header[1] = 2;
+  std::string file{record_magic};
+  auto frame = [&](const std::string& payload) {
+    const auto len = le32(static_cast<uint32_t>(payload.size()));
+    file.append(len.data(), len.size());
+    file += payload;
+  };
+  frame(header);
+  if (with_event) frame(event_encoder{}.encode(tick_event{5}));
+  return file;
+}
+
+TEST(RecordReader, EveryCorruptedByteIsRefusedNamingItsFrame) {
+  const std::string good =
+      encode_record({{record_schema_version, 0, small_config()}, every_kind()});
+  ASSERT_TRUE(read_record(good).ok());
+  size_t checksum_errors = 0;
+  for (size_t i = 0; i < good.size(); ++i) {
+    for (const unsigned flip : {0x01u, 0x80u, 0xffu}) {
+      std::string bad = good;
+      bad[i] = static_cast<char>(static_cast<uint8_t>(bad[i]) ^ flip);
+      auto r = read_record(bad);
+      ASSERT_FALSE(r.ok()) << "byte " << i << " xor " << flip << " read as a record";
+      const std::string& m = r.error().message();
+      if (i < record_magic.size()) {
+        EXPECT_NE(m.find("bad magic"), std::string::npos) << m;
+      } else {
+        EXPECT_EQ(m.rfind("frame ", 0), 0u) << "byte " << i << ": " << m;
+        EXPECT_NE(m.find("(byte "), std::string::npos) << m;
+      }
+      checksum_errors += m.find("fails its checksum") != std::string::npos ? 1 : 0;
+    }
+  }
+  // Most flips land in a payload or a checksum; the checksum names them.
+  EXPECT_GT(checksum_errors, good.size());
+}
+
+TEST(RecordReader, ARecordOfAnOlderSchemaNamesItsVersion) {
+  for (const bool with_event : {false, true}) {
+    auto r = read_record(record_of_schema_2(with_event));
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().code(), errc::protocol_mismatch);
+    const std::string want = "schema version 2 is not the version this kvconnect reads (" +
+                             std::to_string(record_schema_version) + ")";
+    EXPECT_NE(r.error().message().find(want), std::string::npos) << r.error().message();
+  }
+}
 
 TEST(RecordReader, AnotherSchemaVersionIsRefused) {
   std::string file = encode_record({{}, {}});
@@ -127,6 +196,11 @@ TEST(RecordReader, AConfigThatDoesNotMatchItsDigestIsRefused) {
   std::string file = encode_record({{record_schema_version, 0, small_config()}, {}});
   ASSERT_EQ(file[config_first_value_at], char{16});  // gpu_block_size
   file[config_first_value_at] = char{32};
+  auto corrupt = read_record(file);
+  ASSERT_FALSE(corrupt.ok());
+  EXPECT_NE(corrupt.error().message().find("fails its checksum"), std::string::npos)
+      << corrupt.error().message();
+  reseal(file, record_magic.size());  // changed behind the digest's back, checksum and all
   auto r = read_record(file);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code(), errc::protocol_mismatch);
@@ -146,18 +220,57 @@ TEST(RecordReader, BadBytesGetOneClearError) {
   EXPECT_NE(r.error().message().find("over the limit"), std::string::npos) << r.error().message();
 
   // A frame running past the end of the input.
-  std::string cut = encode_record({{}, every_kind()});
-  cut.resize(cut.size() - 3);
+  const std::string whole = encode_record({{}, every_kind()});
+  std::string cut = whole.substr(0, whole.size() - checksum_bytes - 3);
   auto c = read_record(cut);
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.error().message().find("past the end"), std::string::npos) << c.error().message();
 
-  // A msgpack array claiming more elements than the frame holds.
-  const std::string array_of_4g{"\x05\x00\x00\x00\xdd\xff\xff\xff\xff", 9};
+  // A frame whose checksum is cut short.
+  auto no_sum = read_record(whole.substr(0, whole.size() - 1));
+  ASSERT_FALSE(no_sum.ok());
+  EXPECT_NE(no_sum.error().message().find("checksum is cut short"), std::string::npos)
+      << no_sum.error().message();
+
+  // A msgpack array claiming more elements than the frame holds (checksum and all).
+  std::string array_of_4g{"\x05\x00\x00\x00\xdd\xff\xff\xff\xff", 9};
+  const auto sum = le32(frame_checksum(array_of_4g));
+  array_of_4g.append(sum.data(), sum.size());
   std::string lying = encode_record({{}, {}}) + array_of_4g;
   auto l = read_record(lying);
   ASSERT_FALSE(l.ok());
   EXPECT_EQ(l.error().code(), errc::invalid_argument);
+  EXPECT_EQ(l.error().message().find("checksum"), std::string::npos) << l.error().message();
+}
+
+// The recorder's frames carry the same checksums as encode_record's, and its file holds request
+// ids and block hashes: mode 0600 (the umask set to the common 022 for the test).
+TEST(Recorder, WritesAPrivateFileThatReadsBack) {
+  const mode_t old_umask = ::umask(022);
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("kvc-recorder-" + std::to_string(::getpid()) + ".kvcrec"))
+                               .string();
+  {
+    auto r = recorder::open(path, small_config());
+    ASSERT_TRUE(r.ok()) << r.error().to_string();
+    (*r)->rank_up(0, 1);
+    (*r)->tick(42);
+    (*r)->expect(3, 43);
+    ASSERT_TRUE((*r)->close()) << (*r)->health().to_string();
+  }
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  auto back = read_record_file(path);
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  EXPECT_EQ(back->header.config, small_config());
+  ASSERT_EQ(back->events.size(), 3u);
+  EXPECT_EQ(std::get<tick_event>(back->events[1]).now, 42u);
+  const std::string bytes = encode_record(*back);
+  std::ifstream in{path, std::ios::binary};
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>{in}, {}), bytes);
+  std::filesystem::remove(path);
+  ::umask(old_umask);
 }
 
 TEST(Replayer, IdenticalDigestsPassAndAChangedOneNamesStepAndField) {

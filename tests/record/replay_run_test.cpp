@@ -1,11 +1,13 @@
 // `kvconnect replay-run` on real recordings: an in-process `kvconnect soak` with channel and
 // copy faults (reports dropped, duplicated, delayed, reordered, corrupted; deadlines firing)
 // and a multi-process `kvconnect launch` of the default config, each recorded with
-// observe.record, replay with every step identical. A record with one report altered is
-// divergent (exit 1, naming the step and the field); another schema or a config that does not
-// match its digest is refused (exit 2). Synchronisation waits for the processes' exits; the
-// test leaves no child, no segment and no record directory behind.
+// observe.record, replay with every step identical. A record with one report altered (and
+// written back whole, checksums included) is divergent (exit 1, naming the step and the
+// field); a corrupted byte, another schema or a changed config is refused (exit 2). Synchronisation
+// waits for the processes' exits; the test leaves no child, no segment and no record directory
+// behind.
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -35,14 +37,17 @@ class ReplayRunTest : public ::testing::Test {
   void SetUp() override {
     instance_ = "rec" + std::to_string(::getpid());
     dir_ = std::filesystem::temp_directory_path() / ("kvc-record-" + std::to_string(::getpid()));
+    record_dir_ = dir_ / "runs" / "records";
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
+    old_umask_ = ::umask(022);  // the modes asserted are the ones kvconnect asked for
   }
   void TearDown() override {
     const auto left = shm::testing::shm_entries(instance_ + "-");
     for (const auto& n : left) ::shm_unlink(n.c_str());
     EXPECT_TRUE(left.empty()) << "segments left behind";
     std::filesystem::remove_all(dir_);
+    ::umask(old_umask_);
   }
 
   /// Runs the binary with `args` to its end: (exit code, stdout).
@@ -53,17 +58,19 @@ class ReplayRunTest : public ::testing::Test {
     if (!c.ok()) return {-1, ""};
     auto code = c->wait_exit(patience);
     EXPECT_TRUE(code.ok()) << code.error().to_string();
+    last_stderr_ = c->stderr_text();
     return {code.ok() ? *code : -1, c->stdout_text()};
   }
 
   std::vector<std::string> record_set() const {
-    return {"--set", "runtime.instance=" + instance_, "--set", "observe.record=true", "--set",
-            "observe.record_dir=" + dir_.string()};
+    return {"--set", "runtime.instance=" + instance_,
+            "--set", "observe.record=true",
+            "--set", "observe.record_dir=" + record_dir_.string()};
   }
 
   std::string the_record() const {
     std::vector<std::string> files;
-    for (const auto& e : std::filesystem::directory_iterator(dir_)) {
+    for (const auto& e : std::filesystem::directory_iterator(record_dir_)) {
       files.push_back(e.path().string());
     }
     EXPECT_EQ(files.size(), 1u);
@@ -78,9 +85,9 @@ class ReplayRunTest : public ::testing::Test {
     return {std::istreambuf_iterator<char>(in), {}};
   }
 
-  /// The replay of the record in dir_ is identical, with one line per step.
+  /// The replay of the record in record_dir_ is identical, with one line per step.
   void expect_identical() {
-    auto [code, out] = run({"replay-run", dir_.string()});
+    auto [code, out] = run({"replay-run", record_dir_.string()});
     EXPECT_EQ(code, 0) << out;
     auto rec = read_record_file(the_record());
     ASSERT_TRUE(rec.ok()) << rec.error().to_string();
@@ -93,26 +100,55 @@ class ReplayRunTest : public ::testing::Test {
     }
     EXPECT_EQ(step_lines, builds);
     EXPECT_NE(out.find("identical"), std::string::npos) << out;
-    auto [qcode, quiet] = run({"replay-run", "--quiet", dir_.string()});
+    auto [qcode, quiet] = run({"replay-run", "--quiet", record_dir_.string()});
     EXPECT_EQ(qcode, 0);
     EXPECT_EQ(quiet.find("step "), std::string::npos) << quiet;
   }
 
+  /// The permission bits of `p`.
+  static unsigned mode_of(const std::filesystem::path& p) {
+    struct stat st {};
+    EXPECT_EQ(::stat(p.c_str(), &st), 0) << p;
+    return st.st_mode & 07777;
+  }
+
   std::string instance_;
   std::filesystem::path dir_;
+  /// Two levels below dir_, missing until the run makes them (0700).
+  std::filesystem::path record_dir_;
+  std::string last_stderr_;  ///< the last run's
+  mode_t old_umask_ = 0;
 };
 
 using ReplayRunSoak = ReplayRunTest;
 using ReplayRunLaunch = ReplayRunTest;
 
 TEST_F(ReplayRunSoak, SoakWithFaultsReplaysIdenticallyAndTamperingIsCaught) {
-  auto [code, out] = run({"soak", "--steps", "150", "--seed", "5", "--fault-seed", "9",
-                          "--fault", "drop_report:p=0.03", "--fault", "duplicate_report:p=0.03",
-                          "--fault", "delay_report:p=0.03,by=2", "--fault",
-                          "reorder_reports:p=0.02", "--fault", "fail_copy:dir=store,p=0.05",
-                          "--set", "runtime.job_timeout_steps=20", "--set",
-                          "runtime.job_timeout_ms=100", "--set", "observe.record=true", "--set",
-                          "observe.record_dir=" + dir_.string()});
+  auto [code, out] = run({"soak",
+                          "--steps",
+                          "150",
+                          "--seed",
+                          "5",
+                          "--fault-seed",
+                          "9",
+                          "--fault",
+                          "drop_report:p=0.03",
+                          "--fault",
+                          "duplicate_report:p=0.03",
+                          "--fault",
+                          "delay_report:p=0.03,by=2",
+                          "--fault",
+                          "reorder_reports:p=0.02",
+                          "--fault",
+                          "fail_copy:dir=store,p=0.05",
+                          "--set",
+                          "runtime.job_timeout_steps=20",
+                          "--set",
+                          "runtime.job_timeout_ms=100",
+                          "--set",
+                          "observe.record=true",
+                          "--set",
+                          "observe.record_dir=" + record_dir_.string()});
   // 3: a fault-report invariant failed (a loaded host can time jobs out differently); the
   // replay must be identical either way.
   ASSERT_TRUE(code == 0 || code == 3) << code << out;
@@ -121,6 +157,10 @@ TEST_F(ReplayRunSoak, SoakWithFaultsReplaysIdenticallyAndTamperingIsCaught) {
   EXPECT_EQ(out.find("\"drop_report\":0,"), std::string::npos) << out;
   EXPECT_EQ(out.find("\"duplicate_report\":0,"), std::string::npos) << out;
   expect_identical();
+  // The record directory did not exist: the scheduler made it, private, and the record too.
+  EXPECT_EQ(mode_of(dir_ / "runs"), 0700u);
+  EXPECT_EQ(mode_of(record_dir_), 0700u);
+  EXPECT_EQ(mode_of(the_record()), 0600u);
 
   const std::string path = the_record();
   const std::string original = read(path);
@@ -143,13 +183,25 @@ TEST_F(ReplayRunSoak, SoakWithFaultsReplaysIdenticallyAndTamperingIsCaught) {
   EXPECT_NE(div_out.find("divergence at step "), std::string::npos) << div_out;
   EXPECT_NE(div_out.find("output.jobs differs"), std::string::npos) << div_out;
 
+  // Single bytes corrupted anywhere after the magic (in events, reports, checksums): each is
+  // refused, naming the frame and its offset, never replayed as identical or divergent.
+  for (size_t i = 1; i <= 16; ++i) {
+    std::string flipped = original;
+    const size_t at = 8 + (original.size() - 8) * i / 17;
+    flipped[at] = static_cast<char>(flipped[at] ^ 0x10);
+    write(path, flipped);
+    EXPECT_EQ(run({"replay-run", "--quiet", path}).first, 2) << "byte " << at;
+    EXPECT_NE(last_stderr_.find("frame "), std::string::npos) << last_stderr_;
+    EXPECT_NE(last_stderr_.find("(byte "), std::string::npos) << last_stderr_;
+  }
+
   // Another schema version: refused.
   std::string schema = original;
   schema[8 + 4 + 1] = static_cast<char>(record_schema_version + 1);
   write(path, schema);
   EXPECT_EQ(run({"replay-run", path}).first, 2);
 
-  // The header's config changed behind its digest's back: refused.
+  // The header's config changed (its frame's checksum refuses it): refused.
   std::string config = original;
   config[8 + 4 + 1 + 1 + 9 + 2 + 1] ^= 0x01;
   write(path, config);
@@ -160,12 +212,43 @@ TEST_F(ReplayRunSoak, SoakWithFaultsReplaysIdenticallyAndTamperingIsCaught) {
   EXPECT_EQ(run({"replay-run", path}).first, 2);
 }
 
-TEST_F(ReplayRunLaunch, DefaultLaunchReplaysIdentically) {
+// The record and trace directories do not exist: the launcher makes them (0700) before
+// anything starts, and every file the processes write there is 0600.
+TEST_F(ReplayRunLaunch, DefaultLaunchReplaysIdenticallyFromPrivateFiles) {
+  const auto trace_dir = dir_ / "traces" / "run1";
+  auto args = record_set();
+  args.insert(args.begin(), "launch");
+  args.insert(args.end(), {"--trace", trace_dir.string()});
+  auto [code, out] = run(args);
+  ASSERT_EQ(code, 0) << out << last_stderr_;
+  expect_identical();
+  for (const auto& d : {dir_ / "runs", record_dir_, dir_ / "traces", trace_dir}) {
+    EXPECT_EQ(mode_of(d), 0700u) << d;
+  }
+  EXPECT_EQ(mode_of(the_record()), 0600u);
+  size_t traces = 0;
+  for (const auto& e : std::filesystem::directory_iterator(trace_dir)) {
+    EXPECT_EQ(mode_of(e.path()), 0600u) << e.path();
+    ++traces;
+  }
+  EXPECT_GT(traces, 1u);  // the scheduler's and the workers'
+}
+
+// A record directory that cannot be made (a file is in the way) is refused before anything
+// starts: exit 2 naming the key and the directory, no process, no segment.
+TEST_F(ReplayRunLaunch, ARecordDirectoryThatCannotBeMadeIsRefusedBeforeAnythingStarts) {
+  std::ofstream{dir_ / "a-file"} << "in the way";
+  record_dir_ = dir_ / "a-file" / "records";
   auto args = record_set();
   args.insert(args.begin(), "launch");
   auto [code, out] = run(args);
-  ASSERT_EQ(code, 0) << out;
-  expect_identical();
+  EXPECT_EQ(code, 2) << out << last_stderr_;
+  EXPECT_NE(
+      last_stderr_.find("observe.record_dir: cannot create the directory " + record_dir_.string()),
+      std::string::npos)
+      << last_stderr_;
+  EXPECT_NE(last_stderr_.find("nothing started"), std::string::npos) << last_stderr_;
+  EXPECT_EQ(out.find("\"event\""), std::string::npos) << out;  // no process, no summary
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Conformance of kvconnect's planner with vLLM R1's OffloadingConnectorScheduler: replays a
-connector trace (shared/reference/connector_trace_format.md) with `kvconnect replay --connector`
+connector trace (tests/scheduler/connector_traces/README.md) with `kvconnect replay --connector`
 and compares its answers with the trace's under the format's comparison rules:
 
   - answers are compared field by field, in order, one per connector-call line;
@@ -88,7 +88,7 @@ def main():
     args = ap.parse_args()
     if not os.path.isfile(args.trace):
         print(f"connector trace {args.trace} not found: the conformance traces live in "
-              "shared/reference/connector_traces/ beside the repository")
+              "tests/scheduler/connector_traces/")
         return 1
 
     trace = read_trace(args.trace)

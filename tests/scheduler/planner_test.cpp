@@ -1102,8 +1102,8 @@ TEST_F(PlannerTest, RequestLevelOutputsCompleteTheRequestsJobs) {
   EXPECT_FALSE(conn_->request_finished("a"));
 }
 
-// --- vLLM R1 reproductions (shared/reference/connector_traces/repro-*.jsonl)
-// ----------------------
+// --- vLLM R1 reproductions (tests/scheduler/connector_traces/repro-*.jsonl)
+// -----------------------
 
 /// The reproductions' geometry: GPU block = offloaded block = hash block = 4 tokens, a 2-slot
 /// LRU pool with events. Block hashes are the trace's integers.

@@ -7,7 +7,11 @@
 #include <unistd.h>
 
 #include <gmock/gmock.h>
+#include <numaif.h>
+
 #include <gtest/gtest.h>
+
+#include <array>
 
 #include <cstring>
 #include <functional>
@@ -15,6 +19,7 @@
 
 #include "shm/process_identity.hpp"
 #include "shm/segment_header.hpp"
+#include "shm/stale_segments.hpp"
 #include "tests/shm/shm_fixture.hpp"
 
 namespace kvc::shm {
@@ -295,6 +300,28 @@ TEST_F(SegmentTest, CreateReplacesASegmentWhosePidWasRecycled) {
   EXPECT_EQ(peer->geometry(), (pool_geometry{1, 2, 4096}));
 }
 
+// What a launcher removes after its scheduler ended: the segment that scheduler left, never one
+// that another live process created under the same name (issue 23: a refused second launch of
+// an instance removed the first launch's live segment).
+TEST_F(SegmentTest, ALauncherRemovesOnlyTheSegmentItsOwnGoneCreatorLeft) {
+  const auto name = unique_name();
+  const pid_t me = ::getpid();
+  auto created = segment::create(name, geo_, {.remove_on_close = false});
+  ASSERT_TRUE(created.ok()) << created.error().to_string();
+  // Live (its creator, this process, runs): nobody's to remove, whoever the launcher started.
+  EXPECT_EQ(remove_segment_left_by(name, me).value(), false);
+  EXPECT_EQ(remove_segment_left_by(name, me + 1).value(), false);
+  EXPECT_TRUE(segment::exists(name).value());
+  // Its creator gone (the pid recycled, as after a SIGKILL): only that creator's launcher
+  // removes it.
+  edit_header(name, [](segment_header& h) { h.creator_start_time = h.creator_start_time + 1; });
+  EXPECT_EQ(remove_segment_left_by(name, me + 1).value(), false);
+  EXPECT_TRUE(segment::exists(name).value());
+  EXPECT_EQ(remove_segment_left_by(name, me).value(), true);
+  EXPECT_FALSE(segment::exists(name).value());
+  EXPECT_EQ(remove_segment_left_by(name, me).value(), false);  // absent: nothing to do
+}
+
 TEST_F(SegmentTest, CreateFailsCleanlyWhenDevShmIsTooSmall) {
   struct statvfs vfs {};
   ASSERT_EQ(::statvfs("/dev/shm", &vfs), 0);
@@ -345,6 +372,30 @@ TEST_F(SegmentTest, PrefaultRankKeepsItsBytesAndRefusesAnUnknownRank) {
   EXPECT_EQ(std::to_integer<int>(peer->slot(1, 2)[99]), 0x77);
   EXPECT_EQ(std::to_integer<int>(peer->slot(1, 2)[100]), 0);
   EXPECT_EQ(peer->prefault_rank(3).code(), errc::invalid_argument);
+}
+
+// A worker places its rank's pages on its GPU's NUMA node before faulting them in: the region
+// then carries that policy (node 0 exists on every machine), and the pages land there.
+TEST_F(SegmentTest, ARankRegionPreferringANodeFaultsItsPagesInThere) {
+  const auto name = unique_name();
+  auto owner = segment::create(name, geo_);
+  ASSERT_TRUE(owner.ok());
+  auto peer = segment::attach(name, &geo_);
+  ASSERT_TRUE(peer.ok());
+  ASSERT_TRUE(peer->prefer_numa_node(1, 0).ok());
+  ASSERT_TRUE(peer->prefault_rank(1).ok());
+  int mode = -1;
+  std::array<unsigned long, 16> mask{};
+  ASSERT_EQ(::get_mempolicy(&mode, mask.data(), mask.size() * 64, peer->slot(1, 1), MPOL_F_ADDR),
+            0);
+  EXPECT_EQ(mode, MPOL_PREFERRED);
+  EXPECT_EQ(mask[0] & 1ul, 1ul) << "the policy does not name node 0";
+  int node = -1;
+  ASSERT_EQ(::get_mempolicy(&node, nullptr, 0, peer->slot(1, 1), MPOL_F_NODE | MPOL_F_ADDR), 0);
+  EXPECT_EQ(node, 0);
+  EXPECT_EQ(peer->prefer_numa_node(3, 0).code(), errc::invalid_argument);
+  EXPECT_EQ(peer->prefer_numa_node(0, -1).code(), errc::invalid_argument);
+  EXPECT_EQ(peer->prefer_numa_node(0, 1000).code(), errc::invalid_argument);  // no such node
 }
 
 TEST_F(SegmentTest, MovedSegmentKeepsOwnership) {

@@ -3,6 +3,7 @@
 // two ends of each message carry the same message id; the frames themselves pass unchanged.
 #include "actors/trace/traced_transport.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -219,6 +220,34 @@ TEST(Tracer, TheFileHoldsEveryRecordInOrderWithItsMessageIdOnceTheTracerIsGone) 
   }
   EXPECT_EQ(n, records);
   std::filesystem::remove_all(dir);
+}
+
+// Trace files hold request ids and block hashes: the file is 0600 and the directories open()
+// makes are 0700 (the umask set to the common 022, so that the modes are what open() asked for).
+TEST(Tracer, TheFileIsPrivateAndSoAreTheDirectoriesItMakes) {
+  const mode_t old_umask = ::umask(022);
+  const std::filesystem::path top =
+      std::filesystem::temp_directory_path() / ("kvc-tracer-private-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(top);
+  const std::filesystem::path dir = top / "traces";
+  std::string path;
+  {
+    auto t = tracer::open(trace_level::messages, dir.string(), "scheduler", "node0", 0);
+    ASSERT_TRUE(t) << t.error().to_string();
+    path = (*t)->path();
+    (*t)->emit(trace_record{});
+  }
+  auto mode = [](const std::filesystem::path& p) {
+    struct stat st {};
+    EXPECT_EQ(::stat(p.c_str(), &st), 0) << p;
+    return st.st_mode & 07777;
+  };
+  EXPECT_EQ(mode(top), 0700u);
+  EXPECT_EQ(mode(dir), 0700u);
+  EXPECT_EQ(mode(path), 0600u);
+  EXPECT_GT(std::filesystem::file_size(path), 0u);
+  std::filesystem::remove_all(top);
+  ::umask(old_umask);
 }
 
 TEST(Tracer, OpenRefusesLevelOffAndAnEmptyDirectory) {
