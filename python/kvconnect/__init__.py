@@ -1,7 +1,7 @@
 """kvconnect: KV-cache offload for inference engines, over a C++ core (docs/python.md).
 
 The classes come from the extension module ``kvconnect._kvconnect``; ``kvconnect.vllm`` holds
-the vLLM KV connector. Nothing here imports torch or CUDA.
+the vLLM KV connector (imported on its own). Nothing here imports torch or CUDA.
 """
 from ._kvconnect import (
     Config,

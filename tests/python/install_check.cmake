@@ -8,7 +8,7 @@ if(rc)
 endif()
 execute_process(
   COMMAND ${CMAKE_COMMAND} -E env PYTHONPATH=${PREFIX}/${DIR} ${PYTHON} -c
-    "import kvconnect; assert kvconnect.__file__.startswith('${PREFIX}/'), kvconnect.__file__; print(kvconnect.__version__)"
+    "import kvconnect, kvconnect.vllm; assert kvconnect.__file__.startswith('${PREFIX}/'), kvconnect.__file__; print(kvconnect.__version__)"
   RESULT_VARIABLE rc)
 file(REMOVE_RECURSE ${PREFIX})
 if(rc)
