@@ -14,6 +14,7 @@ from ._kvconnect import (
     SchedulerConnector,
     Timeout,
     TransferJob,
+    WorkerConnector,
     __version__,
     config_sections,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "SchedulerConnector",
     "Timeout",
     "TransferJob",
+    "WorkerConnector",
     "__version__",
     "config_sections",
 ]

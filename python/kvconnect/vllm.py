@@ -19,8 +19,8 @@ name) are the ``offload`` section of kvconnect's config (docs/config.md); kvconn
 the KV cache's bytes per block, prefix caching) override the config. The same loader as a YAML
 file reads it all: a key it refuses is a ``kvconnect.ConfigError`` (a ``ValueError``) naming it.
 
-Not yet: the worker role (its methods raise NotImplementedError), reset_cache, more than one
-KV-cache group.
+Not yet: vLLM's process order for the worker role (it needs the scheduler side up first, at a
+fixed runtime.port), reset_cache, more than one KV-cache group.
 """
 from __future__ import annotations
 
@@ -141,7 +141,8 @@ def load_config(vllm_config: Any, kv_cache_config: Any) -> kvconnect.Config:
 
 
 class KvconnectConnector(_BASE):  # type: ignore[misc, valid-type]
-    """vLLM's KVConnectorBase_V1 over kvconnect (scheduler role; the worker role is not yet)."""
+    """vLLM's KVConnectorBase_V1 over kvconnect: the scheduler role over
+    kvconnect.SchedulerConnector, the worker role over kvconnect.WorkerConnector."""
 
     def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None):
         if _BASE is not object:
@@ -151,9 +152,15 @@ class KvconnectConnector(_BASE):  # type: ignore[misc, valid-type]
         self._role_name = _role_name(role)
         self.config = load_config(vllm_config, kv_cache_config)
         self._scheduler: kvconnect.SchedulerConnector | None = None
+        self._worker: kvconnect.WorkerConnector | None = None
+        self._bound: KvconnectConnectorMetadata | None = None
         if self._role_name == "WORKER":
-            raise NotImplementedError("kvconnect.vllm: the worker role is not implemented yet "
-                                      "(docs/python.md)")
+            # The scheduler side must exist already: it creates the node's segment and listens
+            # at runtime.port (vLLM's own order, workers first, is not supported yet).
+            self._num_blocks = kv_cache_config.num_blocks
+            self._worker = kvconnect.WorkerConnector(self.config,
+                                                     vllm_config.parallel_config.rank)
+            return
         events = getattr(vllm_config, "kv_events_config", None)
         self._events_on = bool(events is not None and events.enable_kv_cache_events)
         self._scheduler = kvconnect.SchedulerConnector(self.config)
@@ -163,9 +170,17 @@ class KvconnectConnector(_BASE):  # type: ignore[misc, valid-type]
 
     @property
     def scheduler(self) -> kvconnect.SchedulerConnector:
-        """kvconnect's scheduler side (metrics, stats, tables)."""
-        assert self._scheduler is not None
+        """kvconnect's scheduler side (metrics, stats, tables); scheduler role only."""
+        if self._scheduler is None:
+            raise RuntimeError("kvconnect.vllm: not the scheduler role")
         return self._scheduler
+
+    @property
+    def worker(self) -> kvconnect.WorkerConnector:
+        """kvconnect's worker side of this rank; worker role only."""
+        if self._worker is None:
+            raise RuntimeError("kvconnect.vllm: not the worker role")
+        return self._worker
 
     # --- scheduler side --------------------------------------------------------------------
 
@@ -243,14 +258,48 @@ class KvconnectConnector(_BASE):  # type: ignore[misc, valid-type]
     def shutdown(self) -> None:
         if self._scheduler is not None:
             self._scheduler.shutdown()
+        if self._worker is not None:
+            self._worker.close()
 
-    # --- worker side: not yet ---------------------------------------------------------------
+    # --- worker side ------------------------------------------------------------------------
 
-    def _worker_role(self, *args: Any, **kwargs: Any) -> None:
-        raise NotImplementedError("kvconnect.vllm: the worker role is not implemented yet")
+    def register_kv_caches(self, kv_caches: dict) -> None:
+        """The rank's KV tensors (torch, or anything with data_ptr(), shape, stride(),
+        element_size()); then the rank registers with the scheduler side."""
+        self.worker.register_kv_caches(list(kv_caches.values()), self._num_blocks)
+        self.worker.register_with_scheduler()
 
-    register_kv_caches = _worker_role
-    start_load_kv = _worker_role
-    wait_for_layer_load = _worker_role
-    save_kv_layer = _worker_role
-    wait_for_save = _worker_role
+    def bind_connector_metadata(self, connector_metadata: KvconnectConnectorMetadata) -> None:
+        if _BASE is not object:
+            super().bind_connector_metadata(connector_metadata)
+        self.worker.bind_connector_metadata(connector_metadata.step)
+        self._bound = connector_metadata
+
+    def clear_connector_metadata(self) -> None:
+        self.worker.clear_connector_metadata()
+        self._bound = None
+        if _BASE is not object:
+            super().clear_connector_metadata()
+
+    def handle_preemptions(self, connector_metadata: Any = None) -> None:
+        self.worker.handle_preemptions()
+
+    def start_load_kv(self, forward_context: Any = None, **kwargs: Any) -> None:
+        self.worker.start_load_kv()
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        return None  # loads are per step, not per layer (vLLM's own connector does the same)
+
+    def save_kv_layer(self, layer_name: str, kv_layer: Any, attn_metadata: Any,
+                      **kwargs: Any) -> None:
+        return None  # stores are planned per step and queued in wait_for_save
+
+    def wait_for_save(self) -> None:
+        self.worker.wait_for_save()
+
+    def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str], set[str]]:
+        sending, recving, _ = self.worker.get_finished(list(finished_req_ids))
+        return set(sending), set(recving)
+
+    def get_block_ids_with_load_errors(self) -> set[int]:
+        return set(self.worker.get_block_ids_with_load_errors())

@@ -15,5 +15,6 @@ struct config_handle {
 
 void bind_config(pybind11::module_& m);     // config_binding.cpp
 void bind_scheduler(pybind11::module_& m);  // scheduler_binding.cpp
+void bind_worker(pybind11::module_& m);     // worker_binding.cpp
 
 }  // namespace kvc::python

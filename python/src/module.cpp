@@ -14,4 +14,5 @@ PYBIND11_MODULE(_kvconnect, m) {
   kvc::python::register_errors(m);
   kvc::python::bind_config(m);
   kvc::python::bind_scheduler(m);
+  kvc::python::bind_worker(m);
 }

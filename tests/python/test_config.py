@@ -128,3 +128,35 @@ def test_a_timeout_is_a_timeout_error(sc):
         sc.wait_for_workers(0.0)  # no worker of the one rank ever registers
     assert isinstance(e.value, kvconnect.Timeout)
     assert e.value.code == "timeout"
+
+
+def geometry(**runtime) -> kvconnect.Config:
+    return kvconnect.Config(offload={"cpu_bytes_to_use": 8 * 4096},
+                            topology={"tensor_parallel": 1},
+                            kv_cache={"page_bytes": 4096, "layers": 1, "gpu_block_size": 4},
+                            runtime=runtime)
+
+
+def test_a_worker_without_its_scheduler_is_an_error():
+    with pytest.raises(kvconnect.Error) as e:
+        kvconnect.WorkerConnector(geometry(port=1), 0, instance=f"pytest-{os.getpid()}-none",
+                                  token="t")
+    assert e.value.code == "io_error" and "cannot reach the scheduler" in str(e.value)
+    with pytest.raises(ValueError):
+        kvconnect.WorkerConnector(geometry(port=1), 1, instance="x", token="t")  # rank >= TP
+
+
+def test_kv_tensors_are_checked_at_the_boundary():
+    torch = pytest.importorskip("torch")
+    instance = f"pytest-{os.getpid()}-kv"
+    with kvconnect.SchedulerConnector(geometry(), instance=instance, token="t") as s:
+        with kvconnect.WorkerConnector(geometry(port=s.port), 0, instance=instance,
+                                       token="t") as w:
+            with pytest.raises(TypeError, match="data_ptr"):
+                w.register_kv_caches([b"not a tensor"], 16)
+            with pytest.raises(ValueError, match="num_blocks = 16"):
+                w.register_kv_caches([torch.zeros((2, 15, 4, 256), dtype=torch.float16)], 16)
+            # One block of (2, 4, 256) fp16 is 4096 bytes: it fits a slot.
+            w.register_kv_caches([torch.zeros((2, 16, 4, 256), dtype=torch.float16)], 16)
+            w.register_with_scheduler()
+            s.wait_for_workers(30.0)
