@@ -324,6 +324,7 @@ void bind_scheduler(py::module_& m) {
                     const std::optional<std::string>&, bool, const std::string&>(),
            py::arg("config"), py::kw_only(), py::arg("instance") = py::none(),
            py::arg("token") = py::none(), py::arg("listen") = true, py::arg("transport") = "zmq")
+      .def_property_readonly("host", [](py_scheduler& s) { return s.sc().config().network.host; })
       .def_property_readonly("port", [](py_scheduler& s) { return s.sc().port(); })
       .def_property_readonly("segment_name", [](py_scheduler& s) { return s.sc().segment_name(); })
       .def_property_readonly("metrics_port", [](py_scheduler& s) { return s.sc().metrics_port(); })

@@ -61,8 +61,8 @@ cuda::kv_tensor_desc describe(py::handle t, int64_t num_blocks) {
 class py_worker {
  public:
   py_worker(const config_handle& cfg, uint32_t rank, const std::optional<std::string>& instance,
-            const std::optional<std::string>& token, std::optional<uint16_t> port,
-            uint32_t incarnation)
+            const std::optional<std::string>& token, const std::optional<std::string>& host,
+            std::optional<uint16_t> port, uint32_t incarnation)
       : step_timeout_(std::chrono::milliseconds{cfg.config.runtime.step_timeout_ms}) {
     const std::string inst = instance.value_or(cfg.config.runtime.instance);
     const std::string tok = token.value_or(cfg.config.runtime.token);
@@ -74,6 +74,7 @@ class py_worker {
                             std::to_string(plan.workers.size()));
     }
     embed::worker_connector_config c = std::move(plan.workers[rank]);
+    if (host) c.network.host = *host;
     if (port) c.network.port = *port;
     c.incarnation = incarnation;
     result<std::unique_ptr<worker_connector>> made = make_error(errc::internal, "");
@@ -172,9 +173,11 @@ void bind_worker(py::module_& m) {
                         "One rank's worker side (embed::worker_connector): the copy engine, the "
                         "pool's mapping, the step channel. One thread calls it.")
       .def(py::init<const config_handle&, uint32_t, const std::optional<std::string>&,
-                    const std::optional<std::string>&, std::optional<uint16_t>, uint32_t>(),
+                    const std::optional<std::string>&, const std::optional<std::string>&,
+                    std::optional<uint16_t>, uint32_t>(),
            py::arg("config"), py::arg("rank"), py::kw_only(), py::arg("instance") = py::none(),
-           py::arg("token") = py::none(), py::arg("port") = py::none(), py::arg("incarnation") = 0,
+           py::arg("token") = py::none(), py::arg("host") = py::none(),
+           py::arg("port") = py::none(), py::arg("incarnation") = 0,
            "Prepares the rank (copy engine, the pool's segment: the scheduler side must have "
            "created it) without registering it; then register_kv_caches and "
            "register_with_scheduler.")
