@@ -63,7 +63,7 @@ const std::vector<block_key>& request_keys::keys(std::string_view id, py::handle
     type_error("block_hashes must be a list or tuple, got " +
                std::string(py::str(py::type::handle_of(hashes).attr("__name__"))));
   }
-  auto it = keys_.find(std::string(id));
+  auto it = keys_.find(id);
   if (it == keys_.end()) it = keys_.emplace(std::string(id), std::vector<block_key>{}).first;
   std::vector<block_key>& out = it->second;
   const auto n = static_cast<size_t>(PySequence_Fast_GET_SIZE(hashes.ptr()));
@@ -74,7 +74,7 @@ const std::vector<block_key>& request_keys::keys(std::string_view id, py::handle
 }
 
 void request_keys::forget(std::string_view id) {
-  keys_.erase(std::string(id));
+  if (auto it = keys_.find(id); it != keys_.end()) keys_.erase(it);
 }
 
 }  // namespace kvc::python

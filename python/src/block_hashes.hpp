@@ -7,6 +7,7 @@
 /// request_keys keeps each request's keys between calls: a request's block_hashes only grow, so
 /// a call converts only the hashes added since the last one. Not thread-safe.
 #include <string>
+#include <functional>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -33,7 +34,14 @@ class request_keys {
   size_t size() const noexcept { return keys_.size(); }
 
  private:
-  std::unordered_map<std::string, std::vector<block_key>> keys_;
+  /// Transparent: lookups by string_view allocate nothing.
+  struct id_hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const noexcept {
+      return std::hash<std::string_view>{}(s);
+    }
+  };
+  std::unordered_map<std::string, std::vector<block_key>, id_hash, std::equal_to<>> keys_;
 };
 
 }  // namespace kvc::python

@@ -36,12 +36,25 @@ transfer_kind kind_of(const std::string& k) {
   throw py::value_error("a job kind is \"load\" or \"store\", not \"" + k + "\"");
 }
 
+/// A Python str's UTF-8 text, valid while the str lives; TypeError for anything else.
+std::string_view text_of(py::handle s, const char* what) {
+  if (!PyUnicode_Check(s.ptr())) {
+    type_error(std::string(what) + " must be a str, got " +
+               std::string(py::str(py::type::handle_of(s).attr("__name__"))));
+  }
+  Py_ssize_t n = 0;
+  const char* p = PyUnicode_AsUTF8AndSize(s.ptr(), &n);
+  if (p == nullptr) throw py::error_already_set();
+  return {p, static_cast<size_t>(n)};
+}
+
 /// One scheduled request of build_connector_meta, as a tuple:
 /// (req_id, block_hashes, num_tokens, num_computed, num_scheduled, block_ids, resumed,
-///  do_remote_decode); block_ids may be None (a running request with no new block).
+///  do_remote_decode); block_ids may be None (a running request with no new block). The id
+/// points into the tuple's str, which the caller's list keeps alive during the call.
 struct scheduled_tuple {
-  std::string id;
-  py::object hashes;
+  std::string_view id;
+  py::handle hashes;
   uint32_t num_tokens = 0;
   uint32_t num_computed = 0;
   uint32_t num_scheduled = 0;
@@ -52,20 +65,19 @@ struct scheduled_tuple {
 
 scheduled_tuple unpack(py::handle t) {
   if (!PyTuple_Check(t.ptr()) || PyTuple_GET_SIZE(t.ptr()) != 8) {
-    type_error(
-        "a scheduled request is an 8-tuple (req_id, block_hashes, num_tokens, "
-        "num_computed, num_scheduled, block_ids, resumed, do_remote_decode)");
+    type_error("a scheduled request is an 8-tuple (req_id, block_hashes, num_tokens, "
+               "num_computed, num_scheduled, block_ids, resumed, do_remote_decode)");
   }
-  auto tu = py::reinterpret_borrow<py::tuple>(t);
+  auto item = [&](Py_ssize_t i) { return py::handle(PyTuple_GET_ITEM(t.ptr(), i)); };
   scheduled_tuple s;
-  s.id = tu[0].cast<std::string>();
-  s.hashes = tu[1];
-  s.num_tokens = tu[2].cast<uint32_t>();
-  s.num_computed = tu[3].cast<uint32_t>();
-  s.num_scheduled = tu[4].cast<uint32_t>();
-  if (!tu[5].is_none()) s.block_ids = tu[5].cast<std::vector<gpu_block>>();
-  s.resumed = tu[6].cast<bool>();
-  s.remote_decode = tu[7].cast<bool>();
+  s.id = text_of(item(0), "req_id");
+  s.hashes = item(1);
+  s.num_tokens = item(2).cast<uint32_t>();
+  s.num_computed = item(3).cast<uint32_t>();
+  s.num_scheduled = item(4).cast<uint32_t>();
+  if (!item(5).is_none()) s.block_ids = item(5).cast<std::vector<gpu_block>>();
+  s.resumed = item(6).cast<bool>();
+  s.remote_decode = item(7).cast<bool>();
   return s;
 }
 
@@ -104,7 +116,7 @@ class py_scheduler {
     return *sc_;
   }
 
-  scheduler::request_view view(const std::string& id, py::handle hashes, uint32_t num_tokens,
+  scheduler::request_view view(std::string_view id, py::handle hashes, uint32_t num_tokens,
                                bool remote_decode) {
     return {id, keys_.keys(id, hashes), num_tokens, remote_decode};
   }
