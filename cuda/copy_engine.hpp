@@ -92,8 +92,10 @@ class copy_engine {
   /// Declares device memory not allocated by this engine that ops may touch: each KV tensor, once,
   /// when the KV caches are registered. The cuda backend checks here (cudaPointerGetAttributes)
   /// that the range is device memory of its device, and refuses ops whose GPU side is not inside
-  /// a declared or allocated range; the sim and manual backends require it to lie inside one
-  /// buffer from allocate_device. errc::invalid_argument otherwise.
+  /// a declared or allocated range; the sim and manual backends accept a range inside one buffer
+  /// from allocate_device, or adopt host memory that overlaps none of theirs (an engine's CPU
+  /// tensor standing in for GPU memory, e.g. kvconnect.vllm's tests). errc::invalid_argument
+  /// otherwise.
   virtual status register_device(const void* base, size_t bytes) = 0;
 
   /// Allocates device memory (sim: host memory) freed with the engine.

@@ -4,8 +4,8 @@
 /// completion is FIFO per direction while stores and loads overlap, as on two CUDA streams.
 ///
 /// Device memory, upload/download and the op checks are sim_device_memory's (shared with the
-/// manual backend): ops whose GPU side is not inside one buffer from allocate_device, or whose
-/// CPU side points into one, are refused at submit.
+/// manual backend): ops whose GPU side is not inside one buffer from allocate_device (or one
+/// adopted by register_device), or whose CPU side points into one, are refused at submit.
 ///
 /// Test hook: pause(dir) closes a gate the copy thread checks before it starts the next
 /// transfer of that direction, so a test can observe `pending` without timing; resume(dir)

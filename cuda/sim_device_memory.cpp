@@ -52,10 +52,20 @@ status sim_device_memory::register_host(void* base, size_t bytes) {
   return {};
 }
 
-status sim_device_memory::register_device(const void* base, size_t bytes) const {
-  if (!device_.contains(base, bytes)) {
+status sim_device_memory::register_device(const void* base, size_t bytes) {
+  if (base == nullptr || bytes == 0) {
+    return make_error(errc::invalid_argument, "register_device: null base or zero bytes");
+  }
+  if (device_.contains(base, bytes)) return {};  // a KV tensor carved out of a buffer
+  if (device_.overlaps(base, bytes) || host_.overlaps(base, bytes)) {
     return make_error(errc::invalid_argument,
-                      "register_device: range is not inside one allocated device buffer");
+                      "register_device: range overlaps a device buffer or a registered host "
+                      "range without lying inside one device buffer");
+  }
+  // The engine's own host memory (a CPU tensor standing in for GPU memory): adopted as device
+  // memory, borrowed, until the engine ends.
+  if (status s = device_.insert(reinterpret_cast<uintptr_t>(base), bytes); !s) {
+    return make_error(errc::invalid_argument, "register_device: " + s.message());
   }
   return {};
 }

@@ -1,6 +1,7 @@
 #pragma once
 /// sim_device_memory: host memory standing in for one GPU's memory, shared by the host-only
-/// copy_engine backends (sim, manual). It allocates the "device" buffers, does the synchronous
+/// copy_engine backends (sim, manual). It allocates the "device" buffers (or adopts the
+/// caller's, register_device), does the synchronous
 /// upload/download helpers, records registered host ranges, and checks where a transfer's ops
 /// point: the GPU side must lie inside one allocated buffer and the CPU side must not touch
 /// one. On a GPU such an op would fault or silently corrupt memory; the host-only backends are
@@ -29,9 +30,12 @@ class sim_device_memory {
   /// Records a host range; a null base, zero bytes or an overlap with a range already
   /// registered is errc::invalid_argument.
   status register_host(void* base, size_t bytes);
-  /// ok when [base, base + bytes) lies inside one allocated buffer (a KV tensor carved out of
-  /// it); errc::invalid_argument otherwise.
-  status register_device(const void* base, size_t bytes) const;
+  /// ok when [base, base + bytes) lies inside one device buffer (a KV tensor carved out of
+  /// it). A range that overlaps no device buffer and no registered host range is the caller's
+  /// host memory standing in for GPU memory (an engine's CPU tensor): it is adopted as a device
+  /// buffer (borrowed: the caller keeps it alive while the engine lives). A partial overlap, a
+  /// null base or zero bytes is errc::invalid_argument.
+  status register_device(const void* base, size_t bytes);
   /// validate_ops, then the placement checks above; errc::invalid_argument naming the op.
   status check_ops(direction dir, std::span<const copy_op> ops) const;
 

@@ -412,7 +412,10 @@ void read_kv_cache(reader& r, const YAML::Node& n, kv_cache_section& k) {
        {"kv_heads", [&](auto& v, auto& p) { r.number(v, p, k.kv_heads, 1, 1u << 16); }},
        {"head_dim", [&](auto& v, auto& p) { r.number(v, p, k.head_dim, 1, 1u << 16); }},
        {"dtype_bytes", [&](auto& v, auto& p) { r.number(v, p, k.dtype_bytes, 1, 8); }},
+       {"page_bytes", [&](auto& v, auto& p) { r.number(v, p, k.page_bytes, 0, 1ull << 40, true); }},
        {"gpu_block_size", [&](auto& v, auto& p) { r.number(v, p, k.gpu_block_size, 1, 1u << 16); }},
+       {"hash_block_size",
+        [&](auto& v, auto& p) { r.number(v, p, k.hash_block_size, 0, 1u << 16); }},
        {"gpu_blocks", [&](auto& v, auto& p) { r.number(v, p, k.gpu_blocks, 2, 1u << 30); }},
        {"layout",
         [&](auto& v, auto& p) {
@@ -598,8 +601,14 @@ std::string config_error::to_string() const {
   return location + ": " + (key_path.empty() ? "" : key_path + ": ") + message;
 }
 
+std::span<const std::string_view> config_sections() {
+  static constexpr std::string_view names[] = {"topology", "kv_cache", "offload",
+                                               "runtime",  "workload", "observe"};
+  return names;
+}
+
 loaded_config load_config(std::string_view text, std::string_view file_name,
-                          std::span<const std::string> overrides) {
+                          std::span<const std::string> overrides, config_use use) {
   loaded_config out;
   const std::string file(file_name);
   if (text.size() > max_config_bytes) {
@@ -670,7 +679,7 @@ loaded_config load_config(std::string_view text, std::string_view file_name,
   // Checks across keys; a key that already has an error is not blamed twice.
   std::set<std::string> blamed;
   for (const auto& e : out.errors) blamed.insert(e.key_path);
-  for (auto& p : check_config(c)) {
+  for (auto& p : check_config(c, use)) {
     if (blamed.count(p.key_path)) continue;
     config_error e;
     if (auto it = r.seen.find(p.key_path); it != r.seen.end()) {

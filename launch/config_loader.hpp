@@ -21,6 +21,7 @@
 
 #include "launch/did_you_mean.hpp"
 #include "launch/launch_config.hpp"
+#include "launch/launch_plan.hpp"
 
 namespace kvc::launch {
 
@@ -44,10 +45,15 @@ struct loaded_config {
   bool ok() const noexcept { return errors.empty(); }
 };
 
+/// The config's sections, in file order: topology, kv_cache, offload, runtime, workload, observe.
+std::span<const std::string_view> config_sections();
+
 /// `text`: the YAML (empty: only defaults and overrides; more than max_config_bytes: one
 /// error, nothing parsed). `file_name`: how errors name it.
 /// `overrides`: "key.path=value" items, the value read as YAML (`[a, b]` is a list).
+/// `use`: which of check_config's checks apply (an embedding engine skips the launch's own).
 loaded_config load_config(std::string_view text, std::string_view file_name,
-                          std::span<const std::string> overrides);
+                          std::span<const std::string> overrides,
+                          config_use use = config_use::launch);
 
 }  // namespace kvc::launch

@@ -69,7 +69,9 @@ std::string to_yaml(const launch_config& c) {
   emit_number(out, "kv_heads", k.kv_heads);
   emit_number(out, "head_dim", k.head_dim);
   emit_number(out, "dtype_bytes", k.dtype_bytes);
+  emit_number(out, "page_bytes", k.page_bytes);
   emit_number(out, "gpu_block_size", k.gpu_block_size);
+  emit_number(out, "hash_block_size", k.hash_block_size);
   emit_number(out, "gpu_blocks", k.gpu_blocks);
   emit_string(out, "layout", k.layout);
   out << YAML::Key << "enable_prefix_caching" << YAML::Value

@@ -47,7 +47,14 @@ struct kv_cache_section {
   uint32_t kv_heads = 8;  ///< split over tensor_parallel ranks (replicated when fewer)
   uint32_t head_dim = 64;
   uint32_t dtype_bytes = 2;
+  /// Bytes of one GPU block of one layer on one rank (K and V together); 0: derived as
+  /// 2 * gpu_block_size * heads per rank * head_dim * dtype_bytes. An engine that embeds
+  /// kvconnect sets it from its own KV tensors (kvconnect.vllm: vLLM's kv_cache_config).
+  uint64_t page_bytes = 0;
   uint32_t gpu_block_size = 16;       ///< tokens per GPU block
+  /// Tokens per request block hash (vLLM's cache_config.block_size, the granularity of a
+  /// request's block_hashes); 0: gpu_block_size. Must divide gpu_block_size.
+  uint32_t hash_block_size = 0;
   uint32_t gpu_blocks = 256;          ///< GPU blocks per rank
   std::string layout = "flash_attn";  ///< flash_attn | flashinfer | cross_layer
   /// vLLM's enable_prefix_caching: the GPU prefix cache (and the planner's delay rule) is on.

@@ -29,7 +29,9 @@ kv_geometry derive_geometry(const launch_config& c) {
   g.layers_per_rank = (k.layers + t.pipeline_parallel - 1) / t.pipeline_parallel;
   const uint32_t block = c.offload.block_size == 0 ? k.gpu_block_size : c.offload.block_size;
   g.factor = std::max<uint32_t>(1, block / k.gpu_block_size);
-  g.page_bytes = 2ull * k.gpu_block_size * g.kv_heads_per_rank * k.head_dim * k.dtype_bytes;
+  g.page_bytes = k.page_bytes != 0
+                     ? k.page_bytes
+                     : 2ull * k.gpu_block_size * g.kv_heads_per_rank * k.head_dim * k.dtype_bytes;
   g.slot_bytes = uint64_t{g.factor} * g.layers_per_rank * g.page_bytes;
   return g;
 }
@@ -51,7 +53,8 @@ std::vector<uint32_t> rank_nodes(const topology_section& t) {
   return out;
 }
 
-std::vector<config_problem> check_config(const launch_config& c) {
+std::vector<config_problem> check_config(const launch_config& c, config_use use) {
+  const bool launched = use == config_use::launch;
   std::vector<config_problem> out;
   auto problem = [&out](std::string path, std::string message) {
     out.push_back({std::move(path), std::move(message)});
@@ -108,13 +111,19 @@ std::vector<config_problem> check_config(const launch_config& c) {
   }
 
   // kv_cache
-  if (k.kv_heads % t.tensor_parallel != 0 && t.tensor_parallel % k.kv_heads != 0) {
+  if (k.page_bytes == 0 && k.kv_heads % t.tensor_parallel != 0 &&
+      t.tensor_parallel % k.kv_heads != 0) {
     problem("kv_cache.kv_heads", str(k.kv_heads) + " heads cannot be split over tensor_parallel " +
                                      str(t.tensor_parallel) + " ranks (one must divide the other)");
   }
   if (k.layers < t.pipeline_parallel) {
     problem("kv_cache.layers", str(k.layers) + " layers are fewer than pipeline_parallel " +
                                    str(t.pipeline_parallel) + " stages");
+  }
+
+  if (k.hash_block_size != 0 && k.gpu_block_size % k.hash_block_size != 0) {
+    problem("kv_cache.hash_block_size", str(k.hash_block_size) + " tokens does not divide " +
+                                            "kv_cache.gpu_block_size " + str(k.gpu_block_size));
   }
 
   // offload
@@ -147,12 +156,12 @@ std::vector<config_problem> check_config(const launch_config& c) {
                                                 str(scheduler::max_manager_capacity));
       }
       // The smoke run stores a source group and loads it into a destination group.
-      if (pool->num_slots < 2) {
+      if (launched && pool->num_slots < 2) {
         problem("offload.cpu_bytes_to_use", "holds " + str(pool->num_slots) +
                                                 " slot per rank; the smoke run needs 2 (>= " +
                                                 str(2 * g.slot_bytes * g.world_size) + " bytes)");
       }
-      if (uint64_t{k.gpu_blocks} < 2ull * g.factor + 1) {
+      if (launched && uint64_t{k.gpu_blocks} < 2ull * g.factor + 1) {
         problem(
             "kv_cache.gpu_blocks",
             str(k.gpu_blocks) + " GPU blocks are too few for the smoke run: needs >= 2 x " +
@@ -211,7 +220,7 @@ std::vector<config_problem> check_config(const launch_config& c) {
   // The simulated engine refuses nothing: its longest request must fit in the GPU blocks.
   const uint64_t longest = uint64_t{w.prompt_tokens.max} + w.output_tokens.max;
   const uint64_t room = uint64_t{k.gpu_blocks - 1} * k.gpu_block_size;
-  if (longest > room) {
+  if (launched && longest > room) {
     problem("kv_cache.gpu_blocks",
             str(k.gpu_blocks) + " GPU blocks of " + str(k.gpu_block_size) + " tokens hold " +
                 str(room) + " tokens (block 0 is the null block), fewer than the longest " +
@@ -230,8 +239,8 @@ std::vector<rank_id> launch_plan::ranks_on(uint32_t node) const {
 }
 
 result<launch_plan> make_plan(const launch_config& c, const std::string& instance,
-                              const std::string& token) {
-  if (auto problems = check_config(c); !problems.empty()) {
+                              const std::string& token, config_use use) {
+  if (auto problems = check_config(c, use); !problems.empty()) {
     return make_error(errc::invalid_argument, problems[0].key_path + ": " + problems[0].message);
   }
   if (!c.offload.enabled) {
@@ -277,6 +286,7 @@ result<launch_plan> make_plan(const launch_config& c, const std::string& instanc
   s.pool = pool_cfg;
   s.planner.gpu_block_size = c.kv_cache.gpu_block_size;
   s.planner.offloaded_block_size = p.kv.factor * c.kv_cache.gpu_block_size;
+  s.planner.hash_block_size = c.kv_cache.hash_block_size;
   s.planner.enable_prefix_caching = c.kv_cache.enable_prefix_caching;
   auto policy = scheduler::parse_eviction_policy(c.offload.eviction_policy);
   if (!policy) return policy.error();

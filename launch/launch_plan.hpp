@@ -48,12 +48,20 @@ kv_geometry derive_geometry(const launch_config& config);
 /// the number of nodes.
 std::vector<uint32_t> rank_nodes(const topology_section& topology);
 
+/// Who runs the config: `kvconnect launch` (its smoke run and simulated engine included), or an
+/// engine that embeds kvconnect (kvconnect.vllm), whose own scheduler runs the requests: then
+/// the smoke run's minimum GPU blocks and slots and the simulated engine's "longest request
+/// fits the GPU blocks" do not apply.
+enum class config_use : uint8_t { launch = 0, engine = 1 };
+
 /// The checks across keys: placement vs TP×PP and the nodes, a node without ranks, duplicate
 /// node names, heads vs TP, layers vs PP, offload block_size vs gpu_block_size, a pool too
 /// small for one block per rank or too large for a node's shm_bytes, the smoke run's minimum
-/// GPU blocks and slots, the workload's ranges, a step wait that does not outlast the
-/// job deadline (step_wait_problem). Every problem found, in key order.
-std::vector<config_problem> check_config(const launch_config& config);
+/// GPU blocks and slots (launch only), the workload's ranges (the longest request: launch only),
+/// a step wait that does not outlast the job deadline (step_wait_problem). Every problem found,
+/// in key order.
+std::vector<config_problem> check_config(const launch_config& config,
+                                         config_use use = config_use::launch);
 
 struct launch_plan {
   kv_geometry kv;
@@ -74,6 +82,6 @@ struct launch_plan {
 /// config fails check_config (the first problem), offload is off, or a derived facade config
 /// fails embed::validate.
 result<launch_plan> make_plan(const launch_config& config, const std::string& instance,
-                              const std::string& token);
+                              const std::string& token, config_use use = config_use::launch);
 
 }  // namespace kvc::launch

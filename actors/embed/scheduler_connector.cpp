@@ -315,6 +315,19 @@ status scheduler_connector::apply_request_output(const scheduler::request_output
   return st;
 }
 
+status scheduler_connector::apply_job_results(const connector_output& out) {
+  impl& m = *impl_;
+  if (auto st = m.check_live(); !st) return st;
+  if (m.recorder) {
+    return make_error(errc::precondition_failed,
+                      "embed: job results from outside the step channel cannot be recorded "
+                      "(observe.record is on)");
+  }
+  auto st = m.planner->update_connector_output(out);
+  m.after_step();
+  return st;
+}
+
 result<connector_metadata> scheduler_connector::build_connector_meta(
     const scheduler::step_input& in) {
   impl& m = *impl_;

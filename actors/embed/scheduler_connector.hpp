@@ -126,6 +126,13 @@ class scheduler_connector {
   /// aggregation instead of taking the coordinator's job results: completes those requests'
   /// store and load jobs in the planner (scheduler::planner::update_connector_output).
   status apply_request_output(const scheduler::request_output& out);
+  /// Job results that reach the engine outside the step channel (a replay of vLLM's calls that
+  /// plays the workers' part, as `kvconnect replay --connector` does): applied to the planner as
+  /// the coordinator's are (scheduler::planner::update_connector_output); their request-level
+  /// outcomes come with the next update_connector_output. errc::precondition_failed while the
+  /// run is recorded (a record replays the coordinator's results only); otherwise the
+  /// planner's status (rejected ids are named, the others applied).
+  status apply_job_results(const connector_output& out);
   /// The request finished or was aborted; call once, before its blocks are freed. Returns
   /// delay_free: the blocks are freed when the id comes back in finished_sending.
   bool request_finished(std::string_view req_id);

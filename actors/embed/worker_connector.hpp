@@ -24,7 +24,7 @@
 /// releases a step's output once every rank reported that step.
 ///
 /// Ownership: the KV cache memory is the engine's (register_kv_caches borrows it; with the sim
-/// backend it must come from copy_engine().allocate_device). Destruction ends the actor and
+/// backend it is host memory: from copy_engine().allocate_device, or the engine's own). Destruction ends the actor and
 /// unmaps the pool (it never removes the segment: the scheduler side does). Not thread-safe: one
 /// engine thread calls everything. The public headers include no CAF.
 #include <chrono>

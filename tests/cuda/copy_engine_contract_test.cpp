@@ -419,17 +419,34 @@ TEST_P(CopyEngineContract, EmptyTransferCompletesInOrder) {
   EXPECT_EQ(reports[1].bytes, 0u);
 }
 
-TEST_P(CopyEngineContract, RegisterDeviceTakesEngineMemoryOnly) {
+TEST_P(CopyEngineContract, RegisterDeviceTakesEngineMemoryOrAdoptsHostMemoryOnHostBackends) {
   auto dev = engine_->allocate_device(4096);
   ASSERT_TRUE(dev.ok());
   auto* gpu = static_cast<std::byte*>(dev->data);
   // A KV tensor carved out of device memory is accepted, and ops may then touch it.
   EXPECT_TRUE(engine_->register_device(gpu + 1024, 1024).ok());
-  host_pool other(4096);
-  const status host = engine_->register_device(other.data, 64);
-  EXPECT_EQ(host.code(), errc::invalid_argument) << host.to_string();
   EXPECT_EQ(engine_->register_device(nullptr, 64).code(), errc::invalid_argument);
   EXPECT_EQ(engine_->register_device(gpu, 0).code(), errc::invalid_argument);
+  host_pool other(4096);
+  const status host = engine_->register_device(other.data, 2048);
+  if (engine_->name().find("cuda") != std::string_view::npos) {
+    // Host memory is no device memory of the GPU.
+    EXPECT_EQ(host.code(), errc::invalid_argument) << host.to_string();
+    return;
+  }
+  // The host backends adopt it (a CPU tensor standing in for GPU memory): ops may use it as
+  // their GPU side; a range overlapping it only in part is refused.
+  ASSERT_TRUE(host.ok()) << host.to_string();
+  EXPECT_TRUE(engine_->register_device(other.data + 512, 512).ok());  // inside: a tensor of it
+  EXPECT_EQ(engine_->register_device(other.data + 1024, 2048).code(), errc::invalid_argument);
+  host_pool& pool = registered_pool(2048);
+  std::memset(other.data, 0x5A, 2048);
+  copy_op op{other.data, pool.data, 2048};
+  auto id = submit(direction::gpu_to_cpu, std::span(&op, 1));
+  ASSERT_TRUE(id.ok()) << id.error().to_string();
+  ASSERT_TRUE(engine_->wait(std::span(&*id, 1)).ok());
+  EXPECT_EQ(std::memcmp(pool.data, other.data, 2048), 0);
+  engine_.reset();  // the engine ends before the adopted memory is freed
 }
 
 TEST_P(CopyEngineContract, RegisterHostRefusesOverlapsAndEmptyRanges) {

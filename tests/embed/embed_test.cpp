@@ -277,6 +277,32 @@ TEST_P(EmbedTest, VllmsBlockTableAndRequestLevelOutputsReachThePlanner) {
   EXPECT_EQ(last_meta_.loads[0].slots, (std::vector<cpu_slot>{a_slots[1]}));
 }
 
+TEST_P(EmbedTest, JobResultsFromOutsideTheStepChannelCompleteJobsOnce) {
+  // No worker: the test plays the workers' part, as a replay of vLLM's calls does.
+  auto sc = scheduler_connector::create(sched_cfg(1));
+  ASSERT_TRUE(sc.ok()) << sc.error().to_string();
+  const auto ka = keys({51, 52});
+  const scheduler::request_view a{"a", ka, 8};
+  const std::vector<gpu_block> blocks_a{1, 2};
+  ASSERT_TRUE((*sc)->update_state_after_alloc(a, blocks_a, 0).ok());
+  const std::vector<scheduler::scheduled_request> fresh{{a, blocks_a, 0, 8}};
+  auto meta = (*sc)->build_connector_meta({1, fresh, {}, {}});
+  ASSERT_TRUE(meta.ok()) << meta.error().to_string();
+  ASSERT_EQ(meta->stores.size(), 1u);
+  const connector_output done{1, {{meta->stores[0].id, transfer_kind::store, true}}};
+  ASSERT_TRUE((*sc)->apply_job_results(done).ok());
+  EXPECT_EQ((*sc)->stats().stores_ok, 1u);
+  EXPECT_EQ((*sc)->jobs_in_flight(), 0u);
+  const auto events = (*sc)->take_events();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind, kv_event_kind::stored);
+  EXPECT_EQ(events[0].keys.size(), 2u);
+  // A duplicate is named and changes nothing.
+  EXPECT_FALSE((*sc)->apply_job_results(done).ok());
+  EXPECT_EQ((*sc)->stats().stores_ok, 1u);
+  EXPECT_EQ((*sc)->stats().rejected_results, 1u);
+}
+
 TEST_P(EmbedTest, TwentyThousandStepsLeaveNoPerRequestStateBehind) {
   // A worker that is not told which requests finished (the standalone `kvconnect worker`) takes
   // them from the metadata: after 20,000 steps of one stored request each, every per-request

@@ -89,6 +89,44 @@ TEST(LaunchPlanTest, SchedulerConfigCarriesTheOffloadSection) {
   EXPECT_FALSE(no_prefix_caching->scheduler.planner.enable_prefix_caching);
 }
 
+TEST(LaunchPlanTest, AnEnginesPageBytesAndHashBlockSizeSizeThePoolAndThePlanner) {
+  // What kvconnect.vllm passes: the bytes of one GPU block over the rank's KV tensors, one page
+  // per stage, vLLM's hash block size; 6 heads would not split over TP 4, but no head counts.
+  auto plan = make_plan(loaded("topology: {tensor_parallel: 4}\n"
+                               "kv_cache: {layers: 1, kv_heads: 6, page_bytes: 3000,\n"
+                               "           gpu_block_size: 16, hash_block_size: 8}\n"
+                               "offload: {cpu_bytes_to_use: 240000, block_size: 32}\n"),
+                        "inst", "secret");
+  ASSERT_TRUE(plan.ok()) << plan.error().to_string();
+  EXPECT_EQ(plan->kv.page_bytes, 3000u);
+  EXPECT_EQ(plan->pool.slot_bytes, 2u * 3000);
+  EXPECT_EQ(plan->pool.num_slots, 240000u / (4 * 2 * 3000));  // vLLM's sizing: 10
+  EXPECT_EQ(plan->scheduler.planner.hash_block_size, 8u);
+}
+
+TEST(LaunchPlanTest, AnEmbeddingEngineSkipsTheLaunchsOwnChecks) {
+  // 2 slots and 16 GPU blocks of 4 tokens: too few for the smoke run and for the simulated
+  // engine's longest request, which an engine with its own scheduler does not run.
+  const std::string text =
+      "topology: {tensor_parallel: 1}\n"
+      "kv_cache: {layers: 1, page_bytes: 4096, gpu_block_size: 4, gpu_blocks: 16}\n"
+      "offload: {cpu_bytes_to_use: 4096}\n";
+  auto launched = load_config(text, "engine.yaml", {});
+  std::vector<std::string> keys;
+  for (const auto& e : launched.errors) keys.push_back(e.key_path);
+  EXPECT_THAT(keys,
+              ::testing::UnorderedElementsAre("offload.cpu_bytes_to_use", "kv_cache.gpu_blocks"));
+  auto engine = load_config(text, "engine.yaml", {}, config_use::engine);
+  EXPECT_TRUE(engine.ok()) << engine.errors[0].to_string();
+  EXPECT_TRUE(make_plan(engine.config, "inst", "secret", config_use::engine).ok());
+  EXPECT_FALSE(make_plan(engine.config, "inst", "secret").ok());
+  // A hash block that does not divide the GPU block is named.
+  const std::vector<std::string> hash3{"kv_cache.hash_block_size=3"};
+  auto bad = load_config(text, "engine.yaml", hash3, config_use::engine);
+  ASSERT_EQ(bad.errors.size(), 1u);
+  EXPECT_EQ(bad.errors[0].key_path, "kv_cache.hash_block_size");
+}
+
 TEST(LaunchPlanTest, EveryRankGetsAWorkerConfigOnItsNode) {
   auto plan = make_plan(
       loaded(tp4pp2, {"topology.nodes=[{name: a, host: 10.0.0.1}, {name: b, host: 10.0.0.2}]"}),

@@ -1,0 +1,305 @@
+"""kvconnect as a vLLM KV connector (docs/python.md).
+
+Load it with::
+
+    --kv-transfer-config '{"kv_connector": "KvconnectConnector",
+                           "kv_connector_module_path": "kvconnect.vllm",
+                           "kv_role": "kv_both",
+                           "kv_connector_extra_config": {"cpu_bytes_to_use": 8589934592}}'
+
+vLLM constructs ``KvconnectConnector(vllm_config, role, kv_cache_config)``. This module only
+adapts vLLM's objects to kvconnect's C++ API (``kvconnect.SchedulerConnector``): it reads the
+fields vLLM's own OffloadingConnectorScheduler reads and makes no decision of its own. The
+scheduler role imports neither torch nor CUDA.
+
+The extra config: vLLM's OffloadingConnector keys (``cpu_bytes_to_use``, ``block_size``,
+``eviction_policy``, ``store_threshold``, ``max_tracker_size``; any key that is not a section
+name) are the ``offload`` section of kvconnect's config (docs/config.md); kvconnect's sections
+(``runtime``, ``observe``, ...) go by their names. vLLM's own facts (TP/PP sizes, block sizes,
+the KV cache's bytes per block, prefix caching) override the config. The same loader as a YAML
+file reads it all: a key it refuses is a ``kvconnect.ConfigError`` (a ``ValueError``) naming it.
+
+Not yet: vLLM's process order for the worker role (it needs the scheduler side up first, at a
+fixed runtime.port), reset_cache, more than one KV-cache group.
+"""
+from __future__ import annotations
+
+import enum
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import kvconnect
+
+try:  # vLLM's own types when vLLM is importable; stand-ins with the same fields otherwise.
+    from vllm.distributed.kv_events import BlockRemoved, BlockStored
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+        KVConnectorBase_V1,
+        KVConnectorMetadata,
+        KVConnectorRole,
+    )
+
+    _BASE: type = KVConnectorBase_V1
+except ImportError:
+    _BASE = object
+
+    class KVConnectorRole(enum.IntEnum):  # vLLM's values
+        SCHEDULER = 0
+        WORKER = 1
+
+    class KVConnectorMetadata:  # type: ignore[no-redef]
+        pass
+
+    @dataclass
+    class BlockStored:  # type: ignore[no-redef]
+        block_hashes: list
+        parent_block_hash: Any
+        token_ids: list
+        block_size: int
+        lora_id: int | None
+        medium: str | None
+        lora_name: str | None
+        extra_keys: list | None = None
+        group_idx: int | None = None
+
+    @dataclass
+    class BlockRemoved:  # type: ignore[no-redef]
+        block_hashes: list
+        medium: str | None
+        group_idx: int | None = None
+
+
+class KvconnectConnectorMetadata(KVConnectorMetadata):
+    """What vLLM ships to the workers in its SchedulerOutput: the step number only. The step's
+    jobs travel on kvconnect's step channel (one path for the metadata)."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def __repr__(self) -> str:
+        return f"KvconnectConnectorMetadata(step={self.step})"
+
+
+def _role_name(role: Any) -> str:
+    name = getattr(role, "name", None)
+    if name is None:
+        name = KVConnectorRole(role).name
+    if name not in ("SCHEDULER", "WORKER"):
+        raise ValueError(f"unknown KV connector role {role!r}")
+    return name
+
+
+def _remote_decode(request: Any) -> bool:
+    params = request.kv_transfer_params
+    return bool(params is not None and params.get("do_remote_decode"))
+
+
+def load_config(vllm_config: Any, kv_cache_config: Any) -> kvconnect.Config:
+    """kvconnect's config of this vLLM engine: the extra config as the YAML file's keys (see the
+    module's docstring), vLLM's facts as the engine's overrides."""
+    transfer = vllm_config.kv_transfer_config
+    extra = dict(transfer.kv_connector_extra_config or {})
+    sections = set(kvconnect.config_sections())
+    config: dict[str, Any] = {k: v for k, v in extra.items() if k in sections}
+    offload = config.setdefault("offload", {})
+    if not isinstance(offload, dict):
+        raise TypeError(f"kv_connector_extra_config: offload must be a dict, got "
+                        f"{type(offload).__name__}")
+    offload.update({k: v for k, v in extra.items() if k not in sections})
+    # Both sides of one engine derive the same instance and token from vLLM's config.
+    runtime = config.setdefault("runtime", {})
+    if isinstance(runtime, dict):
+        dp_rank = getattr(vllm_config.parallel_config, "data_parallel_rank", 0) or 0
+        runtime.setdefault("instance", f"vllm-{transfer.engine_id}-dp{dp_rank}")
+        runtime.setdefault("token", os.environ.get("KVCONNECT_TOKEN") or str(transfer.engine_id))
+
+    groups = kv_cache_config.kv_cache_groups
+    if len(groups) != 1:
+        raise kvconnect.ConfigError(
+            f"kv_cache_config has {len(groups)} KV-cache groups; kvconnect serves one")
+    parallel = vllm_config.parallel_config
+    cache = vllm_config.cache_config
+    num_blocks = kv_cache_config.num_blocks
+    total_bytes = sum(t.size for t in kv_cache_config.kv_cache_tensors)
+    engine = {
+        "topology": {
+            "tensor_parallel": parallel.tensor_parallel_size,
+            "pipeline_parallel": parallel.pipeline_parallel_size,
+        },
+        "kv_cache": {
+            # One page per rank and stage: vLLM sizes the pool from the bytes of one GPU block
+            # over all of the rank's KV tensors.
+            "layers": parallel.pipeline_parallel_size,
+            "page_bytes": total_bytes // num_blocks if num_blocks > 0 else 0,
+            "gpu_block_size": groups[0].kv_cache_spec.block_size,
+            "hash_block_size": cache.block_size,
+            "gpu_blocks": num_blocks,
+            "enable_prefix_caching": bool(cache.enable_prefix_caching),
+        },
+    }
+    return kvconnect.Config(config, engine=engine)
+
+
+class KvconnectConnector(_BASE):  # type: ignore[misc, valid-type]
+    """vLLM's KVConnectorBase_V1 over kvconnect: the scheduler role over
+    kvconnect.SchedulerConnector, the worker role over kvconnect.WorkerConnector."""
+
+    def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None):
+        if _BASE is not object:
+            super().__init__(vllm_config, role, kv_cache_config)
+        if kv_cache_config is None:
+            raise ValueError("KvconnectConnector needs vLLM's kv_cache_config")
+        self._role_name = _role_name(role)
+        self.config = load_config(vllm_config, kv_cache_config)
+        self._scheduler: kvconnect.SchedulerConnector | None = None
+        self._worker: kvconnect.WorkerConnector | None = None
+        self._bound: KvconnectConnectorMetadata | None = None
+        if self._role_name == "WORKER":
+            # The scheduler side must exist already: it creates the node's segment and listens
+            # at runtime.port (vLLM's own order, workers first, is not supported yet).
+            self._num_blocks = kv_cache_config.num_blocks
+            self._worker = kvconnect.WorkerConnector(self.config,
+                                                     vllm_config.parallel_config.rank)
+            return
+        events = getattr(vllm_config, "kv_events_config", None)
+        self._events_on = bool(events is not None and events.enable_kv_cache_events)
+        self._scheduler = kvconnect.SchedulerConnector(self.config)
+        self._requests: dict[str, Any] = {}  # vLLM's Request objects, as vLLM's connector keeps
+        self._step = 0
+        self.planned: kvconnect.ConnectorMetadata | None = None  # the last step's jobs
+
+    @property
+    def scheduler(self) -> kvconnect.SchedulerConnector:
+        """kvconnect's scheduler side (metrics, stats, tables); scheduler role only."""
+        if self._scheduler is None:
+            raise RuntimeError("kvconnect.vllm: not the scheduler role")
+        return self._scheduler
+
+    @property
+    def worker(self) -> kvconnect.WorkerConnector:
+        """kvconnect's worker side of this rank; worker role only."""
+        if self._worker is None:
+            raise RuntimeError("kvconnect.vllm: not the worker role")
+        return self._worker
+
+    # --- scheduler side --------------------------------------------------------------------
+
+    def get_num_new_matched_tokens(self, request: Any,
+                                   num_computed_tokens: int) -> tuple[int | None, bool]:
+        self._requests[request.request_id] = request
+        return self.scheduler.get_num_new_matched_tokens(
+            request.request_id, request.block_hashes, request.num_tokens, num_computed_tokens,
+            _remote_decode(request))
+
+    def update_state_after_alloc(self, request: Any, blocks: Any,
+                                 num_external_tokens: int) -> None:
+        (group,) = blocks.blocks
+        self.scheduler.update_state_after_alloc(
+            request.request_id, request.block_hashes, request.num_tokens,
+            [b.block_id for b in group], [b.block_hash is not None for b in group],
+            num_external_tokens, _remote_decode(request))
+
+    def _scheduled(self, req_id: str, block_ids: Any, num_scheduled: int, resumed: bool):
+        request = self._requests[req_id]
+        return (req_id, request.block_hashes, request.num_tokens, request.num_computed_tokens,
+                num_scheduled, None if block_ids is None else block_ids[0], resumed,
+                _remote_decode(request))
+
+    def build_connector_meta(self, scheduler_output: Any) -> KvconnectConnectorMetadata:
+        scheduled = scheduler_output.num_scheduled_tokens
+        new = [self._scheduled(r.req_id, r.block_ids, scheduled[r.req_id], False)
+               for r in scheduler_output.scheduled_new_reqs]
+        cached_reqs = scheduler_output.scheduled_cached_reqs
+        resumed = cached_reqs.resumed_req_ids
+        cached = [self._scheduled(req_id, block_ids, scheduled[req_id], req_id in resumed)
+                  for req_id, block_ids in zip(cached_reqs.req_ids, cached_reqs.new_block_ids)]
+        self._step += 1
+        self.planned = self.scheduler.build_connector_meta(
+            self._step, new, cached, list(scheduler_output.preempted_req_ids or ()))
+        return KvconnectConnectorMetadata(self._step)
+
+    def update_connector_output(self, connector_output: Any) -> None:
+        """vLLM's finished sets complete those requests' jobs; what kvconnect's coordinator
+        decided since (job results, deadlines, lost ranks) is added to them, for vLLM's
+        scheduler to read after this call."""
+        sending = list(connector_output.finished_sending or ())
+        recving = list(connector_output.finished_recving or ())
+        self.scheduler.apply_request_output(sending, recving)
+        update = self.scheduler.update_connector_output()
+        if update.finished_sending:
+            connector_output.finished_sending = set(sending) | set(update.finished_sending)
+        if update.finished_recving:
+            connector_output.finished_recving = set(recving) | set(update.finished_recving)
+        if update.invalid_block_ids:
+            invalid = getattr(connector_output, "invalid_block_ids", None) or set()
+            connector_output.invalid_block_ids = set(invalid) | set(update.invalid_block_ids)
+
+    def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, dict | None]:
+        self._requests.pop(request.request_id, None)
+        return self.scheduler.request_finished(request.request_id), None
+
+    def take_events(self) -> list:
+        events = self.scheduler.take_events()
+        if not self._events_on:  # vLLM's manager records none then
+            return []
+        return [BlockStored(block_hashes=hashes, parent_block_hash=None, token_ids=[],
+                            block_size=0, lora_id=None, medium=medium, lora_name=None)
+                if kind == "stored" else BlockRemoved(block_hashes=hashes, medium=medium)
+                for kind, hashes, medium in events]
+
+    def get_finished_count(self) -> int | None:
+        """None: vLLM's aggregator expects every worker's report, as for its own connector."""
+        return None
+
+    def reset_cache(self) -> bool | None:
+        """None: not supported (the planner has no reset; vLLM's own connector has none)."""
+        return None
+
+    def shutdown(self) -> None:
+        if self._scheduler is not None:
+            self._scheduler.shutdown()
+        if self._worker is not None:
+            self._worker.close()
+
+    # --- worker side ------------------------------------------------------------------------
+
+    def register_kv_caches(self, kv_caches: dict) -> None:
+        """The rank's KV tensors (torch, or anything with data_ptr(), shape, stride(),
+        element_size()); then the rank registers with the scheduler side."""
+        self.worker.register_kv_caches(list(kv_caches.values()), self._num_blocks)
+        self.worker.register_with_scheduler()
+
+    def bind_connector_metadata(self, connector_metadata: KvconnectConnectorMetadata) -> None:
+        if _BASE is not object:
+            super().bind_connector_metadata(connector_metadata)
+        self.worker.bind_connector_metadata(connector_metadata.step)
+        self._bound = connector_metadata
+
+    def clear_connector_metadata(self) -> None:
+        self.worker.clear_connector_metadata()
+        self._bound = None
+        if _BASE is not object:
+            super().clear_connector_metadata()
+
+    def handle_preemptions(self, connector_metadata: Any = None) -> None:
+        self.worker.handle_preemptions()
+
+    def start_load_kv(self, forward_context: Any = None, **kwargs: Any) -> None:
+        self.worker.start_load_kv()
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        return None  # loads are per step, not per layer (vLLM's own connector does the same)
+
+    def save_kv_layer(self, layer_name: str, kv_layer: Any, attn_metadata: Any,
+                      **kwargs: Any) -> None:
+        return None  # stores are planned per step and queued in wait_for_save
+
+    def wait_for_save(self) -> None:
+        self.worker.wait_for_save()
+
+    def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str], set[str]]:
+        sending, recving, _ = self.worker.get_finished(list(finished_req_ids))
+        return set(sending), set(recving)
+
+    def get_block_ids_with_load_errors(self) -> set[int]:
+        return set(self.worker.get_block_ids_with_load_errors())

@@ -1,0 +1,80 @@
+#include "python/src/block_hashes.hpp"
+
+#include <cstdint>
+#include <string>
+
+#include "python/src/errors.hpp"
+
+namespace kvc::python {
+namespace py = pybind11;
+
+namespace {
+
+uint64_t big_endian(const unsigned char* p, size_t n) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < n; ++i) v = (v << 8) | p[i];
+  return v;
+}
+
+[[noreturn]] void value_error(const std::string& message) {
+  throw py::value_error(message);
+}
+
+}  // namespace
+
+block_key key_of(py::handle h) {
+  PyObject* o = h.ptr();
+  if (PyBytes_Check(o)) {
+    const auto* p = reinterpret_cast<const unsigned char*>(PyBytes_AS_STRING(o));
+    const auto n = static_cast<size_t>(PyBytes_GET_SIZE(o));
+    if (n == 0) value_error("a block hash must not be empty");
+    const size_t lo_n = n < 8 ? n : 8;
+    const size_t hi_n = n <= 8 ? 0 : (n < 16 ? n - 8 : 8);
+    return {big_endian(p + n - lo_n - hi_n, hi_n), big_endian(p + n - lo_n, lo_n)};
+  }
+  if (PyLong_Check(o) && !PyBool_Check(o)) {
+    const unsigned long long lo = PyLong_AsUnsignedLongLong(o);
+    if (!(lo == static_cast<unsigned long long>(-1) && PyErr_Occurred())) return {0, lo};
+    PyErr_Clear();
+    py::int_ v = py::reinterpret_borrow<py::int_>(h);
+    if (v < py::int_(0)) value_error("a block hash must not be negative");
+    py::int_ hi = v.attr("__rshift__")(64);
+    const unsigned long long hi_v = PyLong_AsUnsignedLongLong(hi.ptr());
+    if (hi_v == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+      PyErr_Clear();
+      value_error("a block hash int must be below 2**128");
+    }
+    const unsigned long long lo_v = PyLong_AsUnsignedLongLongMask(o);
+    return {hi_v, lo_v};
+  }
+  type_error("a block hash must be bytes or int, got " +
+             std::string(py::str(py::type::handle_of(h).attr("__name__"))));
+}
+
+py::object int_of(const block_key& key) {
+  if (key.hi == 0) return py::reinterpret_steal<py::object>(PyLong_FromUnsignedLongLong(key.lo));
+  py::int_ hi = py::reinterpret_steal<py::int_>(PyLong_FromUnsignedLongLong(key.hi));
+  py::int_ lo = py::reinterpret_steal<py::int_>(PyLong_FromUnsignedLongLong(key.lo));
+  return hi.attr("__lshift__")(64).attr("__or__")(lo);
+}
+
+const std::vector<block_key>& request_keys::keys(std::string_view id, py::handle hashes) {
+  if (!PyList_Check(hashes.ptr()) && !PyTuple_Check(hashes.ptr())) {
+    type_error("block_hashes must be a list or tuple, got " +
+               std::string(py::str(py::type::handle_of(hashes).attr("__name__"))));
+  }
+  auto it = keys_.find(id);
+  if (it == keys_.end()) it = keys_.emplace(std::string(id), std::vector<block_key>{}).first;
+  std::vector<block_key>& out = it->second;
+  const auto n = static_cast<size_t>(PySequence_Fast_GET_SIZE(hashes.ptr()));
+  if (n < out.size()) out.clear();  // not the same request's list: convert it anew
+  PyObject** items = PySequence_Fast_ITEMS(hashes.ptr());
+  for (size_t i = out.size(); i < n; ++i) out.push_back(key_of(items[i]));
+  return out;
+}
+
+void request_keys::forget(std::string_view id) {
+  if (auto it = keys_.find(id); it != keys_.end()) keys_.erase(it);
+}
+
+}  // namespace kvc::python

@@ -1,0 +1,375 @@
+// kvconnect.SchedulerConnector: embed::scheduler_connector for Python (docs/python.md). Requests
+// are passed as their fields (id, block hashes, token count), block ids as ints; results come
+// back as Python lists, ints and strs. Every call that can wait releases the GIL.
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "actors/embed/scheduler_connector.hpp"
+#include "launch/launch_plan.hpp"
+#include "python/src/bindings.hpp"
+#include "python/src/block_hashes.hpp"
+#include "python/src/errors.hpp"
+
+namespace kvc::python {
+namespace py = pybind11;
+
+namespace {
+
+using embed::scheduler_connector;
+using std::chrono::duration_cast;
+
+std::chrono::nanoseconds seconds(double s) {
+  if (!(s >= 0)) throw py::value_error("a timeout must be >= 0 seconds");
+  return duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(s));
+}
+
+transfer_kind kind_of(const std::string& k) {
+  if (k == "load") return transfer_kind::load;
+  if (k == "store") return transfer_kind::store;
+  throw py::value_error("a job kind is \"load\" or \"store\", not \"" + k + "\"");
+}
+
+/// A Python str's UTF-8 text, valid while the str lives; TypeError for anything else.
+std::string_view text_of(py::handle s, const char* what) {
+  if (!PyUnicode_Check(s.ptr())) {
+    type_error(std::string(what) + " must be a str, got " +
+               std::string(py::str(py::type::handle_of(s).attr("__name__"))));
+  }
+  Py_ssize_t n = 0;
+  const char* p = PyUnicode_AsUTF8AndSize(s.ptr(), &n);
+  if (p == nullptr) throw py::error_already_set();
+  return {p, static_cast<size_t>(n)};
+}
+
+/// One scheduled request of build_connector_meta, as a tuple:
+/// (req_id, block_hashes, num_tokens, num_computed, num_scheduled, block_ids, resumed,
+///  do_remote_decode); block_ids may be None (a running request with no new block). The id
+/// points into the tuple's str, which the caller's list keeps alive during the call.
+struct scheduled_tuple {
+  std::string_view id;
+  py::handle hashes;
+  uint32_t num_tokens = 0;
+  uint32_t num_computed = 0;
+  uint32_t num_scheduled = 0;
+  std::vector<gpu_block> block_ids;
+  bool resumed = false;
+  bool remote_decode = false;
+};
+
+scheduled_tuple unpack(py::handle t) {
+  if (!PyTuple_Check(t.ptr()) || PyTuple_GET_SIZE(t.ptr()) != 8) {
+    type_error("a scheduled request is an 8-tuple (req_id, block_hashes, num_tokens, "
+               "num_computed, num_scheduled, block_ids, resumed, do_remote_decode)");
+  }
+  auto item = [&](Py_ssize_t i) { return py::handle(PyTuple_GET_ITEM(t.ptr(), i)); };
+  scheduled_tuple s;
+  s.id = text_of(item(0), "req_id");
+  s.hashes = item(1);
+  s.num_tokens = item(2).cast<uint32_t>();
+  s.num_computed = item(3).cast<uint32_t>();
+  s.num_scheduled = item(4).cast<uint32_t>();
+  if (!item(5).is_none()) s.block_ids = item(5).cast<std::vector<gpu_block>>();
+  s.resumed = item(6).cast<bool>();
+  s.remote_decode = item(7).cast<bool>();
+  return s;
+}
+
+/// The Python object: the facade and the requests' keys.
+class py_scheduler {
+ public:
+  py_scheduler(const config_handle& cfg, const std::optional<std::string>& instance,
+               const std::optional<std::string>& token, bool listen, const std::string& transport) {
+    const std::string inst = instance.value_or(cfg.config.runtime.instance);
+    const std::string tok = token.value_or(cfg.config.runtime.token);
+    if (inst.empty()) raise_config({{"runtime.instance", "names the node's segment: needed"}});
+    if (tok.empty()) raise_config({{"runtime.token", "the deployment's shared secret: needed"}});
+    auto plan = take(launch::make_plan(cfg.config, inst, tok, launch::config_use::engine));
+    embed::scheduler_connector_config c = std::move(plan.scheduler);
+    c.listen = listen;
+    if (transport == "memory") {
+      c.transport = embed::step_transport::memory;
+    } else if (transport != "zmq") {
+      throw py::value_error("transport is \"zmq\" or \"memory\", not \"" + transport + "\"");
+    }
+    result<std::unique_ptr<scheduler_connector>> made = make_error(errc::internal, "");
+    {
+      py::gil_scoped_release unlocked;
+      made = scheduler_connector::create(c);
+    }
+    sc_ = take(std::move(made));
+  }
+
+  ~py_scheduler() {
+    py::gil_scoped_release unlocked;  // the destructor stops the actors and waits for them
+    sc_.reset();
+  }
+
+  scheduler_connector& sc() {
+    if (!sc_) raise(make_error(errc::precondition_failed, "the connector was shut down"));
+    return *sc_;
+  }
+
+  scheduler::request_view view(std::string_view id, py::handle hashes, uint32_t num_tokens,
+                               bool remote_decode) {
+    return {id, keys_.keys(id, hashes), num_tokens, remote_decode};
+  }
+
+  py::tuple match(const std::string& id, py::handle hashes, uint32_t num_tokens,
+                  uint32_t num_computed, bool remote_decode) {
+    const auto m =
+        sc().get_num_new_matched_tokens(view(id, hashes, num_tokens, remote_decode), num_computed);
+    return py::make_tuple(m.tokens ? py::object(py::int_(*m.tokens)) : py::object(py::none()),
+                          m.is_async);
+  }
+
+  void alloc(const std::string& id, py::handle hashes, uint32_t num_tokens,
+             const std::vector<gpu_block>& block_ids,
+             const std::optional<std::vector<bool>>& hashed, uint32_t num_external,
+             bool remote_decode) {
+    const auto req = view(id, hashes, num_tokens, remote_decode);
+    if (!hashed) {
+      check(sc().update_state_after_alloc(req, block_ids, num_external));
+      return;
+    }
+    const std::vector<uint8_t> flags(hashed->begin(), hashed->end());
+    check(sc().update_state_after_alloc(req, {block_ids, flags}, num_external));
+  }
+
+  connector_metadata build(step_id step, const py::list& fresh, const py::list& cached,
+                           const std::vector<std::string>& preempted) {
+    std::vector<scheduled_tuple> tuples;
+    tuples.reserve(fresh.size() + cached.size());
+    for (auto t : fresh) tuples.push_back(unpack(t));
+    for (auto t : cached) tuples.push_back(unpack(t));
+    std::vector<scheduler::scheduled_request> reqs;
+    reqs.reserve(tuples.size());
+    for (const auto& t : tuples) {
+      reqs.push_back({view(t.id, t.hashes, t.num_tokens, t.remote_decode), t.block_ids,
+                      t.num_computed, t.num_scheduled, t.resumed});
+    }
+    const std::vector<std::string_view> pre(preempted.begin(), preempted.end());
+    const std::span<const scheduler::scheduled_request> all(reqs);
+    return take(
+        sc().build_connector_meta({step, all.first(fresh.size()), all.subspan(fresh.size()), pre}));
+  }
+
+  embed::connector_update output(std::optional<step_id> step, double timeout) {
+    const auto wait = seconds(timeout);
+    scheduler_connector& s = sc();
+    result<embed::connector_update> got = make_error(errc::internal, "");
+    {
+      py::gil_scoped_release unlocked;
+      got = step ? s.update_connector_output(*step, wait) : s.update_connector_output();
+    }
+    return take(std::move(got));
+  }
+
+  void request_output(const std::vector<std::string>& sending,
+                      const std::vector<std::string>& recving) {
+    const std::vector<std::string_view> s(sending.begin(), sending.end());
+    const std::vector<std::string_view> r(recving.begin(), recving.end());
+    check(sc().apply_request_output({s, r}));
+  }
+
+  void job_results(step_id step, const std::vector<std::tuple<job_id, std::string, bool>>& jobs) {
+    connector_output out{step, {}};
+    for (const auto& [id, kind, ok] : jobs) {
+      job_result r;
+      r.job = id;
+      r.kind = kind_of(kind);
+      r.ok = ok;
+      if (!ok) {
+        r.error = errc::device_error;
+        r.detail = "reported failed by the engine";
+      }
+      out.jobs.push_back(std::move(r));
+    }
+    check(sc().apply_job_results(out));
+  }
+
+  bool finished(const std::string& id) {
+    keys_.forget(id);
+    return sc().request_finished(id);
+  }
+
+  py::list events() {
+    py::list out;
+    for (const kv_event& e : sc().take_events()) {
+      py::list hashes;
+      for (const block_key& k : e.keys) hashes.append(int_of(k));
+      out.append(
+          py::make_tuple(std::string(to_string(e.kind)), hashes, std::string(to_string(e.where))));
+    }
+    return out;
+  }
+
+  uint32_t shutdown(double timeout) {
+    if (!sc_) return 0;
+    const auto limit = duration_cast<std::chrono::milliseconds>(seconds(timeout));
+    result<uint32_t> r = make_error(errc::internal, "");
+    {
+      py::gil_scoped_release unlocked;
+      r = sc_->shutdown(limit);
+    }
+    return take(std::move(r));
+  }
+
+  void wait_for_workers(double timeout) {
+    const auto limit = duration_cast<std::chrono::milliseconds>(seconds(timeout));
+    scheduler_connector& s = sc();
+    status st;
+    {
+      py::gil_scoped_release unlocked;
+      st = s.wait_for_workers(limit);
+    }
+    check(st);
+  }
+
+  size_t cached_requests() const noexcept { return keys_.size(); }
+
+ private:
+  std::unique_ptr<scheduler_connector> sc_;
+  request_keys keys_;
+};
+
+py::dict stats_dict(const scheduler::connector_stats& s) {
+  py::dict d;
+  d["lookups"] = s.lookups;
+  d["hit_blocks"] = s.hit_blocks;
+  d["deferred"] = s.deferred;
+  d["loads_planned"] = s.loads_planned;
+  d["load_blocks"] = s.load_blocks;
+  d["stores_planned"] = s.stores_planned;
+  d["store_blocks"] = s.store_blocks;
+  d["store_retries"] = s.store_retries;
+  d["loads_ok"] = s.loads_ok;
+  d["loads_failed"] = s.loads_failed;
+  d["stores_ok"] = s.stores_ok;
+  d["stores_failed"] = s.stores_failed;
+  d["rejected_results"] = s.rejected_results;
+  return d;
+}
+
+py::dict tables_dict(const scheduler_connector::table_sizes& t, size_t cached) {
+  py::dict d;
+  d["requests"] = t.planner.requests;
+  d["request_slots"] = t.planner.request_slots;
+  d["jobs"] = t.planner.jobs;
+  d["loads"] = t.planner.loads;
+  d["pending_loads"] = t.planner.pending_loads;
+  d["owed_sending"] = t.planner.owed_sending;
+  d["completions"] = t.planner.completions;
+  d["finished_for_meta"] = t.planner.finished_for_meta;
+  d["coordinator_jobs"] = t.coordinator_jobs;
+  d["coordinator_deadlines"] = t.coordinator_deadlines;
+  d["coordinator_ready_steps"] = t.coordinator_ready_steps;
+  d["channel_queued_steps"] = t.channel_queued_steps;
+  d["binding_requests"] = cached;
+  return d;
+}
+
+void bind_metadata(py::module_& m) {
+  py::class_<transfer_job>(m, "TransferJob",
+                           "One load or store of a step (proto ConnectorMetadata).")
+      .def_readonly("id", &transfer_job::id)
+      .def_readonly("request_id", &transfer_job::request_id)
+      .def_property_readonly("kind",
+                             [](const transfer_job& j) { return std::string(to_string(j.kind)); })
+      .def_readonly("slots", &transfer_job::slots)
+      .def_readonly("gpu_blocks", &transfer_job::gpu_blocks)
+      .def_readonly("skip", &transfer_job::skip)
+      .def_property_readonly("group_sizes",
+                             [](const transfer_job& j) {
+                               return std::vector<uint32_t>(j.group_sizes.begin(),
+                                                            j.group_sizes.end());
+                             })
+      .def_property_readonly("block_indices", [](const transfer_job& j) {
+        return std::vector<uint32_t>(j.block_indices.begin(), j.block_indices.end());
+      });
+  py::class_<connector_metadata>(m, "ConnectorMetadata", "What the workers get for one step.")
+      .def_readonly("step", &connector_metadata::step)
+      .def_readonly("loads", &connector_metadata::loads)
+      .def_readonly("stores", &connector_metadata::stores)
+      .def_readonly("flush", &connector_metadata::flush)
+      .def_readonly("flush_requests", &connector_metadata::flush_requests)
+      .def_readonly("finished_requests", &connector_metadata::finished_requests);
+  py::class_<job_result>(m, "JobResult", "A job's aggregated outcome.")
+      .def_readonly("job", &job_result::job)
+      .def_property_readonly("kind",
+                             [](const job_result& j) { return std::string(to_string(j.kind)); })
+      .def_readonly("ok", &job_result::ok)
+      .def_property_readonly("error",
+                             [](const job_result& j) { return std::string(to_string(j.error)); })
+      .def_readonly("bytes", &job_result::bytes)
+      .def_readonly("seconds", &job_result::seconds)
+      .def_readonly("detail", &job_result::detail);
+  py::class_<embed::connector_update>(m, "ConnectorUpdate",
+                                      "What update_connector_output gathered.")
+      .def_property_readonly(
+          "finished_sending",
+          [](const embed::connector_update& u) { return u.completions.finished_sending; })
+      .def_property_readonly(
+          "finished_recving",
+          [](const embed::connector_update& u) { return u.completions.finished_recving; })
+      .def_property_readonly(
+          "invalid_block_ids",
+          [](const embed::connector_update& u) { return u.completions.invalid_block_ids; })
+      .def_readonly("jobs", &embed::connector_update::jobs)
+      .def_readonly("through_step", &embed::connector_update::through_step);
+}
+
+}  // namespace
+
+void bind_scheduler(py::module_& m) {
+  bind_metadata(m);
+  py::class_<py_scheduler>(m, "SchedulerConnector",
+                           "The scheduler side (embed::scheduler_connector): the planner, the "
+                           "node's CPU pool, the coordinator. One thread calls it.")
+      .def(py::init<const config_handle&, const std::optional<std::string>&,
+                    const std::optional<std::string>&, bool, const std::string&>(),
+           py::arg("config"), py::kw_only(), py::arg("instance") = py::none(),
+           py::arg("token") = py::none(), py::arg("listen") = true, py::arg("transport") = "zmq")
+      .def_property_readonly("host", [](py_scheduler& s) { return s.sc().config().network.host; })
+      .def_property_readonly("port", [](py_scheduler& s) { return s.sc().port(); })
+      .def_property_readonly("segment_name", [](py_scheduler& s) { return s.sc().segment_name(); })
+      .def_property_readonly("metrics_port", [](py_scheduler& s) { return s.sc().metrics_port(); })
+      .def_property_readonly("num_cpu_blocks",
+                             [](py_scheduler& s) { return s.sc().config().pool.slots_per_rank; })
+      .def("wait_for_workers", &py_scheduler::wait_for_workers, py::arg("timeout"))
+      .def("get_num_new_matched_tokens", &py_scheduler::match, py::arg("req_id"),
+           py::arg("block_hashes"), py::arg("num_tokens"), py::arg("num_computed"),
+           py::arg("do_remote_decode") = false)
+      .def("update_state_after_alloc", &py_scheduler::alloc, py::arg("req_id"),
+           py::arg("block_hashes"), py::arg("num_tokens"), py::arg("block_ids"), py::arg("hashed"),
+           py::arg("num_external"), py::arg("do_remote_decode") = false)
+      .def("build_connector_meta", &py_scheduler::build, py::arg("step"), py::arg("new"),
+           py::arg("cached"), py::arg("preempted"))
+      .def("update_connector_output", &py_scheduler::output, py::arg("step") = py::none(),
+           py::arg("timeout") = 0.0)
+      .def("apply_request_output", &py_scheduler::request_output, py::arg("finished_sending"),
+           py::arg("finished_recving"))
+      .def("apply_job_results", &py_scheduler::job_results, py::arg("step"), py::arg("results"))
+      .def("request_finished", &py_scheduler::finished, py::arg("req_id"))
+      .def("take_events", &py_scheduler::events)
+      .def("metrics_text", [](py_scheduler& s) { return s.sc().metrics_text(); })
+      .def("stats", [](py_scheduler& s) { return stats_dict(s.sc().stats()); })
+      .def("tables",
+           [](py_scheduler& s) { return tables_dict(s.sc().tables(), s.cached_requests()); })
+      .def_property_readonly("jobs_in_flight",
+                             [](py_scheduler& s) { return s.sc().jobs_in_flight(); })
+      .def("shutdown", &py_scheduler::shutdown, py::arg("timeout") = 5.0)
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](py_scheduler& s, py::args) {
+        s.shutdown(5.0);
+        return false;
+      });
+}
+
+}  // namespace kvc::python

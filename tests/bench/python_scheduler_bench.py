@@ -1,0 +1,257 @@
+#!/usr/bin/env python3
+"""The scheduler side through Python (kvconnect.SchedulerConnector) on `kvconnect bench
+planner`'s decode workload, with the C++ planner's figures from the same run (a benchmark, not a
+test; docs/benchmarks.md, "Python binding").
+
+Workload (as bench_planner_command.cpp): N running requests with 1,024-token prompts already
+offloaded decode one token per step (GPU block = offloaded block = hash block = 16 tokens; phases
+staggered); every step the 4 oldest finish and 4 arrive whose first 512 tokens are one of 64
+shared prefixes: they look up, load the prefix (done the next step), then prefill and store the
+rest. Every job's result is fed back, successful, one step after it was planned
+(apply_job_results; no workers). Only the connector calls are timed (perf_counter_ns around
+them); the Python engine stand-in's own work is not.
+
+The Python side goes through the whole scheduler facade (planner, coordinator, step channel to
+no rank), the C++ figure is the bare planner: the difference is the binding plus the facade.
+Also measured: the cost of one cheap call through the binding (request_finished of an unknown id,
+a property read).
+
+usage: python_scheduler_bench.py KVCONNECT [--requests 64,256,1024] [--steps 1000]
+  (PYTHONPATH must hold build/python)
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import kvconnect
+
+BLOCK = 16
+PROMPT = 1024
+SHARED = 512
+TURNOVER = 4
+DOCS = 64
+CAPACITY_PER_REQUEST = 160
+MASK = (1 << 64) - 1
+
+
+def chain(parent, salt):
+    x = (parent ^ (salt * 0x9E3779B97F4A7C15)) & MASK
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK
+    return x ^ (x >> 31)
+
+
+class Request:
+    __slots__ = ("id", "serial", "doc", "num_tokens", "hashes", "blocks")
+
+    def __init__(self, serial, extra):
+        self.id = f"req-{serial}"
+        self.serial = serial
+        self.doc = serial % DOCS
+        self.num_tokens = PROMPT + extra
+        self.hashes = []
+        self.blocks = []
+        self.extend()
+
+    def extend(self):
+        while (len(self.hashes) + 1) * BLOCK <= self.num_tokens:
+            b = len(self.hashes)
+            parent = self.hashes[-1] if self.hashes else 0x9E3779B9
+            salt = (self.doc << 32) | b if b < SHARED // BLOCK else \
+                ((self.serial << 20) ^ (b + 0xABCDEF)) + (1 << 62)
+            self.hashes.append(chain(parent, salt))
+
+
+class Bench:
+    def __init__(self, n, instance):
+        self.n = n
+        cpu_bytes = n * CAPACITY_PER_REQUEST * 4096
+        config = kvconnect.Config(
+            topology={"tensor_parallel": 1},
+            kv_cache={"gpu_block_size": BLOCK, "layers": 1, "page_bytes": 4096},
+            offload={"cpu_bytes_to_use": cpu_bytes},
+            runtime={"job_timeout_ms": 0, "job_timeout_steps": 0})
+        self.sc = kvconnect.SchedulerConnector(config, instance=instance, token="bench",
+                                               listen=False, transport="memory")
+        self.step_no = 0
+        self.serial = 0
+        self.next_gpu = 1
+        self.running = []
+        self.waiting = []
+        self.loading = {}
+        self.promoted = []
+        self.pending = []  # (job id, kind) of the last metadata
+
+    def alloc(self, r):
+        while len(r.blocks) * BLOCK < r.num_tokens:
+            r.blocks.append(self.next_gpu)
+            self.next_gpu = 1 if self.next_gpu >= (1 << 31) else self.next_gpu + 1
+
+    def done_jobs(self, meta):
+        self.pending = [(j.id, "load", True) for j in meta.loads] + \
+            [(j.id, "store", True) for j in meta.stores]
+
+    def populate(self):
+        for i in range(self.n):
+            r = Request(self.serial, i % BLOCK)
+            self.serial += 1
+            self.sc.get_num_new_matched_tokens(r.id, r.hashes, r.num_tokens, 0)
+            self.alloc(r)
+            self.step_no += 1
+            meta = self.sc.build_connector_meta(
+                self.step_no, [(r.id, r.hashes, r.num_tokens, 0, r.num_tokens, r.blocks, False,
+                                False)], [], [])
+            self.done_jobs(meta)
+            self.sc.apply_job_results(self.step_no, self.pending)
+            self.sc.update_connector_output()
+            r.num_tokens += 1
+            r.extend()
+            self.running.append(r)
+        self.pending = []
+
+    def step(self):
+        clock = time.perf_counter_ns
+        spent = 0
+        sc = self.sc
+        t0 = clock()
+        sc.apply_job_results(self.step_no, self.pending)
+        update = sc.update_connector_output()
+        spent += clock() - t0
+        for rid in update.finished_recving:
+            r = self.loading.pop(rid, None)
+            if r is not None:
+                self.promoted.append(r)
+
+        for _ in range(min(TURNOVER, len(self.running))):
+            r = self.running.pop(0)
+            t0 = clock()
+            sc.request_finished(r.id)
+            spent += clock() - t0
+        for _ in range(TURNOVER):
+            self.waiting.append(Request(self.serial, 0))
+            self.serial += 1
+
+        fresh, owners = [], []
+        for r in self.promoted:
+            t0 = clock()
+            sc.get_num_new_matched_tokens(r.id, r.hashes, r.num_tokens, SHARED)
+            spent += clock() - t0
+            self.alloc(r)
+            fresh.append((r.id, r.hashes, r.num_tokens, SHARED, r.num_tokens - SHARED, r.blocks,
+                          False, False))
+            owners.append(r)
+        self.promoted = []
+        still = []
+        for r in self.waiting:
+            t0 = clock()
+            tokens, _ = sc.get_num_new_matched_tokens(r.id, r.hashes, r.num_tokens, 0)
+            spent += clock() - t0
+            if tokens is None:
+                still.append(r)
+                continue
+            self.alloc(r)
+            if tokens > 0:
+                t0 = clock()
+                sc.update_state_after_alloc(r.id, r.hashes, r.num_tokens, r.blocks, None, tokens)
+                spent += clock() - t0
+                self.loading[r.id] = r
+            else:
+                fresh.append((r.id, r.hashes, r.num_tokens, 0, r.num_tokens, r.blocks, False,
+                              False))
+                owners.append(r)
+        self.waiting = still
+
+        cached = []
+        for r in self.running:
+            before = len(r.blocks)
+            self.alloc(r)
+            cached.append((r.id, r.hashes, r.num_tokens, r.num_tokens - 1, 1,
+                           r.blocks[before:] or None, False, False))
+
+        self.step_no += 1
+        t0 = clock()
+        meta = sc.build_connector_meta(self.step_no, fresh, cached, [])
+        spent += clock() - t0
+        self.done_jobs(meta)
+        for r in self.running:
+            r.num_tokens += 1
+            r.extend()
+        for r in owners:
+            r.num_tokens += 1
+            r.extend()
+            self.running.append(r)
+        return spent / 1000.0
+
+    def run(self, steps):
+        self.populate()
+        for _ in range(self.n // TURNOVER + 64):
+            self.step()
+        out = [self.step() for _ in range(steps)]
+        stats = self.sc.stats()
+        self.sc.shutdown()
+        return out, stats
+
+
+def call_cost_ns(instance, calls=200_000):
+    """One cheap call through the binding: the best of 5 runs of `calls` calls."""
+    config = kvconnect.Config(topology={"tensor_parallel": 1},
+                              kv_cache={"gpu_block_size": BLOCK, "layers": 1, "page_bytes": 4096},
+                              offload={"cpu_bytes_to_use": 64 * 4096})
+    with kvconnect.SchedulerConnector(config, instance=instance, token="bench", listen=False,
+                                      transport="memory") as sc:
+        out = {}
+        for name, f in (("request_finished_unknown", lambda: sc.request_finished("x")),
+                        ("jobs_in_flight", lambda: sc.jobs_in_flight)):
+            best = None
+            for _ in range(5):
+                t0 = time.perf_counter_ns()
+                for _ in range(calls):
+                    f()
+                ns = (time.perf_counter_ns() - t0) / calls
+                best = ns if best is None else min(best, ns)
+            out[name] = round(best, 1)
+        # The loop and the lambda alone, to subtract.
+        best = None
+        for _ in range(5):
+            t0 = time.perf_counter_ns()
+            noop = (lambda: None)
+            for _ in range(calls):
+                noop()
+            ns = (time.perf_counter_ns() - t0) / calls
+            best = ns if best is None else min(best, ns)
+        out["python_loop_and_lambda"] = round(best, 1)
+        return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("kvconnect")
+    ap.add_argument("--requests", default="64,256,1024")
+    ap.add_argument("--steps", type=int, default=1000)
+    args = ap.parse_args()
+    counts = [int(x) for x in args.requests.split(",")]
+    tag = f"bench-py-{os.getpid()}"
+    print(json.dumps({"bench": "python_call", **call_cost_ns(tag + "-call")}))
+    for n in counts:
+        cxx = subprocess.run([args.kvconnect, "bench", "planner", "--requests", str(n),
+                              "--steps", str(args.steps), "--rounds", "1"],
+                             capture_output=True, text=True, check=True)
+        cxx_line = json.loads(cxx.stdout.strip().splitlines()[-1])
+        step_us, _ = Bench(n, f"{tag}-{n}").run(args.steps)
+        mean = statistics.fmean(step_us)
+        s = sorted(step_us)
+        print(json.dumps({
+            "bench": "python_scheduler", "requests": n, "steps": len(s),
+            "us_per_step": round(mean, 2), "p50_us": round(s[len(s) // 2], 2),
+            "p99_us": round(s[int(0.99 * len(s))], 2),
+            "cxx_planner_us_per_step": cxx_line["us_per_step"],
+            "ratio_to_cxx": round(mean / cxx_line["us_per_step"], 2)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

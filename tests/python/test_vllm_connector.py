@@ -1,0 +1,46 @@
+"""kvconnect.vllm.KvconnectConnector's construction: the extra config read by kvconnect's
+loader (errors name the key), the pool sized as vLLM sizes it, no torch in the scheduler role.
+Its answers are checked against vLLM's in test_vllm_scheduler_replay.py."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+import vllm_standins as v
+from kvconnect.vllm import KVConnectorRole, KvconnectConnector
+
+
+def test_the_scheduler_role_imports_neither_torch_nor_cuda():
+    c = connector({"cpu_bytes_to_use": 1 << 20}, "notorch")
+    c.shutdown()
+    assert "torch" not in sys.modules
+
+
+def connector(extra: dict, name: str) -> KvconnectConnector:
+    return KvconnectConnector(v.vllm_config(extra, f"pytest-{os.getpid()}-{name}", 4),
+                              KVConnectorRole.SCHEDULER, v.kv_cache_config(64, 4096, 4))
+
+
+def test_bad_extra_config_is_a_value_error_naming_the_key():
+    with pytest.raises(ValueError, match="offload.evicton_policy"):
+        connector({"cpu_bytes_to_use": 1 << 20, "evicton_policy": "lru"}, "typo")
+    with pytest.raises(ValueError, match="runtime.job_timeout_ms"):
+        connector({"cpu_bytes_to_use": 1 << 20, "runtime": {"job_timeout_ms": "soon"}}, "bad")
+    with pytest.raises(ValueError, match="offload.cpu_bytes_to_use"):
+        connector({"cpu_bytes_to_use": 100}, "small")  # not one block of 4096 bytes
+    with pytest.raises(TypeError):
+        connector({"cpu_bytes_to_use": object()}, "type")
+
+
+def test_the_pool_is_sized_as_vllm_sizes_it():
+    # vLLM: cpu_bytes_to_use // (bytes of one GPU block over the KV tensors * factor * world).
+    c = KvconnectConnector(
+        v.vllm_config({"cpu_bytes_to_use": 10 * 3 * 512 * 2 + 5, "block_size": 8},
+                      f"pytest-{os.getpid()}-size", 4),
+        KVConnectorRole.SCHEDULER, v.kv_cache_config(64, 512, 4, layers=3))
+    try:
+        assert c.scheduler.num_cpu_blocks == 10
+    finally:
+        c.shutdown()

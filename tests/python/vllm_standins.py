@@ -1,0 +1,125 @@
+"""Stand-ins for the vLLM objects kvconnect.vllm reads, carrying exactly the fields vLLM's own
+OffloadingConnectorScheduler reads from them (docs/python.md), and nothing else: a connector that
+reads another field fails here with AttributeError."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class KVTransferConfig:
+    kv_connector_extra_config: dict
+    engine_id: str
+
+
+@dataclass
+class CacheConfig:
+    block_size: int  # the hash block size (Request.block_hashes' granularity)
+    enable_prefix_caching: bool
+
+
+@dataclass
+class ParallelConfig:
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    data_parallel_rank: int = 0
+
+
+@dataclass
+class KVEventsConfig:
+    enable_kv_cache_events: bool = True
+
+
+@dataclass
+class VllmConfig:
+    kv_transfer_config: KVTransferConfig
+    cache_config: CacheConfig
+    parallel_config: ParallelConfig
+    kv_events_config: KVEventsConfig
+
+
+@dataclass
+class KVCacheSpec:
+    block_size: int
+
+
+@dataclass
+class KVCacheGroupSpec:
+    kv_cache_spec: KVCacheSpec
+
+
+@dataclass
+class KVCacheTensor:
+    size: int
+
+
+@dataclass
+class KVCacheConfig:
+    num_blocks: int
+    kv_cache_tensors: list
+    kv_cache_groups: list
+
+
+@dataclass
+class Request:
+    request_id: str
+    block_hashes: list  # bytes; only ever appended to
+    num_tokens: int
+    num_computed_tokens: int
+    kv_transfer_params: dict | None
+
+
+@dataclass
+class KVCacheBlock:
+    block_id: int
+    block_hash: Any  # None when not cached
+    is_null: bool
+
+
+@dataclass
+class KVCacheBlocks:
+    blocks: tuple
+
+
+@dataclass
+class NewRequestData:
+    req_id: str
+    block_ids: tuple
+
+
+@dataclass
+class CachedRequestData:
+    req_ids: list
+    resumed_req_ids: set
+    new_block_ids: list
+
+
+@dataclass
+class SchedulerOutput:
+    scheduled_new_reqs: list
+    scheduled_cached_reqs: CachedRequestData
+    num_scheduled_tokens: dict
+    finished_req_ids: set
+    preempted_req_ids: list  # a set in vLLM; a list fixes its order (as the traces do)
+
+
+@dataclass
+class KVConnectorOutput:
+    finished_sending: Any = None
+    finished_recving: Any = None
+    invalid_block_ids: set = field(default_factory=set)
+
+
+def vllm_config(extra: dict, engine_id: str, hash_block_size: int, prefix_caching: bool = True,
+                tp: int = 1, pp: int = 1) -> VllmConfig:
+    return VllmConfig(KVTransferConfig(extra, engine_id), CacheConfig(hash_block_size,
+                                                                      prefix_caching),
+                      ParallelConfig(tp, pp), KVEventsConfig(True))
+
+
+def kv_cache_config(num_blocks: int, page_bytes: int, gpu_block_size: int,
+                    layers: int = 1) -> KVCacheConfig:
+    """`layers` per-layer tensors of num_blocks pages of page_bytes each."""
+    return KVCacheConfig(num_blocks, [KVCacheTensor(num_blocks * page_bytes)] * layers,
+                         [KVCacheGroupSpec(KVCacheSpec(gpu_block_size))])
