@@ -425,6 +425,57 @@ void read_kv_cache(reader& r, const YAML::Node& n, kv_cache_section& k) {
         [&](auto& v, auto& p) { r.flag(v, p, k.enable_prefix_caching); }}});
 }
 
+/// offload.secondary_tiers: a list (empty or null: no tier) of {type: fs, root_dir,
+/// capacity_bytes, ...}; root_dir and capacity_bytes are required. Whether root_dir can be used
+/// is checked on the node, before anything starts (launch/tier_dirs.hpp).
+void read_secondary_tiers(reader& r, const YAML::Node& v, const std::string& p,
+                          std::vector<secondary_tier_config>& out) {
+  if (v.IsNull()) {
+    out.clear();
+    r.note(p, v);
+    return;
+  }
+  if (!v.IsSequence()) {
+    r.error(p, v, std::string("expected a list of tiers ({type: fs, root_dir, capacity_bytes}), ") +
+                      "got " + kind_of(v));
+    return;
+  }
+  r.note(p, v);
+  out.clear();
+  for (size_t i = 0; i < v.size(); ++i) {
+    secondary_tier_config t;
+    const std::string tp = p + "[" + std::to_string(i) + "]";
+    const YAML::Node item = v[i];
+    bool has_root = false;
+    bool has_capacity = false;
+    r.map(item, tp,
+          {{"type", [&](auto& x, auto& q) { r.choice(x, q, t.type, {"fs"}); }},
+           {"root_dir",
+            [&](auto& x, auto& q) {
+              has_root = true;
+              r.text(x, q, t.root_dir, true);
+            }},
+           {"capacity_bytes",
+            [&](auto& x, auto& q) {
+              has_capacity = true;
+              r.number(x, q, t.capacity_bytes, 1, u64_max, true);
+            }},
+           {"n_read_threads", [&](auto& x, auto& q) { r.number(x, q, t.n_read_threads, 1, 1024); }},
+           {"n_write_threads",
+            [&](auto& x, auto& q) { r.number(x, q, t.n_write_threads, 1, 1024); }},
+           {"max_pending_cascades",
+            [&](auto& x, auto& q) { r.number(x, q, t.max_pending_cascades, 1, 1u << 24); }},
+           {"direct_io", [&](auto& x, auto& q) { r.flag(x, q, t.direct_io); }}});
+    if (item.IsMap()) {
+      if (!has_root) r.error(tp + ".root_dir", item, "missing: the directory of the tier's files");
+      if (!has_capacity) {
+        r.error(tp + ".capacity_bytes", item, "missing: the bytes the tier's files may take");
+      }
+    }
+    out.push_back(std::move(t));
+  }
+}
+
 void read_offload(reader& r, const YAML::Node& n, offload_section& o) {
   r.map(n, "offload",
         {{"enabled", [&](auto& v, auto& p) { r.flag(v, p, o.enabled); }},
@@ -447,8 +498,12 @@ void read_offload(reader& r, const YAML::Node& n, offload_section& o) {
             }
             o.store_threshold = t;
           }},
-         {"max_tracker_size", [&](auto& v, auto& p) {
+         {"max_tracker_size",
+          [&](auto& v, auto& p) {
             r.number(v, p, o.max_tracker_size, 1, scheduler::max_tracker_entries);
+          }},
+         {"secondary_tiers", [&](const YAML::Node& v, const std::string& p) {
+            read_secondary_tiers(r, v, p, o.secondary_tiers);
           }}});
 }
 

@@ -86,6 +86,19 @@ std::string to_yaml(const launch_config& c) {
   emit_string(out, "eviction_policy", o.eviction_policy);
   emit_number(out, "store_threshold", o.store_threshold);
   emit_number(out, "max_tracker_size", o.max_tracker_size);
+  out << YAML::Key << "secondary_tiers" << YAML::Value << YAML::BeginSeq;
+  for (const auto& t : o.secondary_tiers) {
+    out << YAML::Flow << YAML::BeginMap;
+    emit_string(out, "type", t.type);
+    emit_string(out, "root_dir", t.root_dir);
+    emit_number(out, "capacity_bytes", t.capacity_bytes);
+    emit_number(out, "n_read_threads", t.n_read_threads);
+    emit_number(out, "n_write_threads", t.n_write_threads);
+    emit_number(out, "max_pending_cascades", t.max_pending_cascades);
+    out << YAML::Key << "direct_io" << YAML::Value << (t.direct_io ? "true" : "false");
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
   out << YAML::EndMap;
 
   const auto& r = c.runtime;

@@ -62,6 +62,19 @@ struct kv_cache_section {
   friend bool operator==(const kv_cache_section&, const kv_cache_section&) = default;
 };
 
+/// One tier behind the CPU pool (vLLM main's `secondary_tiers` entry). Only `type: fs` exists:
+/// block files under root_dir (docs/disk_tier.md).
+struct secondary_tier_config {
+  std::string type = "fs";
+  std::string root_dir;               ///< required; must exist, be a directory and be writable
+  uint64_t capacity_bytes = 0;        ///< required; what the tier's files may take
+  uint32_t n_read_threads = 16;       ///< promotions and lookups (vLLM's default)
+  uint32_t n_write_threads = 16;      ///< cascades and removals (vLLM's default)
+  uint32_t max_pending_cascades = 1024;  ///< back-pressure: cascades in flight at most
+  bool direct_io = true;              ///< O_DIRECT where the file system takes it
+  friend bool operator==(const secondary_tier_config&, const secondary_tier_config&) = default;
+};
+
 /// vLLM's kv_connector_extra_config of the OffloadingConnector.
 struct offload_section {
   bool enabled = true;                      ///< false: no connector, no pool
@@ -70,6 +83,7 @@ struct offload_section {
   std::string eviction_policy = "lru";      ///< lru | arc
   uint32_t store_threshold = 0;             ///< 0: reuse filter off; >= 2 enables it
   uint32_t max_tracker_size = 64000;        ///< the reuse filter's tracker capacity
+  std::vector<secondary_tier_config> secondary_tiers;  ///< tiers behind the pool, in order
   friend bool operator==(const offload_section&, const offload_section&) = default;
 };
 

@@ -9,7 +9,8 @@
 
 namespace kvc {
 
-enum class medium : uint8_t { gpu = 0, cpu = 1 };
+/// Where a block lives: the GPU's KV cache, the CPU pool, the file tier (vLLM's medium names).
+enum class medium : uint8_t { gpu = 0, cpu = 1, fs = 2 };
 enum class kv_event_kind : uint8_t { stored = 0, removed = 1 };
 
 struct kv_event {
@@ -23,6 +24,13 @@ struct kv_event {
 constexpr std::string_view to_string(kv_event_kind k) noexcept {
   return k == kv_event_kind::stored ? "stored" : "removed";
 }
-constexpr std::string_view to_string(medium m) noexcept { return m == medium::cpu ? "CPU" : "GPU"; }
+constexpr std::string_view to_string(medium m) noexcept {
+  switch (m) {
+    case medium::gpu: return "GPU";
+    case medium::cpu: return "CPU";
+    case medium::fs: return "FS";
+  }
+  return "UNKNOWN";
+}
 
 }  // namespace kvc

@@ -459,5 +459,56 @@ TEST(ConfigLoaderTest, EveryExampleLoads) {
   }
 }
 
+TEST(ConfigLoaderTest, SecondaryTiersReadWithVllmKeysAndDefaults) {
+  auto l = load(
+      "offload:\n"
+      "  secondary_tiers:\n"
+      "    - type: fs\n"
+      "      root_dir: /mnt/kv\n"
+      "      capacity_bytes: 64GiB\n"
+      "      n_read_threads: 8\n"
+      "    - {root_dir: /mnt/kv2, capacity_bytes: 4096, direct_io: false,\n"
+      "       max_pending_cascades: 16, n_write_threads: 2}\n");
+  ASSERT_TRUE(l.ok()) << errors_of(l).front();
+  const auto& t = l.config.offload.secondary_tiers;
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[0], (secondary_tier_config{.type = "fs", .root_dir = "/mnt/kv",
+                                         .capacity_bytes = 64ULL << 30, .n_read_threads = 8}));
+  EXPECT_EQ(t[1], (secondary_tier_config{.root_dir = "/mnt/kv2", .capacity_bytes = 4096,
+                                         .n_write_threads = 2, .max_pending_cascades = 16,
+                                         .direct_io = false}));
+  EXPECT_TRUE(load("").config.offload.secondary_tiers.empty());  // no tier by default
+  // The printed config reads back as the same tiers.
+  EXPECT_EQ(load(to_yaml(l.config)).config.offload.secondary_tiers, t);
+}
+
+TEST(ConfigLoaderTest, SecondaryTierErrorsAreNamedWithASuggestion) {
+  auto l = load(
+      "offload:\n"
+      "  secondary_tiers:\n"
+      "    - type: fss\n"
+      "      root_dri: /mnt/kv\n"
+      "      capacity_bytes: 0\n"
+      "      n_read_threads: 0\n"
+      "  eviction_policy: lru\n");
+  EXPECT_THAT(errors_of(l),
+              ElementsAre("tp4.yaml:3: offload.secondary_tiers[0].type: \"fss\" is not one of fs; "
+                          "did you mean \"fs\"?",
+                          "tp4.yaml:3: offload.secondary_tiers[0].root_dir: missing: the "
+                          "directory of the tier's files",
+                          "tp4.yaml:4: offload.secondary_tiers[0].root_dri: unknown key "
+                          "\"root_dri\"; did you mean \"root_dir\"?",
+                          "tp4.yaml:5: offload.secondary_tiers[0].capacity_bytes: 0 is out of "
+                          "range: must be >= 1",
+                          "tp4.yaml:6: offload.secondary_tiers[0].n_read_threads: 0 is out of "
+                          "range: must be in [1, 1024]"));  // in file order
+  EXPECT_THAT(errors_of(load("offload:\n  secondary_tiers: /mnt/kv\n")),
+              ElementsAre(HasSubstr("tp4.yaml:2: offload.secondary_tiers: expected a list of "
+                                    "tiers")));
+  EXPECT_THAT(errors_of(load("", {"offload.secondary_tiers=[{root_dir: /x}]"})),
+              ElementsAre("--set: offload.secondary_tiers[0].capacity_bytes: missing: the bytes "
+                          "the tier's files may take"));
+}
+
 }  // namespace
 }  // namespace kvc::launch

@@ -703,4 +703,18 @@ TEST_F(LaunchMultiprocTest, ABadConfigExitsTwoAndStartsNothing) {
 }
 
 }  // namespace
+TEST_F(LaunchMultiprocTest, AFileTierRootThatCannotBeUsedExitsTwoAndStartsNothing) {
+  const std::string absent = "/tmp/kvc-launch-test-absent-" + std::to_string(::getpid());
+  launch({"--set", "offload.secondary_tiers=[{root_dir: " + absent + ", capacity_bytes: 1MiB}]"});
+  EXPECT_EQ(exit_code(), 2);
+  EXPECT_EQ(launcher_.stdout_text(), "");
+  EXPECT_THAT(launcher_.stderr_text(),
+              HasSubstr("offload.secondary_tiers[0].root_dir: " + absent +
+                        " does not exist; nothing started"));
+  launch({"--set", "offload.secondary_tiers=[{root_dir: /proc/self/status, capacity_bytes: 1}]"});
+  EXPECT_EQ(exit_code(), 2);
+  EXPECT_THAT(launcher_.stderr_text(), HasSubstr("/proc/self/status is not a directory"));
+  EXPECT_TRUE(leftover_segments().empty());
+}
+
 }  // namespace kvc::launch

@@ -1,0 +1,100 @@
+#pragma once
+/// file_store: one rank's block files of the file tier, read and written synchronously. The
+/// asynchronous side (threads, queues) is file_io; the decisions (which block, when) are the
+/// scheduler's file_tier_ledger.
+///
+/// Layout under `root_dir`:
+///   <run digest>/config.txt               the run description, written on first start
+///   <run digest>/<rank>/<hh>/<key>.kvb    one block (disk/block_file.hpp), hh = its first 2 hex
+///                                         digits (256 shards, each made at its first write)
+/// Directories are 0700, files 0600 (proto/private_files.hpp). A run whose description differs
+/// from the config record in its directory is refused (errc::layout_mismatch), so a different
+/// model or geometry never reads another's files; a different one has another digest anyway.
+///
+/// Writes go to `<key>.kvb.tmp.<pid>.<n>` and are renamed into place once complete, so the final
+/// name never holds a torn file; temp files a crash left behind are removed at open. No fsync:
+/// after a power loss a renamed file may hold anything, and the checksum refuses it (a miss).
+/// Reads verify the header, the size and the checksum; a file refused is removed and reported as
+/// errc::layout_mismatch, a missing one as errc::not_found, I/O errors (EIO, ENOSPC, EROFS) as
+/// errc::io_error naming the file and the reason.
+///
+/// O_DIRECT is used where the file system takes it (probed at open); otherwise buffered I/O, with
+/// the reason in direct_io_note() (tmpfs refuses O_DIRECT). Each calling thread uses its own
+/// page-aligned buffer of one file. Thread-safe: calls for different keys may run concurrently
+/// (the ledger never has two I/Os of one key in flight).
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "disk/block_file.hpp"
+#include "proto/block_key.hpp"
+#include "proto/ids.hpp"
+#include "proto/status.hpp"
+
+namespace kvc::disk {
+
+struct file_store_options {
+  std::string root_dir;
+  /// What identifies the run's KV: model, dtype, KV geometry, block size, topology (any text;
+  /// the same text is the same run).
+  std::string run_description;
+  rank_id rank = 0;
+  uint64_t payload_bytes = 0;  ///< bytes of one block's KV on this rank
+  bool direct_io = true;       ///< try O_DIRECT
+};
+
+class file_store {
+ public:
+  /// Creates the directories (0700), writes or checks the config record, removes temp files and
+  /// lists the blocks already there. errc::io_error when root_dir cannot be used (missing parent
+  /// permissions, read-only, a file in the way), errc::layout_mismatch when the config record
+  /// holds another description, errc::invalid_argument for a payload of 0 bytes.
+  static result<std::unique_ptr<file_store>> open(const file_store_options& options);
+
+  /// Writes the block's file (temp name, then rename). payload.size() must be payload_bytes.
+  status write(const block_key& key, std::span<const char> payload);
+  /// Reads and verifies the block's file into `into` (payload_bytes long). On a refusal the file
+  /// is removed; `into` may then hold anything.
+  status read(const block_key& key, std::span<char> into);
+  /// Whether the block's file is there with a valid header and size (a lookup's check; the
+  /// payload's checksum is verified by read). A refused file is removed.
+  status check(const block_key& key);
+  /// Removes the block's file; a missing file is fine.
+  status remove(const block_key& key);
+
+  /// Blocks found at open, least recently written first.
+  const std::vector<block_key>& found_at_open() const noexcept { return found_; }
+  bool direct_io() const noexcept { return direct_; }
+  /// Why O_DIRECT is not used (empty when it is).
+  const std::string& direct_io_note() const noexcept { return direct_note_; }
+  uint64_t payload_bytes() const noexcept { return id_.payload_bytes; }
+  /// Bytes of one block's file (what capacity_bytes counts).
+  uint64_t block_file_bytes() const noexcept { return file_bytes(id_.payload_bytes); }
+  const run_digest& digest() const noexcept { return id_.run; }
+  const std::string& rank_dir() const noexcept { return rank_dir_; }
+  std::string path_of(const block_key& key) const;
+
+ private:
+  file_store(const file_store_options& options, std::string rank_dir);
+  status prepare();
+  status scan();
+  int open_flags(int base) const noexcept;
+  /// Opens the block's file for reading; errc::not_found when it is missing.
+  result<int> open_for_read(const block_key& key, const std::string& path) const;
+  /// Removes a refused file and returns `why`.
+  status refuse(const std::string& path, status why) const;
+
+  std::string root_dir_;
+  std::string run_description_;
+  std::string run_dir_;
+  std::string rank_dir_;
+  block_file_id id_;
+  bool want_direct_;
+  bool direct_ = false;
+  std::string direct_note_;
+  std::vector<block_key> found_;
+};
+
+}  // namespace kvc::disk
