@@ -95,6 +95,7 @@ class py_scheduler {
     embed::scheduler_connector_config c = std::move(plan.scheduler);
     c.listen = listen;
     c.pool.create_or_attach = create_or_attach;
+    c.faults = faults_at_site(cfg, fault_site::channel);
     if (transport == "memory") {
       c.transport = embed::step_transport::memory;
     } else if (transport != "zmq") {
@@ -272,6 +273,17 @@ py::dict stats_dict(const scheduler::connector_stats& s) {
   return d;
 }
 
+py::dict fault_stats_dict(const embed::fault_stats& f) {
+  py::dict d;
+  d["injected"] = fault_counts_dict(f.injected);
+  d["duplicates"] = f.duplicates;
+  d["late_reports"] = f.late_reports;
+  d["timed_out"] = f.timed_out;
+  d["rejected_reports"] = f.rejected_reports;
+  d["dropped_frames"] = f.dropped_frames;
+  return d;
+}
+
 py::dict tables_dict(const scheduler_connector::table_sizes& t, size_t cached) {
   py::dict d;
   d["requests"] = t.planner.requests;
@@ -342,6 +354,14 @@ void bind_metadata(py::module_& m) {
 
 }  // namespace
 
+py::dict fault_counts_dict(const fault_counts& counts) {
+  py::dict d;
+  for (size_t k = 0; k < counts.size(); ++k) {
+    if (counts[k] != 0) d[py::str(std::string{to_string(static_cast<fault_kind>(k))})] = counts[k];
+  }
+  return d;
+}
+
 void bind_scheduler(py::module_& m) {
   bind_metadata(m);
   py::class_<py_scheduler>(m, "SchedulerConnector",
@@ -376,6 +396,9 @@ void bind_scheduler(py::module_& m) {
       .def("take_events", &py_scheduler::events)
       .def("metrics_text", [](py_scheduler& s) { return s.sc().metrics_text(); })
       .def("stats", [](py_scheduler& s) { return stats_dict(s.sc().stats()); })
+      .def("fault_statistics",
+           [](py_scheduler& s) { return fault_stats_dict(s.sc().fault_statistics()); },
+           "Injected channel faults by kind, and what the coordinator dropped or failed.")
       .def("tables",
            [](py_scheduler& s) { return tables_dict(s.sc().tables(), s.cached_requests()); })
       .def_property_readonly("jobs_in_flight",

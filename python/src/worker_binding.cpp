@@ -78,6 +78,7 @@ class py_worker {
     if (port) c.network.port = *port;
     c.incarnation = incarnation;
     c.pool.create_or_attach = create_or_attach;
+    c.faults = faults_at_site(cfg, fault_site::copy);
     result<std::unique_ptr<worker_connector>> made = make_error(errc::internal, "");
     {
       py::gil_scoped_release unlocked;
@@ -216,6 +217,8 @@ void bind_worker(py::module_& m) {
       .def_property_readonly("transfers_in_flight",
                              [](py_worker& w) { return w.wc().transfers_in_flight(); })
       .def_property_readonly("jobs_known", [](py_worker& w) { return w.wc().jobs_known(); })
+      .def_property_readonly("injected_faults",
+                             [](py_worker& w) { return fault_counts_dict(w.wc().injected_faults()); })
       .def_property_readonly("tracked_requests",
                              [](py_worker& w) { return w.wc().tracked_requests(); })
       .def("close", &py_worker::close)

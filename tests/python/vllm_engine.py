@@ -94,6 +94,8 @@ def worker_main(conn, engine_id: str, rank: int, extra: dict) -> None:
             elif op == "tables":
                 w = c.worker
                 conn.send((w.jobs_known, w.tracked_requests, w.transfers_in_flight))
+            elif op == "faults":
+                conn.send(c.worker.injected_faults)
     finally:
         c.shutdown()
         conn.send("stopped")
@@ -105,6 +107,8 @@ class Workers:
     def __init__(self, engine_id: str, extra: dict):
         ctx = multiprocessing.get_context("spawn")
         self.conns, self.procs = [], []
+        # vLLM's KVOutputAggregator: per id, the workers that have not reported it yet.
+        self.remaining: dict[str, dict[str, int]] = {"sending": {}, "recving": {}}
         for rank in range(TP):
             parent, child = ctx.Pipe()
             p = ctx.Process(target=worker_main, args=(child, engine_id, rank, extra),
@@ -122,6 +126,26 @@ class Workers:
 
     def ready(self) -> None:
         assert [self.reply(r) for r in range(TP)] == ["ready"] * TP
+
+    def aggregate(self, results: list) -> v.KVConnectorOutput:
+        """vLLM's KVOutputAggregator over one step's (sending, recving, load errors): an id is
+        finished once every worker reported it (in this step or earlier ones); load errors are
+        the union."""
+        finished = {}
+        for i, which in enumerate(("sending", "recving")):
+            remaining = self.remaining[which]
+            done = set()
+            for report in results:
+                for req_id in report[i]:
+                    left = remaining.get(req_id, TP) - 1
+                    if left == 0:
+                        remaining.pop(req_id, None)
+                        done.add(req_id)
+                    else:
+                        remaining[req_id] = left
+            finished[which] = sorted(done)
+        return v.KVConnectorOutput(finished["sending"], finished["recving"],
+                                   set().union(*(e for _, _, e in results)))
 
     def all(self, op: str, args=None) -> list:
         for conn in self.conns:
@@ -145,11 +169,6 @@ def scheduler(engine_id: str, extra: dict) -> KvconnectConnector:
                               kv_cache_config())
 
 
-def aggregate(reports: list[set[str]]) -> list[str]:
-    """vLLM's KVOutputAggregator: an id is finished once every worker reported it."""
-    return sorted(set.intersection(*reports))
-
-
 def output(new=(), finished=()) -> v.SchedulerOutput:
     return v.SchedulerOutput([v.NewRequestData(r.request_id, (blocks,)) for r, blocks in new],
                              v.CachedRequestData([], set(), []),
@@ -166,10 +185,7 @@ def engine_step(sched: KvconnectConnector, workers: Workers,
     forward, save, get_finished, load errors, clear), vLLM's aggregation of their reports, then
     update_connector_output (which may add kvconnect's coordinator's results to the sets)."""
     meta = sched.build_connector_meta(out)
-    results = workers.all("step", pickle.dumps((meta, out.finished_req_ids)))
-    kv_out = v.KVConnectorOutput(aggregate([s for s, _, _ in results]),
-                                 aggregate([r for _, r, _ in results]),
-                                 set().union(*(e for _, _, e in results)))
+    kv_out = workers.aggregate(workers.all("step", pickle.dumps((meta, out.finished_req_ids))))
     sched.update_connector_output(kv_out)
     return kv_out
 
@@ -210,11 +226,16 @@ def load_b(sched: KvconnectConnector, workers: Workers) -> tuple[v.KVConnectorOu
     return kv_out, blocks_b
 
 
-def check_nothing_left(sched: KvconnectConnector, workers: Workers) -> None:
-    """No job, request or transfer left on either side."""
+def check_nothing_left(sched: KvconnectConnector, workers: Workers,
+                       straggling: int = 0) -> None:
+    """No job, request or transfer left on either side. `straggling`: jobs the coordinator
+    failed at their deadline, whose entries wait (a bounded time, its straggler grace) for the
+    late report to recognise it."""
+    assert workers.remaining == {"sending": {}, "recving": {}}
     assert sched.scheduler.jobs_in_flight == 0
     tables = sched.scheduler.tables()
     assert {k: tables[k] for k in ("requests", "jobs", "loads", "coordinator_jobs",
                                    "channel_queued_steps")} == \
-        {"requests": 0, "jobs": 0, "loads": 0, "coordinator_jobs": 0, "channel_queued_steps": 0}
+        {"requests": 0, "jobs": 0, "loads": 0, "coordinator_jobs": straggling,
+         "channel_queued_steps": 0}
     assert workers.all("tables") == [(0, 0, 0)] * TP
