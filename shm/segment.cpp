@@ -255,8 +255,7 @@ result<segment> segment::create(std::string_view name_view, const pool_geometry&
   return create_impl(name_view, geometry, opts, /*attach_live=*/false);
 }
 
-result<segment> segment::create_or_attach(std::string_view name_view,
-                                          const pool_geometry& geometry,
+result<segment> segment::create_or_attach(std::string_view name_view, const pool_geometry& geometry,
                                           const create_options& opts) {
   return create_impl(name_view, geometry, opts, /*attach_live=*/true);
 }

@@ -18,7 +18,8 @@
 /// capacity_exhausted, invalid_argument); no exception leaves this API.
 ///
 /// Thread-safety: the object is immutable after create/attach, except the header's scheduler
-/// port (an atomic); slot()/rank_region() may be called from any thread. Writing the pool is up to the caller (one worker per rank region).
+/// port (an atomic); slot()/rank_region() may be called from any thread. Writing the pool is up
+/// to the caller (one worker per rank region).
 #include <cstddef>
 #include <cstdint>
 #include <memory>

@@ -205,11 +205,11 @@ status rank_host::connect_published(std::chrono::steady_clock::time_point deadli
                                             " was closed while waiting for its scheduler");
     }
     if (std::chrono::steady_clock::now() >= deadline) {
-      return make_error(errc::timeout,
-                        "embed: rank " + std::to_string(cfg_.rank) + ": no scheduler side " +
-                            "published its port in segment " + segment_name_ + " within " +
-                            std::to_string(cfg_.join_timeout.count()) +
-                            " ms (runtime.ready_timeout_ms)");
+      return make_error(errc::timeout, "embed: rank " + std::to_string(cfg_.rank) +
+                                           ": no scheduler side published its port in segment " +
+                                           segment_name_ + " within " +
+                                           std::to_string(cfg_.join_timeout.count()) +
+                                           " ms (runtime.ready_timeout_ms)");
     }
     std::this_thread::sleep_for(publish_slice);
   }

@@ -171,7 +171,8 @@ class py_scheduler {
     result<connector_metadata> meta = make_error(errc::internal, "");
     {
       py::gil_scoped_release unlocked;  // the first step may wait for the ranks to join
-      meta = s.build_connector_meta({step, all.first(fresh.size()), all.subspan(fresh.size()), pre});
+      meta =
+          s.build_connector_meta({step, all.first(fresh.size()), all.subspan(fresh.size()), pre});
     }
     return take(std::move(meta));
   }
@@ -396,9 +397,10 @@ void bind_scheduler(py::module_& m) {
       .def("take_events", &py_scheduler::events)
       .def("metrics_text", [](py_scheduler& s) { return s.sc().metrics_text(); })
       .def("stats", [](py_scheduler& s) { return stats_dict(s.sc().stats()); })
-      .def("fault_statistics",
-           [](py_scheduler& s) { return fault_stats_dict(s.sc().fault_statistics()); },
-           "Injected channel faults by kind, and what the coordinator dropped or failed.")
+      .def(
+          "fault_statistics",
+          [](py_scheduler& s) { return fault_stats_dict(s.sc().fault_statistics()); },
+          "Injected channel faults by kind, and what the coordinator dropped or failed.")
       .def("tables",
            [](py_scheduler& s) { return tables_dict(s.sc().tables(), s.cached_requests()); })
       .def_property_readonly("jobs_in_flight",

@@ -217,8 +217,9 @@ void bind_worker(py::module_& m) {
       .def_property_readonly("transfers_in_flight",
                              [](py_worker& w) { return w.wc().transfers_in_flight(); })
       .def_property_readonly("jobs_known", [](py_worker& w) { return w.wc().jobs_known(); })
-      .def_property_readonly("injected_faults",
-                             [](py_worker& w) { return fault_counts_dict(w.wc().injected_faults()); })
+      .def_property_readonly(
+          "injected_faults",
+          [](py_worker& w) { return fault_counts_dict(w.wc().injected_faults()); })
       .def_property_readonly("tracked_requests",
                              [](py_worker& w) { return w.wc().tracked_requests(); })
       .def("close", &py_worker::close)

@@ -19,7 +19,11 @@ torch = pytest.importorskip("torch")
 
 import kvconnect  # noqa: E402
 import vllm_engine as e  # noqa: E402
-from kvconnect.vllm import KVConnectorRole, KvconnectConnector, KvconnectConnectorMetadata  # noqa: E402,E501
+from kvconnect.vllm import (  # noqa: E402
+    KVConnectorRole,
+    KvconnectConnector,
+    KvconnectConnectorMetadata,
+)
 
 
 def check_prefix_reuse(sched: KvconnectConnector, workers: e.Workers) -> None:
