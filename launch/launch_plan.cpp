@@ -295,6 +295,7 @@ result<launch_plan> make_plan(const launch_config& c, const std::string& instanc
   s.planner.manager.store_threshold = c.offload.store_threshold;
   s.planner.manager.max_tracker_size = c.offload.max_tracker_size;
   s.job_timeout = milliseconds{r.job_timeout_ms};
+  s.ready_timeout = milliseconds{r.ready_timeout_ms};
   s.observe.serve_metrics = c.observe.metrics_port != 0;
   s.observe.metrics_port = static_cast<uint16_t>(c.observe.metrics_port);
   s.observe.kv_events_endpoint = c.observe.kv_events.endpoint;
@@ -325,6 +326,7 @@ result<launch_plan> make_plan(const launch_config& c, const std::string& instanc
     w.device = next_device[node]++;
     w.block_size_factor = p.kv.factor;
     w.register_timeout = milliseconds{r.register_timeout_ms};
+    w.join_timeout = milliseconds{r.ready_timeout_ms};
     w.observe = observe;
     if (r.port != 0) {
       if (auto st = embed::validate(w); !st) return st;

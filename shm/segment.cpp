@@ -252,6 +252,16 @@ segment::~segment() = default;
 
 result<segment> segment::create(std::string_view name_view, const pool_geometry& geometry,
                                 const create_options& opts) {
+  return create_impl(name_view, geometry, opts, /*attach_live=*/false);
+}
+
+result<segment> segment::create_or_attach(std::string_view name_view, const pool_geometry& geometry,
+                                          const create_options& opts) {
+  return create_impl(name_view, geometry, opts, /*attach_live=*/true);
+}
+
+result<segment> segment::create_impl(std::string_view name_view, const pool_geometry& geometry,
+                                     const create_options& opts, bool attach_live) {
   if (auto st = validate_name(name_view); !st) return st;
   if (auto st = validate(geometry); !st) return st;
   const std::string name(name_view);
@@ -269,9 +279,13 @@ result<segment> segment::create(std::string_view name_view, const pool_geometry&
       if (!found) return found.error();
       switch (found->kind) {
         case occupant::live:
+          if (attach_live) return attach(name, &geometry);
           return make_error(errc::shm_error, "segment " + name + " is in use: its creator pid " +
                                                  std::to_string(found->pid) + " is alive");
         case occupant::being_created:
+          if (attach_live) {
+            return make_error(errc::not_ready, "segment " + name + " is being created");
+          }
           return make_error(errc::shm_error,
                             "segment " + name + " exists without a complete header (being "
                                                 "created by another process?); remove " +
@@ -324,6 +338,8 @@ result<segment> segment::create(std::string_view name_view, const pool_geometry&
   h->pool_offset.store(pool_offset, std::memory_order_relaxed);
   h->total_bytes.store(total, std::memory_order_relaxed);
   h->layout_checksum.store(shm::layout_checksum(geometry), std::memory_order_relaxed);
+  h->scheduler_port.store(0, std::memory_order_relaxed);
+  h->reserved.store(0, std::memory_order_relaxed);
   h->ready.store(1, std::memory_order_release);
 
   auto p = std::make_unique<impl>();
@@ -480,6 +496,25 @@ uint64_t segment::layout_checksum() const noexcept { return impl_->checksum; }
 const std::string& segment::name() const noexcept { return impl_->name; }
 uint64_t segment::total_bytes() const noexcept { return impl_->geo.segment_bytes(); }
 pid_t segment::creator_pid() const noexcept { return impl_->creator; }
+
+uint16_t segment::scheduler_port() const noexcept {
+  const auto* h = reinterpret_cast<const segment_header*>(impl_->base());
+  return static_cast<uint16_t>(h->scheduler_port.load(std::memory_order_acquire));
+}
+
+bool segment::publish_scheduler_port(uint16_t port) const noexcept {
+  auto* h = reinterpret_cast<segment_header*>(impl_->base());
+  uint32_t none = 0;
+  return port != 0 &&
+         h->scheduler_port.compare_exchange_strong(none, port, std::memory_order_acq_rel);
+}
+
+void segment::withdraw_scheduler_port(uint16_t port) const noexcept {
+  auto* h = reinterpret_cast<segment_header*>(impl_->base());
+  uint32_t mine = port;
+  h->scheduler_port.compare_exchange_strong(mine, 0, std::memory_order_acq_rel);
+}
+
 bool segment::is_creator() const noexcept { return impl_->creator_here; }
 
 }  // namespace kvc::shm

@@ -17,8 +17,9 @@
 /// Errors are kvc::status values (errc::shm_error, layout_mismatch, not_found, not_ready,
 /// capacity_exhausted, invalid_argument); no exception leaves this API.
 ///
-/// Thread-safety: the object is immutable after create/attach; slot()/rank_region() may be
-/// called from any thread. Writing the pool is up to the caller (one worker per rank region).
+/// Thread-safety: the object is immutable after create/attach, except the header's scheduler
+/// port (an atomic); slot()/rank_region() may be called from any thread. Writing the pool is up
+/// to the caller (one worker per rank region).
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -54,6 +55,14 @@ class segment {
   /// created, or not a kvconnect segment. A stale one is replaced.
   static result<segment> create(std::string_view name, const pool_geometry& geometry,
                                 const create_options& opts = {});
+  /// For processes of one deployment that may come in any order (vLLM builds its workers
+  /// before its scheduler): create() when the name is free or stale; when a live creator holds
+  /// it, attach(name, &geometry) instead (errc::layout_mismatch for another geometry).
+  /// errc::not_ready while the other creator is still writing the header (call again), and
+  /// errc::not_found when it gave up between the two looks (call again); create()'s other
+  /// errors. is_creator() tells which happened.
+  static result<segment> create_or_attach(std::string_view name, const pool_geometry& geometry,
+                                          const create_options& opts = {});
   /// Attaches an existing segment after validating its header: errc::not_found when absent,
   /// errc::not_ready while its creator is still writing the header, errc::layout_mismatch on a
   /// bad magic, version, checksum, inconsistent size, or a geometry other than `*expected`.
@@ -98,9 +107,20 @@ class segment {
   /// True for the object that created the segment.
   bool is_creator() const noexcept;
 
+  /// The port the node's scheduler side listens on (segment_header::scheduler_port), 0 while
+  /// none does: how workers built before their scheduler find it.
+  uint16_t scheduler_port() const noexcept;
+  /// Sets the scheduler's port (!= 0) when none is set. False when one is: another scheduler
+  /// side serves the segment.
+  bool publish_scheduler_port(uint16_t port) const noexcept;
+  /// Clears the scheduler's port if it is still `port`.
+  void withdraw_scheduler_port(uint16_t port) const noexcept;
+
  private:
   struct impl;
   explicit segment(std::unique_ptr<impl> p) noexcept;
+  static result<segment> create_impl(std::string_view name, const pool_geometry& geometry,
+                                     const create_options& opts, bool attach_live);
   std::unique_ptr<impl> impl_;
 };
 

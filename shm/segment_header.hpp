@@ -36,6 +36,11 @@ struct segment_header {
   std::atomic<uint64_t> pool_offset;         // 56
   std::atomic<uint64_t> total_bytes;         // 64: exact size of the segment
   std::atomic<uint64_t> layout_checksum;     // 72: over version and the geometry fields
+  /// 80: the port the node's scheduler side listens on, 0 while none does: the rendezvous of
+  /// workers built before their scheduler (vLLM's order). Written after `ready`, by the
+  /// scheduler side only; readable at any time.
+  std::atomic<uint32_t> scheduler_port;
+  std::atomic<uint32_t> reserved;  // 84: zero
 };
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
@@ -43,7 +48,8 @@ static_assert(std::atomic<uint32_t>::is_always_lock_free);
 static_assert(std::atomic<int64_t>::is_always_lock_free);
 static_assert(offsetof(segment_header, creator_start_time) == 24);
 static_assert(offsetof(segment_header, layout_checksum) == 72);
-static_assert(sizeof(segment_header) == 80);
+static_assert(offsetof(segment_header, scheduler_port) == 80);
+static_assert(sizeof(segment_header) == 88);
 static_assert(sizeof(segment_header) <= pool_offset);
 
 /// FNV-1a 64 over layout_version and the geometry fields as stored in the header

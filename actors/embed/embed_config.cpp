@@ -101,11 +101,10 @@ status validate(const worker_connector_config& cfg) {
   }
   if (cfg.block_size_factor == 0) return invalid("embed: block_size_factor must be >= 1");
   if (auto st = validate(cfg.faults); !st) return invalid("embed: faults: " + st.message());
-  if (cfg.backend.empty() && !cfg.make_copy_engine) return invalid("embed: backend is empty (\"sim\" or \"cuda\")");
-  if (cfg.mode == connection_mode::connect && cfg.network.port == 0) {
-    return invalid("embed: connect mode needs the scheduler's network.port");
-  }
+  if (cfg.backend.empty() && !cfg.make_copy_engine)
+    return invalid("embed: backend is empty (\"sim\" or \"cuda\")");
   if (cfg.register_timeout.count() <= 0) return invalid("embed: register_timeout must be > 0");
+  if (cfg.join_timeout.count() <= 0) return invalid("embed: join_timeout must be > 0");
   if (cfg.network.actor_threads == 0) return invalid("embed: network.actor_threads must be >= 1");
   return {};
 }

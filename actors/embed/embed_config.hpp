@@ -41,19 +41,24 @@ using topology_config = kvc::topology;
 
 /// The node's CPU pool: one shm segment named "/kvc-<uid>-<instance>-node<node>", rank-major,
 /// `slots_per_rank` slots of `slot_bytes` per rank (shm/pool_geometry.hpp). The scheduler side
-/// creates it (and removes it when it ends); workers attach it.
+/// creates it (and removes it when it ends); workers attach it. With create_or_attach, whichever
+/// process of the node comes first creates it and removes it when it ends; the others attach it
+/// after checking its geometry (vLLM builds its workers before its scheduler).
 struct pool_config {
   std::string instance = "default";  ///< letters, digits, '-', '_', '.'
   uint32_t slots_per_rank = 0;       ///< CPU slots = offloaded blocks the pool holds
   uint64_t slot_bytes = 0;           ///< bytes of one offloaded block on one rank
   bool prefault = false;  ///< fault the pages in up front (creator: all; worker: its rank)
+  bool create_or_attach = false;  ///< see above; off: the scheduler side must create it
 };
 
 /// Network and actor-system settings (the CAF system preset, actors/control/system_config.hpp).
 struct network_config {
   /// Scheduler: the address to listen on. Worker (connect): the scheduler's address.
   std::string host = "127.0.0.1";
-  /// Scheduler: 0 picks a free port (see scheduler_connector::port()). Worker: the scheduler's.
+  /// Scheduler: 0 picks a free port (see scheduler_connector::port()). Worker: the scheduler's;
+  /// 0: the port the scheduler side published in the node's segment (it listens on any port,
+  /// the workers find it there, also when they were built before it).
   uint16_t port = 0;
   std::chrono::milliseconds heartbeat_interval{100};
   std::chrono::milliseconds connection_timeout{1000};
@@ -129,6 +134,11 @@ struct scheduler_connector_config {
   /// Injected faults (docs/faults.md): the channel's apply to the ranks' step reports at the
   /// scheduler's end of the step channel; the other kinds are ignored here. Empty: none.
   fault_config faults;
+  /// When the node's segment existed already (pool.create_or_attach: the workers were built
+  /// first, as vLLM builds them), the first build_connector_meta waits this long for every rank
+  /// to join: the engine thread routes a rank's hello on the step channel only inside its own
+  /// calls, so a step sent before a rank's hello would reach that rank only after the step.
+  std::chrono::milliseconds ready_timeout{30'000};
   manager_factory make_manager;
   observe_config observe;
   /// Unset: the transport as made. The decorator must include actors/channel/transport.hpp
@@ -166,6 +176,9 @@ struct worker_connector_config {
   uint32_t block_size_factor = 1;
   /// How long the scheduler may take to accept the registration.
   std::chrono::milliseconds register_timeout{5000};
+  /// With network.port 0: how long the registration waits for a scheduler side to publish its
+  /// port in the node's segment (errc::timeout then).
+  std::chrono::milliseconds join_timeout{30'000};
   observe_config observe;
   copy_engine_factory make_copy_engine;
   /// Injected faults (docs/faults.md): the copy faults concerning this rank wrap its copy engine
@@ -177,7 +190,7 @@ struct worker_connector_config {
 /// limit; the pool (instance characters, slots and slot bytes > 0, a geometry without
 /// overflow). Scheduler: the planner's block sizes and manager config, capacity vs slots, the
 /// memory transport only without listen. Worker: rank < world size, factor >= 1, a
-/// backend name, a port in connect mode. errc::invalid_argument naming the field otherwise.
+/// backend name, positive timeouts. errc::invalid_argument naming the field otherwise.
 status validate(const scheduler_connector_config& cfg);
 status validate(const worker_connector_config& cfg);
 

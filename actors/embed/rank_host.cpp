@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <thread>
 #include <utility>
 
 #include <caf/actor_cast.hpp>
@@ -21,6 +22,7 @@
 #include "actors/control/error_bridge.hpp"
 #include "actors/control/gate.hpp"
 #include "actors/control/tcp_probe.hpp"
+#include "actors/embed/node_pool.hpp"
 #include "actors/trace/traced_transport.hpp"
 #include "cuda/engine_factory.hpp"
 #include "cuda/faulty_copy_engine.hpp"
@@ -29,6 +31,9 @@
 namespace kvc::embed {
 
 namespace {
+
+/// How often a rank waiting for its scheduler side looks at the node's segment for its port.
+constexpr std::chrono::milliseconds publish_slice{10};
 
 caf::actor_companion* as_companion(const caf::actor& hdl) {
   return static_cast<caf::actor_companion*>(caf::actor_cast<caf::abstract_actor*>(hdl));
@@ -112,34 +117,10 @@ result<std::unique_ptr<rank_host>> rank_host::open(const worker_connector_config
     h->host_ = local->host;
     h->scheduler_ = local->scheduler;
     h->local_transport_ = local->transport;
-  } else {
-    // CAF's connect has no limit of its own: find out first whether anything answers. In
-    // connect mode the scheduler's process created the pool before it started listening.
-    if (auto st = control::probe_tcp(cfg.network.host, cfg.network.port, cfg.register_timeout);
-        !st) {
-      return make_error(st.code(), "embed: cannot reach the scheduler at " + st.message());
-    }
-    // The scheduler's port is its gate: CAF connects through a tunnel that presents the token
-    // first (control/gate.hpp).
-    auto tunnel = control::gate_tunnel::open(cfg.network.host, cfg.network.port, cfg.token,
-                                             cfg.register_timeout);
-    if (!tunnel) return tunnel.error();
-    h->tunnel_ = std::move(tunnel).value();
-    h->host_ = actor_host::start(cfg.network, /*network=*/true);
-    auto s = caf::io::remote_actor<control::scheduler_actor>(h->host_->system(), "127.0.0.1",
-                                                             h->tunnel_->local_port());
-    if (!s && h->tunnel_->refused()) {
-      return make_error(errc::protocol_mismatch, "embed: the scheduler at " + cfg.network.host +
-                                                     ":" + std::to_string(cfg.network.port) +
-                                                     " refused this worker at its gate: wrong "
-                                                     "token");
-    }
-    if (!s) {
-      return make_error(errc::io_error, "embed: cannot reach the scheduler at " + cfg.network.host +
-                                            ":" + std::to_string(cfg.network.port) + ": " +
-                                            h->host_->system().render(s.error()));
-    }
-    h->scheduler_ = std::move(s).value();
+  } else if (cfg.network.port != 0) {
+    // In connect mode with a fixed port the scheduler's process created the pool before it
+    // started listening: reach it first.
+    if (auto st = h->connect(cfg.network.port); !st) return st;
   }
   auto engine = cfg.make_copy_engine
                     ? cfg.make_copy_engine()
@@ -155,7 +136,8 @@ result<std::unique_ptr<rank_host>> rank_host::open(const worker_connector_config
   }
   const shm::pool_geometry geometry{cfg.topology.world_size(), cfg.pool.slots_per_rank,
                                     cfg.pool.slot_bytes};
-  auto seg = shm::segment::attach(h->segment_name_, &geometry);
+  auto seg = open_node_pool(h->segment_name_, geometry, cfg.pool, pool_side::worker,
+                            std::chrono::steady_clock::now() + cfg.join_timeout);
   if (!seg) return seg.error();
   h->segment_.emplace(std::move(seg).value());
   if (cfg.pool.prefault) {
@@ -185,12 +167,64 @@ rank_host::~rank_host() {
   tunnel_.reset();  // after the actor system: CAF's connection ran through it
 }
 
+status rank_host::connect(uint16_t port) {
+  const std::string& host = cfg_.network.host;
+  const std::string where = host + ":" + std::to_string(port);
+  // CAF's connect has no limit of its own: find out first whether anything answers.
+  if (auto st = control::probe_tcp(host, port, cfg_.register_timeout); !st) {
+    return make_error(st.code(), "embed: cannot reach the scheduler at " + st.message());
+  }
+  // The scheduler's port is its gate: CAF connects through a tunnel that presents the token
+  // first (control/gate.hpp).
+  auto tunnel = control::gate_tunnel::open(host, port, cfg_.token, cfg_.register_timeout);
+  if (!tunnel) return tunnel.error();
+  tunnel_ = std::move(tunnel).value();
+  host_ = actor_host::start(cfg_.network, /*network=*/true);
+  auto s = caf::io::remote_actor<control::scheduler_actor>(host_->system(), "127.0.0.1",
+                                                           tunnel_->local_port());
+  if (!s && tunnel_->refused()) {
+    return make_error(errc::protocol_mismatch, "embed: the scheduler at " + where +
+                                                   " refused this worker at its gate: wrong "
+                                                   "token");
+  }
+  if (!s) {
+    return make_error(errc::io_error, "embed: cannot reach the scheduler at " + where + ": " +
+                                          host_->system().render(s.error()));
+  }
+  scheduler_ = std::move(s).value();
+  return {};
+}
+
+status rank_host::connect_published(std::chrono::steady_clock::time_point deadline,
+                                    const std::atomic<bool>& cancelled) {
+  if (scheduler_) return {};
+  for (;;) {
+    if (const uint16_t port = segment_->scheduler_port(); port != 0) return connect(port);
+    if (cancelled.load()) {
+      return make_error(errc::io_error, "embed: rank " + std::to_string(cfg_.rank) +
+                                            " was closed while waiting for its scheduler");
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return make_error(errc::timeout, "embed: rank " + std::to_string(cfg_.rank) +
+                                           ": no scheduler side published its port in segment " +
+                                           segment_name_ + " within " +
+                                           std::to_string(cfg_.join_timeout.count()) +
+                                           " ms (runtime.ready_timeout_ms)");
+    }
+    std::this_thread::sleep_for(publish_slice);
+  }
+}
+
 worker::cpu_pool_region rank_host::region() const noexcept {
   const auto r = segment_->rank_region(cfg_.rank);
   return {r.data(), segment_->geometry().slot_stride(), cfg_.pool.slots_per_rank};
 }
 
 status rank_host::register_rank() {
+  if (!scheduler_) {
+    return make_error(errc::precondition_failed,
+                      "embed: rank " + std::to_string(cfg_.rank) + " has no scheduler to join");
+  }
   const scheduler::handshake_expectation want{.topology = cfg_.topology,
                                               .segment = segment_name_,
                                               .layout_checksum = segment_->layout_checksum(),

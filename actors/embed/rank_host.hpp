@@ -8,11 +8,17 @@
 ///
 /// Two phases, so that everything checkable is checked before the rank registers (a rank whose
 /// set-up fails after registering would have used up its incarnation): open() reaches the
-/// scheduler (connect: a TCP probe within register_timeout, then CAF's connect), makes the
-/// engine and attaches the pool; register_rank() registers and connects the step channel.
+/// scheduler (connect with a fixed port: a TCP probe within register_timeout, then CAF's
+/// connect), makes the engine and opens the pool (node_pool.hpp); register_rank() registers and
+/// connects the step channel. With network.port 0 the scheduler may not exist yet (vLLM builds
+/// its workers first): connect_published() waits for it to publish its port in the pool's
+/// segment and reaches it there, before register_rank().
 ///
-/// Not thread-safe: the rank's worker thread calls everything; gone() may be read anywhere.
+/// Not thread-safe: one thread at a time calls everything (the rank's worker thread, or the
+/// worker_connector's joining thread while the worker thread waits for it); gone() may be read
+/// anywhere.
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -49,6 +55,11 @@ class rank_host {
   /// This rank's region of the pool.
   worker::cpu_pool_region region() const noexcept;
 
+  /// With network.port 0: waits until a scheduler side published its port in the pool's
+  /// segment (errc::timeout after `deadline`, errc::io_error once `cancelled`), then reaches it
+  /// (open()'s errors). Success at once when the scheduler is reached already.
+  status connect_published(std::chrono::steady_clock::time_point deadline,
+                           const std::atomic<bool>& cancelled);
   /// Registers with the scheduler (waiting up to register_timeout for its answer: a refusal is
   /// the scheduler's error, no answer errc::timeout) and connects the step channel.
   status register_rank();
@@ -68,6 +79,8 @@ class rank_host {
 
  private:
   rank_host() = default;
+  /// Reaches the scheduler's gate at network.host:port and its actor through it.
+  status connect(uint16_t port);
 
   worker_connector_config cfg_;
   std::string segment_name_;

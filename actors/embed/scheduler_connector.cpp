@@ -337,6 +337,12 @@ result<connector_metadata> scheduler_connector::build_connector_meta(
                                                   " is not above the last step " +
                                                   std::to_string(*m.last_step));
   }
+  if (!m.last_step && !m.host->created_segment()) {
+    // The workers were there first (vLLM's order): every rank joins before the first step.
+    if (auto st = m.host->wait_ready(m.cfg.ready_timeout); !st) {
+      return make_error(st.code(), "embed: before the first step: " + st.message());
+    }
+  }
   const int64_t t0 = m.tracer ? trace::tracer::mono_now() : 0;
   auto meta = m.planner->build_connector_meta(in);
   if (m.recorder) m.recorder->build(in, meta ? &*meta : nullptr);

@@ -71,10 +71,12 @@ struct local_endpoint;  // actors/embed/local_endpoint.hpp (internal)
 
 class scheduler_connector {
  public:
-  /// Validates the config (embed::validate), builds the planner, creates the pool's segment,
-  /// starts the actors and, with cfg.listen, publishes the scheduler on host:port. Errors:
-  /// the config's; errc::shm_error / capacity_exhausted for the segment (one of the same name
-  /// with a live creator exists); errc::io_error when a port cannot be opened.
+  /// Validates the config (embed::validate), builds the planner, creates the pool's segment
+  /// (or, with pool.create_or_attach, attaches the one a worker created first), starts the
+  /// actors and, with cfg.listen, publishes the scheduler on host:port and that port in the
+  /// segment. Errors: the config's; errc::shm_error / capacity_exhausted for the segment (one of
+  /// the same name with a live creator exists, or another scheduler side serves it);
+  /// errc::layout_mismatch for another geometry; errc::io_error when a port cannot be opened.
   static result<std::unique_ptr<scheduler_connector>> create(const scheduler_connector_config& cfg);
 
   scheduler_connector(const scheduler_connector&) = delete;
@@ -109,7 +111,9 @@ class scheduler_connector {
                                   const scheduler::block_table_view& blocks,
                                   uint32_t num_external);
   /// Plans the step and sends its metadata to every worker (asynchronously: the call never
-  /// waits on the network). Steps must be numbered upwards. Returns the metadata (the engine
+  /// waits on the network, except the first call when the segment existed before this side:
+  /// then it waits up to ready_timeout for every rank to join, wait_for_workers' errors).
+  /// Steps must be numbered upwards. Returns the metadata (the engine
   /// may log or inspect it; the workers get their copy on the step channel).
   result<connector_metadata> build_connector_meta(const scheduler::step_input& in);
   /// Applies every step output that has arrived, without waiting. An error when the scheduler

@@ -14,6 +14,7 @@
 #include "actors/channel/zmq_transport.hpp"
 #include "actors/control/error_bridge.hpp"
 #include "actors/control/gate.hpp"
+#include "actors/embed/node_pool.hpp"
 #include "actors/trace/traced_transport.hpp"
 #include "shm/segment_header.hpp"
 
@@ -51,8 +52,8 @@ result<std::unique_ptr<scheduler_host>> scheduler_host::start(
   h->world_size_ = cfg.topology.world_size();
   h->segment_name_ = segment_name_for(cfg.pool, cfg.topology);
   const shm::pool_geometry geometry{h->world_size_, cfg.pool.slots_per_rank, cfg.pool.slot_bytes};
-  auto seg = shm::segment::create(h->segment_name_, geometry,
-                                  {.prefault = cfg.pool.prefault, .remove_on_close = true});
+  auto seg = open_node_pool(h->segment_name_, geometry, cfg.pool, pool_side::scheduler,
+                            steady::now() + cfg.ready_timeout);
   if (!seg) return seg.error();
   h->segment_.emplace(std::move(seg).value());
   if (cfg.observe.trace != trace::trace_level::off) {
@@ -133,6 +134,13 @@ result<std::unique_ptr<scheduler_host>> scheduler_host::start(
     }
     h->gate_ = std::move(gate).value();
     h->port_ = h->gate_->port();
+    // Workers built before this side (port 0 in their config) find it here.
+    if (!h->segment_->publish_scheduler_port(h->port_)) {
+      h->port_ = 0;  // not this side's to withdraw
+      return make_error(errc::shm_error, "embed: segment " + h->segment_name_ +
+                                             " is served by another scheduler side (port " +
+                                             std::to_string(h->segment_->scheduler_port()) + ")");
+    }
   }
   return h;
 }
@@ -191,6 +199,7 @@ result<uint32_t> scheduler_host::stop(std::chrono::milliseconds timeout) {
   if (!host_) return 0u;
   uint32_t stopped = 0;
   status st;
+  if (port_ != 0) segment_->withdraw_scheduler_port(port_);  // no worker finds this side now
   if (scheduler_) {
     caf::scoped_actor self{host_->system()};
     self->request(scheduler_, timeout, control::stop_atom::value)

@@ -1,6 +1,7 @@
 #pragma once
 /// scheduler_host: the process set-up behind a scheduler_connector, everything it runs besides
-/// the planner: the node's CPU pool (the shm segment, created here and removed at the end), the
+/// the planner: the node's CPU pool (the shm segment, created here and removed at the end, or
+/// attached when pool.create_or_attach found it created by a worker: node_pool.hpp), the
 /// actor system, the scheduler actor (registration, supervision, stop; published on
 /// network.host:port with `listen`, behind the gate: control/gate.hpp) and the coordinator
 /// actor, blocking on the engine's
@@ -38,6 +39,9 @@ class scheduler_host {
   ~scheduler_host();
 
   uint16_t port() const noexcept { return port_; }
+  /// False when the node's segment existed already (pool.create_or_attach): workers were built
+  /// before this side.
+  bool created_segment() const noexcept { return segment_ && segment_->is_creator(); }
   /// The coordinator's and the fault seam's counts (kept after stop()).
   fault_stats faults() const;
   const std::string& segment_name() const noexcept { return segment_name_; }

@@ -1,8 +1,10 @@
 #include "actors/embed/worker_connector.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include <spdlog/spdlog.h>
@@ -27,6 +29,39 @@ constexpr std::chrono::milliseconds gone_slice{10};
 
 struct worker_connector::impl {
   worker_connector_config cfg;
+  // register_in_background's thread; the engine's thread joins it before it touches the
+  // registration's state (host's connection, reports) again.
+  std::thread joining;
+  std::atomic<bool> cancel_join{false};
+  status joined;  // the background registration's outcome, once joined
+
+  ~impl() {
+    cancel_join.store(true);
+    if (joining.joinable()) joining.join();
+  }
+
+  /// Waits for a background registration to end (bounded by join_timeout and
+  /// register_timeout); its error, again on every later call.
+  status settle() {
+    if (joining.joinable()) joining.join();
+    return joined;
+  }
+
+  /// register_with_scheduler's work: find the scheduler (network.port 0: its port in the
+  /// segment), register, open the step channel.
+  status register_rank() {
+    if (reports) {
+      return make_error(errc::precondition_failed,
+                        "embed: rank " + std::to_string(cfg.rank) + " is registered already");
+    }
+    if (auto st = host->connect_published(steady::now() + cfg.join_timeout, cancel_join); !st) {
+      return st;
+    }
+    if (auto st = host->register_rank(); !st) return st;
+    reports.emplace(cfg.rank, cfg.incarnation);
+    return {};
+  }
+
   // Declaration order = reverse destruction order: the worker before the engine it borrows.
   std::unique_ptr<rank_host> host;
   std::optional<worker::transfer_executor> worker;
@@ -135,12 +170,17 @@ result<std::unique_ptr<worker_connector>> worker_connector::create(
 }
 
 status worker_connector::register_with_scheduler() {
-  if (impl_->reports) {
-    return make_error(errc::precondition_failed, "embed: rank " + std::to_string(impl_->cfg.rank) +
-                                                     " is registered already");
+  if (auto st = impl_->settle(); !st) return st;
+  return impl_->register_rank();
+}
+
+status worker_connector::register_in_background() {
+  impl& m = *impl_;
+  if (m.joining.joinable() || m.reports) {
+    return make_error(errc::precondition_failed,
+                      "embed: rank " + std::to_string(m.cfg.rank) + " is registered already");
   }
-  if (auto st = impl_->host->register_rank(); !st) return st;
-  impl_->reports.emplace(impl_->cfg.rank, impl_->cfg.incarnation);
+  m.joining = std::thread([&m] { m.joined = m.register_rank(); });
   return {};
 }
 
@@ -182,6 +222,7 @@ status worker_connector::register_kv_regions(std::vector<cuda::kv_region> region
 
 result<step_id> worker_connector::next_metadata_step(std::chrono::nanoseconds timeout) {
   impl& m = *impl_;
+  if (auto st = m.settle(); !st) return st;
   if (!m.next) {
     auto meta = m.receive(timeout);
     if (!meta) return meta.error();
@@ -199,6 +240,11 @@ result<step_id> worker_connector::bind_next_connector_metadata(std::chrono::nano
 
 status worker_connector::bind_connector_metadata(step_id step, std::chrono::nanoseconds timeout) {
   impl& m = *impl_;
+  if (auto st = m.settle(); !st) return st;
+  if (!m.reports) {
+    return make_error(errc::precondition_failed,
+                      "embed: rank " + std::to_string(m.cfg.rank) + " is not registered yet");
+  }
   if (m.reports->is_open()) {
     return make_error(errc::precondition_failed,
                       "embed: step " + std::to_string(*m.reports->last_step()) +
@@ -253,9 +299,11 @@ finished_requests worker_connector::get_finished(std::span<const std::string> fi
   for (const job_result& j : out.jobs) {
     if (!j.ok) spdlog::warn("worker rank {}: {}", m.cfg.rank, failure_line(j));
   }
-  auto report = m.reports->add(out.jobs);
-  if (m.tracer && m.bound) m.trace_done(m.bound->step, out.jobs, report.has_value());
-  if (report) m.send(*report);
+  if (m.settle() && m.reports) {  // else not registered: nobody to report to
+    auto report = m.reports->add(out.jobs);
+    if (m.tracer && m.bound) m.trace_done(m.bound->step, out.jobs, report.has_value());
+    if (report) m.send(*report);
+  }
   return {std::move(out.finished_sending), std::move(out.finished_recving), std::move(out.jobs)};
 }
 
@@ -267,6 +315,7 @@ void worker_connector::clear_connector_metadata() {
   impl& m = *impl_;
   m.worker->clear_connector_metadata();
   m.bound.reset();
+  if (!m.settle() || !m.reports) return;  // not registered: nobody to report to
   auto report = m.reports->close();
   if (m.tracer && report) m.trace_done(report->step, {}, true);
   if (report) m.send(*report);

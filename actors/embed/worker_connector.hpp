@@ -23,10 +23,14 @@
 /// Every step the scheduler planned must be bound and cleared, in order: the coordinator
 /// releases a step's output once every rank reported that step.
 ///
+/// Thread-safety: not thread-safe, with one exception: register_in_background's thread, which
+/// the methods that need its outcome wait for first.
+///
 /// Ownership: the KV cache memory is the engine's (register_kv_caches borrows it; with the sim
-/// backend it is host memory: from copy_engine().allocate_device, or the engine's own). Destruction ends the actor and
-/// unmaps the pool (it never removes the segment: the scheduler side does). Not thread-safe: one
-/// engine thread calls everything. The public headers include no CAF.
+/// backend it is host memory: from copy_engine().allocate_device, or the engine's own).
+/// Destruction ends the actor and unmaps the pool; it removes the segment only when this rank
+/// created it (pool.create_or_attach). One engine thread calls everything. The public headers
+/// include no CAF.
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -60,7 +64,8 @@ struct finished_requests {
 class worker_connector {
  public:
   /// Validates the config, makes the copy engine, attaches the pool's segment (refusing another
-  /// geometry: errc::layout_mismatch; errc::not_found before the scheduler created it), builds
+  /// geometry: errc::layout_mismatch; errc::not_found before the scheduler created it, unless
+  /// pool.create_or_attach lets this rank create it), builds
   /// the connector worker over this rank's region, and registers with the scheduler: in_process
   /// with `local` (required then), connect at network.host:port. Waits for the scheduler's
   /// answer up to register_timeout: a refusal comes back as the scheduler's error
@@ -76,8 +81,16 @@ class worker_connector {
   static result<std::unique_ptr<worker_connector>> prepare(const worker_connector_config& cfg,
                                                            scheduler_connector* local = nullptr);
   /// The registration of create() (its waiting and errors). errc::precondition_failed when the
-  /// rank is registered already.
+  /// rank is registered already. With network.port 0 it first waits (up to join_timeout) for a
+  /// scheduler side to publish its port in the node's segment (errc::timeout naming the segment).
   status register_with_scheduler();
+  /// register_with_scheduler() on a thread of its own; returns at once. For an engine that
+  /// builds its workers before its scheduler (vLLM): its start-up is not held up, and the rank
+  /// joins as soon as the scheduler side listens. The calls that need the registration
+  /// (bind_connector_metadata, next_metadata_step, get_finished's report) wait for it to end;
+  /// its error comes back from the first of them that returns a status, and every later one.
+  /// errc::precondition_failed when the rank is registered or registering already.
+  status register_in_background();
 
   worker_connector(const worker_connector&) = delete;
   worker_connector& operator=(const worker_connector&) = delete;

@@ -19,8 +19,16 @@ name) are the ``offload`` section of kvconnect's config (docs/config.md); kvconn
 the KV cache's bytes per block, prefix caching) override the config. The same loader as a YAML
 file reads it all: a key it refuses is a ``kvconnect.ConfigError`` (a ``ValueError``) naming it.
 
-Not yet: vLLM's process order for the worker role (it needs the scheduler side up first, at a
-fixed runtime.port), reset_cache, more than one KV-cache group.
+vLLM's process model: vLLM builds its workers (and registers their KV caches) before its
+scheduler. Whichever side comes first creates the node's segment, named from the engine id and
+the data-parallel rank; the other attaches it. The scheduler side publishes the port it listens
+on in the segment; each worker joins it from a thread of kvconnect's as soon as it is there, so
+neither constructor nor register_kv_caches waits for the scheduler. The scheduler role's first
+build_connector_meta waits (up to runtime.ready_timeout_ms) for every rank to join; a worker
+whose scheduler side never comes raises kvconnect.Timeout from its first
+bind_connector_metadata, after runtime.ready_timeout_ms.
+
+Not yet: reset_cache, more than one KV-cache group.
 """
 from __future__ import annotations
 
@@ -94,6 +102,19 @@ def _remote_decode(request: Any) -> bool:
     return bool(params is not None and params.get("do_remote_decode"))
 
 
+def _worker_rank(vllm_config: Any) -> int:
+    """The rank's global rank, pp_rank * tp_size + tp_rank: from vLLM's parallel state once it
+    is initialised (a vLLM worker), else parallel_config.rank."""
+    try:
+        from vllm.distributed import parallel_state as ps
+    except ImportError:
+        ps = None
+    if ps is not None and ps.model_parallel_is_initialized():
+        tp = vllm_config.parallel_config.tensor_parallel_size
+        return ps.get_pp_group().rank_in_group * tp + ps.get_tp_group().rank_in_group
+    return vllm_config.parallel_config.rank
+
+
 def load_config(vllm_config: Any, kv_cache_config: Any) -> kvconnect.Config:
     """kvconnect's config of this vLLM engine: the extra config as the YAML file's keys (see the
     module's docstring), vLLM's facts as the engine's overrides."""
@@ -155,15 +176,15 @@ class KvconnectConnector(_BASE):  # type: ignore[misc, valid-type]
         self._worker: kvconnect.WorkerConnector | None = None
         self._bound: KvconnectConnectorMetadata | None = None
         if self._role_name == "WORKER":
-            # The scheduler side must exist already: it creates the node's segment and listens
-            # at runtime.port (vLLM's own order, workers first, is not supported yet).
+            # vLLM builds the workers first: the node's segment is created by whichever side
+            # comes first, and the worker finds the scheduler side's port in it (port 0).
             self._num_blocks = kv_cache_config.num_blocks
-            self._worker = kvconnect.WorkerConnector(self.config,
-                                                     vllm_config.parallel_config.rank)
+            self._worker = kvconnect.WorkerConnector(self.config, _worker_rank(vllm_config),
+                                                     port=0, create_or_attach=True)
             return
         events = getattr(vllm_config, "kv_events_config", None)
         self._events_on = bool(events is not None and events.enable_kv_cache_events)
-        self._scheduler = kvconnect.SchedulerConnector(self.config)
+        self._scheduler = kvconnect.SchedulerConnector(self.config, create_or_attach=True)
         self._requests: dict[str, Any] = {}  # vLLM's Request objects, as vLLM's connector keeps
         self._step = 0
         self.planned: kvconnect.ConnectorMetadata | None = None  # the last step's jobs
@@ -265,9 +286,10 @@ class KvconnectConnector(_BASE):  # type: ignore[misc, valid-type]
 
     def register_kv_caches(self, kv_caches: dict) -> None:
         """The rank's KV tensors (torch, or anything with data_ptr(), shape, stride(),
-        element_size()); then the rank registers with the scheduler side."""
+        element_size()); then the rank joins the scheduler side in the background (vLLM builds
+        the scheduler after this returns)."""
         self.worker.register_kv_caches(list(kv_caches.values()), self._num_blocks)
-        self.worker.register_with_scheduler()
+        self.worker.register_in_background()
 
     def bind_connector_metadata(self, connector_metadata: KvconnectConnectorMetadata) -> None:
         if _BASE is not object:

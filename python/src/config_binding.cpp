@@ -12,6 +12,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "launch/config_loader.hpp"
+#include "launch/fault_options.hpp"
 #include "launch/launch_config.hpp"
 #include "python/src/bindings.hpp"
 #include "python/src/errors.hpp"
@@ -155,6 +156,20 @@ void bind_config(py::module_& m) {
                " pp=" + std::to_string(c.config.topology.pipeline_parallel) +
                " cpu_bytes_to_use=" + std::to_string(c.config.offload.cpu_bytes_to_use) + ">";
       });
+}
+
+fault_config faults_at_site(const config_handle& cfg, fault_site site) {
+  const launch::runtime_section& rt = cfg.config.runtime;
+  auto all = launch::parse_fault_options(rt.faults, rt.fault_seed);
+  if (!all) raise_config({{"runtime.faults", all.error().message()}});
+  for (size_t i = 0; i < all->specs.size(); ++i) {
+    if (site_of(all->specs[i].kind) == fault_site::process) {
+      raise_config({{"runtime.faults[" + std::to_string(i) + "]",
+                     std::string{to_string(all->specs[i].kind)} +
+                         " is a process fault: only `kvconnect launch` injects it"}});
+    }
+  }
+  return faults_at(*all, site);
 }
 
 }  // namespace kvc::python

@@ -85,7 +85,8 @@ scheduled_tuple unpack(py::handle t) {
 class py_scheduler {
  public:
   py_scheduler(const config_handle& cfg, const std::optional<std::string>& instance,
-               const std::optional<std::string>& token, bool listen, const std::string& transport) {
+               const std::optional<std::string>& token, bool listen, const std::string& transport,
+               bool create_or_attach) {
     const std::string inst = instance.value_or(cfg.config.runtime.instance);
     const std::string tok = token.value_or(cfg.config.runtime.token);
     if (inst.empty()) raise_config({{"runtime.instance", "names the node's segment: needed"}});
@@ -93,6 +94,8 @@ class py_scheduler {
     auto plan = take(launch::make_plan(cfg.config, inst, tok, launch::config_use::engine));
     embed::scheduler_connector_config c = std::move(plan.scheduler);
     c.listen = listen;
+    c.pool.create_or_attach = create_or_attach;
+    c.faults = faults_at_site(cfg, fault_site::channel);
     if (transport == "memory") {
       c.transport = embed::step_transport::memory;
     } else if (transport != "zmq") {
@@ -146,8 +149,16 @@ class py_scheduler {
                            const std::vector<std::string>& preempted) {
     std::vector<scheduled_tuple> tuples;
     tuples.reserve(fresh.size() + cached.size());
-    for (auto t : fresh) tuples.push_back(unpack(t));
-    for (auto t : cached) tuples.push_back(unpack(t));
+    // The ids point into the tuples' strs: held here, so that no other thread frees them while
+    // the GIL is released.
+    std::vector<py::object> held;
+    held.reserve(fresh.size() + cached.size());
+    for (const py::list* list : {&fresh, &cached}) {
+      for (auto t : *list) {
+        tuples.push_back(unpack(t));
+        held.push_back(py::reinterpret_borrow<py::object>(t));
+      }
+    }
     std::vector<scheduler::scheduled_request> reqs;
     reqs.reserve(tuples.size());
     for (const auto& t : tuples) {
@@ -156,8 +167,14 @@ class py_scheduler {
     }
     const std::vector<std::string_view> pre(preempted.begin(), preempted.end());
     const std::span<const scheduler::scheduled_request> all(reqs);
-    return take(
-        sc().build_connector_meta({step, all.first(fresh.size()), all.subspan(fresh.size()), pre}));
+    scheduler_connector& s = sc();
+    result<connector_metadata> meta = make_error(errc::internal, "");
+    {
+      py::gil_scoped_release unlocked;  // the first step may wait for the ranks to join
+      meta =
+          s.build_connector_meta({step, all.first(fresh.size()), all.subspan(fresh.size()), pre});
+    }
+    return take(std::move(meta));
   }
 
   embed::connector_update output(std::optional<step_id> step, double timeout) {
@@ -257,6 +274,17 @@ py::dict stats_dict(const scheduler::connector_stats& s) {
   return d;
 }
 
+py::dict fault_stats_dict(const embed::fault_stats& f) {
+  py::dict d;
+  d["injected"] = fault_counts_dict(f.injected);
+  d["duplicates"] = f.duplicates;
+  d["late_reports"] = f.late_reports;
+  d["timed_out"] = f.timed_out;
+  d["rejected_reports"] = f.rejected_reports;
+  d["dropped_frames"] = f.dropped_frames;
+  return d;
+}
+
 py::dict tables_dict(const scheduler_connector::table_sizes& t, size_t cached) {
   py::dict d;
   d["requests"] = t.planner.requests;
@@ -327,15 +355,24 @@ void bind_metadata(py::module_& m) {
 
 }  // namespace
 
+py::dict fault_counts_dict(const fault_counts& counts) {
+  py::dict d;
+  for (size_t k = 0; k < counts.size(); ++k) {
+    if (counts[k] != 0) d[py::str(std::string{to_string(static_cast<fault_kind>(k))})] = counts[k];
+  }
+  return d;
+}
+
 void bind_scheduler(py::module_& m) {
   bind_metadata(m);
   py::class_<py_scheduler>(m, "SchedulerConnector",
                            "The scheduler side (embed::scheduler_connector): the planner, the "
                            "node's CPU pool, the coordinator. One thread calls it.")
       .def(py::init<const config_handle&, const std::optional<std::string>&,
-                    const std::optional<std::string>&, bool, const std::string&>(),
+                    const std::optional<std::string>&, bool, const std::string&, bool>(),
            py::arg("config"), py::kw_only(), py::arg("instance") = py::none(),
-           py::arg("token") = py::none(), py::arg("listen") = true, py::arg("transport") = "zmq")
+           py::arg("token") = py::none(), py::arg("listen") = true, py::arg("transport") = "zmq",
+           py::arg("create_or_attach") = false)
       .def_property_readonly("host", [](py_scheduler& s) { return s.sc().config().network.host; })
       .def_property_readonly("port", [](py_scheduler& s) { return s.sc().port(); })
       .def_property_readonly("segment_name", [](py_scheduler& s) { return s.sc().segment_name(); })
@@ -360,6 +397,10 @@ void bind_scheduler(py::module_& m) {
       .def("take_events", &py_scheduler::events)
       .def("metrics_text", [](py_scheduler& s) { return s.sc().metrics_text(); })
       .def("stats", [](py_scheduler& s) { return stats_dict(s.sc().stats()); })
+      .def(
+          "fault_statistics",
+          [](py_scheduler& s) { return fault_stats_dict(s.sc().fault_statistics()); },
+          "Injected channel faults by kind, and what the coordinator dropped or failed.")
       .def("tables",
            [](py_scheduler& s) { return tables_dict(s.sc().tables(), s.cached_requests()); })
       .def_property_readonly("jobs_in_flight",

@@ -62,7 +62,7 @@ class py_worker {
  public:
   py_worker(const config_handle& cfg, uint32_t rank, const std::optional<std::string>& instance,
             const std::optional<std::string>& token, const std::optional<std::string>& host,
-            std::optional<uint16_t> port, uint32_t incarnation)
+            std::optional<uint16_t> port, uint32_t incarnation, bool create_or_attach)
       : step_timeout_(std::chrono::milliseconds{cfg.config.runtime.step_timeout_ms}) {
     const std::string inst = instance.value_or(cfg.config.runtime.instance);
     const std::string tok = token.value_or(cfg.config.runtime.token);
@@ -77,6 +77,8 @@ class py_worker {
     if (host) c.network.host = *host;
     if (port) c.network.port = *port;
     c.incarnation = incarnation;
+    c.pool.create_or_attach = create_or_attach;
+    c.faults = faults_at_site(cfg, fault_site::copy);
     result<std::unique_ptr<worker_connector>> made = make_error(errc::internal, "");
     {
       py::gil_scoped_release unlocked;
@@ -108,6 +110,8 @@ class py_worker {
     check(wc().register_kv_caches(descs));
     tensors_ = kept;  // the engine's memory stays alive while the connector may copy it
   }
+
+  void register_in_background() { check(wc().register_in_background()); }
 
   void register_with_scheduler() {
     worker_connector& w = wc();
@@ -174,16 +178,21 @@ void bind_worker(py::module_& m) {
                         "pool's mapping, the step channel. One thread calls it.")
       .def(py::init<const config_handle&, uint32_t, const std::optional<std::string>&,
                     const std::optional<std::string>&, const std::optional<std::string>&,
-                    std::optional<uint16_t>, uint32_t>(),
+                    std::optional<uint16_t>, uint32_t, bool>(),
            py::arg("config"), py::arg("rank"), py::kw_only(), py::arg("instance") = py::none(),
            py::arg("token") = py::none(), py::arg("host") = py::none(),
            py::arg("port") = py::none(), py::arg("incarnation") = 0,
+           py::arg("create_or_attach") = false,
            "Prepares the rank (copy engine, the pool's segment: the scheduler side must have "
-           "created it) without registering it; then register_kv_caches and "
-           "register_with_scheduler.")
+           "created it, unless create_or_attach) without registering it; then "
+           "register_kv_caches and register_with_scheduler (or register_in_background). "
+           "port=0: the port the scheduler side published in the node's segment.")
       .def("register_kv_caches", &py_worker::register_kv_caches, py::arg("tensors"),
            py::arg("num_blocks"))
       .def("register_with_scheduler", &py_worker::register_with_scheduler)
+      .def("register_in_background", &py_worker::register_in_background,
+           "register_with_scheduler on a thread of kvconnect's; returns at once. The first "
+           "bind_connector_metadata waits for it and raises its error.")
       .def("bind_connector_metadata", &py_worker::bind, py::arg("step") = py::none(),
            py::arg("timeout") = py::none(),
            "Binds `step`'s metadata (None: whichever comes next), waiting up to `timeout` "
@@ -208,6 +217,9 @@ void bind_worker(py::module_& m) {
       .def_property_readonly("transfers_in_flight",
                              [](py_worker& w) { return w.wc().transfers_in_flight(); })
       .def_property_readonly("jobs_known", [](py_worker& w) { return w.wc().jobs_known(); })
+      .def_property_readonly(
+          "injected_faults",
+          [](py_worker& w) { return fault_counts_dict(w.wc().injected_faults()); })
       .def_property_readonly("tracked_requests",
                              [](py_worker& w) { return w.wc().tracked_requests(); })
       .def("close", &py_worker::close)

@@ -27,6 +27,7 @@
 #include "cuda/faulty_copy_engine.hpp"
 #include "cuda/manual_copy_engine.hpp"
 #include "proto/fault_spec_parser.hpp"
+#include "shm/segment.hpp"
 #include "tests/shm/shm_fixture.hpp"
 
 namespace kvc::embed {
@@ -99,8 +100,11 @@ class EmbedTest : public shm::testing::ShmTest,
   }
 
   /// Creates the worker, allocates and registers its KV cache: (blocks, bs, token_bytes) bytes.
-  ::testing::AssertionResult add_worker(scheduler_connector* sc, const worker_connector_config& c) {
-    auto w = worker_connector::create(c, sc);
+  /// `in_background`: the rank registers after its KV cache, from a thread of its own
+  /// (register_in_background), as vLLM's workers built before their scheduler do.
+  ::testing::AssertionResult add_worker(scheduler_connector* sc, const worker_connector_config& c,
+                                        bool in_background = false) {
+    auto w = in_background ? worker_connector::prepare(c, sc) : worker_connector::create(c, sc);
     if (!w) return ::testing::AssertionFailure() << w.error().to_string();
     auto buf = (*w)->copy_engine().allocate_device(num_blocks * page);
     if (!buf) return ::testing::AssertionFailure() << buf.error().to_string();
@@ -111,6 +115,11 @@ class EmbedTest : public shm::testing::ShmTest,
                                     0};
     if (auto st = (*w)->register_kv_caches({&desc, 1}); !st) {
       return ::testing::AssertionFailure() << st.to_string();
+    }
+    if (in_background) {
+      if (auto st = (*w)->register_in_background(); !st) {
+        return ::testing::AssertionFailure() << st.to_string();
+      }
     }
     ranks_.push_back({std::move(w).value(), *buf});
     return ::testing::AssertionSuccess();
@@ -389,6 +398,62 @@ TEST_P(EmbedTest, WorkerOverLoopbackTcpRegistersAndReportsEachStep) {
   // The scheduler is gone: the worker learns it from its queue, not from a timeout.
   EXPECT_EQ(ranks_[0].wc->bind_connector_metadata(4, 10s).code(), errc::io_error);
   EXPECT_FALSE(ranks_[0].wc->connected());
+}
+
+// vLLM's order: the workers exist (and registered their KV caches) before the scheduler side.
+// The first creates the node's segment, the scheduler side attaches it and publishes its port
+// there, the workers join it from their own threads, and its first step waits for them.
+TEST_P(EmbedTest, WorkersBuiltBeforeTheSchedulerJoinItAndItsFirstStepWaitsForThem) {
+  for (rank_id r = 0; r < 2; ++r) {
+    auto wc = worker_cfg(r, 2);
+    wc.mode = connection_mode::connect;
+    wc.network.port = 0;  // the port the scheduler side publishes in the segment
+    wc.pool.create_or_attach = true;
+    ASSERT_TRUE(add_worker(nullptr, wc, /*in_background=*/true));
+  }
+  const std::string segment = segment_name_for(worker_cfg(0, 2).pool, worker_cfg(0, 2).topology);
+  EXPECT_TRUE(shm::segment::exists(segment).value());  // a worker created it
+  auto cfg = sched_cfg(2);
+  cfg.listen = true;
+  cfg.transport = step_transport::zmq;  // tcp: the workers have actor systems of their own
+  cfg.pool.create_or_attach = true;
+  auto sc = scheduler_connector::create(cfg);
+  ASSERT_TRUE(sc.ok()) << sc.error().to_string();
+  EXPECT_EQ((*sc)->segment_name(), segment);
+  auto a = store_request_a(**sc, keys({21, 22}));  // no wait_for_workers
+  ASSERT_TRUE(a.ok()) << a.error().to_string();
+  EXPECT_EQ(std::count_if(a->results.begin(), a->results.end(),
+                          [&](const job_result& j) { return j.job == a->store && j.ok; }),
+            1);
+  for (const auto& rk : ranks_) {
+    EXPECT_EQ(rk.read(1), pattern(100, rk.wc->rank(), 1));
+  }
+  ASSERT_TRUE((*sc)->shutdown(5s).ok());
+  sc->reset();
+  ranks_.clear();  // the rank that created the segment removes it
+  EXPECT_FALSE(shm::segment::exists(segment).value());
+}
+
+TEST_P(EmbedTest, AWorkerWhoseSchedulerNeverComesGetsATimeoutFromItsFirstStep) {
+  auto wc = worker_cfg(0, 1);
+  wc.mode = connection_mode::connect;
+  wc.network.port = 0;
+  wc.pool.create_or_attach = true;
+  wc.join_timeout = 50ms;
+  ASSERT_TRUE(add_worker(nullptr, wc, /*in_background=*/true));  // returns without a scheduler
+  const std::string segment = segment_name_for(wc.pool, wc.topology);
+  EXPECT_TRUE(shm::segment::exists(segment).value());
+  // The step's own wait is an hour: the error can only be the registration's.
+  const status st = ranks_[0].wc->bind_connector_metadata(1, std::chrono::hours{1});
+  EXPECT_EQ(st.code(), errc::timeout);
+  EXPECT_NE(st.message().find("no scheduler side published its port in segment " + segment +
+                              " within 50 ms"),
+            std::string::npos)
+      << st.message();
+  EXPECT_EQ(ranks_[0].wc->bind_connector_metadata(1, std::chrono::hours{1}).code(),
+            errc::timeout);  // again, at once
+  ranks_.clear();
+  EXPECT_FALSE(shm::segment::exists(segment).value());
 }
 
 TEST_P(EmbedTest, RegistrationRefusalsComeBackAsErrors) {
@@ -769,7 +834,9 @@ TEST(EmbedConfigTest, BadConfigsAreRefusedBeforeAnythingStarts) {
   w.network.port = 1;
   EXPECT_TRUE(validate(w).ok());
   auto wb = w;
-  wb.network.port = 0;  // connect needs the scheduler's port
+  wb.network.port = 0;  // the port the scheduler side published in the node's segment
+  EXPECT_TRUE(validate(wb).ok());
+  wb.join_timeout = std::chrono::milliseconds{0};
   EXPECT_EQ(validate(wb).code(), errc::invalid_argument);
   wb = w;
   wb.block_size_factor = 0;

@@ -32,6 +32,14 @@ def test_bad_extra_config_is_a_value_error_naming_the_key():
         connector({"cpu_bytes_to_use": 100}, "small")  # not one block of 4096 bytes
     with pytest.raises(TypeError):
         connector({"cpu_bytes_to_use": object()}, "type")
+    with pytest.raises(ValueError, match=r'runtime.faults\[0\]: .*did you mean "drop_report"'):
+        connector({"cpu_bytes_to_use": 1 << 20, "runtime": {"faults": ["drop_reprot:p=1"]}},
+                  "fault-typo")
+    # Only a launcher kills or stops processes: no silent no-op inside vLLM.
+    with pytest.raises(ValueError, match=r"runtime.faults\[1\]: kill_rank is a process fault"):
+        connector({"cpu_bytes_to_use": 1 << 20,
+                   "runtime": {"faults": ["drop_report:p=0.1", "kill_rank:rank=0,step=3"]}},
+                  "process-fault")
 
 
 def test_the_pool_is_sized_as_vllm_sizes_it():

@@ -281,6 +281,56 @@ TEST_F(SegmentTest, CreateRefusesALiveSegmentAndChangesNothing) {
   EXPECT_EQ(std::to_integer<int>(peer->slot(0, 0)[63]), 0x11);
 }
 
+// vLLM builds its workers before its scheduler: whichever side comes first creates the node's
+// segment, the other attaches it after checking the geometry.
+TEST_F(SegmentTest, CreateOrAttachCreatesAFreeNameAndAttachesALiveOneOfItsGeometry) {
+  const auto name = unique_name();
+  auto first = segment::create_or_attach(name, geo_);
+  ASSERT_TRUE(first.ok()) << first.error().to_string();
+  EXPECT_TRUE(first->is_creator());
+  std::memset(first->slot(2, 4), 0x5a, 64);
+  auto second = segment::create_or_attach(name, geo_);
+  ASSERT_TRUE(second.ok()) << second.error().to_string();
+  EXPECT_FALSE(second->is_creator());
+  EXPECT_EQ(std::to_integer<int>(second->slot(2, 4)[63]), 0x5a);
+  auto other = segment::create_or_attach(name, pool_geometry{3, 6, 10000});
+  ASSERT_FALSE(other.ok());
+  EXPECT_EQ(other.code(), errc::layout_mismatch);
+  // The attacher never removes the name; the creator does.
+  std::optional<segment> creator{std::move(first).value()};
+  std::optional<segment> attacher{std::move(second).value()};
+  attacher.reset();
+  EXPECT_TRUE(segment::exists(name).value());
+  creator.reset();
+  EXPECT_FALSE(segment::exists(name).value());
+}
+
+TEST_F(SegmentTest, CreateOrAttachOfASegmentBeingCreatedIsNotReady) {
+  const auto name = unique_name();
+  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  EXPECT_EQ(segment::create_or_attach(name, geo_).code(), errc::not_ready);
+  EXPECT_TRUE(segment::remove(name).ok());
+}
+
+TEST_F(SegmentTest, TheSchedulerPortIsPublishedOnceAndWithdrawnByItsPublisherOnly) {
+  const auto name = unique_name();
+  auto seg = segment::create(name, geo_);
+  ASSERT_TRUE(seg.ok());
+  auto peer = segment::attach(name, &geo_);
+  ASSERT_TRUE(peer.ok());
+  EXPECT_EQ(peer->scheduler_port(), 0);
+  EXPECT_FALSE(peer->publish_scheduler_port(0));
+  EXPECT_TRUE(peer->publish_scheduler_port(4711));
+  EXPECT_EQ(seg->scheduler_port(), 4711);
+  EXPECT_FALSE(seg->publish_scheduler_port(4712));  // another scheduler side serves it
+  seg->withdraw_scheduler_port(4712);               // not its port: nothing changes
+  EXPECT_EQ(seg->scheduler_port(), 4711);
+  peer->withdraw_scheduler_port(4711);
+  EXPECT_EQ(seg->scheduler_port(), 0);
+}
+
 TEST_F(SegmentTest, CreateReplacesASegmentWhosePidWasRecycled) {
   // The header names a live pid (ours) but another start time: the process that created it is
   // gone and its pid was reused, so the segment is stale.

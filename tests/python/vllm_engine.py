@@ -1,0 +1,241 @@
+"""A small vLLM engine for kvconnect.vllm's end-to-end tests: worker processes (TP=2) that build
+the worker-role KvconnectConnector and register CPU torch tensors as their KV caches (the sim
+backend adopts them), and the calls vLLM's engine makes each step, in vLLM's order, with each
+step's metadata shipped to the workers pickled (as vLLM's SchedulerOutput carries it) and vLLM's
+aggregation of the workers' finished sets.
+
+The workers' "forward" is finish_transfers(): every transfer submitted so far has finished when
+it returns, so each step's outcome is known without waiting on time. Messages to and from the
+worker processes are waited for with a deadline (a worker that died fails the test).
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+from pathlib import Path
+
+import torch
+
+import vllm_standins as v
+from kvconnect.vllm import KVConnectorRole, KvconnectConnector
+
+BLOCK = 4  # tokens per GPU block (= offloaded block = hash block)
+NUM_BLOCKS = 8  # GPU blocks per rank; block 0 is vLLM's null block
+LAYERS = 2
+HEADS, HEAD_DIM = 2, 8  # per rank
+TP = 2
+REPLY_S = 60.0  # deadline of one worker reply
+
+
+def page_bytes() -> int:
+    return 2 * BLOCK * HEADS * HEAD_DIM * 2  # K and V of one block of one layer, fp16
+
+
+def kv_cache_config() -> v.KVCacheConfig:
+    return v.kv_cache_config(NUM_BLOCKS, page_bytes(), BLOCK, layers=LAYERS)
+
+
+def extra_config(**runtime) -> dict:
+    """16 CPU blocks; no deadline by time unless `runtime` sets one."""
+    return {"cpu_bytes_to_use": 16 * TP * LAYERS * page_bytes(),
+            "runtime": {"job_timeout_ms": 0, **runtime}}
+
+
+def vllm_config(extra: dict, engine_id: str, rank: int | None = None) -> v.VllmConfig:
+    config = v.vllm_config(extra, engine_id, BLOCK, tp=TP)
+    if rank is not None:
+        config.parallel_config.rank = rank
+    return config
+
+
+def segment_path(engine_id: str) -> Path:
+    """The node's segment both sides derive from the engine id and the DP rank (0)."""
+    return Path("/dev/shm") / f"kvc-{os.getuid()}-vllm-{engine_id}-dp0-node0"
+
+
+def kv_tensors() -> dict:
+    """FlashAttention's layout per layer: (2 for K and V, blocks, block size, heads, head_dim)."""
+    return {f"layer{i}": torch.zeros((2, NUM_BLOCKS, BLOCK, HEADS, HEAD_DIM), dtype=torch.float16)
+            for i in range(LAYERS)}
+
+
+def worker_main(conn, engine_id: str, rank: int, extra: dict) -> None:
+    """One GPU worker process: its connector and KV cache, then the steps the engine sends."""
+    kv = kv_tensors()
+    c = KvconnectConnector(vllm_config(extra, engine_id, rank), KVConnectorRole.WORKER,
+                           kv_cache_config())
+    c.register_kv_caches(kv)
+    conn.send("ready")
+    try:
+        while True:
+            op, args = conn.recv()
+            if op == "stop":
+                break
+            if op == "write":  # the forward computed these blocks for content `tag`
+                blocks, tag = args
+                for b in blocks:
+                    for i, t in enumerate(kv.values()):
+                        t[:, b] = float(tag * 10 + i + rank * 1000)
+                conn.send(None)
+            elif op == "read":
+                conn.send({b: [t[:, b].numpy().tobytes() for t in kv.values()] for b in args})
+            elif op == "step":
+                meta, finished = pickle.loads(args)
+                c.bind_connector_metadata(meta)
+                c.handle_preemptions(meta)
+                c.start_load_kv(None)
+                c.worker.finish_transfers()  # the forward: every transfer so far has finished
+                c.wait_for_save()
+                sending, recving = c.get_finished(finished)
+                errors = c.get_block_ids_with_load_errors()
+                c.clear_connector_metadata()
+                conn.send((sending, recving, errors))
+            elif op == "tables":
+                w = c.worker
+                conn.send((w.jobs_known, w.tracked_requests, w.transfers_in_flight))
+            elif op == "faults":
+                conn.send(c.worker.injected_faults)
+    finally:
+        c.shutdown()
+        conn.send("stopped")
+
+
+class Workers:
+    """TP worker processes, started at once; ready() waits for their connectors."""
+
+    def __init__(self, engine_id: str, extra: dict):
+        ctx = multiprocessing.get_context("spawn")
+        self.conns, self.procs = [], []
+        # vLLM's KVOutputAggregator: per id, the workers that have not reported it yet.
+        self.remaining: dict[str, dict[str, int]] = {"sending": {}, "recving": {}}
+        for rank in range(TP):
+            parent, child = ctx.Pipe()
+            p = ctx.Process(target=worker_main, args=(child, engine_id, rank, extra),
+                            daemon=True)
+            p.start()
+            self.conns.append(parent)
+            self.procs.append(p)
+
+    def reply(self, rank: int):
+        conn = self.conns[rank]
+        if not conn.poll(REPLY_S):
+            raise AssertionError(f"worker {rank} did not answer within {REPLY_S} s "
+                                 f"(alive: {self.procs[rank].is_alive()})")
+        return conn.recv()
+
+    def ready(self) -> None:
+        assert [self.reply(r) for r in range(TP)] == ["ready"] * TP
+
+    def aggregate(self, results: list) -> v.KVConnectorOutput:
+        """vLLM's KVOutputAggregator over one step's (sending, recving, load errors): an id is
+        finished once every worker reported it (in this step or earlier ones); load errors are
+        the union."""
+        finished = {}
+        for i, which in enumerate(("sending", "recving")):
+            remaining = self.remaining[which]
+            done = set()
+            for report in results:
+                for req_id in report[i]:
+                    left = remaining.get(req_id, TP) - 1
+                    if left == 0:
+                        remaining.pop(req_id, None)
+                        done.add(req_id)
+                    else:
+                        remaining[req_id] = left
+            finished[which] = sorted(done)
+        return v.KVConnectorOutput(finished["sending"], finished["recving"],
+                                   set().union(*(e for _, _, e in results)))
+
+    def all(self, op: str, args=None) -> list:
+        for conn in self.conns:
+            conn.send((op, args))
+        return [self.reply(r) for r in range(TP)]
+
+    def stop(self) -> None:
+        for rank, (conn, p) in enumerate(zip(self.conns, self.procs)):
+            if p.is_alive():
+                conn.send(("stop", None))
+                assert self.reply(rank) == "stopped"
+            p.join(REPLY_S)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        assert all(p.exitcode == 0 for p in self.procs), [p.exitcode for p in self.procs]
+
+
+def scheduler(engine_id: str, extra: dict) -> KvconnectConnector:
+    return KvconnectConnector(vllm_config(extra, engine_id), KVConnectorRole.SCHEDULER,
+                              kv_cache_config())
+
+
+def output(new=(), finished=()) -> v.SchedulerOutput:
+    return v.SchedulerOutput([v.NewRequestData(r.request_id, (blocks,)) for r, blocks in new],
+                             v.CachedRequestData([], set(), []),
+                             {r.request_id: r.num_tokens for r, _ in new}, set(finished), [])
+
+
+def blocks_of(ids: list[int]) -> v.KVCacheBlocks:
+    return v.KVCacheBlocks(([v.KVCacheBlock(b, None, False) for b in ids],))
+
+
+def engine_step(sched: KvconnectConnector, workers: Workers,
+                out: v.SchedulerOutput) -> v.KVConnectorOutput:
+    """One step in vLLM's order: build_connector_meta, the workers' execute_model (bind, load,
+    forward, save, get_finished, load errors, clear), vLLM's aggregation of their reports, then
+    update_connector_output (which may add kvconnect's coordinator's results to the sets)."""
+    meta = sched.build_connector_meta(out)
+    kv_out = workers.aggregate(workers.all("step", pickle.dumps((meta, out.finished_req_ids))))
+    sched.update_connector_output(kv_out)
+    return kv_out
+
+
+def prefix_hashes(n: int = 4) -> list[bytes]:
+    return [(100 + i).to_bytes(8, "big") for i in range(n)]
+
+
+def store_a(sched: KvconnectConnector, workers: Workers) -> tuple[list[int], list]:
+    """Steps 1-2: request a (16 tokens) is computed into GPU blocks 1-4 and its blocks stored;
+    once every rank reported the stores vLLM frees a's blocks and the GPU cache reuses them.
+    Returns a's blocks and their bytes on each rank as computed."""
+    a = v.Request("a", prefix_hashes(), 16, 0, None)
+    assert sched.get_num_new_matched_tokens(a, 0) == (0, False)
+    blocks_a = [1, 2, 3, 4]
+    sched.update_state_after_alloc(a, blocks_of(blocks_a), 0)
+    workers.all("write", (blocks_a, 1))
+    engine_step(sched, workers, output(new=[(a, blocks_a)]))
+    assert [j.gpu_blocks for j in sched.planned.stores] == [blocks_a]
+    stored = workers.all("read", blocks_a)
+    a.num_computed_tokens = 16
+    assert sched.request_finished(a, blocks_a) == (True, None)
+    assert engine_step(sched, workers, output(finished=["a"])).finished_sending == ["a"]
+    workers.all("write", (blocks_a, 99))
+    return blocks_a, stored
+
+
+def load_b(sched: KvconnectConnector, workers: Workers) -> tuple[v.KVConnectorOutput, list[int]]:
+    """Step 3: b shares a's 16 tokens: loaded into other blocks, in another order. Returns the
+    step's output and b's blocks."""
+    b = v.Request("b", prefix_hashes() + [(200).to_bytes(8, "big")], 20, 0, None)
+    assert sched.get_num_new_matched_tokens(b, 0) == (16, True)
+    blocks_b = [4, 3, 2, 1, 5]
+    sched.update_state_after_alloc(b, blocks_of(blocks_b), 16)
+    kv_out = engine_step(sched, workers, output())
+    assert [j.gpu_blocks for j in sched.planned.loads] == [blocks_b[:4]]
+    assert sched.request_finished(b, blocks_b) == (False, None)
+    return kv_out, blocks_b
+
+
+def check_nothing_left(sched: KvconnectConnector, workers: Workers,
+                       straggling: int = 0) -> None:
+    """No job, request or transfer left on either side. `straggling`: jobs the coordinator
+    failed at their deadline, whose entries wait (a bounded time, its straggler grace) for the
+    late report to recognise it."""
+    assert workers.remaining == {"sending": {}, "recving": {}}
+    assert sched.scheduler.jobs_in_flight == 0
+    tables = sched.scheduler.tables()
+    assert {k: tables[k] for k in ("requests", "jobs", "loads", "coordinator_jobs",
+                                   "channel_queued_steps")} == \
+        {"requests": 0, "jobs": 0, "loads": 0, "coordinator_jobs": straggling,
+         "channel_queued_steps": 0}
+    assert workers.all("tables") == [(0, 0, 0)] * TP
