@@ -47,6 +47,9 @@ struct scheduler_connector::impl {
   step_id through = 0;               // the highest step whose output was applied
   std::vector<job_result> jobs;      // applied, not yet handed out
   std::shared_ptr<trace::tracer> tracer;  // null: trace off
+  /// A worker has attached over the step channel: the coordinator decides job outcomes, the
+  /// engine's request-level sets only release requests (apply_request_output).
+  bool workers_attached = false;
 
   /// trace: a scheduler-side record of one step; `value` is the planner's jobs in flight. At
   /// `jobs`, a "pool_slots" record beside it: `value` the CPU pool's slots in use (the
@@ -139,6 +142,11 @@ struct scheduler_connector::impl {
     auto evs = planner->take_events();
     if (evs.empty()) return;
     events->publish(kv_events::encode_batch(wall_seconds(), evs, batch));
+  }
+
+  /// Sticky: a rank that attached once makes the run live, even after it is lost.
+  void note_workers() {
+    if (!workers_attached && host->live()) workers_attached = coord().routed_ranks() > 0;
   }
 
   status check_live() const {
@@ -308,9 +316,17 @@ status scheduler_connector::update_state_after_alloc(const scheduler::request_vi
   return st;
 }
 
-status scheduler_connector::apply_request_output(const scheduler::request_output& out) {
-  auto st = impl_->planner->update_connector_output(out);
-  if (impl_->recorder) impl_->recorder->request_output(out);
+status scheduler_connector::apply_request_output(
+    std::span<const std::string_view> finished_sending,
+    std::span<const std::string_view> finished_recving) {
+  impl& m = *impl_;
+  m.note_workers();
+  const scheduler::request_output out{finished_sending, finished_recving,
+                                      m.workers_attached
+                                          ? scheduler::request_output_role::releases_requests
+                                          : scheduler::request_output_role::completes_jobs};
+  auto st = m.planner->update_connector_output(out);
+  if (m.recorder) m.recorder->request_output(out);
   impl_->after_step();
   return st;
 }
@@ -358,6 +374,7 @@ result<connector_metadata> scheduler_connector::build_connector_meta(
     }
   }
   m.coord().send_step(*meta);
+  m.note_workers();
   m.metrics.on_step_sent(*meta, now_ns());
   m.publish_events();  // the evictions that made room for this step's stores
   if (m.tracer) {

@@ -126,10 +126,16 @@ class scheduler_connector {
   /// build_connector_meta) releases it first, even when a report was lost on the way.
   result<connector_update> update_connector_output(step_id step, std::chrono::nanoseconds timeout);
   /// Request-level outcomes as vLLM's engine aggregates them from its workers
-  /// (KVConnectorOutput.finished_sending / finished_recving), for an engine that does its own
-  /// aggregation instead of taking the coordinator's job results: completes those requests'
-  /// store and load jobs in the planner (scheduler::planner::update_connector_output).
-  status apply_request_output(const scheduler::request_output& out);
+  /// (KVConnectorOutput.finished_sending / finished_recving). What they decide is the planner's
+  /// (scheduler::planner::update_connector_output, planner.hpp): once a worker has attached over
+  /// the step channel (for the rest of the run) they only release the requests to the engine,
+  /// each once, while every job's outcome stays the coordinator's (request_output_role::
+  /// releases_requests); without one (a replay playing the workers' part) they complete the
+  /// requests' jobs, stores successfully, as vLLM R1 does. Either way, the next
+  /// update_connector_output's completions are the sets the engine acts on: they replace
+  /// vLLM's, not add to them.
+  status apply_request_output(std::span<const std::string_view> finished_sending,
+                              std::span<const std::string_view> finished_recving);
   /// Job results that reach the engine outside the step channel (a replay of vLLM's calls that
   /// plays the workers' part, as `kvconnect replay --connector` does): applied to the planner as
   /// the coordinator's are (scheduler::planner::update_connector_output); their request-level

@@ -25,8 +25,8 @@ namespace kvc::record {
 
 /// Bumped whenever the byte layout or the meaning of an event changes; a reader refuses
 /// another version. 2: a completion event carries its failure detail. 3: every frame ends with
-/// a checksum.
-inline constexpr uint32_t record_schema_version = 3;
+/// a checksum. 4: a request output carries its role (scheduler::request_output_role).
+inline constexpr uint32_t record_schema_version = 4;
 
 /// The cores' configuration, everything a replay needs to rebuild them.
 struct recorded_config {
@@ -125,6 +125,7 @@ struct finished_event {  ///< request_finished
 struct request_output_event {  ///< apply_request_output
   std::vector<std::string> finished_sending;
   std::vector<std::string> finished_recving;
+  scheduler::request_output_role role = scheduler::request_output_role::completes_jobs;
 };
 struct take_completions_event {};  ///< the planner's request completions were taken
 

@@ -28,10 +28,20 @@
 /// overwritten, and their results arrive as usual. Each completed store job gives its own
 /// stored event (R1 gives one per request); the blocks are the same.
 ///
-/// Results come in one of two forms: job results (connector_output, what kvconnect's workers
-/// report; the planner then derives the request-level outcomes, take_request_completions), or
-/// request-level outcomes as vLLM's engine passes them (request_output: finished_sending
-/// completes every store job of the request, finished_recving its load job); an engine uses one.
+/// Results come in two forms: job results (connector_output, what kvconnect's workers report
+/// through the coordinator; the planner then derives the request-level outcomes,
+/// take_request_completions), and request-level outcomes as vLLM's engine aggregates them from
+/// its workers (request_output). What the latter decide is their role. Without kvconnect's
+/// workers (a replay of vLLM's calls: completes_jobs) they complete the jobs as R1 does
+/// (finished_sending every store job of the request, successfully; finished_recving its load
+/// job). With them (releases_requests) a job's outcome is the coordinator's alone: vLLM's sets
+/// name a request once every worker is done with it, whatever happened to its bytes (a store that
+/// failed on one rank included), so they only let the engine free a finished request's blocks or
+/// schedule a loaded one early, and each id reaches the engine once, by whichever form comes
+/// first: a request named by vLLM's set is not reported again when its jobs complete, and one
+/// already reported is dropped from vLLM's set. A load that fails after vLLM's finished_recving
+/// named its request still reports its blocks in invalid_block_ids, unless the request has
+/// finished meanwhile (the engine freed its blocks on that finished_recving).
 ///
 /// Keys. A request's keys are block_hashes[hash_factor-1 :: hash_factor] (the last hash inside
 /// each full offloaded block), extended incrementally from the request view the engine passes in;
@@ -144,13 +154,26 @@ struct request_completions {
   friend bool operator==(const request_completions&, const request_completions&) = default;
 };
 
+/// What the engine's request-level sets (request_output) decide.
+enum class request_output_role : uint8_t {
+  /// Nothing else reports the jobs (a replay of vLLM's calls without kvconnect's workers): the
+  /// sets complete the named requests' jobs, stores successfully (R1).
+  completes_jobs = 0,
+  /// kvconnect's workers report every job to the coordinator, whose results (deduplicated,
+  /// failed at their deadline, failed on any rank) alone decide each job's outcome in the
+  /// ledger: the sets only release the request to the engine (finished_sending: its delay-freed
+  /// GPU blocks may be freed; finished_recving: it may be scheduled), once.
+  releases_requests = 1,
+};
+
 /// The request-level outcomes vLLM's engine passes (KVConnectorOutput's finished_sending /
 /// finished_recving, aggregated over its workers), borrowed for one call.
 struct request_output {
-  /// Requests whose store jobs have all completed (successfully: R1 has no failed stores).
+  /// Requests whose store jobs have all ended on every worker.
   std::span<const std::string_view> finished_sending;
-  /// Requests whose load job has completed.
+  /// Requests whose load job has ended on every worker.
   std::span<const std::string_view> finished_recving;
+  request_output_role role = request_output_role::completes_jobs;
 };
 
 /// Entries of each of the planner's per-request and per-job tables: every one is 0 at
@@ -236,10 +259,15 @@ class planner {
   status update_connector_output(const connector_output& out);
 
   /// Consumes vLLM-style request-level outcomes (finished_sending first, then finished_recving,
-  /// in list order): finished_sending completes every store job of the request in flight
-  /// (successfully, oldest first, one stored event each) and forgets that it ever stored;
-  /// finished_recving completes its load job. Ids with nothing to complete are ignored. The
-  /// engine already knows these outcomes: nothing is added to take_request_completions.
+  /// in list order), by their role (see above). completes_jobs: finished_sending completes every
+  /// store job of the request in flight (successfully, oldest first, one stored event each) and
+  /// forgets that it ever stored; finished_recving completes its load job; every id, known or
+  /// not, is passed on to take_request_completions as given (the engine's word). releases_requests:
+  /// no job completes; a finished delay_free request in finished_sending that has not been
+  /// reported goes to take_request_completions' finished_sending (released now when nothing is
+  /// in flight, else when its last job completes, without a second report), a request in
+  /// finished_recving whose load is in flight and unreported to its finished_recving; every
+  /// other id is dropped (reported already, or nothing to release).
   status update_connector_output(const request_output& out);
 
   /// The request-level outcomes gathered since the last call.

@@ -39,6 +39,8 @@ class planner::impl {
   result<connector_metadata> build_connector_meta(const step_input& in);
   status update_connector_output(const connector_output& out);
   status update_connector_output(const request_output& out);
+  /// update_connector_output's releases_requests role.
+  void release_requests(const request_output& out);
   bool request_finished(std::string_view req_id);
 
   static constexpr uint32_t npos = UINT32_MAX;
@@ -74,6 +76,8 @@ class planner::impl {
     /// update_state_after_alloc until the load completes), reported invalid on failure.
     uint32_t first_block = 0;
     uint32_t end_block = 0;
+    /// Loads: the request already went to finished_recving (vLLM's set named it first).
+    bool reported = false;
   };
   using job_map = absl::flat_hash_map<job_id, job_state>;
   std::span<const block_key> keys_of(const job_state& js) const {

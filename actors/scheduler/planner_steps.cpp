@@ -249,6 +249,15 @@ status planner::impl::update_connector_output(const connector_output& out) {
 }
 
 status planner::impl::update_connector_output(const request_output& out) {
+  if (out.role == request_output_role::releases_requests) {
+    release_requests(out);
+    return {};
+  }
+  // The engine's word: its sets reach it as given, whatever they complete here.
+  completions_.finished_sending.insert(completions_.finished_sending.end(),
+                                       out.finished_sending.begin(), out.finished_sending.end());
+  completions_.finished_recving.insert(completions_.finished_recving.end(),
+                                       out.finished_recving.begin(), out.finished_recving.end());
   errc first_error = errc::ok;
   std::string rejected;
   for (std::string_view id : out.finished_sending) {
@@ -277,6 +286,28 @@ status planner::impl::update_connector_output(const request_output& out) {
   return make_error(first_error, "update_connector_output: " + rejected);
 }
 
+void planner::impl::release_requests(const request_output& out) {
+  for (std::string_view id : out.finished_sending) {
+    const uint32_t slot = find(id);
+    if (slot == npos) continue;  // released: reported when its last job completed
+    auto& st = states_[slot];
+    if (!st.finished || !st.delay_free) continue;  // reported already, or nothing held for it
+    completions_.finished_sending.push_back(st.id);
+    st.delay_free = false;  // its jobs complete later without a second report
+    st.store_entry = false;
+    if (st.owed) drop_owed(slot);
+    if (st.jobs.empty()) release(slot);
+  }
+  for (std::string_view id : out.finished_recving) {
+    const uint32_t slot = find(id);
+    if (slot == npos || !states_[slot].load_job) continue;  // reported with its outcome
+    job_state& js = jobs_.find(*states_[slot].load_job)->second;
+    if (js.reported) continue;
+    js.reported = true;
+    completions_.finished_recving.push_back(states_[slot].id);
+  }
+}
+
 void planner::impl::complete_job(job_map::iterator jit, bool ok, bool report, std::string& rejected,
                                  errc& first_error) {
   const job_id id = jit->first;
@@ -298,13 +329,15 @@ void planner::impl::complete_job(job_map::iterator jit, bool ok, bool report, st
     --loads_in_flight_;
     ++(ok ? stats_.loads_ok : stats_.loads_failed);
     if (report) {
-      if (!ok) {
+      // A request the engine let go on vLLM's finished_recving and that finished since has
+      // given its blocks back: they are no longer its to invalidate.
+      if (!ok && !(js.reported && st.finished)) {
         const auto end = std::min<size_t>(js.end_block, st.block_ids.size());
         for (size_t b = js.first_block; b < end; ++b) {
           if (st.block_ids[b] != 0) completions_.invalid_block_ids.push_back(st.block_ids[b]);
         }
       }
-      completions_.finished_recving.push_back(st.id);
+      if (!js.reported) completions_.finished_recving.push_back(st.id);
     }
     st.load_job.reset();
   }

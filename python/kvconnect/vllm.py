@@ -240,17 +240,16 @@ class KvconnectConnector(_BASE):  # type: ignore[misc, valid-type]
         return KvconnectConnectorMetadata(self._step)
 
     def update_connector_output(self, connector_output: Any) -> None:
-        """vLLM's finished sets complete those requests' jobs; what kvconnect's coordinator
-        decided since (job results, deadlines, lost ranks) is added to them, for vLLM's
-        scheduler to read after this call."""
+        """vLLM's finished sets, then what kvconnect's coordinator decided since (job results,
+        deadlines, lost ranks), go through kvconnect's planner, whose answer replaces vLLM's
+        sets for vLLM's scheduler to read after this call: each request once, and with
+        kvconnect's workers a job's outcome is the coordinator's, not vLLM's (docs/python.md)."""
         sending = list(connector_output.finished_sending or ())
         recving = list(connector_output.finished_recving or ())
         self.scheduler.apply_request_output(sending, recving)
         update = self.scheduler.update_connector_output()
-        if update.finished_sending:
-            connector_output.finished_sending = set(sending) | set(update.finished_sending)
-        if update.finished_recving:
-            connector_output.finished_recving = set(recving) | set(update.finished_recving)
+        connector_output.finished_sending = set(update.finished_sending) or None
+        connector_output.finished_recving = set(update.finished_recving) or None
         if update.invalid_block_ids:
             invalid = getattr(connector_output, "invalid_block_ids", None) or set()
             connector_output.invalid_block_ids = set(invalid) | set(update.invalid_block_ids)

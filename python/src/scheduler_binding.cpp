@@ -192,7 +192,7 @@ class py_scheduler {
                       const std::vector<std::string>& recving) {
     const std::vector<std::string_view> s(sending.begin(), sending.end());
     const std::vector<std::string_view> r(recving.begin(), recving.end());
-    check(sc().apply_request_output({s, r}));
+    check(sc().apply_request_output(s, r));
   }
 
   void job_results(step_id step, const std::vector<std::tuple<job_id, std::string, bool>>& jobs) {

@@ -131,9 +131,21 @@ class EmbedTest : public shm::testing::ShmTest,
                                 std::vector<scheduler::scheduled_request> fresh = {},
                                 std::vector<std::pair<gpu_block, uint64_t>> writes = {},
                                 std::chrono::nanoseconds wait = 5s) {
+    auto load_errors = run_workers(sc, s, std::move(fresh), std::move(writes));
+    if (!load_errors) return load_errors.error();
+    if (!load_errors->empty()) return make_error(errc::device_error, "load errors");
+    return sc.update_connector_output(s, wait);
+  }
+
+  /// The step up to its output: plan, then every worker's calls (their reports go out). Returns
+  /// the GPU blocks the workers report load errors for.
+  result<std::vector<gpu_block>> run_workers(
+      scheduler_connector& sc, step_id s, std::vector<scheduler::scheduled_request> fresh = {},
+      std::vector<std::pair<gpu_block, uint64_t>> writes = {}) {
     auto meta = sc.build_connector_meta({s, fresh, {}, {}});
     if (!meta) return meta.error();
     last_meta_ = *meta;
+    std::vector<gpu_block> load_errors;
     for (auto& rk : ranks_) {
       worker_connector& w = *rk.wc;
       if (auto st = w.bind_connector_metadata(s, 5s); !st) return st;
@@ -146,12 +158,10 @@ class EmbedTest : public shm::testing::ShmTest,
       }
       if (auto st = w.wait_for_save(); !st) return st;
       w.get_finished({});
-      if (!w.get_block_ids_with_load_errors().empty()) {
-        return make_error(errc::device_error, "load errors");
-      }
+      for (gpu_block b : w.get_block_ids_with_load_errors()) load_errors.push_back(b);
       w.clear_connector_metadata();
     }
-    return sc.update_connector_output(s, wait);
+    return load_errors;
   }
 
   /// A store job and every job result of the two steps it took.
@@ -264,14 +274,18 @@ TEST_P(EmbedTest, VllmsBlockTableAndRequestLevelOutputsReachThePlanner) {
   ASSERT_TRUE(step(**sc, 1, {{a, blocks_a, 0, 8}}, {{1, 100}, {2, 100}}).ok());
   ASSERT_EQ(last_meta_.stores.size(), 1u);
   const auto a_slots = last_meta_.stores[0].slots;
-  // The engine aggregates its workers' outputs itself (as vLLM does) and says a's stores are
-  // done: the planner completes the job now; the coordinator's result of it is not applied twice.
+  // The engine aggregates its workers' outputs itself (as vLLM does) and names a in
+  // finished_sending before a finished: with a worker attached the set completes no job and
+  // releases nothing (a holds no delay-freed blocks); the coordinator's result decides.
   const std::vector<std::string_view> sending{"a"};
-  ASSERT_TRUE((*sc)->apply_request_output({sending, {}}).ok());
+  ASSERT_TRUE((*sc)->apply_request_output(sending, {}).ok());
+  EXPECT_EQ((*sc)->stats().stores_ok, 0u);
+  EXPECT_EQ((*sc)->jobs_in_flight(), 1u);
+  auto out = step(**sc, 2);  // the copies ran: rank 0's report of the store arrives
+  ASSERT_TRUE(out.ok()) << out.error().to_string();
+  EXPECT_TRUE(out->completions.empty());
   EXPECT_EQ((*sc)->stats().stores_ok, 1u);
-  ASSERT_TRUE(step(**sc, 2).ok());  // the copies ran: rank 0's report of the store arrives
-  EXPECT_EQ((*sc)->stats().stores_ok, 1u);
-  EXPECT_EQ((*sc)->stats().rejected_results, 1u);
+  EXPECT_EQ((*sc)->stats().rejected_results, 0u);
 
   // b: a's tokens + 1. The block table says the GPU prefix cache holds block 5 (a's first block)
   // although nothing was computed: the load starts at the first block without a hash.
@@ -284,6 +298,119 @@ TEST_P(EmbedTest, VllmsBlockTableAndRequestLevelOutputsReachThePlanner) {
   ASSERT_EQ(last_meta_.loads.size(), 1u);
   EXPECT_EQ(last_meta_.loads[0].gpu_blocks, (std::vector<gpu_block>{6}));
   EXPECT_EQ(last_meta_.loads[0].slots, (std::vector<cpu_slot>{a_slots[1]}));
+}
+
+// vLLM's finished_sending names a request once every worker is done with its stores, whatever
+// their outcome: with workers attached it frees the request's blocks, and the store's outcome
+// stays the coordinator's. Here rank 1's copy fails and vLLM's set comes before kvconnect's
+// reports are applied.
+TEST_P(EmbedTest, AStoreThatFailedOnOneRankIsNotStoredWhenVllmsFinishedSetNamesItFirst) {
+  auto sc = scheduler_connector::create(sched_cfg(2));
+  ASSERT_TRUE(sc.ok()) << sc.error().to_string();
+  ASSERT_TRUE(add_worker(sc->get(), worker_cfg(0, 2)));
+  worker_connector_config faulty = worker_cfg(1, 2);
+  auto spec = parse_fault_spec("fail_copy:rank=1,dir=store,at=completion,nth=0");
+  ASSERT_TRUE(spec.ok()) << spec.error().to_string();
+  faulty.faults.specs.push_back(*spec);
+  ASSERT_TRUE(add_worker(sc->get(), faulty));
+  ASSERT_TRUE((*sc)->wait_for_workers(5s).ok());
+
+  const auto ka = keys({61, 62});
+  const scheduler::request_view a{"a", ka, 8};
+  const std::vector<gpu_block> blocks_a{1, 2};
+  ASSERT_TRUE((*sc)->update_state_after_alloc(a, blocks_a, 0).ok());
+  ASSERT_TRUE(step(**sc, 1, {{a, blocks_a, 0, 8}}, {{1, 100}, {2, 100}}).ok());
+  ASSERT_EQ(last_meta_.stores.size(), 1u);
+  EXPECT_TRUE((*sc)->request_finished("a"));  // delay_free: its store is in flight
+  auto errors = run_workers(**sc, 2);  // the copies run; rank 1's fails; the reports go out
+  ASSERT_TRUE(errors.ok()) << errors.error().to_string();
+  const std::vector<std::string_view> sending{"a"};
+  ASSERT_TRUE((*sc)->apply_request_output(sending, {}).ok());
+  EXPECT_EQ((*sc)->stats().stores_ok, 0u);
+  EXPECT_EQ((*sc)->jobs_in_flight(), 1u);  // the store waits for the coordinator
+
+  auto out = (*sc)->update_connector_output(2, 5s);
+  ASSERT_TRUE(out.ok()) << out.error().to_string();
+  // a's blocks are freed once, on vLLM's word; the failed store is dropped, not stored.
+  EXPECT_EQ(out->completions.finished_sending, (std::vector<std::string>{"a"}));
+  ASSERT_EQ(out->jobs.size(), 1u);
+  EXPECT_FALSE(out->jobs[0].ok);
+  EXPECT_EQ((*sc)->stats().stores_ok, 0u);
+  EXPECT_EQ((*sc)->stats().stores_failed, 1u);
+  EXPECT_EQ((*sc)->stats().rejected_results, 0u);
+  EXPECT_EQ((*sc)->jobs_in_flight(), 0u);
+  EXPECT_EQ((*sc)->tracked_requests(), 0u);
+  const scheduler::request_view b{"b", ka, 9};
+  EXPECT_EQ((*sc)->get_num_new_matched_tokens(b, 0), (scheduler::match_result{0u, false}));
+}
+
+TEST_P(EmbedTest, AStoreNamedByVllmsFinishedSetFirstIsStoredByTheCoordinatorsResult) {
+  auto sc = scheduler_connector::create(sched_cfg(2));
+  ASSERT_TRUE(sc.ok()) << sc.error().to_string();
+  ASSERT_TRUE(add_worker(sc->get(), worker_cfg(0, 2)));
+  ASSERT_TRUE(add_worker(sc->get(), worker_cfg(1, 2)));
+  ASSERT_TRUE((*sc)->wait_for_workers(5s).ok());
+
+  const auto ka = keys({71, 72});
+  const scheduler::request_view a{"a", ka, 8};
+  const std::vector<gpu_block> blocks_a{1, 2};
+  ASSERT_TRUE((*sc)->update_state_after_alloc(a, blocks_a, 0).ok());
+  ASSERT_TRUE(step(**sc, 1, {{a, blocks_a, 0, 8}}, {{1, 100}, {2, 100}}).ok());
+  EXPECT_TRUE((*sc)->request_finished("a"));
+  ASSERT_TRUE(run_workers(**sc, 2).ok());
+  const std::vector<std::string_view> sending{"a"};
+  ASSERT_TRUE((*sc)->apply_request_output(sending, {}).ok());
+  EXPECT_EQ((*sc)->stats().stores_ok, 0u);
+  auto out = (*sc)->update_connector_output(2, 5s);
+  ASSERT_TRUE(out.ok()) << out.error().to_string();
+  EXPECT_EQ(out->completions.finished_sending, (std::vector<std::string>{"a"}));  // once
+  EXPECT_EQ((*sc)->stats().stores_ok, 1u);
+  EXPECT_EQ((*sc)->stats().rejected_results, 0u);
+  EXPECT_EQ((*sc)->tracked_requests(), 0u);
+  // vLLM's aggregator naming a again (a duplicate report) reaches the engine no more.
+  ASSERT_TRUE((*sc)->apply_request_output(sending, {}).ok());
+  out = (*sc)->update_connector_output();
+  ASSERT_TRUE(out.ok()) << out.error().to_string();
+  EXPECT_TRUE(out->completions.finished_sending.empty());
+  const scheduler::request_view b{"b", ka, 9};
+  EXPECT_EQ((*sc)->get_num_new_matched_tokens(b, 0), (scheduler::match_result{8u, true}));
+}
+
+// vLLM's finished_recving lets the request be scheduled; a load the coordinator then fails still
+// reaches the engine as invalid block ids (and the request's finished_recving only once).
+TEST_P(EmbedTest, ALoadThatFailedAfterVllmsFinishedSetNamedItComesBackAsInvalidBlockIds) {
+  auto sc = scheduler_connector::create(sched_cfg(2));
+  ASSERT_TRUE(sc.ok()) << sc.error().to_string();
+  ASSERT_TRUE(add_worker(sc->get(), worker_cfg(0, 2)));
+  worker_connector_config faulty = worker_cfg(1, 2);
+  auto spec = parse_fault_spec("fail_copy:rank=1,dir=load,nth=0");
+  ASSERT_TRUE(spec.ok()) << spec.error().to_string();
+  faulty.faults.specs.push_back(*spec);
+  ASSERT_TRUE(add_worker(sc->get(), faulty));
+  ASSERT_TRUE((*sc)->wait_for_workers(5s).ok());
+
+  const auto ka = keys({81, 82});
+  auto run = store_request_a(**sc, ka);
+  ASSERT_TRUE(run.ok()) << run.error().to_string();
+  const scheduler::request_view b{"b", ka, 9};
+  ASSERT_EQ((*sc)->get_num_new_matched_tokens(b, 0), (scheduler::match_result{8u, true}));
+  const std::vector<gpu_block> blocks_b{5, 6, 7};
+  ASSERT_TRUE((*sc)->update_state_after_alloc(b, blocks_b, 8).ok());
+  auto errors = run_workers(**sc, 3);
+  ASSERT_TRUE(errors.ok()) << errors.error().to_string();
+  EXPECT_EQ(*errors, (std::vector<gpu_block>{5, 6}));  // rank 1's, to vLLM
+  const std::vector<std::string_view> recving{"b"};
+  ASSERT_TRUE((*sc)->apply_request_output({}, recving).ok());
+  EXPECT_TRUE((*sc)->planner().load_in_flight("b"));  // pinned until the coordinator decides
+  auto out = (*sc)->update_connector_output(3, 5s);
+  ASSERT_TRUE(out.ok()) << out.error().to_string();
+  EXPECT_EQ(out->completions.finished_recving, (std::vector<std::string>{"b"}));
+  EXPECT_EQ(out->completions.invalid_block_ids, (std::vector<gpu_block>{5, 6}));
+  EXPECT_EQ((*sc)->stats().loads_failed, 1u);
+  EXPECT_EQ((*sc)->stats().loads_ok, 0u);
+  EXPECT_FALSE((*sc)->planner().load_in_flight("b"));
+  EXPECT_EQ((*sc)->jobs_in_flight(), 0u);
+  EXPECT_FALSE((*sc)->request_finished("b"));
 }
 
 TEST_P(EmbedTest, JobResultsFromOutsideTheStepChannelCompleteJobsOnce) {

@@ -34,7 +34,7 @@ def check_prefix_reuse(sched: KvconnectConnector, workers: e.Workers) -> None:
     assert sorted(h for ev in events for h in ev.block_hashes) == \
         sorted(int.from_bytes(h, "big") for h in e.prefix_hashes())
     kv_out, blocks_b = e.load_b(sched, workers)
-    assert kv_out.finished_recving == ["b"]
+    assert kv_out.finished_recving == {"b"}
     assert not kv_out.invalid_block_ids
     loaded = workers.all("read", blocks_b[:4])
     for r in range(e.TP):

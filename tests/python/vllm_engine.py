@@ -179,14 +179,25 @@ def blocks_of(ids: list[int]) -> v.KVCacheBlocks:
     return v.KVCacheBlocks(([v.KVCacheBlock(b, None, False) for b in ids],))
 
 
-def engine_step(sched: KvconnectConnector, workers: Workers,
-                out: v.SchedulerOutput) -> v.KVConnectorOutput:
+def engine_step(sched: KvconnectConnector, workers: Workers, out: v.SchedulerOutput,
+                wait: bool = True) -> v.KVConnectorOutput:
     """One step in vLLM's order: build_connector_meta, the workers' execute_model (bind, load,
     forward, save, get_finished, load errors, clear), vLLM's aggregation of their reports, then
-    update_connector_output (which may add kvconnect's coordinator's results to the sets)."""
+    update_connector_output (kvconnect's answer replaces vLLM's sets). With `wait`, the step's
+    reports to kvconnect's coordinator are then waited for and applied (explicit
+    synchronisation: vLLM's call takes what has arrived), and what they release is added to
+    the sets, as vLLM's next call would bring it."""
     meta = sched.build_connector_meta(out)
     kv_out = workers.aggregate(workers.all("step", pickle.dumps((meta, out.finished_req_ids))))
     sched.update_connector_output(kv_out)
+    if wait:
+        late = sched.scheduler.update_connector_output(step=meta.step, timeout=REPLY_S)
+        kv_out.finished_sending = set(kv_out.finished_sending or ()) | \
+            set(late.finished_sending) or None
+        kv_out.finished_recving = set(kv_out.finished_recving or ()) | \
+            set(late.finished_recving) or None
+        kv_out.invalid_block_ids = set(kv_out.invalid_block_ids or ()) | \
+            set(late.invalid_block_ids)
     return kv_out
 
 
@@ -194,10 +205,12 @@ def prefix_hashes(n: int = 4) -> list[bytes]:
     return [(100 + i).to_bytes(8, "big") for i in range(n)]
 
 
-def store_a(sched: KvconnectConnector, workers: Workers) -> tuple[list[int], list]:
+def store_a(sched: KvconnectConnector, workers: Workers,
+            wait: bool = True) -> tuple[list[int], list]:
     """Steps 1-2: request a (16 tokens) is computed into GPU blocks 1-4 and its blocks stored;
     once every rank reported the stores vLLM frees a's blocks and the GPU cache reuses them.
-    Returns a's blocks and their bytes on each rank as computed."""
+    Returns a's blocks and their bytes on each rank as computed. `wait`: engine_step's, for
+    step 2."""
     a = v.Request("a", prefix_hashes(), 16, 0, None)
     assert sched.get_num_new_matched_tokens(a, 0) == (0, False)
     blocks_a = [1, 2, 3, 4]
@@ -208,7 +221,7 @@ def store_a(sched: KvconnectConnector, workers: Workers) -> tuple[list[int], lis
     stored = workers.all("read", blocks_a)
     a.num_computed_tokens = 16
     assert sched.request_finished(a, blocks_a) == (True, None)
-    assert engine_step(sched, workers, output(finished=["a"])).finished_sending == ["a"]
+    assert engine_step(sched, workers, output(finished=["a"]), wait).finished_sending == {"a"}
     workers.all("write", (blocks_a, 99))
     return blocks_a, stored
 

@@ -52,6 +52,7 @@ std::vector<record_event> every_kind() {
           b,
           finished_event{"a", true},
           request_output_event{{"a"}, {"b", "c"}},
+          request_output_event{{"d"}, {}, scheduler::request_output_role::releases_requests},
           take_completions_event{},
           expect_event{3, 123456789},
           report_event{r},
@@ -105,7 +106,9 @@ TEST(RecordCodec, WholeRecordReadsBack) {
   EXPECT_EQ(back->header.config, small_config());
   EXPECT_EQ(back->header.config_digest, config_digest(encode_config(small_config())));
   ASSERT_EQ(back->events.size(), rec.events.size());
-  const auto& report = std::get<report_event>(back->events[8]).report;
+  EXPECT_EQ(std::get<request_output_event>(back->events[6]).role,
+            scheduler::request_output_role::releases_requests);
+  const auto& report = std::get<report_event>(back->events[9]).report;
   ASSERT_EQ(report.events.size(), 2u);
   EXPECT_EQ(report.events[0].seconds, 0.25);
   EXPECT_EQ(report.events[0].bytes, 4096u);

@@ -1083,7 +1083,7 @@ TEST_F(PlannerTest, RequestLevelOutputsCompleteTheRequestsJobs) {
   EXPECT_TRUE(m3.flush.empty());
 
   // finished_sending completes every store job of a (one stored event per job); finished_recving
-  // b's load; ids with nothing to complete are ignored. The engine knows these outcomes already.
+  // b's load; ids with nothing to complete are ignored. The sets reach the engine as given.
   (void)conn_->take_events();
   mgr_->calls.clear();
   const std::vector<std::string_view> sending{"a", "nobody"};
@@ -1091,7 +1091,8 @@ TEST_F(PlannerTest, RequestLevelOutputsCompleteTheRequestsJobs) {
   ASSERT_TRUE(conn_->update_connector_output(request_output{sending, recving}).ok());
   EXPECT_EQ(mgr_->ops(),
             (std::vector<std::string>{"complete_store", "complete_store", "complete_load"}));
-  EXPECT_TRUE(conn_->take_request_completions().empty());
+  EXPECT_EQ(conn_->take_request_completions(),
+            (request_completions{{"a", "nobody"}, {"b", "c"}, {}}));
   EXPECT_EQ(conn_->jobs_in_flight(), 0u);
   const auto ev = conn_->take_events();
   ASSERT_EQ(ev.size(), 2u);
@@ -1100,6 +1101,73 @@ TEST_F(PlannerTest, RequestLevelOutputsCompleteTheRequestsJobs) {
   // c is no longer held back; a's finished_sending dropped its store entry (R1 pops it).
   EXPECT_EQ(conn_->get_num_new_matched_tokens(c.view(), 0), (match_result{12u, true}));
   EXPECT_FALSE(conn_->request_finished("a"));
+}
+
+// With kvconnect's workers the coordinator's job results decide every outcome; vLLM's sets only
+// release requests to the engine, each once, whichever form names it first.
+TEST_F(PlannerTest, WithWorkersVllmsSetsReleaseRequestsAndTheJobResultsDecide) {
+  const auto live = request_output_role::releases_requests;
+  test_request w{"w", prompt(12, 1)};
+  store_fully(w);
+  // a: one store job in flight, finished (delay_free); b: a load of w's block in flight.
+  test_request a{"a", prompt(12, 500)};
+  (void)conn_->get_num_new_matched_tokens(a.view(), 0);
+  a.alloc(12, next_block_);
+  const auto store = step({fresh(a, 0, 12)}).stores;
+  ASSERT_EQ(store.size(), 1u);
+  EXPECT_TRUE(conn_->request_finished("a"));
+  test_request b{"b", prompt(16, 1)};
+  ASSERT_EQ(conn_->get_num_new_matched_tokens(b.view(), 0), (match_result{12u, true}));
+  b.alloc(16, next_block_);
+  ASSERT_TRUE(conn_->update_state_after_alloc(b.view(), b.blocks, 12).ok());
+  const auto load = step({}).loads;
+  ASSERT_EQ(load.size(), 1u);
+
+  mgr_->calls.clear();
+  const std::vector<std::string_view> sending{"a", "w", "nobody"};
+  const std::vector<std::string_view> recving{"b", "nobody"};
+  ASSERT_TRUE(conn_->update_connector_output(request_output{sending, recving, live}).ok());
+  EXPECT_TRUE(mgr_->ops().empty());  // no job completes
+  EXPECT_EQ(conn_->jobs_in_flight(), 2u);
+  EXPECT_TRUE(conn_->load_in_flight("b"));
+  EXPECT_EQ(conn_->take_request_completions(), (request_completions{{"a"}, {"b"}, {}}));
+  // Named again (a duplicate): nothing more reaches the engine.
+  ASSERT_TRUE(conn_->update_connector_output(request_output{sending, recving, live}).ok());
+  EXPECT_TRUE(conn_->take_request_completions().empty());
+
+  // The coordinator fails both: a's blocks are dropped, b's GPU blocks are invalid; neither
+  // request is reported a second time, and a is released with its last job.
+  (void)conn_->take_events();
+  complete(store[0], /*ok=*/false);
+  complete(load[0], /*ok=*/false);
+  EXPECT_EQ(mgr_->ops(), (std::vector<std::string>{"complete_store_failed", "complete_load"}));
+  EXPECT_EQ(conn_->take_request_completions(),
+            (request_completions{{}, {}, slice_ids(b.blocks, 0, 3)}));
+  EXPECT_TRUE(conn_->take_events().empty());  // no stored event
+  EXPECT_EQ(conn_->stats().stores_failed, 1u);
+  EXPECT_EQ(conn_->stats().loads_failed, 1u);
+  EXPECT_EQ(conn_->jobs_in_flight(), 0u);
+  EXPECT_EQ(conn_->tracked_requests(), 1u);  // b, running
+  EXPECT_FALSE(conn_->request_finished("b"));
+  EXPECT_EQ(conn_->tracked_requests(), 0u);
+  test_request again{"again", prompt(12, 500)};  // a's tokens
+  EXPECT_EQ(conn_->get_num_new_matched_tokens(again.view(), 0), (match_result{0u, false}));
+  EXPECT_FALSE(conn_->request_finished("again"));
+
+  // Job results first: the request is reported with them, and vLLM's later set is dropped.
+  test_request c{"c", prompt(12, 900)};
+  (void)conn_->get_num_new_matched_tokens(c.view(), 0);
+  c.alloc(12, next_block_);
+  const auto stores_c = step({fresh(c, 0, 12)}).stores;
+  ASSERT_EQ(stores_c.size(), 1u);
+  EXPECT_TRUE(conn_->request_finished("c"));
+  complete(stores_c[0]);
+  EXPECT_EQ(conn_->take_request_completions().finished_sending, (std::vector<std::string>{"c"}));
+  const std::vector<std::string_view> late{"c"};
+  ASSERT_TRUE(conn_->update_connector_output(request_output{late, {}, live}).ok());
+  EXPECT_TRUE(conn_->take_request_completions().empty());
+  (void)step({});  // the finished ids go to the workers
+  EXPECT_EQ(conn_->tables(), planner_tables{});
 }
 
 // --- vLLM R1 reproductions (tests/scheduler/connector_traces/repro-*.jsonl)
@@ -1230,7 +1298,8 @@ TEST_F(ConnectorR1ReproTest, DelayFreeAfterPreemptionFlush) {
   EXPECT_EQ(conn_->tracked_requests(), 1u);  // held for finished_sending
   finished_sending({"rA"});                  // the engine's worker reports it (vLLM)
   EXPECT_EQ(conn_->tracked_requests(), 0u);
-  EXPECT_TRUE(conn_->take_request_completions().empty());
+  EXPECT_EQ(conn_->take_request_completions().finished_sending,
+            (std::vector<std::string>{"rA"}));  // the engine's word, as given
   EXPECT_TRUE(events().empty());
 
   // With job results instead (kvconnect's workers), the planner reports it itself.
