@@ -159,6 +159,35 @@ class CudaDeviceTest : public ::testing::Test {
     return {};
   }
 
+  /// An engine of its own with a 200 ms wait_timeout, its own pool and the fixture's device
+  /// memory (filled with `value`), and a one-page store submitted after a kernel that waits for
+  /// `flag`: the store is held until the test releases the flag.
+  struct held_store {
+    std::unique_ptr<copy_engine> engine;
+    host_pool* pool = nullptr;
+    result<transfer_id> id = make_error(errc::internal, "not submitted");
+  };
+  held_store store_held_by_compute(const host_flag& flag, uint8_t value) {
+    held_store h;
+    engine_options o = device_options();
+    o.wait_timeout = 200ms;
+    auto e = make_copy_engine(o);
+    if (!e.ok()) {
+      h.id = e.error();
+      return h;
+    }
+    h.engine = std::move(e).value();
+    h.pool = &another_pool(bytes, 0x11);
+    EXPECT_TRUE(h.engine->register_host(h.pool->at(0), bytes, page).ok());
+    EXPECT_TRUE(h.engine->register_device(gpu_, bytes).ok());
+    fill_device(gpu_, bytes, value);
+    EXPECT_EQ(flag.hold(compute_), 0);
+    EXPECT_EQ(cudaEventRecord(after_compute_, compute_), cudaSuccess);
+    const std::vector<copy_op> ops{{gpu_, h.pool->at(0), page}};
+    h.id = h.engine->submit(direction::gpu_to_cpu, ops, {.wait_event = after_compute_});
+    return h;
+  }
+
   std::unique_ptr<copy_engine> engine_;
   std::byte* gpu_ = nullptr;
   /// A slow kernel on the compute stream writes 0x7E into every block (they held 0x22); a store
@@ -370,21 +399,12 @@ TEST_F(CudaDeviceTest, ALaterTransferNeverCompletesBeforeAnEarlierOneInItsDirect
 // wait() is bounded: past engine_options::wait_timeout it answers errc::timeout and the
 // transfer stays pending, to finish normally once compute lets it.
 TEST_F(CudaDeviceTest, AWaitPastItsDeadlineAnswersTimeoutAndTheTransferStaysPending) {
-  engine_options o = device_options();
-  o.wait_timeout = 200ms;
-  auto e = make_copy_engine(o);
-  ASSERT_TRUE(e.ok()) << e.error().to_string();
-  auto& short_wait = **e;
-  host_pool& pool = another_pool(bytes, 0x11);
-  ASSERT_TRUE(short_wait.register_host(pool.at(0), bytes, page).ok());
-  ASSERT_TRUE(short_wait.register_device(gpu_, bytes).ok());
-  fill_device(gpu_, bytes, 0x4B);
   host_flag flag;
-  ASSERT_EQ(flag.hold(compute_), 0);
-  ASSERT_EQ(cudaEventRecord(after_compute_, compute_), cudaSuccess);
-  const std::vector<copy_op> ops{{gpu_, pool.at(0), page}};
-  auto id = short_wait.submit(direction::gpu_to_cpu, ops, {.wait_event = after_compute_});
-  ASSERT_TRUE(id.ok()) << id.error().to_string();
+  held_store h = store_held_by_compute(flag, 0x4B);
+  ASSERT_TRUE(h.engine && h.id.ok()) << h.id.error().to_string();
+  auto& short_wait = *h.engine;
+  host_pool& pool = *h.pool;
+  const auto id = h.id;
   const status timed_out = short_wait.wait({&*id, 1});
   EXPECT_EQ(timed_out.code(), errc::timeout) << timed_out.to_string();
   EXPECT_EQ(short_wait.poll(*id), poll_state::pending);
@@ -401,21 +421,11 @@ TEST_F(CudaDeviceTest, AWaitPastItsDeadlineAnswersTimeoutAndTheTransferStaysPend
 // waits for the host returns after its wait_timeout instead of hanging the worker, and frees
 // nothing the copy may still touch (the copy completes once compute lets it).
 TEST_F(CudaDeviceTest, ShutdownWithATransferHeldByComputeDoesNotHang) {
-  engine_options o = device_options();
-  o.wait_timeout = 200ms;
-  auto e = make_copy_engine(o);
-  ASSERT_TRUE(e.ok()) << e.error().to_string();
-  host_pool& pool = another_pool(bytes, 0x11);
-  ASSERT_TRUE((*e)->register_host(pool.at(0), bytes, page).ok());
-  ASSERT_TRUE((*e)->register_device(gpu_, bytes).ok());
-  fill_device(gpu_, bytes, 0x5D);
   host_flag flag;
-  ASSERT_EQ(flag.hold(compute_), 0);
-  ASSERT_EQ(cudaEventRecord(after_compute_, compute_), cudaSuccess);
-  const std::vector<copy_op> ops{{gpu_, pool.at(0), page}};
-  auto id = (*e)->submit(direction::gpu_to_cpu, ops, {.wait_event = after_compute_});
-  ASSERT_TRUE(id.ok()) << id.error().to_string();
-  e->reset();  // returns after the 200 ms wait, the copy still queued behind compute
+  held_store h = store_held_by_compute(flag, 0x5D);
+  ASSERT_TRUE(h.engine && h.id.ok()) << h.id.error().to_string();
+  host_pool& pool = *h.pool;
+  h.engine.reset();  // returns after the 200 ms wait, the copy still queued behind compute
   EXPECT_EQ(cudaStreamQuery(compute_), cudaErrorNotReady)
       << "the engine's shutdown waited for the compute kernel";
   (void)cudaGetLastError();

@@ -99,6 +99,21 @@ class EmbedTest : public shm::testing::ShmTest,
     return c;
   }
 
+  /// TP=2: rank 0 as worker_cfg gives it, rank 1 with the fault `spec`; waits for both.
+  ::testing::AssertionResult add_tp2_workers_rank1_faulty(scheduler_connector* sc,
+                                                          const std::string& spec) {
+    if (auto r = add_worker(sc, worker_cfg(0, 2)); !r) return r;
+    worker_connector_config faulty = worker_cfg(1, 2);
+    auto parsed = parse_fault_spec(spec);
+    if (!parsed) return ::testing::AssertionFailure() << parsed.error().to_string();
+    faulty.faults.specs.push_back(*parsed);
+    if (auto r = add_worker(sc, faulty); !r) return r;
+    if (auto st = sc->wait_for_workers(std::chrono::seconds(5)); !st) {
+      return ::testing::AssertionFailure() << st.to_string();
+    }
+    return ::testing::AssertionSuccess();
+  }
+
   /// Creates the worker, allocates and registers its KV cache: (blocks, bs, token_bytes) bytes.
   /// `in_background`: the rank registers after its KV cache, from a thread of its own
   /// (register_in_background), as vLLM's workers built before their scheduler do.
@@ -307,13 +322,8 @@ TEST_P(EmbedTest, VllmsBlockTableAndRequestLevelOutputsReachThePlanner) {
 TEST_P(EmbedTest, AStoreThatFailedOnOneRankIsNotStoredWhenVllmsFinishedSetNamesItFirst) {
   auto sc = scheduler_connector::create(sched_cfg(2));
   ASSERT_TRUE(sc.ok()) << sc.error().to_string();
-  ASSERT_TRUE(add_worker(sc->get(), worker_cfg(0, 2)));
-  worker_connector_config faulty = worker_cfg(1, 2);
-  auto spec = parse_fault_spec("fail_copy:rank=1,dir=store,at=completion,nth=0");
-  ASSERT_TRUE(spec.ok()) << spec.error().to_string();
-  faulty.faults.specs.push_back(*spec);
-  ASSERT_TRUE(add_worker(sc->get(), faulty));
-  ASSERT_TRUE((*sc)->wait_for_workers(5s).ok());
+  ASSERT_TRUE(
+      add_tp2_workers_rank1_faulty(sc->get(), "fail_copy:rank=1,dir=store,at=completion,nth=0"));
 
   const auto ka = keys({61, 62});
   const scheduler::request_view a{"a", ka, 8};
@@ -381,13 +391,7 @@ TEST_P(EmbedTest, AStoreNamedByVllmsFinishedSetFirstIsStoredByTheCoordinatorsRes
 TEST_P(EmbedTest, ALoadThatFailedAfterVllmsFinishedSetNamedItComesBackAsInvalidBlockIds) {
   auto sc = scheduler_connector::create(sched_cfg(2));
   ASSERT_TRUE(sc.ok()) << sc.error().to_string();
-  ASSERT_TRUE(add_worker(sc->get(), worker_cfg(0, 2)));
-  worker_connector_config faulty = worker_cfg(1, 2);
-  auto spec = parse_fault_spec("fail_copy:rank=1,dir=load,nth=0");
-  ASSERT_TRUE(spec.ok()) << spec.error().to_string();
-  faulty.faults.specs.push_back(*spec);
-  ASSERT_TRUE(add_worker(sc->get(), faulty));
-  ASSERT_TRUE((*sc)->wait_for_workers(5s).ok());
+  ASSERT_TRUE(add_tp2_workers_rank1_faulty(sc->get(), "fail_copy:rank=1,dir=load,nth=0"));
 
   const auto ka = keys({81, 82});
   auto run = store_request_a(**sc, ka);
@@ -643,13 +647,8 @@ TEST_P(EmbedTest, ALostRankFailsItsJobsAndTheOtherRanksGoOn) {
 TEST_P(EmbedTest, AFailedCopyReachesTheSchedulerWithItsRankAndCause) {
   auto sc = scheduler_connector::create(sched_cfg(2));
   ASSERT_TRUE(sc.ok()) << sc.error().to_string();
-  ASSERT_TRUE(add_worker(sc->get(), worker_cfg(0, 2)));
-  worker_connector_config faulty = worker_cfg(1, 2);
-  auto spec = parse_fault_spec("fail_copy:rank=1,dir=store,at=completion,nth=0");
-  ASSERT_TRUE(spec.ok()) << spec.error().to_string();
-  faulty.faults.specs.push_back(*spec);
-  ASSERT_TRUE(add_worker(sc->get(), faulty));
-  ASSERT_TRUE((*sc)->wait_for_workers(5s).ok());
+  ASSERT_TRUE(
+      add_tp2_workers_rank1_faulty(sc->get(), "fail_copy:rank=1,dir=store,at=completion,nth=0"));
 
   auto run = store_request_a(**sc, keys({31, 32}));
   ASSERT_TRUE(run.ok()) << run.error().to_string();

@@ -20,11 +20,16 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 import vllm_standins as v
+
+# The comparison rules of the C++ replay check (events merged by type, stored hashes sorted).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scheduler"))
+from connector_replay_check import norm_events  # noqa: E402
 from kvconnect.vllm import BlockStored, KVConnectorRole, KvconnectConnector
 
 TRACES = Path(os.environ.get("KVC_CONNECTOR_TRACES",
@@ -51,19 +56,6 @@ def event_json(e) -> dict:
                 "lora_name": e.lora_name, "extra_keys": e.extra_keys, "group_idx": e.group_idx}
     return {"type": "BlockRemoved", "block_hashes": list(e.block_hashes), "medium": e.medium,
             "group_idx": e.group_idx}
-
-
-def norm_events(events: list[dict]) -> list[dict]:
-    merged: list[dict] = []
-    for e in events:
-        if merged and merged[-1]["type"] == e["type"]:
-            merged[-1]["block_hashes"] = merged[-1]["block_hashes"] + list(e["block_hashes"])
-        else:
-            merged.append(dict(e, block_hashes=list(e["block_hashes"])))
-    for e in merged:
-        if e["type"] == "BlockStored":
-            e["block_hashes"] = sorted(e["block_hashes"])
-    return merged
 
 
 def job_json(j) -> dict:
