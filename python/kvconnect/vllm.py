@@ -220,23 +220,12 @@ class KvconnectConnector(_BASE):  # type: ignore[misc, valid-type]
             [b.block_id for b in group], [b.block_hash is not None for b in group],
             num_external_tokens, _remote_decode(request))
 
-    def _scheduled(self, req_id: str, block_ids: Any, num_scheduled: int, resumed: bool):
-        request = self._requests[req_id]
-        return (req_id, request.block_hashes, request.num_tokens, request.num_computed_tokens,
-                num_scheduled, None if block_ids is None else block_ids[0], resumed,
-                _remote_decode(request))
-
     def build_connector_meta(self, scheduler_output: Any) -> KvconnectConnectorMetadata:
-        scheduled = scheduler_output.num_scheduled_tokens
-        new = [self._scheduled(r.req_id, r.block_ids, scheduled[r.req_id], False)
-               for r in scheduler_output.scheduled_new_reqs]
-        cached_reqs = scheduler_output.scheduled_cached_reqs
-        resumed = cached_reqs.resumed_req_ids
-        cached = [self._scheduled(req_id, block_ids, scheduled[req_id], req_id in resumed)
-                  for req_id, block_ids in zip(cached_reqs.req_ids, cached_reqs.new_block_ids)]
+        # The binding reads the SchedulerOutput and the scheduled Requests' fields itself, in
+        # one call (no per-request Python work).
         self._step += 1
-        self.planned = self.scheduler.build_connector_meta(
-            self._step, new, cached, list(scheduler_output.preempted_req_ids or ()))
+        self.planned = self.scheduler.build_vllm_connector_meta(self._step, scheduler_output,
+                                                                self._requests)
         return KvconnectConnectorMetadata(self._step)
 
     def update_connector_output(self, connector_output: Any) -> None:

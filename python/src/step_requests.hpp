@@ -1,0 +1,60 @@
+#pragma once
+/// A step's scheduled requests as Python passes them to build_connector_meta, read in one call
+/// with the C API (no Python loop, no per-request Python object built): either tuples
+/// (kvconnect.SchedulerConnector.build_connector_meta) or vLLM's own SchedulerOutput and the
+/// Request objects it names (build_vllm_connector_meta, for kvconnect.vllm). Only the fields
+/// vLLM's OffloadingConnectorScheduler reads are read (docs/python.md).
+///
+/// The ids are string_views into the Python strs; `held` keeps those strs alive, so they stay
+/// valid while the caller releases the GIL. Block ids of all requests share one buffer.
+/// Wrong types raise TypeError naming the field, out-of-range ints ValueError. Not thread-safe;
+/// the GIL must be held while reading.
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include <pybind11/pybind11.h>
+
+#include "proto/ids.hpp"
+
+namespace kvc::python {
+
+/// One scheduled request's fields; block ids as an offset/count into step_requests::blocks
+/// (the buffer may grow while the step is read).
+struct scheduled_fields {
+  std::string_view id;
+  pybind11::handle hashes;  // the request's block_hashes (list or tuple)
+  uint32_t num_tokens = 0;
+  uint32_t num_computed = 0;
+  uint32_t num_scheduled = 0;
+  size_t blocks_at = 0;
+  size_t blocks_count = 0;
+  bool resumed = false;
+  bool remote_decode = false;
+};
+
+struct step_requests {
+  std::vector<scheduled_fields> requests;  // the new ones first
+  size_t num_new = 0;
+  std::vector<gpu_block> blocks;
+  std::vector<std::string_view> preempted;
+  std::vector<pybind11::object> held;
+
+  /// `fresh` and `cached`: lists of 8-tuples (req_id, block_hashes, num_tokens, num_computed,
+  /// num_scheduled, block_ids or None, resumed, do_remote_decode); `preempted`: strs.
+  void read_tuples(pybind11::handle fresh, pybind11::handle cached, pybind11::handle preempted);
+
+  /// vLLM's SchedulerOutput (scheduled_new_reqs, scheduled_cached_reqs, num_scheduled_tokens,
+  /// preempted_req_ids) and `requests`, a dict {req_id: vLLM Request} holding every scheduled
+  /// request (request_id, block_hashes, num_tokens, num_computed_tokens, kv_transfer_params).
+  /// A scheduled id missing from `requests` raises KeyError.
+  void read_vllm(pybind11::handle scheduler_output, pybind11::handle requests);
+
+ private:
+  void clear();
+  std::string_view hold_id(pybind11::handle id, const char* what);
+  /// Appends a list or tuple of block ids (None: none) to `blocks`.
+  void add_blocks(scheduled_fields& f, pybind11::handle ids, const char* what);
+};
+
+}  // namespace kvc::python
