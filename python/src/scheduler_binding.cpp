@@ -82,10 +82,41 @@ class py_scheduler {
 
   py::tuple match(const std::string& id, py::handle hashes, uint32_t num_tokens,
                   uint32_t num_computed, bool remote_decode) {
-    const auto m =
-        sc().get_num_new_matched_tokens(view(id, hashes, num_tokens, remote_decode), num_computed);
-    return py::make_tuple(m.tokens ? py::object(py::int_(*m.tokens)) : py::object(py::none()),
-                          m.is_async);
+    return answer(
+        sc().get_num_new_matched_tokens(view(id, hashes, num_tokens, remote_decode), num_computed));
+  }
+
+  py::tuple vllm_match(py::handle request, uint32_t num_computed) {
+    const vllm_request r = read_vllm_request(request);
+    return answer(sc().get_num_new_matched_tokens(
+        view(r.id, r.hashes, r.num_tokens, r.remote_decode), num_computed));
+  }
+
+  void vllm_alloc(py::handle request, py::handle blocks, uint32_t num_external) {
+    const vllm_request r = read_vllm_request(request);
+    read_vllm_blocks(blocks, block_ids_, hashed_);
+    check(sc().update_state_after_alloc(view(r.id, r.hashes, r.num_tokens, r.remote_decode),
+                                        {block_ids_, hashed_}, num_external));
+  }
+
+  /// vLLM's finished sets in, then the planner's answer written back over them for vLLM's
+  /// scheduler to read (kvconnect.vllm's update_connector_output).
+  void vllm_output(py::handle connector_output) {
+    std::vector<py::object> held;
+    read_vllm_finished(connector_output, sending_, recving_, held);
+    check(sc().apply_request_output(sending_, recving_));
+    const embed::connector_update u = output(std::nullopt, 0.0);
+    const scheduler::request_completions& c = u.completions;
+    connector_output.attr("finished_sending") = set_or_none(c.finished_sending);
+    connector_output.attr("finished_recving") = set_or_none(c.finished_recving);
+    if (c.invalid_block_ids.empty()) return;
+    const py::object had = py::getattr(connector_output, "invalid_block_ids", py::none());
+    py::set invalid;
+    if (!had.is_none()) {
+      for (py::handle b : had) invalid.add(b);
+    }
+    for (const gpu_block b : c.invalid_block_ids) invalid.add(py::int_(b));
+    connector_output.attr("invalid_block_ids") = invalid;
   }
 
   void alloc(const std::string& id, py::handle hashes, uint32_t num_tokens,
@@ -189,6 +220,19 @@ class py_scheduler {
   size_t cached_requests() const noexcept { return keys_.size(); }
 
  private:
+  static py::tuple answer(const scheduler::match_result& m) {
+    return py::make_tuple(m.tokens ? py::object(py::int_(*m.tokens)) : py::object(py::none()),
+                          m.is_async);
+  }
+
+  /// A set of the strs, or None when there are none (vLLM's KVConnectorOutput convention).
+  static py::object set_or_none(const std::vector<std::string>& ids) {
+    if (ids.empty()) return py::none();
+    py::set out;
+    for (const std::string& id : ids) out.add(py::str(id));
+    return out;
+  }
+
   /// The facade's build_connector_meta of the step read into step_.
   connector_metadata plan(step_id step) {
     reqs_.clear();
@@ -213,6 +257,9 @@ class py_scheduler {
   request_keys keys_;
   step_requests step_;  // the buffers of the last step read, reused
   std::vector<scheduler::scheduled_request> reqs_;
+  std::vector<gpu_block> block_ids_;  // vllm_alloc's, reused
+  std::vector<uint8_t> hashed_;
+  std::vector<std::string_view> sending_, recving_;  // vllm_output's, reused
 };
 
 py::dict stats_dict(const scheduler::connector_stats& s) {
@@ -347,10 +394,21 @@ void bind_scheduler(py::module_& m) {
            py::arg("num_external"), py::arg("do_remote_decode") = false)
       .def("build_connector_meta", &py_scheduler::build, py::arg("step"), py::arg("new"),
            py::arg("cached"), py::arg("preempted"))
-      .def("build_vllm_connector_meta", &py_scheduler::build_vllm, py::arg("step"),
+      .def("vllm_get_num_new_matched_tokens", &py_scheduler::vllm_match, py::arg("request"),
+           py::arg("num_computed_tokens"),
+           "get_num_new_matched_tokens of vLLM's Request (kvconnect.vllm).")
+      .def("vllm_update_state_after_alloc", &py_scheduler::vllm_alloc, py::arg("request"),
+           py::arg("blocks"), py::arg("num_external_tokens"),
+           "update_state_after_alloc of vLLM's Request and KVCacheBlocks (kvconnect.vllm).")
+      .def("vllm_build_connector_meta", &py_scheduler::build_vllm, py::arg("step"),
            py::arg("scheduler_output"), py::arg("requests"),
            "build_connector_meta of vLLM's SchedulerOutput and {req_id: Request} of the "
            "scheduled requests, read in one call (kvconnect.vllm).")
+      .def("vllm_update_connector_output", &py_scheduler::vllm_output,
+           py::arg("connector_output"),
+           "vLLM's KVConnectorOutput: its finished sets through apply_request_output, then "
+           "update_connector_output's sets (None when empty) written back over them and its "
+           "invalid block ids added (kvconnect.vllm).")
       .def("update_connector_output", &py_scheduler::output, py::arg("step") = py::none(),
            py::arg("timeout") = 0.0)
       .def("apply_request_output", &py_scheduler::request_output, py::arg("finished_sending"),

@@ -66,6 +66,12 @@ struct vllm_names {
   PyObject* num_computed_tokens = PyUnicode_InternFromString("num_computed_tokens");
   PyObject* kv_transfer_params = PyUnicode_InternFromString("kv_transfer_params");
   PyObject* do_remote_decode = PyUnicode_InternFromString("do_remote_decode");
+  PyObject* request_id = PyUnicode_InternFromString("request_id");
+  PyObject* blocks = PyUnicode_InternFromString("blocks");
+  PyObject* block_id = PyUnicode_InternFromString("block_id");
+  PyObject* block_hash = PyUnicode_InternFromString("block_hash");
+  PyObject* finished_sending = PyUnicode_InternFromString("finished_sending");
+  PyObject* finished_recving = PyUnicode_InternFromString("finished_recving");
 };
 
 const vllm_names& names() {
@@ -73,7 +79,80 @@ const vllm_names& names() {
   return *n;
 }
 
+std::string_view text_of(py::handle s, const char* what) {
+  if (!PyUnicode_Check(s.ptr())) wrong_type(what, "a str", s.ptr());
+  Py_ssize_t n = 0;
+  const char* p = PyUnicode_AsUTF8AndSize(s.ptr(), &n);
+  if (p == nullptr) throw py::error_already_set();
+  return {p, static_cast<size_t>(n)};
+}
+
+/// Request.kv_transfer_params.get("do_remote_decode") (vLLM's P/D prefill instance).
+bool remote_decode_of(py::handle request) {
+  const vllm_names& n = names();
+  const py::object params = attr(request, n.kv_transfer_params);
+  if (params.is_none()) return false;
+  if (!PyDict_Check(params.ptr())) {
+    wrong_type("Request.kv_transfer_params", "a dict or None", params.ptr());
+  }
+  PyObject* flag = PyDict_GetItemWithError(params.ptr(), n.do_remote_decode);
+  if (flag == nullptr && PyErr_Occurred()) throw py::error_already_set();
+  return flag != nullptr && truth_of(flag);
+}
+
+/// Appends the strs of `ids` (None, or any iterable) to `out`, kept alive by `held`.
+void add_texts(py::handle ids, const char* what, std::vector<std::string_view>& out,
+               std::vector<py::object>& held) {
+  if (ids.is_none()) return;
+  const py::object it = py::reinterpret_steal<py::object>(PyObject_GetIter(ids.ptr()));
+  if (!it) throw py::error_already_set();
+  while (PyObject* id = PyIter_Next(it.ptr())) {
+    held.push_back(py::reinterpret_steal<py::object>(id));
+    out.push_back(text_of(held.back(), what));
+  }
+  if (PyErr_Occurred()) throw py::error_already_set();
+}
+
 }  // namespace
+
+vllm_request read_vllm_request(py::handle request) {
+  const vllm_names& n = names();
+  vllm_request r;
+  r.id_object = attr(request, n.request_id);
+  r.id = text_of(r.id_object, "Request.request_id");
+  r.hashes = attr(request, n.block_hashes);
+  r.num_tokens = u32_of(attr(request, n.num_tokens).ptr(), "Request.num_tokens");
+  r.remote_decode = remote_decode_of(request);
+  return r;
+}
+
+void read_vllm_blocks(py::handle blocks, std::vector<gpu_block>& ids,
+                      std::vector<uint8_t>& hashed) {
+  const vllm_names& n = names();
+  ids.clear();
+  hashed.clear();
+  const py::object groups_obj = attr(blocks, n.blocks);
+  const items groups = items_of(groups_obj, "KVCacheBlocks.blocks");
+  if (groups.size != 1) {
+    throw py::value_error("KVCacheBlocks.blocks must hold one KV-cache group, not " +
+                          std::to_string(groups.size));
+  }
+  const items group = items_of(groups.at[0], "KVCacheBlocks.blocks[0]");
+  for (Py_ssize_t i = 0; i < group.size; ++i) {
+    const py::handle b(group.at[i]);
+    ids.push_back(u32_of(attr(b, n.block_id).ptr(), "KVCacheBlock.block_id"));
+    hashed.push_back(attr(b, n.block_hash).is_none() ? 0 : 1);
+  }
+}
+
+void read_vllm_finished(py::handle out, std::vector<std::string_view>& sending,
+                        std::vector<std::string_view>& recving, std::vector<py::object>& held) {
+  const vllm_names& n = names();
+  sending.clear();
+  recving.clear();
+  add_texts(attr(out, n.finished_sending), "finished_sending", sending, held);
+  add_texts(attr(out, n.finished_recving), "finished_recving", recving, held);
+}
 
 void step_requests::clear() {
   requests.clear();
@@ -84,12 +163,9 @@ void step_requests::clear() {
 }
 
 std::string_view step_requests::hold_id(py::handle id, const char* what) {
-  if (!PyUnicode_Check(id.ptr())) wrong_type(what, "a str", id.ptr());
-  Py_ssize_t n = 0;
-  const char* p = PyUnicode_AsUTF8AndSize(id.ptr(), &n);
-  if (p == nullptr) throw py::error_already_set();
+  const std::string_view text = text_of(id, what);
   held.push_back(py::reinterpret_borrow<py::object>(id));
-  return {p, static_cast<size_t>(n)};
+  return text;
 }
 
 void step_requests::add_blocks(scheduled_fields& f, py::handle ids, const char* what) {
@@ -159,15 +235,7 @@ void step_requests::read_vllm(py::handle out, py::handle requests_by_id) {
     held.push_back(std::move(hashes));
     f.num_tokens = u32_of(attr(r, n.num_tokens).ptr(), "Request.num_tokens");
     f.num_computed = u32_of(attr(r, n.num_computed_tokens).ptr(), "Request.num_computed_tokens");
-    const py::object params = attr(r, n.kv_transfer_params);
-    if (!params.is_none()) {
-      if (!PyDict_Check(params.ptr())) {
-        wrong_type("Request.kv_transfer_params", "a dict or None", params.ptr());
-      }
-      PyObject* flag = PyDict_GetItemWithError(params.ptr(), n.do_remote_decode);
-      if (flag == nullptr && PyErr_Occurred()) throw py::error_already_set();
-      f.remote_decode = flag != nullptr && truth_of(flag);
-    }
+    f.remote_decode = remote_decode_of(r);
     // vLLM's block ids are per KV-cache group; kvconnect serves one group (load_config).
     if (!block_ids.is_none()) {
       const items groups = items_of(block_ids, "block_ids");
@@ -208,16 +276,7 @@ void step_requests::read_vllm(py::handle out, py::handle requests_by_id) {
     add(ids.at[i], new_blocks.at[i], resumed);
   }
 
-  const py::object pre = attr(out, n.preempted_req_ids);
-  if (!pre.is_none()) {
-    const py::object it = py::reinterpret_steal<py::object>(PyObject_GetIter(pre.ptr()));
-    if (!it) throw py::error_already_set();
-    while (PyObject* id = PyIter_Next(it.ptr())) {
-      const py::object owned = py::reinterpret_steal<py::object>(id);
-      preempted.push_back(hold_id(owned, "preempted_req_ids"));
-    }
-    if (PyErr_Occurred()) throw py::error_already_set();
-  }
+  add_texts(attr(out, n.preempted_req_ids), "preempted_req_ids", preempted, held);
 }
 
 }  // namespace kvc::python

@@ -2,7 +2,8 @@
 /// A step's scheduled requests as Python passes them to build_connector_meta, read in one call
 /// with the C API (no Python loop, no per-request Python object built): either tuples
 /// (kvconnect.SchedulerConnector.build_connector_meta) or vLLM's own SchedulerOutput and the
-/// Request objects it names (build_vllm_connector_meta, for kvconnect.vllm). Only the fields
+/// Request objects it names (vllm_build_connector_meta, for kvconnect.vllm), and the other
+/// vLLM objects the scheduler role reads (Request, KVCacheBlocks, KVConnectorOutput). Only the fields
 /// vLLM's OffloadingConnectorScheduler reads are read (docs/python.md).
 ///
 /// The ids are string_views into the Python strs; `held` keeps those strs alive, so they stay
@@ -18,6 +19,29 @@
 #include "proto/ids.hpp"
 
 namespace kvc::python {
+
+/// The fields of a vLLM Request that get_num_new_matched_tokens and update_state_after_alloc
+/// read (request_id, block_hashes, num_tokens, kv_transfer_params["do_remote_decode"]). `id`
+/// points into `id_object`, which the struct keeps alive, as it does `hashes`.
+struct vllm_request {
+  pybind11::object id_object;
+  std::string_view id;
+  pybind11::object hashes;
+  uint32_t num_tokens = 0;
+  bool remote_decode = false;
+};
+vllm_request read_vllm_request(pybind11::handle request);
+
+/// vLLM's KVCacheBlocks of the one KV-cache group kvconnect serves: each block's id, and
+/// whether it is hashed (block_hash is not None). The vectors are cleared first.
+void read_vllm_blocks(pybind11::handle blocks, std::vector<gpu_block>& ids,
+                      std::vector<uint8_t>& hashed);
+
+/// A KVConnectorOutput's finished_sending / finished_recving (None, or an iterable of strs)
+/// as string_views into strs that `held` keeps alive.
+void read_vllm_finished(pybind11::handle connector_output, std::vector<std::string_view>& sending,
+                        std::vector<std::string_view>& recving,
+                        std::vector<pybind11::object>& held);
 
 /// One scheduled request's fields; block ids as an offset/count into step_requests::blocks
 /// (the buffer may grow while the step is read).

@@ -89,38 +89,56 @@ def bench_config(n):
         runtime={"job_timeout_ms": 0, "job_timeout_steps": 0})
 
 
-class TupleCalls:
+class Calls:
+    """Times only the connector's calls (perf_counter_ns around each), not the engine stand-in's
+    work of building their arguments."""
+
+    def __init__(self):
+        self.ns = 0
+
+    def timed(self, f, *args):
+        t0 = time.perf_counter_ns()
+        out = f(*args)
+        self.ns += time.perf_counter_ns() - t0
+        return out
+
+
+class TupleCalls(Calls):
     """The connector calls through kvconnect.SchedulerConnector, requests as tuples."""
 
     def __init__(self, n, instance):
+        super().__init__()
         self.sc = kvconnect.SchedulerConnector(bench_config(n), instance=instance, token="bench",
                                                listen=False, transport="memory")
 
     def match(self, r, computed):
-        return self.sc.get_num_new_matched_tokens(r.id, r.hashes, r.num_tokens, computed)
+        return self.timed(self.sc.get_num_new_matched_tokens, r.id, r.hashes, r.num_tokens,
+                          computed)
 
     def alloc(self, r, tokens):
-        self.sc.update_state_after_alloc(r.id, r.hashes, r.num_tokens, r.blocks, None, tokens)
+        self.timed(self.sc.update_state_after_alloc, r.id, r.hashes, r.num_tokens, r.blocks,
+                   None, tokens)
 
     @staticmethod
     def scheduled(r, computed, scheduled, blocks):
         return (r.id, r.hashes, r.num_tokens, computed, scheduled, blocks, False, False)
 
     def build(self, step, fresh, cached):
-        return self.sc.build_connector_meta(step, fresh, cached, [])
+        return self.timed(self.sc.build_connector_meta, step, fresh, cached, [])
 
     def finished(self, r):
-        self.sc.request_finished(r.id)
+        self.timed(self.sc.request_finished, r.id)
 
     def output(self):
-        return self.sc.update_connector_output().finished_recving
+        return self.timed(self.sc.update_connector_output).finished_recving
 
 
-class VllmCalls:
+class VllmCalls(Calls):
     """The connector calls through kvconnect.vllm.KvconnectConnector, with vLLM's objects (the
-    stand-ins); the engine stand-in builds the SchedulerOutput, as vLLM's scheduler does."""
+    stand-ins), which the engine stand-in builds untimed, as vLLM's scheduler does."""
 
     def __init__(self, n, instance):
+        super().__init__()
         extra = {"cpu_bytes_to_use": n * CAPACITY_PER_REQUEST * 4096,
                  "runtime": {"instance": instance, "token": "bench", "job_timeout_ms": 0,
                              "job_timeout_steps": 0}}
@@ -131,11 +149,11 @@ class VllmCalls:
 
     def match(self, r, computed):
         r.vllm.num_tokens = r.num_tokens
-        return self.connector.get_num_new_matched_tokens(r.vllm, computed)
+        return self.timed(self.connector.get_num_new_matched_tokens, r.vllm, computed)
 
     def alloc(self, r, tokens):
         blocks = v.KVCacheBlocks(([v.KVCacheBlock(b, None, False) for b in r.blocks],))
-        self.connector.update_state_after_alloc(r.vllm, blocks, tokens)
+        self.timed(self.connector.update_state_after_alloc, r.vllm, blocks, tokens)
 
     @staticmethod
     def scheduled(r, computed, scheduled, blocks):
@@ -149,17 +167,15 @@ class VllmCalls:
             v.CachedRequestData([rid for rid, _, _ in cached], set(),
                                 [None if b is None else (b,) for _, _, b in cached]),
             {rid: n for rid, n, _ in fresh + cached}, set(), [])
-        t0 = time.perf_counter_ns()
-        self.connector.build_connector_meta(out)
-        spent = time.perf_counter_ns() - t0
-        return self.connector.planned, spent
+        self.timed(self.connector.build_connector_meta, out)
+        return self.connector.planned
 
     def finished(self, r):
-        self.connector.request_finished(r.vllm, r.blocks)
+        self.timed(self.connector.request_finished, r.vllm, r.blocks)
 
     def output(self):
         out = v.KVConnectorOutput()
-        self.connector.update_connector_output(out)
+        self.timed(self.connector.update_connector_output, out)
         return out.finished_recving or ()
 
 
@@ -186,14 +202,6 @@ class Bench:
         self.pending = [(j.id, "load", True) for j in meta.loads] + \
             [(j.id, "store", True) for j in meta.stores]
 
-    def build(self, fresh, cached):
-        """The step's build_connector_meta: its metadata and the ns it took (the vllm path
-        times only the connector's call, not the SchedulerOutput's construction)."""
-        t0 = time.perf_counter_ns()
-        got = self.calls.build(self.step_no, fresh, cached)
-        spent = time.perf_counter_ns() - t0
-        return got if isinstance(got, tuple) else (got, spent)
-
     def populate(self):
         calls = self.calls
         for i in range(self.n):
@@ -202,7 +210,7 @@ class Bench:
             calls.match(r, 0)
             self.alloc(r)
             self.step_no += 1
-            meta, _ = self.build([calls.scheduled(r, 0, r.num_tokens, r.blocks)], [])
+            meta = calls.build(self.step_no, [calls.scheduled(r, 0, r.num_tokens, r.blocks)], [])
             self.done_jobs(meta)
             self.sc.apply_job_results(self.step_no, self.pending)
             calls.output()
@@ -212,49 +220,37 @@ class Bench:
         self.pending = []
 
     def step(self):
-        clock = time.perf_counter_ns
-        spent = 0
-        sc, calls = self.sc, self.calls
-        t0 = clock()
-        sc.apply_job_results(self.step_no, self.pending)
-        recving = calls.output()
-        spent += clock() - t0
-        for rid in recving:
+        """One engine step; returns the microseconds its connector calls took."""
+        calls = self.calls
+        before = calls.ns
+        calls.timed(self.sc.apply_job_results, self.step_no, self.pending)
+        for rid in calls.output():
             r = self.loading.pop(rid, None)
             if r is not None:
                 self.promoted.append(r)
 
         for _ in range(min(TURNOVER, len(self.running))):
-            r = self.running.pop(0)
-            t0 = clock()
-            calls.finished(r)
-            spent += clock() - t0
+            calls.finished(self.running.pop(0))
         for _ in range(TURNOVER):
             self.waiting.append(Request(self.serial, 0))
             self.serial += 1
 
         fresh, owners = [], []
         for r in self.promoted:
-            t0 = clock()
             calls.match(r, SHARED)
-            spent += clock() - t0
             self.alloc(r)
             fresh.append(calls.scheduled(r, SHARED, r.num_tokens - SHARED, r.blocks))
             owners.append(r)
         self.promoted = []
         still = []
         for r in self.waiting:
-            t0 = clock()
             tokens, _ = calls.match(r, 0)
-            spent += clock() - t0
             if tokens is None:
                 still.append(r)
                 continue
             self.alloc(r)
             if tokens > 0:
-                t0 = clock()
                 calls.alloc(r, tokens)
-                spent += clock() - t0
                 self.loading[r.id] = r
             else:
                 fresh.append(calls.scheduled(r, 0, r.num_tokens, r.blocks))
@@ -263,14 +259,13 @@ class Bench:
 
         cached = []
         for r in self.running:
-            before = len(r.blocks)
+            before_blocks = len(r.blocks)
             self.alloc(r)
-            cached.append(calls.scheduled(r, r.num_tokens - 1, 1, r.blocks[before:] or None))
+            cached.append(calls.scheduled(r, r.num_tokens - 1, 1,
+                                          r.blocks[before_blocks:] or None))
 
         self.step_no += 1
-        meta, ns = self.build(fresh, cached)
-        spent += ns
-        self.done_jobs(meta)
+        self.done_jobs(calls.build(self.step_no, fresh, cached))
         for r in self.running:
             r.num_tokens += 1
             r.extend()
@@ -278,7 +273,7 @@ class Bench:
             r.num_tokens += 1
             r.extend()
             self.running.append(r)
-        return spent / 1000.0
+        return (calls.ns - before) / 1000.0
 
     def run(self, steps):
         self.populate()

@@ -1,5 +1,5 @@
 """build_connector_meta's two ways in (python/src/step_requests.hpp): vLLM's SchedulerOutput read
-by the binding in one call (build_vllm_connector_meta, what kvconnect.vllm uses) must plan what
+by the binding in one call (vllm_build_connector_meta, what kvconnect.vllm uses) must plan what
 the tuples that spell out the same fields plan (build_connector_meta), and wrong input from
 Python is a TypeError / ValueError / KeyError naming the field, never a crash."""
 from __future__ import annotations
@@ -71,7 +71,7 @@ def test_vllms_scheduler_output_plans_what_the_same_fields_as_tuples_plan():
                 v.CachedRequestData([rid for rid, _ in cached], resumed,
                                     [None if ids is None else (ids,) for _, ids in cached]),
                 scheduled, set(), preempted)
-            got = by_vllm.build_vllm_connector_meta(step, out, reqs)
+            got = by_vllm.vllm_build_connector_meta(step, out, reqs)
             want = by_tuples.build_connector_meta(
                 step, [as_tuple(reqs[rid], scheduled[rid], ids, False) for rid, ids in new],
                 [as_tuple(reqs[rid], scheduled[rid], ids, rid in resumed) for rid, ids in cached],
@@ -102,22 +102,22 @@ def test_wrong_input_from_python_is_an_error_naming_the_field():
                                      [])
 
         with pytest.raises(KeyError, match="request b is scheduled but was never passed"):
-            sc.build_vllm_connector_meta(1, output(new=(("b", ([1],)),), scheduled={"b": 1}),
+            sc.vllm_build_connector_meta(1, output(new=(("b", ([1],)),), scheduled={"b": 1}),
                                          {"a": r})
         with pytest.raises(KeyError, match="num_scheduled_tokens has no entry for request a"):
-            sc.build_vllm_connector_meta(1, output(scheduled={}), {"a": r})
+            sc.vllm_build_connector_meta(1, output(scheduled={}), {"a": r})
         with pytest.raises(TypeError, match="Request.num_tokens must be an int, got str"):
-            sc.build_vllm_connector_meta(
+            sc.vllm_build_connector_meta(
                 1, output(), {"a": v.Request("a", r.block_hashes, "32", 0, None)})
         with pytest.raises(TypeError, match="Request.kv_transfer_params must be a dict or None"):
-            sc.build_vllm_connector_meta(1, output(), {"a": v.Request("a", r.block_hashes, 32,
+            sc.vllm_build_connector_meta(1, output(), {"a": v.Request("a", r.block_hashes, 32,
                                                                        0, ["do_remote_decode"])})
         with pytest.raises(TypeError, match="block_ids must be an int, got float"):
-            sc.build_vllm_connector_meta(1, output(new=(("a", ([1.0, 2],)),)), {"a": r})
+            sc.vllm_build_connector_meta(1, output(new=(("a", ([1.0, 2],)),)), {"a": r})
         with pytest.raises(TypeError, match="requests must be a dict"):
-            sc.build_vllm_connector_meta(1, output(), [r])
+            sc.vllm_build_connector_meta(1, output(), [r])
         with pytest.raises(AttributeError):
-            sc.build_vllm_connector_meta(1, object(), {"a": r})
+            sc.vllm_build_connector_meta(1, object(), {"a": r})
 
         t = ("a", r.block_hashes, 32, 0, 32, [1, 2], False, False)
         with pytest.raises(ValueError, match=r"num_scheduled must be in \[0, 2\*\*32\)"):
@@ -129,7 +129,43 @@ def test_wrong_input_from_python_is_an_error_naming_the_field():
         with pytest.raises(TypeError, match="preempted must be a str, got NoneType"):
             sc.build_connector_meta(1, [t], [], [None])
         # Nothing above reached the planner: the step is still the first.
-        meta = sc.build_vllm_connector_meta(1, output(), {"a": r})
+        meta = sc.vllm_build_connector_meta(1, output(), {"a": r})
         assert [j.request_id for j in meta.stores] == ["a"]
     finally:
         sc.shutdown()
+
+
+def test_vllms_request_blocks_and_output_are_read_as_the_plain_calls_read_them():
+    by_vllm, plain = connector("vllm-calls"), connector("plain-calls")
+    try:
+        r = request("a", 4, {"do_remote_decode": False})
+        assert by_vllm.vllm_get_num_new_matched_tokens(r, 0) == \
+            plain.get_num_new_matched_tokens("a", r.block_hashes, r.num_tokens, 0)
+        blocks = v.KVCacheBlocks(([v.KVCacheBlock(b, None if b == 4 else b"h", False)
+                                   for b in (1, 2, 3, 4)],))
+        by_vllm.vllm_update_state_after_alloc(r, blocks, 0)
+        plain.update_state_after_alloc("a", r.block_hashes, r.num_tokens, [1, 2, 3, 4],
+                                       [True, True, True, False], 0)
+        assert by_vllm.tables() == plain.tables()
+        # vLLM's finished sets go in; the planner's (None when empty) come back over them, and
+        # invalid block ids are added to vLLM's own.
+        out = v.KVConnectorOutput({"x"}, None, {99})
+        by_vllm.vllm_update_connector_output(out)
+        plain.apply_request_output(["x"], [])
+        update = plain.update_connector_output()
+        assert out.finished_sending == (set(update.finished_sending) or None)
+        assert out.finished_recving == (set(update.finished_recving) or None)
+        assert out.invalid_block_ids == {99} | set(update.invalid_block_ids)
+
+        with pytest.raises(ValueError, match="KVCacheBlocks.blocks must hold one KV-cache group"):
+            by_vllm.vllm_update_state_after_alloc(r, v.KVCacheBlocks(([], [])), 0)
+        with pytest.raises(TypeError, match="KVCacheBlock.block_id must be an int, got str"):
+            by_vllm.vllm_update_state_after_alloc(
+                r, v.KVCacheBlocks(([v.KVCacheBlock("1", None, False)],)), 0)
+        with pytest.raises(TypeError, match="Request.request_id must be a str, got int"):
+            by_vllm.vllm_get_num_new_matched_tokens(v.Request(7, [], 0, 0, None), 0)
+        with pytest.raises(TypeError, match="finished_recving must be a str, got int"):
+            by_vllm.vllm_update_connector_output(v.KVConnectorOutput(None, [1]))
+    finally:
+        by_vllm.shutdown()
+        plain.shutdown()
