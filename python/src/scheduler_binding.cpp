@@ -238,8 +238,8 @@ class py_scheduler {
     reqs_.clear();
     for (const scheduled_fields& f : step_.requests) {
       const std::span<const gpu_block> blocks(step_.blocks.data() + f.blocks_at, f.blocks_count);
-      reqs_.push_back({view(f.id, f.hashes, f.num_tokens, f.remote_decode), blocks,
-                       f.num_computed, f.num_scheduled, f.resumed});
+      reqs_.push_back({view(f.id, f.hashes, f.num_tokens, f.remote_decode), blocks, f.num_computed,
+                       f.num_scheduled, f.resumed});
     }
     const std::span<const scheduler::scheduled_request> all(reqs_);
     scheduler_connector& s = sc();
@@ -404,8 +404,7 @@ void bind_scheduler(py::module_& m) {
            py::arg("scheduler_output"), py::arg("requests"),
            "build_connector_meta of vLLM's SchedulerOutput and {req_id: Request} of the "
            "scheduled requests, read in one call (kvconnect.vllm).")
-      .def("vllm_update_connector_output", &py_scheduler::vllm_output,
-           py::arg("connector_output"),
+      .def("vllm_update_connector_output", &py_scheduler::vllm_output, py::arg("connector_output"),
            "vLLM's KVConnectorOutput: its finished sets through apply_request_output, then "
            "update_connector_output's sets (None when empty) written back over them and its "
            "invalid block ids added (kvconnect.vllm).")

@@ -183,8 +183,9 @@ void step_requests::read_tuples(py::handle fresh, py::handle cached, py::handle 
     for (Py_ssize_t k = 0; k < all.size; ++k) {
       PyObject* t = all.at[k];
       if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 8) {
-        type_error("a scheduled request is an 8-tuple (req_id, block_hashes, num_tokens, "
-                   "num_computed, num_scheduled, block_ids, resumed, do_remote_decode)");
+        type_error(
+            "a scheduled request is an 8-tuple (req_id, block_hashes, num_tokens, "
+            "num_computed, num_scheduled, block_ids, resumed, do_remote_decode)");
       }
       scheduled_fields f;
       f.id = hold_id(PyTuple_GET_ITEM(t, 0), "req_id");

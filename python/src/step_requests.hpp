@@ -1,10 +1,10 @@
 #pragma once
-/// A step's scheduled requests as Python passes them to build_connector_meta, read in one call
-/// with the C API (no Python loop, no per-request Python object built): either tuples
-/// (kvconnect.SchedulerConnector.build_connector_meta) or vLLM's own SchedulerOutput and the
-/// Request objects it names (vllm_build_connector_meta, for kvconnect.vllm), and the other
-/// vLLM objects the scheduler role reads (Request, KVCacheBlocks, KVConnectorOutput). Only the fields
-/// vLLM's OffloadingConnectorScheduler reads are read (docs/python.md).
+/// What Python passes to the scheduler side, read with the C API in one call each (no Python
+/// loop, no per-item Python object built): a step's scheduled requests, as tuples
+/// (SchedulerConnector.build_connector_meta) or as vLLM's SchedulerOutput and the Request objects
+/// it names (vllm_build_connector_meta); and the other vLLM objects the scheduler role reads:
+/// Request, KVCacheBlocks, KVConnectorOutput (the vllm_* calls kvconnect.vllm makes). Only the
+/// fields vLLM's OffloadingConnectorScheduler reads are read (docs/python.md).
 ///
 /// The ids are string_views into the Python strs; `held` keeps those strs alive, so they stay
 /// valid while the caller releases the GIL. Block ids of all requests share one buffer.
