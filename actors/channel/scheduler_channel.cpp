@@ -1,5 +1,6 @@
 #include "actors/channel/scheduler_channel.hpp"
 
+#include <optional>
 #include <utility>
 
 namespace kvc::channel {
@@ -43,13 +44,19 @@ void scheduler_channel::rank_down(rank_id rank) {
 }
 
 void scheduler_channel::send_step(const connector_metadata& meta) {
-  const wire_bytes bytes = encode(meta);
+  // Encoded once, and only when a rank gets the bytes: with no rank registered (a replay with
+  // no workers) a step costs no encoding.
+  std::optional<wire_bytes> encoded;
+  auto bytes = [&]() -> const wire_bytes& {
+    if (!encoded) encoded = encode(meta);
+    return *encoded;
+  };
   for (rank_id rank = 0; rank < routes_.size(); ++rank) {
     route& r = routes_[rank];
     if (r.routed) {
-      send_to(rank, meta.step, bytes);
+      send_to(rank, meta.step, bytes());
     } else if (live_[rank] && r.backlog.size() < max_backlog) {
-      r.backlog.emplace_back(meta.step, bytes);  // registered, hello on its way
+      r.backlog.emplace_back(meta.step, bytes());  // registered, hello on its way
     } else if (live_[rank]) {
       drop("step channel: step " + std::to_string(meta.step) + " not queued for rank " +
            std::to_string(rank) + ": it never said hello");

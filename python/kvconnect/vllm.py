@@ -97,11 +97,6 @@ def _role_name(role: Any) -> str:
     return name
 
 
-def _remote_decode(request: Any) -> bool:
-    params = request.kv_transfer_params
-    return bool(params is not None and params.get("do_remote_decode"))
-
-
 def _worker_rank(vllm_config: Any) -> int:
     """The rank's global rank, pp_rank * tp_size + tp_rank: from vLLM's parallel state once it
     is initialised (a vLLM worker), else parallel_config.rank."""
@@ -205,38 +200,22 @@ class KvconnectConnector(_BASE):  # type: ignore[misc, valid-type]
 
     # --- scheduler side --------------------------------------------------------------------
 
+    # The binding reads vLLM's objects itself (SchedulerConnector.vllm_*), the fields vLLM's
+    # OffloadingConnectorScheduler reads: no per-request or per-block Python work here.
+
     def get_num_new_matched_tokens(self, request: Any,
                                    num_computed_tokens: int) -> tuple[int | None, bool]:
         self._requests[request.request_id] = request
-        return self.scheduler.get_num_new_matched_tokens(
-            request.request_id, request.block_hashes, request.num_tokens, num_computed_tokens,
-            _remote_decode(request))
+        return self.scheduler.vllm_get_num_new_matched_tokens(request, num_computed_tokens)
 
     def update_state_after_alloc(self, request: Any, blocks: Any,
                                  num_external_tokens: int) -> None:
-        (group,) = blocks.blocks
-        self.scheduler.update_state_after_alloc(
-            request.request_id, request.block_hashes, request.num_tokens,
-            [b.block_id for b in group], [b.block_hash is not None for b in group],
-            num_external_tokens, _remote_decode(request))
-
-    def _scheduled(self, req_id: str, block_ids: Any, num_scheduled: int, resumed: bool):
-        request = self._requests[req_id]
-        return (req_id, request.block_hashes, request.num_tokens, request.num_computed_tokens,
-                num_scheduled, None if block_ids is None else block_ids[0], resumed,
-                _remote_decode(request))
+        self.scheduler.vllm_update_state_after_alloc(request, blocks, num_external_tokens)
 
     def build_connector_meta(self, scheduler_output: Any) -> KvconnectConnectorMetadata:
-        scheduled = scheduler_output.num_scheduled_tokens
-        new = [self._scheduled(r.req_id, r.block_ids, scheduled[r.req_id], False)
-               for r in scheduler_output.scheduled_new_reqs]
-        cached_reqs = scheduler_output.scheduled_cached_reqs
-        resumed = cached_reqs.resumed_req_ids
-        cached = [self._scheduled(req_id, block_ids, scheduled[req_id], req_id in resumed)
-                  for req_id, block_ids in zip(cached_reqs.req_ids, cached_reqs.new_block_ids)]
         self._step += 1
-        self.planned = self.scheduler.build_connector_meta(
-            self._step, new, cached, list(scheduler_output.preempted_req_ids or ()))
+        self.planned = self.scheduler.vllm_build_connector_meta(self._step, scheduler_output,
+                                                                self._requests)
         return KvconnectConnectorMetadata(self._step)
 
     def update_connector_output(self, connector_output: Any) -> None:
@@ -244,15 +223,7 @@ class KvconnectConnector(_BASE):  # type: ignore[misc, valid-type]
         deadlines, lost ranks), go through kvconnect's planner, whose answer replaces vLLM's
         sets for vLLM's scheduler to read after this call: each request once, and with
         kvconnect's workers a job's outcome is the coordinator's, not vLLM's (docs/python.md)."""
-        sending = list(connector_output.finished_sending or ())
-        recving = list(connector_output.finished_recving or ())
-        self.scheduler.apply_request_output(sending, recving)
-        update = self.scheduler.update_connector_output()
-        connector_output.finished_sending = set(update.finished_sending) or None
-        connector_output.finished_recving = set(update.finished_recving) or None
-        if update.invalid_block_ids:
-            invalid = getattr(connector_output, "invalid_block_ids", None) or set()
-            connector_output.invalid_block_ids = set(invalid) | set(update.invalid_block_ids)
+        self.scheduler.vllm_update_connector_output(connector_output)
 
     def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, dict | None]:
         self._requests.pop(request.request_id, None)

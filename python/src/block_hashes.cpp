@@ -69,6 +69,7 @@ const std::vector<block_key>& request_keys::keys(std::string_view id, py::handle
   const auto n = static_cast<size_t>(PySequence_Fast_GET_SIZE(hashes.ptr()));
   if (n < out.size()) out.clear();  // not the same request's list: convert it anew
   PyObject** items = PySequence_Fast_ITEMS(hashes.ptr());
+  if (out.empty()) out.reserve(n);
   for (size_t i = out.size(); i < n; ++i) out.push_back(key_of(items[i]));
   return out;
 }

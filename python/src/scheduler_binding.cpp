@@ -16,6 +16,7 @@
 #include "python/src/bindings.hpp"
 #include "python/src/block_hashes.hpp"
 #include "python/src/errors.hpp"
+#include "python/src/step_requests.hpp"
 
 namespace kvc::python {
 namespace py = pybind11;
@@ -34,51 +35,6 @@ transfer_kind kind_of(const std::string& k) {
   if (k == "load") return transfer_kind::load;
   if (k == "store") return transfer_kind::store;
   throw py::value_error("a job kind is \"load\" or \"store\", not \"" + k + "\"");
-}
-
-/// A Python str's UTF-8 text, valid while the str lives; TypeError for anything else.
-std::string_view text_of(py::handle s, const char* what) {
-  if (!PyUnicode_Check(s.ptr())) {
-    type_error(std::string(what) + " must be a str, got " +
-               std::string(py::str(py::type::handle_of(s).attr("__name__"))));
-  }
-  Py_ssize_t n = 0;
-  const char* p = PyUnicode_AsUTF8AndSize(s.ptr(), &n);
-  if (p == nullptr) throw py::error_already_set();
-  return {p, static_cast<size_t>(n)};
-}
-
-/// One scheduled request of build_connector_meta, as a tuple:
-/// (req_id, block_hashes, num_tokens, num_computed, num_scheduled, block_ids, resumed,
-///  do_remote_decode); block_ids may be None (a running request with no new block). The id
-/// points into the tuple's str, which the caller's list keeps alive during the call.
-struct scheduled_tuple {
-  std::string_view id;
-  py::handle hashes;
-  uint32_t num_tokens = 0;
-  uint32_t num_computed = 0;
-  uint32_t num_scheduled = 0;
-  std::vector<gpu_block> block_ids;
-  bool resumed = false;
-  bool remote_decode = false;
-};
-
-scheduled_tuple unpack(py::handle t) {
-  if (!PyTuple_Check(t.ptr()) || PyTuple_GET_SIZE(t.ptr()) != 8) {
-    type_error("a scheduled request is an 8-tuple (req_id, block_hashes, num_tokens, "
-               "num_computed, num_scheduled, block_ids, resumed, do_remote_decode)");
-  }
-  auto item = [&](Py_ssize_t i) { return py::handle(PyTuple_GET_ITEM(t.ptr(), i)); };
-  scheduled_tuple s;
-  s.id = text_of(item(0), "req_id");
-  s.hashes = item(1);
-  s.num_tokens = item(2).cast<uint32_t>();
-  s.num_computed = item(3).cast<uint32_t>();
-  s.num_scheduled = item(4).cast<uint32_t>();
-  if (!item(5).is_none()) s.block_ids = item(5).cast<std::vector<gpu_block>>();
-  s.resumed = item(6).cast<bool>();
-  s.remote_decode = item(7).cast<bool>();
-  return s;
 }
 
 /// The Python object: the facade and the requests' keys.
@@ -126,10 +82,41 @@ class py_scheduler {
 
   py::tuple match(const std::string& id, py::handle hashes, uint32_t num_tokens,
                   uint32_t num_computed, bool remote_decode) {
-    const auto m =
-        sc().get_num_new_matched_tokens(view(id, hashes, num_tokens, remote_decode), num_computed);
-    return py::make_tuple(m.tokens ? py::object(py::int_(*m.tokens)) : py::object(py::none()),
-                          m.is_async);
+    return answer(
+        sc().get_num_new_matched_tokens(view(id, hashes, num_tokens, remote_decode), num_computed));
+  }
+
+  py::tuple vllm_match(py::handle request, uint32_t num_computed) {
+    const vllm_request r = read_vllm_request(request);
+    return answer(sc().get_num_new_matched_tokens(
+        view(r.id, r.hashes, r.num_tokens, r.remote_decode), num_computed));
+  }
+
+  void vllm_alloc(py::handle request, py::handle blocks, uint32_t num_external) {
+    const vllm_request r = read_vllm_request(request);
+    read_vllm_blocks(blocks, block_ids_, hashed_);
+    check(sc().update_state_after_alloc(view(r.id, r.hashes, r.num_tokens, r.remote_decode),
+                                        {block_ids_, hashed_}, num_external));
+  }
+
+  /// vLLM's finished sets in, then the planner's answer written back over them for vLLM's
+  /// scheduler to read (kvconnect.vllm's update_connector_output).
+  void vllm_output(py::handle connector_output) {
+    std::vector<py::object> held;
+    read_vllm_finished(connector_output, sending_, recving_, held);
+    check(sc().apply_request_output(sending_, recving_));
+    const embed::connector_update u = output(std::nullopt, 0.0);
+    const scheduler::request_completions& c = u.completions;
+    connector_output.attr("finished_sending") = set_or_none(c.finished_sending);
+    connector_output.attr("finished_recving") = set_or_none(c.finished_recving);
+    if (c.invalid_block_ids.empty()) return;
+    const py::object had = py::getattr(connector_output, "invalid_block_ids", py::none());
+    py::set invalid;
+    if (!had.is_none()) {
+      for (py::handle b : had) invalid.add(b);
+    }
+    for (const gpu_block b : c.invalid_block_ids) invalid.add(py::int_(b));
+    connector_output.attr("invalid_block_ids") = invalid;
   }
 
   void alloc(const std::string& id, py::handle hashes, uint32_t num_tokens,
@@ -145,36 +132,17 @@ class py_scheduler {
     check(sc().update_state_after_alloc(req, {block_ids, flags}, num_external));
   }
 
-  connector_metadata build(step_id step, const py::list& fresh, const py::list& cached,
-                           const std::vector<std::string>& preempted) {
-    std::vector<scheduled_tuple> tuples;
-    tuples.reserve(fresh.size() + cached.size());
-    // The ids point into the tuples' strs: held here, so that no other thread frees them while
-    // the GIL is released.
-    std::vector<py::object> held;
-    held.reserve(fresh.size() + cached.size());
-    for (const py::list* list : {&fresh, &cached}) {
-      for (auto t : *list) {
-        tuples.push_back(unpack(t));
-        held.push_back(py::reinterpret_borrow<py::object>(t));
-      }
-    }
-    std::vector<scheduler::scheduled_request> reqs;
-    reqs.reserve(tuples.size());
-    for (const auto& t : tuples) {
-      reqs.push_back({view(t.id, t.hashes, t.num_tokens, t.remote_decode), t.block_ids,
-                      t.num_computed, t.num_scheduled, t.resumed});
-    }
-    const std::vector<std::string_view> pre(preempted.begin(), preempted.end());
-    const std::span<const scheduler::scheduled_request> all(reqs);
-    scheduler_connector& s = sc();
-    result<connector_metadata> meta = make_error(errc::internal, "");
-    {
-      py::gil_scoped_release unlocked;  // the first step may wait for the ranks to join
-      meta =
-          s.build_connector_meta({step, all.first(fresh.size()), all.subspan(fresh.size()), pre});
-    }
-    return take(std::move(meta));
+  /// build_connector_meta of tuples (step_requests::read_tuples).
+  connector_metadata build(step_id step, py::handle fresh, py::handle cached,
+                           py::handle preempted) {
+    step_.read_tuples(fresh, cached, preempted);
+    return plan(step);
+  }
+
+  /// build_connector_meta of vLLM's SchedulerOutput (step_requests::read_vllm).
+  connector_metadata build_vllm(step_id step, py::handle scheduler_output, py::handle requests) {
+    step_.read_vllm(scheduler_output, requests);
+    return plan(step);
   }
 
   embed::connector_update output(std::optional<step_id> step, double timeout) {
@@ -252,8 +220,46 @@ class py_scheduler {
   size_t cached_requests() const noexcept { return keys_.size(); }
 
  private:
+  static py::tuple answer(const scheduler::match_result& m) {
+    return py::make_tuple(m.tokens ? py::object(py::int_(*m.tokens)) : py::object(py::none()),
+                          m.is_async);
+  }
+
+  /// A set of the strs, or None when there are none (vLLM's KVConnectorOutput convention).
+  static py::object set_or_none(const std::vector<std::string>& ids) {
+    if (ids.empty()) return py::none();
+    py::set out;
+    for (const std::string& id : ids) out.add(py::str(id));
+    return out;
+  }
+
+  /// The facade's build_connector_meta of the step read into step_.
+  connector_metadata plan(step_id step) {
+    reqs_.clear();
+    for (const scheduled_fields& f : step_.requests) {
+      const std::span<const gpu_block> blocks(step_.blocks.data() + f.blocks_at, f.blocks_count);
+      reqs_.push_back({view(f.id, f.hashes, f.num_tokens, f.remote_decode), blocks, f.num_computed,
+                       f.num_scheduled, f.resumed});
+    }
+    const std::span<const scheduler::scheduled_request> all(reqs_);
+    scheduler_connector& s = sc();
+    result<connector_metadata> meta = make_error(errc::internal, "");
+    {
+      py::gil_scoped_release unlocked;  // the first step may wait for the ranks to join
+      meta = s.build_connector_meta(
+          {step, all.first(step_.num_new), all.subspan(step_.num_new), step_.preempted});
+    }
+    step_.held.clear();
+    return take(std::move(meta));
+  }
+
   std::unique_ptr<scheduler_connector> sc_;
   request_keys keys_;
+  step_requests step_;  // the buffers of the last step read, reused
+  std::vector<scheduler::scheduled_request> reqs_;
+  std::vector<gpu_block> block_ids_;  // vllm_alloc's, reused
+  std::vector<uint8_t> hashed_;
+  std::vector<std::string_view> sending_, recving_;  // vllm_output's, reused
 };
 
 py::dict stats_dict(const scheduler::connector_stats& s) {
@@ -388,6 +394,20 @@ void bind_scheduler(py::module_& m) {
            py::arg("num_external"), py::arg("do_remote_decode") = false)
       .def("build_connector_meta", &py_scheduler::build, py::arg("step"), py::arg("new"),
            py::arg("cached"), py::arg("preempted"))
+      .def("vllm_get_num_new_matched_tokens", &py_scheduler::vllm_match, py::arg("request"),
+           py::arg("num_computed_tokens"),
+           "get_num_new_matched_tokens of vLLM's Request (kvconnect.vllm).")
+      .def("vllm_update_state_after_alloc", &py_scheduler::vllm_alloc, py::arg("request"),
+           py::arg("blocks"), py::arg("num_external_tokens"),
+           "update_state_after_alloc of vLLM's Request and KVCacheBlocks (kvconnect.vllm).")
+      .def("vllm_build_connector_meta", &py_scheduler::build_vllm, py::arg("step"),
+           py::arg("scheduler_output"), py::arg("requests"),
+           "build_connector_meta of vLLM's SchedulerOutput and {req_id: Request} of the "
+           "scheduled requests, read in one call (kvconnect.vllm).")
+      .def("vllm_update_connector_output", &py_scheduler::vllm_output, py::arg("connector_output"),
+           "vLLM's KVConnectorOutput: its finished sets through apply_request_output, then "
+           "update_connector_output's sets (None when empty) written back over them and its "
+           "invalid block ids added (kvconnect.vllm).")
       .def("update_connector_output", &py_scheduler::output, py::arg("step") = py::none(),
            py::arg("timeout") = 0.0)
       .def("apply_request_output", &py_scheduler::request_output, py::arg("finished_sending"),

@@ -11,12 +11,20 @@ rest. Every job's result is fed back, successful, one step after it was planned
 (apply_job_results; no workers). Only the connector calls are timed (perf_counter_ns around
 them); the Python engine stand-in's own work is not.
 
+Two ways in, each timed (--path): "tuples", kvconnect.SchedulerConnector's calls with each
+scheduled request spelled out as a tuple (the engine stand-in builds the tuples, untimed); and
+"vllm", kvconnect.vllm.KvconnectConnector's calls with vLLM's objects (stand-ins with exactly
+vLLM's fields, tests/python/vllm_standins.py; the engine stand-in builds them, as vLLM's
+scheduler does): what a vLLM engine pays per step. Job results go back through
+apply_job_results on both paths (no workers).
+
 The Python side goes through the whole scheduler facade (planner, coordinator, step channel to
 no rank), the C++ figure is the bare planner: the difference is the binding plus the facade.
 Also measured: the cost of one cheap call through the binding (request_finished of an unknown id,
 a property read).
 
 usage: python_scheduler_bench.py KVCONNECT [--requests 64,256,1024] [--steps 1000]
+                                 [--path tuples,vllm]
   (PYTHONPATH must hold build/python)
 """
 import argparse
@@ -26,8 +34,13 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import kvconnect
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+import vllm_standins as v  # noqa: E402
+from kvconnect.vllm import KVConnectorRole, KvconnectConnector  # noqa: E402
 
 BLOCK = 16
 PROMPT = 1024
@@ -46,7 +59,7 @@ def chain(parent, salt):
 
 
 class Request:
-    __slots__ = ("id", "serial", "doc", "num_tokens", "hashes", "blocks")
+    __slots__ = ("id", "serial", "doc", "num_tokens", "hashes", "blocks", "vllm")
 
     def __init__(self, serial, extra):
         self.id = f"req-{serial}"
@@ -56,6 +69,8 @@ class Request:
         self.hashes = []
         self.blocks = []
         self.extend()
+        # vLLM's Request for the "vllm" path: the same hash list, its counts kept in step.
+        self.vllm = v.Request(self.id, self.hashes, self.num_tokens, 0, None)
 
     def extend(self):
         while (len(self.hashes) + 1) * BLOCK <= self.num_tokens:
@@ -66,17 +81,109 @@ class Request:
             self.hashes.append(chain(parent, salt))
 
 
-class Bench:
+def bench_config(n):
+    return kvconnect.Config(
+        topology={"tensor_parallel": 1},
+        kv_cache={"gpu_block_size": BLOCK, "layers": 1, "page_bytes": 4096},
+        offload={"cpu_bytes_to_use": n * CAPACITY_PER_REQUEST * 4096},
+        runtime={"job_timeout_ms": 0, "job_timeout_steps": 0})
+
+
+class Calls:
+    """Times only the connector's calls (perf_counter_ns around each), not the engine stand-in's
+    work of building their arguments."""
+
+    def __init__(self):
+        self.ns = 0
+
+    def timed(self, f, *args):
+        t0 = time.perf_counter_ns()
+        out = f(*args)
+        self.ns += time.perf_counter_ns() - t0
+        return out
+
+
+class TupleCalls(Calls):
+    """The connector calls through kvconnect.SchedulerConnector, requests as tuples."""
+
     def __init__(self, n, instance):
-        self.n = n
-        cpu_bytes = n * CAPACITY_PER_REQUEST * 4096
-        config = kvconnect.Config(
-            topology={"tensor_parallel": 1},
-            kv_cache={"gpu_block_size": BLOCK, "layers": 1, "page_bytes": 4096},
-            offload={"cpu_bytes_to_use": cpu_bytes},
-            runtime={"job_timeout_ms": 0, "job_timeout_steps": 0})
-        self.sc = kvconnect.SchedulerConnector(config, instance=instance, token="bench",
+        super().__init__()
+        self.sc = kvconnect.SchedulerConnector(bench_config(n), instance=instance, token="bench",
                                                listen=False, transport="memory")
+
+    def match(self, r, computed):
+        return self.timed(self.sc.get_num_new_matched_tokens, r.id, r.hashes, r.num_tokens,
+                          computed)
+
+    def alloc(self, r, tokens):
+        self.timed(self.sc.update_state_after_alloc, r.id, r.hashes, r.num_tokens, r.blocks,
+                   None, tokens)
+
+    @staticmethod
+    def scheduled(r, computed, scheduled, blocks):
+        return (r.id, r.hashes, r.num_tokens, computed, scheduled, blocks, False, False)
+
+    def build(self, step, fresh, cached):
+        return self.timed(self.sc.build_connector_meta, step, fresh, cached, [])
+
+    def finished(self, r):
+        self.timed(self.sc.request_finished, r.id)
+
+    def output(self):
+        return self.timed(self.sc.update_connector_output).finished_recving
+
+
+class VllmCalls(Calls):
+    """The connector calls through kvconnect.vllm.KvconnectConnector, with vLLM's objects (the
+    stand-ins), which the engine stand-in builds untimed, as vLLM's scheduler does."""
+
+    def __init__(self, n, instance):
+        super().__init__()
+        extra = {"cpu_bytes_to_use": n * CAPACITY_PER_REQUEST * 4096,
+                 "runtime": {"instance": instance, "token": "bench", "job_timeout_ms": 0,
+                             "job_timeout_steps": 0}}
+        self.connector = KvconnectConnector(
+            v.vllm_config(extra, instance, BLOCK), KVConnectorRole.SCHEDULER,
+            v.kv_cache_config(1 << 20, 4096, BLOCK))
+        self.sc = self.connector.scheduler
+
+    def match(self, r, computed):
+        r.vllm.num_tokens = r.num_tokens
+        return self.timed(self.connector.get_num_new_matched_tokens, r.vllm, computed)
+
+    def alloc(self, r, tokens):
+        blocks = v.KVCacheBlocks(([v.KVCacheBlock(b, None, False) for b in r.blocks],))
+        self.timed(self.connector.update_state_after_alloc, r.vllm, blocks, tokens)
+
+    @staticmethod
+    def scheduled(r, computed, scheduled, blocks):
+        r.vllm.num_tokens = r.num_tokens
+        r.vllm.num_computed_tokens = computed
+        return (r.id, scheduled, blocks)
+
+    def build(self, step, fresh, cached):
+        out = v.SchedulerOutput(
+            [v.NewRequestData(rid, (blocks,)) for rid, _, blocks in fresh],
+            v.CachedRequestData([rid for rid, _, _ in cached], set(),
+                                [None if b is None else (b,) for _, _, b in cached]),
+            {rid: n for rid, n, _ in fresh + cached}, set(), [])
+        self.timed(self.connector.build_connector_meta, out)
+        return self.connector.planned
+
+    def finished(self, r):
+        self.timed(self.connector.request_finished, r.vllm, r.blocks)
+
+    def output(self):
+        out = v.KVConnectorOutput()
+        self.timed(self.connector.update_connector_output, out)
+        return out.finished_recving or ()
+
+
+class Bench:
+    def __init__(self, n, instance, path="tuples"):
+        self.n = n
+        self.calls = (VllmCalls if path == "vllm" else TupleCalls)(n, instance)
+        self.sc = self.calls.sc
         self.step_no = 0
         self.serial = 0
         self.next_gpu = 1
@@ -96,87 +203,69 @@ class Bench:
             [(j.id, "store", True) for j in meta.stores]
 
     def populate(self):
+        calls = self.calls
         for i in range(self.n):
             r = Request(self.serial, i % BLOCK)
             self.serial += 1
-            self.sc.get_num_new_matched_tokens(r.id, r.hashes, r.num_tokens, 0)
+            calls.match(r, 0)
             self.alloc(r)
             self.step_no += 1
-            meta = self.sc.build_connector_meta(
-                self.step_no, [(r.id, r.hashes, r.num_tokens, 0, r.num_tokens, r.blocks, False,
-                                False)], [], [])
+            meta = calls.build(self.step_no, [calls.scheduled(r, 0, r.num_tokens, r.blocks)], [])
             self.done_jobs(meta)
             self.sc.apply_job_results(self.step_no, self.pending)
-            self.sc.update_connector_output()
+            calls.output()
             r.num_tokens += 1
             r.extend()
             self.running.append(r)
         self.pending = []
 
     def step(self):
-        clock = time.perf_counter_ns
-        spent = 0
-        sc = self.sc
-        t0 = clock()
-        sc.apply_job_results(self.step_no, self.pending)
-        update = sc.update_connector_output()
-        spent += clock() - t0
-        for rid in update.finished_recving:
+        """One engine step; returns the microseconds its connector calls took."""
+        calls = self.calls
+        before = calls.ns
+        calls.timed(self.sc.apply_job_results, self.step_no, self.pending)
+        for rid in calls.output():
             r = self.loading.pop(rid, None)
             if r is not None:
                 self.promoted.append(r)
 
         for _ in range(min(TURNOVER, len(self.running))):
-            r = self.running.pop(0)
-            t0 = clock()
-            sc.request_finished(r.id)
-            spent += clock() - t0
+            calls.finished(self.running.pop(0))
         for _ in range(TURNOVER):
             self.waiting.append(Request(self.serial, 0))
             self.serial += 1
 
         fresh, owners = [], []
         for r in self.promoted:
-            t0 = clock()
-            sc.get_num_new_matched_tokens(r.id, r.hashes, r.num_tokens, SHARED)
-            spent += clock() - t0
+            calls.match(r, SHARED)
             self.alloc(r)
-            fresh.append((r.id, r.hashes, r.num_tokens, SHARED, r.num_tokens - SHARED, r.blocks,
-                          False, False))
+            fresh.append(calls.scheduled(r, SHARED, r.num_tokens - SHARED, r.blocks))
             owners.append(r)
         self.promoted = []
         still = []
         for r in self.waiting:
-            t0 = clock()
-            tokens, _ = sc.get_num_new_matched_tokens(r.id, r.hashes, r.num_tokens, 0)
-            spent += clock() - t0
+            tokens, _ = calls.match(r, 0)
             if tokens is None:
                 still.append(r)
                 continue
             self.alloc(r)
             if tokens > 0:
-                t0 = clock()
-                sc.update_state_after_alloc(r.id, r.hashes, r.num_tokens, r.blocks, None, tokens)
-                spent += clock() - t0
+                calls.alloc(r, tokens)
                 self.loading[r.id] = r
             else:
-                fresh.append((r.id, r.hashes, r.num_tokens, 0, r.num_tokens, r.blocks, False,
-                              False))
+                fresh.append(calls.scheduled(r, 0, r.num_tokens, r.blocks))
                 owners.append(r)
         self.waiting = still
 
         cached = []
         for r in self.running:
-            before = len(r.blocks)
+            before_blocks = len(r.blocks)
             self.alloc(r)
-            cached.append((r.id, r.hashes, r.num_tokens, r.num_tokens - 1, 1,
-                           r.blocks[before:] or None, False, False))
+            cached.append(calls.scheduled(r, r.num_tokens - 1, 1,
+                                          r.blocks[before_blocks:] or None))
 
         self.step_no += 1
-        t0 = clock()
-        meta = sc.build_connector_meta(self.step_no, fresh, cached, [])
-        spent += clock() - t0
-        self.done_jobs(meta)
+        self.done_jobs(calls.build(self.step_no, fresh, cached))
         for r in self.running:
             r.num_tokens += 1
             r.extend()
@@ -184,7 +273,7 @@ class Bench:
             r.num_tokens += 1
             r.extend()
             self.running.append(r)
-        return spent / 1000.0
+        return (calls.ns - before) / 1000.0
 
     def run(self, steps):
         self.populate()
@@ -232,8 +321,12 @@ def main():
     ap.add_argument("kvconnect")
     ap.add_argument("--requests", default="64,256,1024")
     ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--path", default="tuples,vllm")
     args = ap.parse_args()
     counts = [int(x) for x in args.requests.split(",")]
+    paths = args.path.split(",")
+    if not paths or any(p not in ("tuples", "vllm") for p in paths):
+        ap.error("--path: tuples, vllm or both, comma-separated")
     tag = f"bench-py-{os.getpid()}"
     print(json.dumps({"bench": "python_call", **call_cost_ns(tag + "-call")}))
     for n in counts:
@@ -241,15 +334,16 @@ def main():
                               "--steps", str(args.steps), "--rounds", "1"],
                              capture_output=True, text=True, check=True)
         cxx_line = json.loads(cxx.stdout.strip().splitlines()[-1])
-        step_us, _ = Bench(n, f"{tag}-{n}").run(args.steps)
-        mean = statistics.fmean(step_us)
-        s = sorted(step_us)
-        print(json.dumps({
-            "bench": "python_scheduler", "requests": n, "steps": len(s),
-            "us_per_step": round(mean, 2), "p50_us": round(s[len(s) // 2], 2),
-            "p99_us": round(s[int(0.99 * len(s))], 2),
-            "cxx_planner_us_per_step": cxx_line["us_per_step"],
-            "ratio_to_cxx": round(mean / cxx_line["us_per_step"], 2)}))
+        for path in paths:
+            step_us, _ = Bench(n, f"{tag}-{n}-{path}", path).run(args.steps)
+            mean = statistics.fmean(step_us)
+            s = sorted(step_us)
+            print(json.dumps({
+                "bench": "python_scheduler", "path": path, "requests": n, "steps": len(s),
+                "us_per_step": round(mean, 2), "p50_us": round(s[len(s) // 2], 2),
+                "p99_us": round(s[int(0.99 * len(s))], 2),
+                "cxx_planner_us_per_step": cxx_line["us_per_step"],
+                "ratio_to_cxx": round(mean / cxx_line["us_per_step"], 2)}))
     return 0
 
 

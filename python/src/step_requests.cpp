@@ -1,0 +1,283 @@
+#include "python/src/step_requests.hpp"
+
+#include <limits>
+#include <string>
+
+#include "python/src/errors.hpp"
+
+namespace kvc::python {
+namespace py = pybind11;
+
+namespace {
+
+[[noreturn]] void wrong_type(const char* what, const char* expected, PyObject* got) {
+  type_error(std::string(what) + " must be " + expected + ", got " + Py_TYPE(got)->tp_name);
+}
+
+uint32_t u32_of(PyObject* o, const char* what) {
+  if (!PyLong_Check(o)) wrong_type(what, "an int", o);
+  const unsigned long v = PyLong_AsUnsignedLong(o);
+  if ((v == static_cast<unsigned long>(-1) && PyErr_Occurred()) ||
+      v > std::numeric_limits<uint32_t>::max()) {
+    PyErr_Clear();
+    throw py::value_error(std::string(what) + " must be in [0, 2**32)");
+  }
+  return static_cast<uint32_t>(v);
+}
+
+bool truth_of(PyObject* o) {
+  const int t = PyObject_IsTrue(o);
+  if (t < 0) throw py::error_already_set();
+  return t == 1;
+}
+
+/// A new reference to `o.name` (name an interned str); AttributeError as it is.
+py::object attr(py::handle o, PyObject* name) {
+  PyObject* v = PyObject_GetAttr(o.ptr(), name);
+  if (v == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(v);
+}
+
+/// A list or tuple's items (borrowed) and size; TypeError for anything else.
+struct items {
+  PyObject** at;
+  Py_ssize_t size;
+};
+items items_of(py::handle seq, const char* what) {
+  if (!PyList_Check(seq.ptr()) && !PyTuple_Check(seq.ptr())) {
+    wrong_type(what, "a list or tuple", seq.ptr());
+  }
+  return {PySequence_Fast_ITEMS(seq.ptr()), PySequence_Fast_GET_SIZE(seq.ptr())};
+}
+
+/// The vLLM field names, interned once (the module's lifetime; never freed).
+struct vllm_names {
+  PyObject* scheduled_new_reqs = PyUnicode_InternFromString("scheduled_new_reqs");
+  PyObject* scheduled_cached_reqs = PyUnicode_InternFromString("scheduled_cached_reqs");
+  PyObject* num_scheduled_tokens = PyUnicode_InternFromString("num_scheduled_tokens");
+  PyObject* preempted_req_ids = PyUnicode_InternFromString("preempted_req_ids");
+  PyObject* req_id = PyUnicode_InternFromString("req_id");
+  PyObject* req_ids = PyUnicode_InternFromString("req_ids");
+  PyObject* block_ids = PyUnicode_InternFromString("block_ids");
+  PyObject* new_block_ids = PyUnicode_InternFromString("new_block_ids");
+  PyObject* resumed_req_ids = PyUnicode_InternFromString("resumed_req_ids");
+  PyObject* block_hashes = PyUnicode_InternFromString("block_hashes");
+  PyObject* num_tokens = PyUnicode_InternFromString("num_tokens");
+  PyObject* num_computed_tokens = PyUnicode_InternFromString("num_computed_tokens");
+  PyObject* kv_transfer_params = PyUnicode_InternFromString("kv_transfer_params");
+  PyObject* do_remote_decode = PyUnicode_InternFromString("do_remote_decode");
+  PyObject* request_id = PyUnicode_InternFromString("request_id");
+  PyObject* blocks = PyUnicode_InternFromString("blocks");
+  PyObject* block_id = PyUnicode_InternFromString("block_id");
+  PyObject* block_hash = PyUnicode_InternFromString("block_hash");
+  PyObject* finished_sending = PyUnicode_InternFromString("finished_sending");
+  PyObject* finished_recving = PyUnicode_InternFromString("finished_recving");
+};
+
+const vllm_names& names() {
+  static const vllm_names* n = new vllm_names;  // built under the GIL on first use
+  return *n;
+}
+
+std::string_view text_of(py::handle s, const char* what) {
+  if (!PyUnicode_Check(s.ptr())) wrong_type(what, "a str", s.ptr());
+  Py_ssize_t n = 0;
+  const char* p = PyUnicode_AsUTF8AndSize(s.ptr(), &n);
+  if (p == nullptr) throw py::error_already_set();
+  return {p, static_cast<size_t>(n)};
+}
+
+/// Request.kv_transfer_params.get("do_remote_decode") (vLLM's P/D prefill instance).
+bool remote_decode_of(py::handle request) {
+  const vllm_names& n = names();
+  const py::object params = attr(request, n.kv_transfer_params);
+  if (params.is_none()) return false;
+  if (!PyDict_Check(params.ptr())) {
+    wrong_type("Request.kv_transfer_params", "a dict or None", params.ptr());
+  }
+  PyObject* flag = PyDict_GetItemWithError(params.ptr(), n.do_remote_decode);
+  if (flag == nullptr && PyErr_Occurred()) throw py::error_already_set();
+  return flag != nullptr && truth_of(flag);
+}
+
+/// Appends the strs of `ids` (None, or any iterable) to `out`, kept alive by `held`.
+void add_texts(py::handle ids, const char* what, std::vector<std::string_view>& out,
+               std::vector<py::object>& held) {
+  if (ids.is_none()) return;
+  const py::object it = py::reinterpret_steal<py::object>(PyObject_GetIter(ids.ptr()));
+  if (!it) throw py::error_already_set();
+  while (PyObject* id = PyIter_Next(it.ptr())) {
+    held.push_back(py::reinterpret_steal<py::object>(id));
+    out.push_back(text_of(held.back(), what));
+  }
+  if (PyErr_Occurred()) throw py::error_already_set();
+}
+
+}  // namespace
+
+vllm_request read_vllm_request(py::handle request) {
+  const vllm_names& n = names();
+  vllm_request r;
+  r.id_object = attr(request, n.request_id);
+  r.id = text_of(r.id_object, "Request.request_id");
+  r.hashes = attr(request, n.block_hashes);
+  r.num_tokens = u32_of(attr(request, n.num_tokens).ptr(), "Request.num_tokens");
+  r.remote_decode = remote_decode_of(request);
+  return r;
+}
+
+void read_vllm_blocks(py::handle blocks, std::vector<gpu_block>& ids,
+                      std::vector<uint8_t>& hashed) {
+  const vllm_names& n = names();
+  ids.clear();
+  hashed.clear();
+  const py::object groups_obj = attr(blocks, n.blocks);
+  const items groups = items_of(groups_obj, "KVCacheBlocks.blocks");
+  if (groups.size != 1) {
+    throw py::value_error("KVCacheBlocks.blocks must hold one KV-cache group, not " +
+                          std::to_string(groups.size));
+  }
+  const items group = items_of(groups.at[0], "KVCacheBlocks.blocks[0]");
+  for (Py_ssize_t i = 0; i < group.size; ++i) {
+    const py::handle b(group.at[i]);
+    ids.push_back(u32_of(attr(b, n.block_id).ptr(), "KVCacheBlock.block_id"));
+    hashed.push_back(attr(b, n.block_hash).is_none() ? 0 : 1);
+  }
+}
+
+void read_vllm_finished(py::handle out, std::vector<std::string_view>& sending,
+                        std::vector<std::string_view>& recving, std::vector<py::object>& held) {
+  const vllm_names& n = names();
+  sending.clear();
+  recving.clear();
+  add_texts(attr(out, n.finished_sending), "finished_sending", sending, held);
+  add_texts(attr(out, n.finished_recving), "finished_recving", recving, held);
+}
+
+void step_requests::clear() {
+  requests.clear();
+  num_new = 0;
+  blocks.clear();
+  preempted.clear();
+  held.clear();
+}
+
+std::string_view step_requests::hold_id(py::handle id, const char* what) {
+  const std::string_view text = text_of(id, what);
+  held.push_back(py::reinterpret_borrow<py::object>(id));
+  return text;
+}
+
+void step_requests::add_blocks(scheduled_fields& f, py::handle ids, const char* what) {
+  f.blocks_at = blocks.size();
+  if (ids.is_none()) return;
+  const items list = items_of(ids, what);
+  for (Py_ssize_t i = 0; i < list.size; ++i) blocks.push_back(u32_of(list.at[i], what));
+  f.blocks_count = blocks.size() - f.blocks_at;
+}
+
+void step_requests::read_tuples(py::handle fresh, py::handle cached, py::handle preempted_ids) {
+  clear();
+  for (py::handle list : {fresh, cached}) {
+    const items all = items_of(list, "new and cached");
+    for (Py_ssize_t k = 0; k < all.size; ++k) {
+      PyObject* t = all.at[k];
+      if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 8) {
+        type_error(
+            "a scheduled request is an 8-tuple (req_id, block_hashes, num_tokens, "
+            "num_computed, num_scheduled, block_ids, resumed, do_remote_decode)");
+      }
+      scheduled_fields f;
+      f.id = hold_id(PyTuple_GET_ITEM(t, 0), "req_id");
+      f.hashes = PyTuple_GET_ITEM(t, 1);
+      f.num_tokens = u32_of(PyTuple_GET_ITEM(t, 2), "num_tokens");
+      f.num_computed = u32_of(PyTuple_GET_ITEM(t, 3), "num_computed");
+      f.num_scheduled = u32_of(PyTuple_GET_ITEM(t, 4), "num_scheduled");
+      add_blocks(f, PyTuple_GET_ITEM(t, 5), "block_ids");
+      f.resumed = truth_of(PyTuple_GET_ITEM(t, 6));
+      f.remote_decode = truth_of(PyTuple_GET_ITEM(t, 7));
+      requests.push_back(f);
+    }
+    if (list.ptr() == fresh.ptr()) num_new = requests.size();
+  }
+  const items pre = items_of(preempted_ids, "preempted");
+  for (Py_ssize_t i = 0; i < pre.size; ++i) preempted.push_back(hold_id(pre.at[i], "preempted"));
+}
+
+void step_requests::read_vllm(py::handle out, py::handle requests_by_id) {
+  clear();
+  const vllm_names& n = names();
+  if (!PyDict_Check(requests_by_id.ptr())) {
+    wrong_type("requests", "a dict", requests_by_id.ptr());
+  }
+  const py::object scheduled = attr(out, n.num_scheduled_tokens);
+  if (!PyDict_Check(scheduled.ptr())) {
+    wrong_type("num_scheduled_tokens", "a dict", scheduled.ptr());
+  }
+  // The fields of vLLM's Request that the connector reads, and num_scheduled_tokens[id].
+  auto add = [&](py::handle id, py::handle block_ids, bool resumed) {
+    scheduled_fields f;
+    f.id = hold_id(id, "req_id");
+    PyObject* req = PyDict_GetItemWithError(requests_by_id.ptr(), id.ptr());
+    if (req == nullptr) {
+      if (PyErr_Occurred()) throw py::error_already_set();
+      throw py::key_error("request " + std::string(f.id) +
+                          " is scheduled but was never passed to get_num_new_matched_tokens");
+    }
+    PyObject* tokens = PyDict_GetItemWithError(scheduled.ptr(), id.ptr());
+    if (tokens == nullptr) {
+      if (PyErr_Occurred()) throw py::error_already_set();
+      throw py::key_error("num_scheduled_tokens has no entry for request " + std::string(f.id));
+    }
+    f.num_scheduled = u32_of(tokens, "num_scheduled_tokens[req_id]");
+    const py::handle r(req);
+    py::object hashes = attr(r, n.block_hashes);
+    f.hashes = hashes;
+    held.push_back(std::move(hashes));
+    f.num_tokens = u32_of(attr(r, n.num_tokens).ptr(), "Request.num_tokens");
+    f.num_computed = u32_of(attr(r, n.num_computed_tokens).ptr(), "Request.num_computed_tokens");
+    f.remote_decode = remote_decode_of(r);
+    // vLLM's block ids are per KV-cache group; kvconnect serves one group (load_config).
+    if (!block_ids.is_none()) {
+      const items groups = items_of(block_ids, "block_ids");
+      if (groups.size < 1) type_error("block_ids must hold the ids of one KV-cache group");
+      block_ids = groups.at[0];
+    }
+    add_blocks(f, block_ids, "block_ids");
+    f.resumed = resumed;
+    requests.push_back(f);
+  };
+
+  const py::object fresh = attr(out, n.scheduled_new_reqs);
+  const items news = items_of(fresh, "scheduled_new_reqs");
+  for (Py_ssize_t i = 0; i < news.size; ++i) {
+    const py::handle r(news.at[i]);
+    add(attr(r, n.req_id), attr(r, n.block_ids), false);
+  }
+  num_new = requests.size();
+
+  const py::object cached = attr(out, n.scheduled_cached_reqs);
+  const py::object ids_obj = attr(cached, n.req_ids);
+  const py::object new_blocks_obj = attr(cached, n.new_block_ids);
+  const py::object resumed_ids = attr(cached, n.resumed_req_ids);
+  const items ids = items_of(ids_obj, "scheduled_cached_reqs.req_ids");
+  const items new_blocks = items_of(new_blocks_obj, "scheduled_cached_reqs.new_block_ids");
+  if (new_blocks.size != ids.size) {
+    throw py::value_error("scheduled_cached_reqs: req_ids and new_block_ids differ in length");
+  }
+  const bool any_resumed = !resumed_ids.is_none() && PyObject_Length(resumed_ids.ptr()) != 0;
+  if (PyErr_Occurred()) throw py::error_already_set();
+  for (Py_ssize_t i = 0; i < ids.size; ++i) {
+    bool resumed = false;
+    if (any_resumed) {
+      const int in = PySequence_Contains(resumed_ids.ptr(), ids.at[i]);
+      if (in < 0) throw py::error_already_set();
+      resumed = in == 1;
+    }
+    add(ids.at[i], new_blocks.at[i], resumed);
+  }
+
+  add_texts(attr(out, n.preempted_req_ids), "preempted_req_ids", preempted, held);
+}
+
+}  // namespace kvc::python

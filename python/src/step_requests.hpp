@@ -1,0 +1,84 @@
+#pragma once
+/// What Python passes to the scheduler side, read with the C API in one call each (no Python
+/// loop, no per-item Python object built): a step's scheduled requests, as tuples
+/// (SchedulerConnector.build_connector_meta) or as vLLM's SchedulerOutput and the Request objects
+/// it names (vllm_build_connector_meta); and the other vLLM objects the scheduler role reads:
+/// Request, KVCacheBlocks, KVConnectorOutput (the vllm_* calls kvconnect.vllm makes). Only the
+/// fields vLLM's OffloadingConnectorScheduler reads are read (docs/python.md).
+///
+/// The ids are string_views into the Python strs; `held` keeps those strs alive, so they stay
+/// valid while the caller releases the GIL. Block ids of all requests share one buffer.
+/// Wrong types raise TypeError naming the field, out-of-range ints ValueError. Not thread-safe;
+/// the GIL must be held while reading.
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include <pybind11/pybind11.h>
+
+#include "proto/ids.hpp"
+
+namespace kvc::python {
+
+/// The fields of a vLLM Request that get_num_new_matched_tokens and update_state_after_alloc
+/// read (request_id, block_hashes, num_tokens, kv_transfer_params["do_remote_decode"]). `id`
+/// points into `id_object`, which the struct keeps alive, as it does `hashes`.
+struct vllm_request {
+  pybind11::object id_object;
+  std::string_view id;
+  pybind11::object hashes;
+  uint32_t num_tokens = 0;
+  bool remote_decode = false;
+};
+vllm_request read_vllm_request(pybind11::handle request);
+
+/// vLLM's KVCacheBlocks of the one KV-cache group kvconnect serves: each block's id, and
+/// whether it is hashed (block_hash is not None). The vectors are cleared first.
+void read_vllm_blocks(pybind11::handle blocks, std::vector<gpu_block>& ids,
+                      std::vector<uint8_t>& hashed);
+
+/// A KVConnectorOutput's finished_sending / finished_recving (None, or an iterable of strs)
+/// as string_views into strs that `held` keeps alive.
+void read_vllm_finished(pybind11::handle connector_output, std::vector<std::string_view>& sending,
+                        std::vector<std::string_view>& recving,
+                        std::vector<pybind11::object>& held);
+
+/// One scheduled request's fields; block ids as an offset/count into step_requests::blocks
+/// (the buffer may grow while the step is read).
+struct scheduled_fields {
+  std::string_view id;
+  pybind11::handle hashes;  // the request's block_hashes (list or tuple)
+  uint32_t num_tokens = 0;
+  uint32_t num_computed = 0;
+  uint32_t num_scheduled = 0;
+  size_t blocks_at = 0;
+  size_t blocks_count = 0;
+  bool resumed = false;
+  bool remote_decode = false;
+};
+
+struct step_requests {
+  std::vector<scheduled_fields> requests;  // the new ones first
+  size_t num_new = 0;
+  std::vector<gpu_block> blocks;
+  std::vector<std::string_view> preempted;
+  std::vector<pybind11::object> held;
+
+  /// `fresh` and `cached`: lists of 8-tuples (req_id, block_hashes, num_tokens, num_computed,
+  /// num_scheduled, block_ids or None, resumed, do_remote_decode); `preempted`: strs.
+  void read_tuples(pybind11::handle fresh, pybind11::handle cached, pybind11::handle preempted);
+
+  /// vLLM's SchedulerOutput (scheduled_new_reqs, scheduled_cached_reqs, num_scheduled_tokens,
+  /// preempted_req_ids) and `requests`, a dict {req_id: vLLM Request} holding every scheduled
+  /// request (request_id, block_hashes, num_tokens, num_computed_tokens, kv_transfer_params).
+  /// A scheduled id missing from `requests` raises KeyError.
+  void read_vllm(pybind11::handle scheduler_output, pybind11::handle requests);
+
+ private:
+  void clear();
+  std::string_view hold_id(pybind11::handle id, const char* what);
+  /// Appends a list or tuple of block ids (None: none) to `blocks`.
+  void add_blocks(scheduled_fields& f, pybind11::handle ids, const char* what);
+};
+
+}  // namespace kvc::python

@@ -1,0 +1,171 @@
+"""build_connector_meta's two ways in (python/src/step_requests.hpp): vLLM's SchedulerOutput read
+by the binding in one call (vllm_build_connector_meta, what kvconnect.vllm uses) must plan what
+the tuples that spell out the same fields plan (build_connector_meta), and wrong input from
+Python is a TypeError / ValueError / KeyError naming the field, never a crash."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import kvconnect
+import vllm_standins as v
+
+BLOCK = 16
+
+
+def connector(name: str) -> kvconnect.SchedulerConnector:
+    config = kvconnect.Config(
+        topology={"tensor_parallel": 1},
+        kv_cache={"gpu_block_size": BLOCK, "layers": 1, "page_bytes": 4096},
+        offload={"cpu_bytes_to_use": 64 * 4096},
+        runtime={"job_timeout_ms": 0, "job_timeout_steps": 0})
+    return kvconnect.SchedulerConnector(config, instance=f"pytest-{os.getpid()}-{name}",
+                                        token="t", listen=False, transport="memory")
+
+
+def jobs(meta) -> list:
+    return [(j.kind, j.id, j.request_id, list(j.slots), list(j.gpu_blocks), j.skip)
+            for j in list(meta.loads) + list(meta.stores)] + \
+        [("flush", list(meta.flush), list(meta.flush_requests))]
+
+
+def request(rid: str, blocks: int, params: dict | None = None) -> v.Request:
+    return v.Request(rid, [(rid + str(b)).encode() for b in range(blocks)], blocks * BLOCK, 0,
+                     params)
+
+
+def as_tuple(r: v.Request, scheduled: int, block_ids, resumed: bool) -> tuple:
+    remote = bool(r.kv_transfer_params and r.kv_transfer_params.get("do_remote_decode"))
+    return (r.request_id, r.block_hashes, r.num_tokens, r.num_computed_tokens, scheduled,
+            block_ids, resumed, remote)
+
+
+def test_vllms_scheduler_output_plans_what_the_same_fields_as_tuples_plan():
+    by_vllm, by_tuples = connector("vllm"), connector("tuples")
+    try:
+        # a: a P/D prefill request (its blocks are stored); b: an ordinary one; c: preempted
+        # in step 2, resumed in step 3 with all of its blocks again.
+        reqs = {"a": request("a", 3, {"do_remote_decode": True}), "b": request("b", 2),
+                "c": request("c", 2, {})}
+        for r in reqs.values():
+            for sc in (by_vllm, by_tuples):
+                assert sc.get_num_new_matched_tokens(r.request_id, r.block_hashes, r.num_tokens,
+                                                     0, r.request_id == "a") == (0, False)
+        # (new: [(id, block ids)], cached: [(id, new block ids or None)], resumed, scheduled
+        #  tokens, preempted)
+        steps = [
+            ([("a", [1, 2, 3]), ("b", [4, 5]), ("c", [6, 7])], [], set(),
+             {"a": 48, "b": 32, "c": 32}, []),
+            ([], [("a", [8]), ("b", None)], set(), {"a": 1, "b": 1}, ["c"]),
+            ([], [("a", None), ("b", [9]), ("c", [10, 11])], {"c"}, {"a": 1, "b": 1, "c": 32},
+             []),
+        ]
+        for step, (new, cached, resumed, scheduled, preempted) in enumerate(steps, start=1):
+            for rid, _ in cached:  # decoding: one new token; resumed: computed anew
+                r = reqs[rid]
+                r.num_tokens += 0 if rid in resumed else 1
+                r.num_computed_tokens = 0 if rid in resumed else r.num_tokens - 1
+            out = v.SchedulerOutput(
+                [v.NewRequestData(rid, (ids,)) for rid, ids in new],
+                v.CachedRequestData([rid for rid, _ in cached], resumed,
+                                    [None if ids is None else (ids,) for _, ids in cached]),
+                scheduled, set(), preempted)
+            got = by_vllm.vllm_build_connector_meta(step, out, reqs)
+            want = by_tuples.build_connector_meta(
+                step, [as_tuple(reqs[rid], scheduled[rid], ids, False) for rid, ids in new],
+                [as_tuple(reqs[rid], scheduled[rid], ids, rid in resumed) for rid, ids in cached],
+                preempted)
+            assert jobs(got) == jobs(want)
+            if step == 1:
+                assert sorted(j.request_id for j in got.stores) == ["a", "b", "c"]
+            done = [(j.id, j.kind, True) for j in list(want.loads) + list(want.stores)]
+            for sc in (by_vllm, by_tuples):
+                sc.apply_job_results(step, done)
+                sc.update_connector_output()
+        assert by_vllm.stats() == by_tuples.stats()
+    finally:
+        by_vllm.shutdown()
+        by_tuples.shutdown()
+
+
+def test_wrong_input_from_python_is_an_error_naming_the_field():
+    sc = connector("types")
+    try:
+        r = request("a", 2)
+        sc.get_num_new_matched_tokens("a", r.block_hashes, r.num_tokens, 0)
+
+        def output(new=(("a", ([1, 2],)),), scheduled=None):
+            return v.SchedulerOutput([v.NewRequestData(rid, ids) for rid, ids in new],
+                                     v.CachedRequestData([], set(), []),
+                                     scheduled if scheduled is not None else {"a": 32}, set(),
+                                     [])
+
+        with pytest.raises(KeyError, match="request b is scheduled but was never passed"):
+            sc.vllm_build_connector_meta(1, output(new=(("b", ([1],)),), scheduled={"b": 1}),
+                                         {"a": r})
+        with pytest.raises(KeyError, match="num_scheduled_tokens has no entry for request a"):
+            sc.vllm_build_connector_meta(1, output(scheduled={}), {"a": r})
+        with pytest.raises(TypeError, match="Request.num_tokens must be an int, got str"):
+            sc.vllm_build_connector_meta(
+                1, output(), {"a": v.Request("a", r.block_hashes, "32", 0, None)})
+        with pytest.raises(TypeError, match="Request.kv_transfer_params must be a dict or None"):
+            sc.vllm_build_connector_meta(1, output(), {"a": v.Request("a", r.block_hashes, 32,
+                                                                       0, ["do_remote_decode"])})
+        with pytest.raises(TypeError, match="block_ids must be an int, got float"):
+            sc.vllm_build_connector_meta(1, output(new=(("a", ([1.0, 2],)),)), {"a": r})
+        with pytest.raises(TypeError, match="requests must be a dict"):
+            sc.vllm_build_connector_meta(1, output(), [r])
+        with pytest.raises(AttributeError):
+            sc.vllm_build_connector_meta(1, object(), {"a": r})
+
+        t = ("a", r.block_hashes, 32, 0, 32, [1, 2], False, False)
+        with pytest.raises(ValueError, match=r"num_scheduled must be in \[0, 2\*\*32\)"):
+            sc.build_connector_meta(1, [t[:4] + (-1,) + t[5:]], [], [])
+        with pytest.raises(TypeError, match="req_id must be a str, got int"):
+            sc.build_connector_meta(1, [(7,) + t[1:]], [], [])
+        with pytest.raises(TypeError, match="a scheduled request is an 8-tuple"):
+            sc.build_connector_meta(1, [t[:7]], [], [])
+        with pytest.raises(TypeError, match="preempted must be a str, got NoneType"):
+            sc.build_connector_meta(1, [t], [], [None])
+        # Nothing above reached the planner: the step is still the first.
+        meta = sc.vllm_build_connector_meta(1, output(), {"a": r})
+        assert [j.request_id for j in meta.stores] == ["a"]
+    finally:
+        sc.shutdown()
+
+
+def test_vllms_request_blocks_and_output_are_read_as_the_plain_calls_read_them():
+    by_vllm, plain = connector("vllm-calls"), connector("plain-calls")
+    try:
+        r = request("a", 4, {"do_remote_decode": False})
+        assert by_vllm.vllm_get_num_new_matched_tokens(r, 0) == \
+            plain.get_num_new_matched_tokens("a", r.block_hashes, r.num_tokens, 0)
+        blocks = v.KVCacheBlocks(([v.KVCacheBlock(b, None if b == 4 else b"h", False)
+                                   for b in (1, 2, 3, 4)],))
+        by_vllm.vllm_update_state_after_alloc(r, blocks, 0)
+        plain.update_state_after_alloc("a", r.block_hashes, r.num_tokens, [1, 2, 3, 4],
+                                       [True, True, True, False], 0)
+        assert by_vllm.tables() == plain.tables()
+        # vLLM's finished sets go in; the planner's (None when empty) come back over them, and
+        # invalid block ids are added to vLLM's own.
+        out = v.KVConnectorOutput({"x"}, None, {99})
+        by_vllm.vllm_update_connector_output(out)
+        plain.apply_request_output(["x"], [])
+        update = plain.update_connector_output()
+        assert out.finished_sending == (set(update.finished_sending) or None)
+        assert out.finished_recving == (set(update.finished_recving) or None)
+        assert out.invalid_block_ids == {99} | set(update.invalid_block_ids)
+
+        with pytest.raises(ValueError, match="KVCacheBlocks.blocks must hold one KV-cache group"):
+            by_vllm.vllm_update_state_after_alloc(r, v.KVCacheBlocks(([], [])), 0)
+        with pytest.raises(TypeError, match="KVCacheBlock.block_id must be an int, got str"):
+            by_vllm.vllm_update_state_after_alloc(
+                r, v.KVCacheBlocks(([v.KVCacheBlock("1", None, False)],)), 0)
+        with pytest.raises(TypeError, match="Request.request_id must be a str, got int"):
+            by_vllm.vllm_get_num_new_matched_tokens(v.Request(7, [], 0, 0, None), 0)
+        with pytest.raises(TypeError, match="finished_recving must be a str, got int"):
+            by_vllm.vllm_update_connector_output(v.KVConnectorOutput(None, [1]))
+    finally:
+        by_vllm.shutdown()
+        plain.shutdown()
