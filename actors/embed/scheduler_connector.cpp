@@ -505,6 +505,7 @@ result<uint32_t> scheduler_connector::shutdown(std::chrono::milliseconds timeout
   impl& m = *impl_;
   if (m.host->live()) m.sample();  // keep the coordinator's last counters for later scrapes
   auto stopped = m.host->stop(timeout);
+  m.tracer.reset();  // with the host's: the last owner completes the trace file
   m.stop_recorder();
   if (m.events) {
     m.publish_events();

@@ -192,7 +192,8 @@ class scheduler_connector {
   const scheduler::planner& planner() const noexcept;
 
   /// Stops every registered worker (their facades see the scheduler gone), ends the actors,
-  /// removes the segment. Returns the number of workers stopped, or errc::timeout when they
+  /// removes the segment, completes the trace file (observe.trace) and the run record
+  /// (observe.record). Returns the number of workers stopped, or errc::timeout when they
   /// did not all go within `timeout` (the actors are ended anyway). Idempotent: later calls
   /// return 0.
   result<uint32_t> shutdown(std::chrono::milliseconds timeout);

@@ -212,6 +212,7 @@ result<uint32_t> scheduler_host::stop(std::chrono::milliseconds timeout) {
   stopped_faults_ = faults();
   coordinator_.reset();  // its scoped actor ends here
   host_.reset();         // the last owner waits for the actors to end
+  tracer_.reset();       // nothing records any more: the trace file is complete
   segment_.reset();      // removes the segment's name
   if (!st) return st;
   return stopped;

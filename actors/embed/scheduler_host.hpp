@@ -61,7 +61,8 @@ class scheduler_host {
     if (p == nullptr) return {};
     return {p, segment_->geometry().slot_bytes};
   }
-  /// This process's tracer; null when observe.trace is off.
+  /// This process's tracer; null when observe.trace is off, and after stop() (the trace file
+  /// is complete then).
   const std::shared_ptr<trace::tracer>& tracer() const noexcept { return tracer_; }
   /// The actors run (not stopped, the scheduler actor did not end).
   bool live() const noexcept { return scheduler_ && !coordinator_->gone(); }
@@ -69,9 +70,9 @@ class scheduler_host {
   /// Blocks until every rank registered and said hello on the step channel. errc::timeout when
   /// `timeout` passed first; errc::io_error when the scheduler actor is gone.
   status wait_ready(std::chrono::milliseconds timeout);
-  /// Stops every registered worker, ends the actors, removes the segment. The number of workers
-  /// stopped, or errc::timeout when they did not all go within `timeout` (the rest is done
-  /// anyway). Later calls return 0.
+  /// Stops every registered worker, ends the actors, removes the segment, drops the tracer (the
+  /// trace file is complete). The number of workers stopped, or errc::timeout when they did not
+  /// all go within `timeout` (the rest is done anyway). Later calls return 0.
   result<uint32_t> stop(std::chrono::milliseconds timeout);
 
  private:

@@ -28,7 +28,7 @@ build_connector_meta waits (up to runtime.ready_timeout_ms) for every rank to jo
 whose scheduler side never comes raises kvconnect.Timeout from its first
 bind_connector_metadata, after runtime.ready_timeout_ms.
 
-Not yet: reset_cache, more than one KV-cache group.
+Not yet: reset_cache (it answers False: nothing is reset), more than one KV-cache group.
 """
 from __future__ import annotations
 
@@ -243,8 +243,10 @@ class KvconnectConnector(_BASE):  # type: ignore[misc, valid-type]
         return None
 
     def reset_cache(self) -> bool | None:
-        """None: not supported (the planner has no reset; vLLM's own connector has none)."""
-        return None
+        """False: kvconnect's planner has no reset, so the CPU tier keeps its blocks. vLLM's
+        scheduler takes None for success (reset_connector_cache), which would let a prefix-cache
+        reset, e.g. after a weight update, report success while stale blocks stay loadable."""
+        return False
 
     def shutdown(self) -> None:
         if self._scheduler is not None:

@@ -383,6 +383,10 @@ void bind_scheduler(py::module_& m) {
       .def_property_readonly("port", [](py_scheduler& s) { return s.sc().port(); })
       .def_property_readonly("segment_name", [](py_scheduler& s) { return s.sc().segment_name(); })
       .def_property_readonly("metrics_port", [](py_scheduler& s) { return s.sc().metrics_port(); })
+      .def_property_readonly("kv_events_endpoint",
+                             [](py_scheduler& s) { return s.sc().kv_events_endpoint(); })
+      .def_property_readonly("kv_events_replay_endpoint",
+                             [](py_scheduler& s) { return s.sc().kv_events_replay_endpoint(); })
       .def_property_readonly("num_cpu_blocks",
                              [](py_scheduler& s) { return s.sc().config().pool.slots_per_rank; })
       .def("wait_for_workers", &py_scheduler::wait_for_workers, py::arg("timeout"))

@@ -42,6 +42,16 @@ def test_bad_extra_config_is_a_value_error_naming_the_key():
                   "process-fault")
 
 
+def test_reset_cache_says_the_cpu_tier_was_not_reset():
+    # vLLM's Scheduler.reset_connector_cache treats anything but False as a reset done: None
+    # would report a prefix-cache reset (after a weight update) while stale blocks stay.
+    c = connector({"cpu_bytes_to_use": 1 << 20}, "reset")
+    try:
+        assert c.reset_cache() is False
+    finally:
+        c.shutdown()
+
+
 def test_the_pool_is_sized_as_vllm_sizes_it():
     # vLLM: cpu_bytes_to_use // (bytes of one GPU block over the KV tensors * factor * world).
     c = KvconnectConnector(
