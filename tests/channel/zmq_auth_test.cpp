@@ -25,6 +25,7 @@
 
 #include "actors/channel/rank_channel.hpp"
 #include "actors/channel/scheduler_channel.hpp"
+#include "tests/support/loopback_socket.hpp"
 
 namespace kvc::channel {
 namespace {
@@ -87,13 +88,8 @@ class probe_dealer {
 /// A plain TCP connection to 127.0.0.1:port.
 class raw_client {
  public:
-  explicit raw_client(uint16_t port) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connected_ = fd_ >= 0 && ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  }
+  explicit raw_client(uint16_t port)
+      : fd_(kvc::testing::connect_loopback(port)), connected_(fd_ >= 0) {}
   ~raw_client() {
     if (fd_ >= 0) ::close(fd_);
   }
@@ -180,7 +176,7 @@ class ZmqAuthTest : public ::testing::Test {
     EXPECT_EQ(reports.size(), 2 * steps);
     // Nothing else ever reached the scheduler's end.
     EXPECT_EQ(sched_->receive(0ms, reports), 0u);
-    EXPECT_EQ(sched_->dropped_frames(), 0u) << testing::PrintToString(sched_->take_notes());
+    EXPECT_EQ(sched_->dropped_frames(), 0u) << ::testing::PrintToString(sched_->take_notes());
   }
 
   zmq_server* server_ = nullptr;

@@ -19,6 +19,8 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include "tests/support/loopback_socket.hpp"
+
 namespace kvc::metrics {
 namespace {
 
@@ -29,13 +31,8 @@ const std::string text = "kvc_up 1\n";
 /// A connected TCP socket to 127.0.0.1:port; closed by the destructor.
 class raw_client {
  public:
-  explicit raw_client(uint16_t port) : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connected_ = fd_ >= 0 && ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  }
+  explicit raw_client(uint16_t port)
+      : fd_(kvc::testing::connect_loopback(port)), connected_(fd_ >= 0) {}
   ~raw_client() {
     if (fd_ >= 0) ::close(fd_);
   }

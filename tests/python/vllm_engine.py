@@ -252,3 +252,17 @@ def check_nothing_left(sched: KvconnectConnector, workers: Workers,
         {"requests": 0, "jobs": 0, "loads": 0, "coordinator_jobs": straggling,
          "channel_queued_steps": 0}
     assert workers.all("tables") == [(0, 0, 0)] * TP
+
+
+def load_b_checked(sched: KvconnectConnector, workers: Workers, blocks_a: list[int],
+                   stored: list) -> list:
+    """b loads a's prefix (load_b); it must finish receiving with no invalid block, and every
+    rank's loaded blocks must equal what a stored. Returns the loaded bytes per rank."""
+    kv_out, blocks_b = load_b(sched, workers)
+    assert kv_out.finished_recving == {"b"}
+    assert not kv_out.invalid_block_ids
+    loaded = workers.all("read", blocks_b[:4])
+    for r in range(TP):
+        for src, dst in zip(blocks_a, blocks_b):
+            assert loaded[r][dst] == stored[r][src], f"rank {r}: block {dst}"
+    return loaded
