@@ -13,8 +13,8 @@
 #include <caf/typed_actor.hpp>
 
 #include "actors/control/atoms.hpp"
-#include "actors/scheduler/handshake.hpp"
 #include "proto/ids.hpp"
+#include "proto/registration.hpp"
 
 namespace kvc::control {
 
@@ -32,7 +32,7 @@ using coordinator_actor = caf::typed_actor<
 
 /// The scheduler actor as workers see it: registration. The reply names the coordinator and
 /// the step channel's endpoint the rank connects to (empty: the rank is in the scheduler's
-/// process and connects in-process). A refusal is an error saying why, see handshake.hpp.
+/// process and connects in-process). A refusal is an error saying why (actors/scheduler/handshake.hpp).
 using scheduler_actor = caf::typed_actor<
     caf::replies_to<hello_atom, worker_registration, worker_actor>::with<coordinator_actor,
                                                                           std::string>>;

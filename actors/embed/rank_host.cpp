@@ -23,6 +23,7 @@
 #include "actors/control/gate.hpp"
 #include "actors/control/tcp_probe.hpp"
 #include "actors/embed/node_pool.hpp"
+#include "actors/scheduler/handshake.hpp"
 #include "actors/trace/traced_transport.hpp"
 #include "cuda/engine_factory.hpp"
 #include "cuda/faulty_copy_engine.hpp"

@@ -8,8 +8,8 @@
 /// one status naming the field that differs, worded so that both sides can log it as is (the
 /// scheduler logs it, the worker prints it and exits non-zero). The token is never echoed.
 ///
-/// Pure (no CAF, no clock); the inspect overload lets CAF serialise the struct without this file
-/// depending on CAF. Plain values: thread-safe to copy and read.
+/// Pure (no CAF, no clock); worker_registration and its CAF inspect overload live in
+/// proto/registration.hpp. Plain values: thread-safe to copy and read.
 #include <cstdint>
 #include <string>
 
