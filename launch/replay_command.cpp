@@ -2,14 +2,14 @@
 // prints one answer line per op (the protocol of docs and tests/scheduler/replay/). A bad line
 // gets {"error": "..."} and changes nothing; the exit code is 1 if any line failed.
 // `kvconnect replay --connector [FILE|-]`: a vLLM connector trace through the planner instead
-// (replay_connector.hpp, docs/planner.md).
+// (connector_replay.hpp, docs/planner.md).
 #include <iostream>
 #include <memory>
 #include <stdexcept>
 #include <string>
 
 #include "launch/commands.hpp"
-#include "launch/replay_connector.hpp"
+#include "launch/connector_replay.hpp"
 #include "launch/replay_session.hpp"
 
 namespace kvc::launch {

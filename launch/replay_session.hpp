@@ -6,7 +6,7 @@
 /// the same code. Not thread-safe.
 #include <ostream>
 
-#include "launch/replay_connector.hpp"
+#include "launch/line_reader.hpp"
 
 namespace kvc::launch {
 

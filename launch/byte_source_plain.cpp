@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "launch/replay_connector.hpp"
+#include "launch/line_reader.hpp"
 
 namespace kvc::launch {
 namespace {

@@ -1,6 +1,6 @@
 // `kvconnect replay --connector`: a vLLM R1 connector trace through kvconnect's planner (see
-// replay_connector.hpp and docs/planner.md).
-#include "launch/replay_connector.hpp"
+// connector_replay.hpp and docs/planner.md).
+#include "launch/connector_replay.hpp"
 
 #include <algorithm>
 #include <cstdint>
