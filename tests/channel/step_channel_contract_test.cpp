@@ -1,7 +1,8 @@
 // Contract suite of the step channel: scheduler_channel and rank_channel over every transport
-// (ZeroMQ over tcp, ZeroMQ inproc, in-process memory queues), and over two of them behind the
-// message traces' recording decorators (actors/trace/traced_transport.hpp), which must change
-// nothing. Written once; each transport must pass it unchanged. Waits are for frames, each with a
+// (ZeroMQ over tcp, ZeroMQ inproc, in-process memory queues), over two of them behind the
+// message traces' recording decorators (actors/trace/traced_transport.hpp) and over two behind
+// the fault seam (faulty_server_transport.hpp) with an empty fault plan: the decorators must
+// change nothing. Written once; each transport must pass it unchanged. Waits are for frames, each with a
 // deadline; nothing sleeps.
 #include "actors/channel/rank_channel.hpp"
 #include "actors/channel/scheduler_channel.hpp"
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/channel/faulty_server_transport.hpp"
 #include "actors/channel/memory_transport.hpp"
 #include "actors/channel/zmq_transport.hpp"
 #include "actors/trace/traced_transport.hpp"
@@ -25,14 +27,30 @@ using namespace std::chrono_literals;
 
 constexpr auto patience = 5000ms;  // a frame in flight arrives well within this
 
-enum class kind { zmq_tcp, zmq_inproc, memory, traced_zmq_tcp, traced_memory };
+enum class kind {
+  zmq_tcp,
+  zmq_inproc,
+  memory,
+  traced_zmq_tcp,
+  traced_memory,
+  faulty_zmq_tcp,
+  faulty_memory
+};
 
 bool traced(kind k) {
   return k == kind::traced_zmq_tcp || k == kind::traced_memory;
 }
 
+bool faulty(kind k) {
+  return k == kind::faulty_zmq_tcp || k == kind::faulty_memory;
+}
+
 bool tcp(kind k) {
-  return k == kind::zmq_tcp || k == kind::traced_zmq_tcp;
+  return k == kind::zmq_tcp || k == kind::traced_zmq_tcp || k == kind::faulty_zmq_tcp;
+}
+
+bool memory(kind k) {
+  return k == kind::memory || k == kind::traced_memory || k == kind::faulty_memory;
 }
 
 /// Counts what the decorators record (the records themselves are tested in tests/trace).
@@ -54,6 +72,10 @@ std::string name_of(const ::testing::TestParamInfo<kind>& info) {
       return "traced_zmq_tcp";
     case kind::traced_memory:
       return "traced_memory";
+    case kind::faulty_zmq_tcp:
+      return "faulty_zmq_tcp";
+    case kind::faulty_memory:
+      return "faulty_memory";
   }
   return "unknown";
 }
@@ -89,9 +111,16 @@ class StepChannelContract : public ::testing::TestWithParam<kind> {
  protected:
   void SetUp() override { ASSERT_TRUE(open(4)); }
 
+  /// With an empty fault plan the fault seam fired nothing and holds nothing back.
+  void TearDown() override {
+    if (faults_ == nullptr || sched_ == nullptr) return;  // gone with the channel
+    for (uint64_t n : faults_->fired()) EXPECT_EQ(n, 0u);
+    EXPECT_EQ(faults_->held_frames(), 0u);
+  }
+
   ::testing::AssertionResult open(uint32_t world) {
     std::unique_ptr<server_transport> t;
-    if (GetParam() == kind::memory || GetParam() == kind::traced_memory) {
+    if (memory(GetParam())) {
       t = std::make_unique<memory_server>();
     } else {
       auto z = zmq_server::create(tcp(GetParam()) ? "127.0.0.1" : "", "token");
@@ -100,6 +129,13 @@ class StepChannelContract : public ::testing::TestWithParam<kind> {
     }
     if (traced(GetParam())) {
       t = std::make_unique<trace::traced_server_transport>(std::move(t), tracer_);
+    }
+    faults_ = nullptr;
+    if (faulty(GetParam())) {
+      auto f = faulty_server_transport::make(std::move(t), fault_config{});
+      if (!f) return ::testing::AssertionFailure() << f.error().to_string();
+      faults_ = f->get();
+      t = std::move(f).value();
     }
     auto ch = scheduler_channel::create(std::move(t), world, "token");
     if (!ch) return ::testing::AssertionFailure() << ch.error().to_string();
@@ -156,6 +192,7 @@ class StepChannelContract : public ::testing::TestWithParam<kind> {
   std::shared_ptr<trace::tracer> tracer_ =
       std::make_shared<trace::tracer>(trace::trace_level::messages, sink_, "test", 0);
   std::unique_ptr<scheduler_channel> sched_;
+  faulty_server_transport* faults_ = nullptr;  // sched_'s fault seam (faulty kinds only)
   std::vector<step_report> reports_;
 };
 
@@ -329,7 +366,8 @@ TEST_P(StepChannelContract, EndsCloseInEitherOrderAndARankSeesNoMoreSteps) {
 
 INSTANTIATE_TEST_SUITE_P(Transports, StepChannelContract,
                          ::testing::Values(kind::zmq_tcp, kind::zmq_inproc, kind::memory,
-                                           kind::traced_zmq_tcp, kind::traced_memory),
+                                           kind::traced_zmq_tcp, kind::traced_memory,
+                                           kind::faulty_zmq_tcp, kind::faulty_memory),
                          name_of);
 
 }  // namespace
