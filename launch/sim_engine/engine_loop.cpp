@@ -5,6 +5,7 @@
 #include <memory>
 #include <unordered_set>
 
+#include "launch/sim_engine/elapsed.hpp"
 #include "launch/sim_engine/workload_generator.hpp"
 
 namespace kvc::sim {
@@ -12,11 +13,6 @@ namespace kvc::sim {
 namespace {
 
 using clock = std::chrono::steady_clock;
-
-double ns_since(clock::time_point t0) {
-  return static_cast<double>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - t0).count());
-}
 
 using connector_clock = std::function<double()>;
 

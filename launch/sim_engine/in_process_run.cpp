@@ -6,6 +6,7 @@
 #include "actors/embed/worker_connector.hpp"
 #include "cuda/manual_copy_engine.hpp"
 #include "launch/launch_plan.hpp"
+#include "launch/sim_engine/elapsed.hpp"
 #include "launch/sim_engine/engine_loop.hpp"
 #include "launch/sim_engine/model_runner.hpp"
 
@@ -14,11 +15,6 @@ namespace kvc::sim {
 namespace {
 
 using clock = std::chrono::steady_clock;
-
-double ns_since(clock::time_point t0) {
-  return static_cast<double>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - t0).count());
-}
 
 /// Everything of one run that lives as long as it.
 struct rig {

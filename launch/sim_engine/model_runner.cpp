@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "launch/sim_engine/elapsed.hpp"
 #include "launch/sim_engine/kv_content.hpp"
 
 namespace kvc::sim {
@@ -13,11 +14,6 @@ namespace {
 constexpr size_t mismatches_kept = 8;
 
 using steady = std::chrono::steady_clock;
-
-double ns_since(steady::time_point t0) {
-  return static_cast<double>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(steady::now() - t0).count());
-}
 
 }  // namespace
 
