@@ -8,8 +8,6 @@
 #include <caf/actor_system.hpp>
 #include <caf/system_messages.hpp>
 
-#include "actors/record/recorder.hpp"
-
 namespace kvc::coordinator {
 
 namespace {
@@ -34,13 +32,13 @@ result<std::unique_ptr<blocking_coordinator>> blocking_coordinator::create(
   if (!channel) return make_error(errc::invalid_argument, "coordinator: no step channel");
   auto core = step_coordinator::create(opts);
   if (!core) return core.error();
-  return std::unique_ptr<blocking_coordinator>{
-      new blocking_coordinator(sys, opts, std::move(core).value(), std::move(channel))};
+  return std::unique_ptr<blocking_coordinator>{new blocking_coordinator(
+      sys, opts, std::make_unique<step_coordinator>(std::move(core).value()), std::move(channel))};
 }
 
 blocking_coordinator::blocking_coordinator(caf::actor_system& sys,
                                            const coordinator_options& opts,
-                                           step_coordinator core,
+                                           std::unique_ptr<step_core> core,
                                            std::unique_ptr<channel::scheduler_channel> channel)
     : self_(sys), opts_(opts), core_(std::move(core)), channel_(std::move(channel)) {}
 
@@ -55,30 +53,24 @@ void blocking_coordinator::watch(const caf::actor& peer) {
 
 void blocking_coordinator::send_step(const connector_metadata& meta) {
   take_arrived();  // rank_up / rank_down and hellos first: the step goes to the live ranks
-  const uint64_t now = now_ns();
-  if (recorder_) recorder_->expect(meta.step, now);
-  core_.expect(meta, now);
+  core_->expect(meta, now_ns());
   channel_->send_step(meta);
   log_notes();
 }
 
 std::optional<connector_output> blocking_coordinator::poll_output() {
-  auto out = core_.poll_output();
-  if (recorder_) recorder_->poll(out);
-  return out;
+  return core_->poll_output();
 }
 
 bool blocking_coordinator::receive_control(std::chrono::nanoseconds timeout) {
   bool got = true;
   self_->receive(
       [&](control::rank_up_atom, rank_id rank, uint32_t incarnation) {
-        if (recorder_) recorder_->rank_up(rank, incarnation);
-        core_.rank_up(rank, incarnation);
+        core_->rank_up(rank, incarnation);
         channel_->rank_up(rank, incarnation);
       },
       [&](control::rank_down_atom, rank_id rank) {
-        if (recorder_) recorder_->rank_down(rank);
-        core_.rank_down(rank);
+        core_->rank_down(rank);
         channel_->rank_down(rank);
       },
       [&](caf::down_msg& dm) {
@@ -94,15 +86,8 @@ bool blocking_coordinator::receive_control(std::chrono::nanoseconds timeout) {
 void blocking_coordinator::receive_frames(std::chrono::milliseconds timeout) {
   reports_.clear();
   channel_->receive(timeout, reports_);
-  for (const step_report& r : reports_) {
-    if (recorder_) recorder_->report(r);
-    core_.report(r);
-  }
-  if (core_.needs_tick()) {
-    const uint64_t now = now_ns();
-    if (recorder_) recorder_->tick(now);
-    core_.tick(now);
-  }
+  for (const step_report& r : reports_) core_->report(r);
+  if (core_->needs_tick()) core_->tick(now_ns());
   log_notes();
 }
 
@@ -122,7 +107,7 @@ void blocking_coordinator::wait_some(std::chrono::nanoseconds left) {
 }
 
 void blocking_coordinator::log_notes() {
-  for (const auto& n : core_.take_notes()) {
+  for (const auto& n : core_->take_notes()) {
     switch (n.lvl) {
       case coordinator_note::level::debug:
         spdlog::debug("{}", n.text);

@@ -10,12 +10,14 @@
 ///     rank; the ranks' step_reports come back through the channel.
 /// Nothing happens between calls: the engine thread drives it (take_arrived, wait_some). Control
 /// messages are handled before the channel's frames, so a rank's rank_up routes its hello.
-/// With a recorder (record_to), every input the step_coordinator consumes is recorded where it
-/// is consumed (reports, rank events, ticks, expects, polls: actors/record/).
+/// It drives the core through step_core (step_core.hpp): a decorator put around it with
+/// wrap_core (record::recording_core records every input where the core consumes it) sees each
+/// report, rank event, tick, expect and poll; the actor does not know which it holds.
 ///
 /// Not thread-safe: the thread that created it calls everything (a scoped actor belongs to
 /// its thread). Destroy it before the actor system.
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -26,19 +28,19 @@
 
 #include "actors/channel/scheduler_channel.hpp"
 #include "actors/control/interfaces.hpp"
+#include "actors/coordinator/step_core.hpp"
 #include "actors/coordinator/step_coordinator.hpp"
 #include "proto/completion.hpp"
 #include "proto/connector_metadata.hpp"
 #include "proto/status.hpp"
 
-namespace kvc::record {
-class recorder;  // actors/record/recorder.hpp
-}  // namespace kvc::record
-
 namespace kvc::coordinator {
 
 class blocking_coordinator {
  public:
+  /// Wraps a core in a decorator (takes the core, returns the decorator that owns it).
+  using core_decorator = std::function<std::unique_ptr<step_core>(std::unique_ptr<step_core>)>;
+
   /// Errors: validate(opts)'s (nothing started); the channel must serve opts.world_size ranks.
   static result<std::unique_ptr<blocking_coordinator>> create(
       caf::actor_system& sys, const coordinator_options& opts,
@@ -62,8 +64,9 @@ class blocking_coordinator {
   void wait_some(std::chrono::nanoseconds left);
   /// The next released step output.
   std::optional<connector_output> poll_output();
-  /// Records every input of the core from now on into `r` (not owned; null: stop recording).
-  void record_to(record::recorder* r) noexcept { recorder_ = r; }
+  /// Puts `wrap`'s decorator around the core held now; before the first step (a decorator that
+  /// records sees every input from its first on).
+  void wrap_core(const core_decorator& wrap) { core_ = wrap(std::move(core_)); }
   /// The options the core was built with (what a record's header holds).
   const coordinator_options& options() const noexcept { return opts_; }
 
@@ -77,11 +80,13 @@ class blocking_coordinator {
   }
   /// The channel's transport, for ranks of this process (server_transport::connect_local).
   channel::server_transport& channel_transport() noexcept { return channel_->transport(); }
-  const step_coordinator& core() const noexcept { return core_; }
+  /// The core's state (under any decorator).
+  const step_coordinator& core() const noexcept { return core_->state(); }
 
  private:
   blocking_coordinator(caf::actor_system& sys, const coordinator_options& opts,
-                       step_coordinator core, std::unique_ptr<channel::scheduler_channel> channel);
+                       std::unique_ptr<step_core> core,
+                       std::unique_ptr<channel::scheduler_channel> channel);
   /// One control message within `timeout`; false when none came.
   bool receive_control(std::chrono::nanoseconds timeout);
   /// The channel's frames within `timeout`, then deadlines and notes.
@@ -90,8 +95,7 @@ class blocking_coordinator {
 
   caf::scoped_actor self_;
   coordinator_options opts_;
-  step_coordinator core_;
-  record::recorder* recorder_ = nullptr;
+  std::unique_ptr<step_core> core_;  // never null
   std::unique_ptr<channel::scheduler_channel> channel_;
   caf::actor_addr watched_;
   bool gone_ = false;

@@ -15,7 +15,8 @@
 /// job completes exactly once and never before every rank succeeded.
 ///
 /// Pure: no CAF, no threads, no clock (callers pass `now`, nanoseconds on their monotonic
-/// clock), no logging. Not thread-safe: one owner.
+/// clock), no logging. The coordinator actor drives it through step_core (step_core.hpp), where a
+/// decorator may wrap it. Not thread-safe: one owner.
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "actors/coordinator/completion_aggregator.hpp"
+#include "actors/coordinator/step_core.hpp"
 #include "proto/completion.hpp"
 #include "proto/connector_metadata.hpp"
 #include "proto/status.hpp"
@@ -55,40 +57,36 @@ struct coordinator_options {
 /// the field otherwise.
 status validate(const coordinator_options& opts);
 
-/// Something the coordinator decided that is worth a log line.
-struct coordinator_note {
-  enum class level : uint8_t { debug = 0, info = 1, warn = 2 };
-  level lvl = level::info;
-  std::string text;
-};
-
-class step_coordinator {
+class step_coordinator final : public step_core {
  public:
   /// Errors: validate(opts)'s.
   static result<step_coordinator> create(const coordinator_options& opts);
 
   /// A rank's report of one step; closes the step for the rank.
-  void report(const step_report& r);
+  void report(const step_report& r) override;
   /// The scheduler planned this step's jobs at time `now`. Step deadlines up to meta.step pass
   /// first.
-  void expect(const connector_metadata& meta, uint64_t now);
-  void rank_up(rank_id rank, uint32_t incarnation);
-  void rank_down(rank_id rank);
+  void expect(const connector_metadata& meta, uint64_t now) override;
+  void rank_up(rank_id rank, uint32_t incarnation) override;
+  void rank_down(rank_id rank) override;
   /// Deadlines and grace periods up to `now`.
-  void tick(uint64_t now);
+  void tick(uint64_t now) override;
 
   /// The next released step output: completion_aggregator::poll_output, or after a job timed
   /// out, every result decided so far (see the recovery rules above), or, once a step passed
   /// its time deadline without every alive rank closing it, an output stamped with the latest
   /// planned step (possibly without results): a report lost on the way must not hold an engine
   /// that waits for that step's output, even when the step had no job to time out.
-  std::optional<connector_output> poll_output();
-  bool needs_tick() const noexcept { return agg_.needs_expire() || !open_steps_.empty(); }
+  std::optional<connector_output> poll_output() override;
+  bool needs_tick() const noexcept override {
+    return agg_.needs_expire() || !open_steps_.empty();
+  }
   /// What the coordinator counted: duplicates, late reports, timeouts, ... (the aggregator's).
   const aggregator_stats& stats() const noexcept { return agg_.stats(); }
   const completion_aggregator& aggregator() const noexcept { return agg_; }
   /// What happened since the last call, for the caller to log.
-  std::vector<coordinator_note> take_notes() { return std::exchange(notes_, {}); }
+  std::vector<coordinator_note> take_notes() override { return std::exchange(notes_, {}); }
+  const step_coordinator& state() const noexcept override { return *this; }
 
  private:
   step_coordinator(completion_aggregator agg, std::chrono::nanoseconds job_timeout,

@@ -1,8 +1,9 @@
 #pragma once
 /// recorder: writes a run record (record_codec.hpp) from the scheduler process: the header at
-/// open(), then one event per call, in call order. The scheduler_connector facade calls the
-/// engine-call methods, the blocking coordinator the step-coordinator ones (each right where
-/// the pure core consumes that input), so the file is the cores' input sequence.
+/// open(), then one event per call, in call order. The scheduler_connector facade's record
+/// observer calls the engine-call methods, recording_core (the decorator at the coordinator's
+/// core) the step-coordinator ones, right where the pure core consumes each input, so the file
+/// is the cores' input sequence.
 ///
 /// Buffered: events are packed into memory and written when the buffer passes flush_bytes and
 /// at close(). A write error is kept (health()) and turns every later call into a no-op; close()
