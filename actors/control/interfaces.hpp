@@ -32,7 +32,8 @@ using coordinator_actor = caf::typed_actor<
 
 /// The scheduler actor as workers see it: registration. The reply names the coordinator and
 /// the step channel's endpoint the rank connects to (empty: the rank is in the scheduler's
-/// process and connects in-process). A refusal is an error saying why (actors/scheduler/handshake.hpp).
+/// process and connects in-process). A refusal is an error saying why
+/// (actors/scheduler/handshake.hpp).
 using scheduler_actor = caf::typed_actor<
     caf::replies_to<hello_atom, worker_registration, worker_actor>::with<coordinator_actor,
                                                                           std::string>>;

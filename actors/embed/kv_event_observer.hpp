@@ -25,9 +25,7 @@ class kv_event_observer final : public step_observer {
   static result<std::unique_ptr<kv_event_observer>> start(const observe_config& o,
                                                           scheduler::planner& planner);
 
-  void on_step_sent(const connector_metadata& /*meta*/, int64_t /*started*/) override {
-    publish();
-  }
+  void on_step_sent(const connector_metadata& /*meta*/, int64_t /*started*/) override { publish(); }
   void on_call_end() override { publish(); }
   bool takes_kv_events() const noexcept override { return true; }
   void on_stopped() override;

@@ -33,9 +33,8 @@ class record_observer final : public step_observer {
                 uint32_t num_external, bool ok) override {
     rec_->alloc(req, block_ids, num_external, ok);
   }
-  void on_alloc_table(const scheduler::request_view& req,
-                      const scheduler::block_table_view& blocks, uint32_t num_external,
-                      bool ok) override {
+  void on_alloc_table(const scheduler::request_view& req, const scheduler::block_table_view& blocks,
+                      uint32_t num_external, bool ok) override {
     rec_->alloc(req, blocks, num_external, ok);
   }
   void on_request_output(const scheduler::request_output& out) override {

@@ -28,12 +28,8 @@ class recording_core final : public coordinator::step_core {
   std::optional<connector_output> poll_output() override;
 
   bool needs_tick() const noexcept override { return target_->needs_tick(); }
-  std::vector<coordinator::coordinator_note> take_notes() override {
-    return target_->take_notes();
-  }
-  const coordinator::step_coordinator& state() const noexcept override {
-    return target_->state();
-  }
+  std::vector<coordinator::coordinator_note> take_notes() override { return target_->take_notes(); }
+  const coordinator::step_coordinator& state() const noexcept override { return target_->state(); }
 
  private:
   std::unique_ptr<coordinator::step_core> target_;

@@ -8,9 +8,9 @@ namespace kvc::sim {
 
 /// Nanoseconds from `t0` to now, on steady_clock.
 inline double ns_since(std::chrono::steady_clock::time_point t0) {
-  return static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                 std::chrono::steady_clock::now() - t0)
-                                 .count());
+  return static_cast<double>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+          .count());
 }
 
 }  // namespace kvc::sim

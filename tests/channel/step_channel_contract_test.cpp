@@ -2,8 +2,8 @@
 // (ZeroMQ over tcp, ZeroMQ inproc, in-process memory queues), over two of them behind the
 // message traces' recording decorators (actors/trace/traced_transport.hpp) and over two behind
 // the fault seam (faulty_server_transport.hpp) with an empty fault plan: the decorators must
-// change nothing. Written once; each transport must pass it unchanged. Waits are for frames, each with a
-// deadline; nothing sleeps.
+// change nothing. Written once; each transport must pass it unchanged. Waits are for frames,
+// each with a deadline; nothing sleeps.
 #include "actors/channel/rank_channel.hpp"
 #include "actors/channel/scheduler_channel.hpp"
 

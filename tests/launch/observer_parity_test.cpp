@@ -83,35 +83,23 @@ class ObserverParityTest : public shm::testing::ShmTest {
   }
 
   observed_run run(bool observed) {
-    std::vector<std::string> sets{"kv_cache.layers=2",
-                                  "kv_cache.kv_heads=2",
-                                  "kv_cache.head_dim=8",
-                                  "kv_cache.gpu_blocks=96",
-                                  "offload.cpu_bytes_to_use=1MiB",
-                                  "offload.block_size=32",
-                                  "workload.requests=40",
-                                  "workload.arrival_rate=1.5",
-                                  "workload.prompt_tokens.min=64",
-                                  "workload.prompt_tokens.max=512",
-                                  "workload.shared_prefix_tokens.min=64",
-                                  "workload.shared_prefix_tokens.max=384",
-                                  "workload.documents=5",
-                                  "workload.output_tokens.min=4",
-                                  "workload.output_tokens.max=48",
-                                  "workload.multi_turn.probability=0.5",
-                                  "workload.max_running=8",
-                                  "workload.max_batched_tokens=512",
-                                  "workload.steps=200",
-                                  "workload.seed=21",
-                                  // A dropped report fails its jobs by steps, never by time.
-                                  "runtime.job_timeout_ms=0",
-                                  "runtime.job_timeout_steps=8"};
+    std::vector<std::string> sets{
+        "kv_cache.layers=2", "kv_cache.kv_heads=2", "kv_cache.head_dim=8", "kv_cache.gpu_blocks=96",
+        "offload.cpu_bytes_to_use=1MiB", "offload.block_size=32", "workload.requests=40",
+        "workload.arrival_rate=1.5", "workload.prompt_tokens.min=64",
+        "workload.prompt_tokens.max=512", "workload.shared_prefix_tokens.min=64",
+        "workload.shared_prefix_tokens.max=384", "workload.documents=5",
+        "workload.output_tokens.min=4", "workload.output_tokens.max=48",
+        "workload.multi_turn.probability=0.5", "workload.max_running=8",
+        "workload.max_batched_tokens=512", "workload.steps=200", "workload.seed=21",
+        // A dropped report fails its jobs by steps, never by time.
+        "runtime.job_timeout_ms=0", "runtime.job_timeout_steps=8"};
     if (observed) {
-      sets.insert(sets.end(), {"observe.trace=jobs", "observe.trace_dir=" + (dir_ / "trace").string(),
-                               "observe.record=true",
-                               "observe.record_dir=" + (dir_ / "record").string(),
-                               "observe.kv_events.endpoint=tcp://127.0.0.1:*",
-                               "observe.kv_events.replay_endpoint=tcp://127.0.0.1:*"});
+      sets.insert(sets.end(),
+                  {"observe.trace=jobs", "observe.trace_dir=" + (dir_ / "trace").string(),
+                   "observe.record=true", "observe.record_dir=" + (dir_ / "record").string(),
+                   "observe.kv_events.endpoint=tcp://127.0.0.1:*",
+                   "observe.kv_events.replay_endpoint=tcp://127.0.0.1:*"});
     }
     auto loaded = launch::load_config("", "<test>", sets);
     EXPECT_TRUE(loaded.ok());

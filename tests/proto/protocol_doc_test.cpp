@@ -25,8 +25,8 @@ TEST(ProtocolDocTest, EveryStatedVersionIsTheCodes) {
   // table.
   const std::regex stated{R"((?:Protocol version |`kvc::protocol_version` \()(\d+))"};
   int found = 0;
-  for (auto it = std::sregex_iterator(doc.begin(), doc.end(), stated);
-       it != std::sregex_iterator(); ++it) {
+  for (auto it = std::sregex_iterator(doc.begin(), doc.end(), stated); it != std::sregex_iterator();
+       ++it) {
     ++found;
     EXPECT_EQ(std::stoul((*it)[1].str()), kvc::protocol_version) << (*it)[0].str();
   }
