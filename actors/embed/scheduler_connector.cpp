@@ -21,15 +21,15 @@ using steady = std::chrono::steady_clock;
 struct scheduler_connector::impl {
   scheduler_connector_config cfg;
   std::unique_ptr<scheduler::planner> planner;
+  std::unique_ptr<scheduler_host> host;
   /// What watches the facade (step_observer.hpp), called in this order at every event: the
   /// record (observe.record), the KV-event publisher (observe.kv_events_endpoint), the metrics
-  /// (always), the trace (observe.trace). Declared before host: they outlive the coordinator
-  /// (the record's decorator sits at its core).
+  /// (always), the trace (observe.trace). Declared after host: they go first (the record's
+  /// decorator at the coordinator's core keeps the recorder until the coordinator goes).
   std::vector<std::unique_ptr<step_observer>> observers;
-  metrics_observer* metrics = nullptr;    // in observers, always
-  kv_event_observer* events = nullptr;    // in observers with observe.kv_events_endpoint
-  bool observer_takes_events = false;     // take_events() hands out nothing
-  std::unique_ptr<scheduler_host> host;
+  metrics_observer* metrics = nullptr;  // in observers, always
+  kv_event_observer* events = nullptr;  // in observers with observe.kv_events_endpoint
+  bool observer_takes_events = false;   // take_events() hands out nothing
   std::optional<step_id> last_step;  // the last step sent
   step_id through = 0;               // the highest step whose output was applied
   std::vector<job_result> jobs;      // applied, not yet handed out

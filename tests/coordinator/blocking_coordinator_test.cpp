@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include <caf/send.hpp>
@@ -151,6 +153,68 @@ TEST_F(BlockingCoordinatorTest, AJobPastItsDeadlineFailsWithTimeout) {
   ASSERT_EQ(out->jobs.size(), 1u);
   EXPECT_FALSE(out->jobs[0].ok);
   EXPECT_EQ(out->jobs[0].error, errc::timeout);
+}
+
+/// A decorator at the core that writes down every input and every poll's answer, in order, and
+/// passes each call on.
+class input_log final : public step_core {
+ public:
+  input_log(std::unique_ptr<step_core> target, std::vector<std::string>& lines)
+      : target_(std::move(target)), lines_(lines) {}
+  void report(const step_report& r) override {
+    lines_.push_back("report r" + std::to_string(r.rank) + " s" + std::to_string(r.step));
+    target_->report(r);
+  }
+  void expect(const connector_metadata& meta, uint64_t now) override {
+    lines_.push_back("expect s" + std::to_string(meta.step));
+    target_->expect(meta, now);
+  }
+  void rank_up(rank_id rank, uint32_t incarnation) override {
+    lines_.push_back("up r" + std::to_string(rank) + "." + std::to_string(incarnation));
+    target_->rank_up(rank, incarnation);
+  }
+  void rank_down(rank_id rank) override {
+    lines_.push_back("down r" + std::to_string(rank));
+    target_->rank_down(rank);
+  }
+  void tick(uint64_t now) override { target_->tick(now); }  // when is the clock's business
+  std::optional<connector_output> poll_output() override {
+    auto out = target_->poll_output();
+    lines_.push_back(out ? "poll s" + std::to_string(out->step) : "poll none");
+    return out;
+  }
+  bool needs_tick() const noexcept override { return target_->needs_tick(); }
+  std::vector<coordinator_note> take_notes() override { return target_->take_notes(); }
+  const step_coordinator& state() const noexcept override { return target_->state(); }
+
+ private:
+  std::unique_ptr<step_core> target_;
+  std::vector<std::string>& lines_;
+};
+
+TEST_F(BlockingCoordinatorTest, ADecoratorAtTheCoreSeesEveryInputInOrderAndChangesNothing) {
+  start(2);
+  std::vector<std::string> lines;
+  coord_->wrap_core([&](std::unique_ptr<step_core> core) {
+    return std::make_unique<input_log>(std::move(core), lines);
+  });
+  join(0);
+  join(1);
+  coord_->send_step(step_with_load(1, 10));  // the rank_ups first
+  ASSERT_TRUE(rank(0).send_report(report(0, 1, {10})).ok());
+  ASSERT_TRUE(rank(1).send_report(report(1, 1, {10})).ok());
+  coord_->take_arrived();
+  auto out = coord_->poll_output();
+  ASSERT_TRUE(out.has_value());
+  EXPECT_EQ(out->jobs[0],
+            (job_result{.job = 10, .kind = transfer_kind::load, .ok = true, .bytes = 200}));
+  caf::anon_send(coord_->handle(), control::rank_down_atom::value, rank_id{1});
+  coord_->take_arrived();
+  EXPECT_EQ(coord_->poll_output(), std::nullopt);
+  EXPECT_EQ(lines, (std::vector<std::string>{"up r0.0", "up r1.0", "expect s1", "report r0 s1",
+                                             "report r1 s1", "poll s1", "down r1",
+                                             "poll none"}));
+  EXPECT_EQ(coord_->core().stats().completed, 1u);  // the state read through the decorator
 }
 
 TEST_F(BlockingCoordinatorTest, TheEndOfTheWatchedSchedulerActorMakesItGone) {
