@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <iterator>
 #include <memory>
@@ -22,6 +23,7 @@
 #include <httplib.h>
 #include <msgpack.hpp>
 #include <zmq_addon.hpp>
+#include <unistd.h>
 
 #include "actors/coordinator/step_coordinator.hpp"
 #include "cuda/faulty_copy_engine.hpp"
@@ -441,6 +443,35 @@ TEST_P(EmbedTest, JobResultsFromOutsideTheStepChannelCompleteJobsOnce) {
   EXPECT_FALSE((*sc)->apply_job_results(done).ok());
   EXPECT_EQ((*sc)->stats().stores_ok, 1u);
   EXPECT_EQ((*sc)->stats().rejected_results, 1u);
+}
+
+TEST_P(EmbedTest, JobResultsFromOutsideTheStepChannelAreRefusedWhileTheRunIsRecorded) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("kvc-embed-record-" + std::to_string(::getpid()));
+  auto cfg = sched_cfg(1);
+  cfg.observe.record = true;
+  cfg.observe.record_dir = dir.string();
+  auto sc = scheduler_connector::create(cfg);
+  ASSERT_TRUE(sc.ok()) << sc.error().to_string();
+  const auto ka = keys({61, 62});
+  const scheduler::request_view a{"a", ka, 8};
+  const std::vector<gpu_block> blocks_a{1, 2};
+  ASSERT_TRUE((*sc)->update_state_after_alloc(a, blocks_a, 0).ok());
+  const std::vector<scheduler::scheduled_request> fresh{{a, blocks_a, 0, 8}};
+  auto meta = (*sc)->build_connector_meta({1, fresh, {}, {}});
+  ASSERT_TRUE(meta.ok()) << meta.error().to_string();
+  ASSERT_EQ(meta->stores.size(), 1u);
+  const connector_output done{1, {{meta->stores[0].id, transfer_kind::store, true}}};
+  EXPECT_EQ((*sc)->apply_job_results(done).code(), errc::precondition_failed);
+  EXPECT_EQ((*sc)->stats().stores_ok, 0u);  // nothing applied
+  EXPECT_EQ((*sc)->jobs_in_flight(), 1u);
+  ASSERT_TRUE((*sc)->shutdown(5s).ok());
+  size_t records = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() == ".kvcrec" && std::filesystem::file_size(e.path()) > 0) ++records;
+  }
+  EXPECT_EQ(records, 1u);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_P(EmbedTest, TwentyThousandStepsLeaveNoPerRequestStateBehind) {
