@@ -24,6 +24,9 @@
 ///   request_finished(id)                                    once per request
 ///   take_events()                                           stored / removed blocks
 ///
+/// What watches it (the trace, the run record, the metrics, the KV-event publisher, as observe.*
+/// asks) are step observers (step_observer.hpp), called at its events; none changes an answer.
+///
 /// Not thread-safe: one engine thread calls everything. The public headers include no CAF.
 #include <chrono>
 #include <cstddef>
