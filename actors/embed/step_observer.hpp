@@ -9,7 +9,8 @@
 /// The events come once per engine call, step or step output, never once per block. An
 /// observer must not change the planner's or the coordinator's decisions: with the observers
 /// on or off the facade's answers, the metadata and the job results are the same (the parity
-/// test, tests/launch/observer_parity_test.cpp). Its own failures are logged, not returned;
+/// tests: tests/launch/observer_parity_test.cpp, and the embed test
+/// EveryObserverOnOrOffGivesTheEngineTheSameAnswers). Its own failures are logged, not returned;
 /// admit_outside_results is the one event whose answer the facade acts on.
 ///
 /// Internal to actors/embed (not installed). Not thread-safe: the engine's scheduler thread

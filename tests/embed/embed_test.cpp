@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iterator>
 #include <memory>
@@ -807,6 +808,73 @@ void store_then_load(
   out = step_fn(3);
   ASSERT_TRUE(out.ok()) << out.error().to_string();
   EXPECT_FALSE(sc.request_finished("b"));
+}
+
+/// What the engine got from the scheduler facade, step by step: the metadata and the output.
+struct engine_view {
+  std::vector<connector_metadata> metas;
+  std::vector<scheduler::request_completions> completions;
+  std::vector<std::vector<job_result>> jobs;
+  std::vector<step_id> through;
+};
+
+TEST_P(EmbedTest, EveryObserverOnOrOffGivesTheEngineTheSameAnswers) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("kvc-embed-parity-" + std::to_string(::getpid()));
+  auto run = [&](bool observed) {
+    engine_view v;
+    auto cfg = sched_cfg(2);
+    if (observed) {
+      cfg.observe.trace = trace::trace_level::jobs;
+      cfg.observe.trace_dir = (dir / "trace").string();
+      cfg.observe.record = true;
+      cfg.observe.record_dir = (dir / "record").string();
+      cfg.observe.serve_metrics = true;  // port 0: a free one
+      cfg.observe.kv_events_endpoint = "tcp://127.0.0.1:*";
+    }
+    auto sc = scheduler_connector::create(cfg);
+    EXPECT_TRUE(sc.ok()) << sc.error().to_string();
+    if (!sc) return v;
+    EXPECT_EQ((*sc)->metrics_port() != 0, observed);
+    EXPECT_EQ(!(*sc)->kv_events_endpoint().empty(), observed);
+    EXPECT_TRUE(add_worker(sc->get(), worker_cfg(0, 2)));
+    EXPECT_TRUE(add_worker(sc->get(), worker_cfg(1, 2)));
+    EXPECT_TRUE((*sc)->wait_for_workers(5s).ok());
+    auto seen = [&](result<connector_update> out) {
+      v.metas.push_back(last_meta_);
+      if (out) {
+        v.completions.push_back(out->completions);
+        v.jobs.push_back(out->jobs);
+        v.through.push_back(out->through_step);
+      }
+      return out;
+    };
+    store_then_load(
+        **sc, [&](step_id s) { return seen(step(**sc, s)); },
+        [&](step_id s, auto fresh, auto writes) { return seen(step(**sc, s, fresh, writes)); });
+    EXPECT_TRUE((*sc)->shutdown(5s).ok());
+    ranks_.clear();
+    return v;
+  };
+  const engine_view off = run(false);
+  const engine_view on = run(true);
+  EXPECT_EQ(off.metas.size(), 3u);
+  EXPECT_EQ(off.metas, on.metas);
+  EXPECT_EQ(off.completions, on.completions);
+  EXPECT_EQ(off.jobs, on.jobs);
+  EXPECT_EQ(off.through, on.through);
+  // The observers on wrote their files: the scheduler's trace with the facade's records, the
+  // record.
+  std::string trace_text;
+  for (const auto& e : std::filesystem::directory_iterator(dir / "trace")) {
+    if (!e.path().filename().string().starts_with("scheduler-")) continue;
+    std::ifstream in(e.path());
+    trace_text.append(std::istreambuf_iterator<char>(in), {});
+  }
+  EXPECT_NE(trace_text.find("\"job_planned\""), std::string::npos);
+  EXPECT_NE(trace_text.find("\"output_applied\""), std::string::npos);
+  EXPECT_FALSE(std::filesystem::is_empty(dir / "record"));
+  std::filesystem::remove_all(dir);
 }
 
 bool has_line(const std::string& text, const std::string& line) {
