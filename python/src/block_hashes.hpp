@@ -5,9 +5,14 @@
 /// h comes back as int.from_bytes(h, "big") (vLLM's integer form of a hash) and an int as itself.
 ///
 /// request_keys keeps each request's keys between calls: a request's block_hashes only grow, so
-/// a call converts only the hashes added since the last one. Not thread-safe.
-#include <string>
+/// a call converts only the hashes added since the last one. Requests live in a dense array of
+/// entries found through an id map; as the planner does, each call first tries the entry that
+/// followed the previous call's last time (an engine schedules its running requests in the same
+/// order step after step), checked by its id, so that a steady step costs no map lookup. Not
+/// thread-safe.
+#include <cstdint>
 #include <functional>
+#include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -28,12 +33,22 @@ pybind11::object int_of(const block_key& key);
 class request_keys {
  public:
   /// The keys of `hashes` (a list or tuple), converting only those beyond the ones seen for
-  /// `id` before. Valid until the next call for the same id or forget(id).
+  /// `id` before. Valid until the next call or forget().
   const std::vector<block_key>& keys(std::string_view id, pybind11::handle hashes);
   void forget(std::string_view id);
-  size_t size() const noexcept { return keys_.size(); }
+  size_t size() const noexcept { return index_.size(); }
 
  private:
+  static constexpr uint32_t npos = UINT32_MAX;
+  struct entry {
+    std::string id;
+    std::vector<block_key> keys;
+    uint32_t next = npos;  ///< the entry asked for after this one last time (a hint)
+    bool live = false;     ///< false: free, for a later request
+  };
+  /// The entry of `id`, created when there is none.
+  uint32_t find_or_create(std::string_view id);
+
   /// Transparent: lookups by string_view allocate nothing.
   struct id_hash {
     using is_transparent = void;
@@ -41,7 +56,10 @@ class request_keys {
       return std::hash<std::string_view>{}(s);
     }
   };
-  std::unordered_map<std::string, std::vector<block_key>, id_hash, std::equal_to<>> keys_;
+  std::unordered_map<std::string, uint32_t, id_hash, std::equal_to<>> index_;
+  std::vector<entry> entries_;
+  std::vector<uint32_t> free_;
+  uint32_t last_ = npos;  ///< the entry of the last call
 };
 
 }  // namespace kvc::python

@@ -31,12 +31,6 @@ std::chrono::nanoseconds seconds(double s) {
   return duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(s));
 }
 
-transfer_kind kind_of(const std::string& k) {
-  if (k == "load") return transfer_kind::load;
-  if (k == "store") return transfer_kind::store;
-  throw py::value_error("a job kind is \"load\" or \"store\", not \"" + k + "\"");
-}
-
 /// The Python object: the facade and the requests' keys.
 class py_scheduler {
  public:
@@ -163,20 +157,11 @@ class py_scheduler {
     check(sc().apply_request_output(s, r));
   }
 
-  void job_results(step_id step, const std::vector<std::tuple<job_id, std::string, bool>>& jobs) {
-    connector_output out{step, {}};
-    for (const auto& [id, kind, ok] : jobs) {
-      job_result r;
-      r.job = id;
-      r.kind = kind_of(kind);
-      r.ok = ok;
-      if (!ok) {
-        r.error = errc::device_error;
-        r.detail = "reported failed by the engine";
-      }
-      out.jobs.push_back(std::move(r));
-    }
-    check(sc().apply_job_results(out));
+  void job_results(step_id step, py::handle results) {
+    results_.step = step;
+    results_.jobs.clear();
+    read_job_results(results, results_.jobs);
+    check(sc().apply_job_results(results_));
   }
 
   bool finished(const std::string& id) {
@@ -260,6 +245,7 @@ class py_scheduler {
   std::vector<gpu_block> block_ids_;  // vllm_alloc's, reused
   std::vector<uint8_t> hashed_;
   std::vector<std::string_view> sending_, recving_;  // vllm_output's, reused
+  connector_output results_;                          // job_results', reused
 };
 
 py::dict stats_dict(const scheduler::connector_stats& s) {

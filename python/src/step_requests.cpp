@@ -138,10 +138,16 @@ void read_vllm_blocks(py::handle blocks, std::vector<gpu_block>& ids,
                           std::to_string(groups.size));
   }
   const items group = items_of(groups.at[0], "KVCacheBlocks.blocks[0]");
+  ids.reserve(static_cast<size_t>(group.size));
+  hashed.reserve(static_cast<size_t>(group.size));
+  bool past_first_unhashed = false;
   for (Py_ssize_t i = 0; i < group.size; ++i) {
     const py::handle b(group.at[i]);
-    ids.push_back(u32_of(attr(b, n.block_id).ptr(), "KVCacheBlock.block_id"));
-    hashed.push_back(attr(b, n.block_hash).is_none() ? 0 : 1);
+    const gpu_block id = u32_of(attr(b, n.block_id).ptr(), "KVCacheBlock.block_id");
+    ids.push_back(id);
+    const bool is_hashed = !past_first_unhashed && !attr(b, n.block_hash).is_none();
+    hashed.push_back(is_hashed ? 1 : 0);
+    past_first_unhashed = past_first_unhashed || (id != 0 && !is_hashed);
   }
 }
 
@@ -152,6 +158,40 @@ void read_vllm_finished(py::handle out, std::vector<std::string_view>& sending,
   recving.clear();
   add_texts(attr(out, n.finished_sending), "finished_sending", sending, held);
   add_texts(attr(out, n.finished_recving), "finished_recving", recving, held);
+}
+
+void read_job_results(py::handle results, std::vector<job_result>& out) {
+  const py::object seq =
+      py::reinterpret_steal<py::object>(PySequence_Fast(results.ptr(), "results must be a list"));
+  if (!seq) throw py::error_already_set();
+  const items all = items_of(seq, "results");
+  for (Py_ssize_t i = 0; i < all.size; ++i) {
+    const items t = items_of(all.at[i], "a job result");
+    if (t.size != 3) type_error("a job result is a 3-tuple (job id, \"load\" or \"store\", ok)");
+    job_result r;
+    PyObject* id = t.at[0];
+    if (!PyLong_Check(id)) wrong_type("a job id", "an int", id);
+    r.job = PyLong_AsUnsignedLongLong(id);
+    if (r.job == static_cast<job_id>(-1) && PyErr_Occurred()) {
+      PyErr_Clear();
+      throw py::value_error("a job id must be in [0, 2**64)");
+    }
+    const std::string_view kind = text_of(t.at[1], "a job kind");
+    if (kind == "load") {
+      r.kind = transfer_kind::load;
+    } else if (kind == "store") {
+      r.kind = transfer_kind::store;
+    } else {
+      throw py::value_error("a job kind is \"load\" or \"store\", not \"" + std::string(kind) +
+                            "\"");
+    }
+    r.ok = truth_of(t.at[2]);
+    if (!r.ok) {
+      r.error = errc::device_error;
+      r.detail = "reported failed by the engine";
+    }
+    out.push_back(std::move(r));
+  }
 }
 
 void step_requests::clear() {

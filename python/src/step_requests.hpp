@@ -16,6 +16,7 @@
 
 #include <pybind11/pybind11.h>
 
+#include "proto/completion.hpp"
 #include "proto/ids.hpp"
 
 namespace kvc::python {
@@ -33,7 +34,10 @@ struct vllm_request {
 vllm_request read_vllm_request(pybind11::handle request);
 
 /// vLLM's KVCacheBlocks of the one KV-cache group kvconnect serves: each block's id, and
-/// whether it is hashed (block_hash is not None). The vectors are cleared first.
+/// whether it is hashed (block_hash is not None) up to the first block that is not the null
+/// block (id 0) and not hashed, the first one a load may fill: the planner reads no flag past it
+/// (as vLLM's connector reads no block_hash past it), so the later blocks' flags are 0, unread.
+/// The vectors are cleared first.
 void read_vllm_blocks(pybind11::handle blocks, std::vector<gpu_block>& ids,
                       std::vector<uint8_t>& hashed);
 
@@ -42,6 +46,10 @@ void read_vllm_blocks(pybind11::handle blocks, std::vector<gpu_block>& ids,
 void read_vllm_finished(pybind11::handle connector_output, std::vector<std::string_view>& sending,
                         std::vector<std::string_view>& recving,
                         std::vector<pybind11::object>& held);
+
+/// Job results as (job id, "load" or "store", ok) tuples (apply_job_results), appended to
+/// `out`; a failed one as errc::device_error, "reported failed by the engine".
+void read_job_results(pybind11::handle results, std::vector<job_result>& out);
 
 /// One scheduled request's fields; block ids as an offset/count into step_requests::blocks
 /// (the buffer may grow while the step is read).
