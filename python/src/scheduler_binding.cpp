@@ -16,6 +16,7 @@
 #include "python/src/bindings.hpp"
 #include "python/src/block_hashes.hpp"
 #include "python/src/errors.hpp"
+#include "python/src/request_cache.hpp"
 #include "python/src/step_requests.hpp"
 
 namespace kvc::python {
@@ -31,7 +32,7 @@ std::chrono::nanoseconds seconds(double s) {
   return duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(s));
 }
 
-/// The Python object: the facade and the requests' keys.
+/// The Python object: the facade and what it keeps of the requests (request_cache).
 class py_scheduler {
  public:
   py_scheduler(const config_handle& cfg, const std::optional<std::string>& instance,
@@ -71,7 +72,17 @@ class py_scheduler {
 
   scheduler::request_view view(std::string_view id, py::handle hashes, uint32_t num_tokens,
                                bool remote_decode) {
-    return {id, keys_.keys(id, hashes), num_tokens, remote_decode};
+    return {id, cache_.keys(cache_.find_or_create(id), hashes), num_tokens, remote_decode};
+  }
+
+  /// The view of vLLM's Request, read now (read_vllm_request); the request's entry keeps it.
+  scheduler::request_view vllm_view(py::handle request, const vllm_request& r) {
+    const uint32_t at = cache_.find_or_create(r.id);
+    request_cache::entry& e = cache_.at(at);
+    e.request = py::reinterpret_borrow<py::object>(request);
+    e.hashes = r.hashes;
+    e.remote_decode = r.remote_decode;
+    return {r.id, cache_.keys(at, r.hashes), r.num_tokens, r.remote_decode};
   }
 
   py::tuple match(const std::string& id, py::handle hashes, uint32_t num_tokens,
@@ -82,15 +93,14 @@ class py_scheduler {
 
   py::tuple vllm_match(py::handle request, uint32_t num_computed) {
     const vllm_request r = read_vllm_request(request);
-    return answer(sc().get_num_new_matched_tokens(
-        view(r.id, r.hashes, r.num_tokens, r.remote_decode), num_computed));
+    return answer(sc().get_num_new_matched_tokens(vllm_view(request, r), num_computed));
   }
 
   void vllm_alloc(py::handle request, py::handle blocks, uint32_t num_external) {
     const vllm_request r = read_vllm_request(request);
     read_vllm_blocks(blocks, block_ids_, hashed_);
-    check(sc().update_state_after_alloc(view(r.id, r.hashes, r.num_tokens, r.remote_decode),
-                                        {block_ids_, hashed_}, num_external));
+    check(sc().update_state_after_alloc(vllm_view(request, r), {block_ids_, hashed_},
+                                        num_external));
   }
 
   /// vLLM's finished sets in, then the planner's answer written back over them for vLLM's
@@ -135,7 +145,7 @@ class py_scheduler {
 
   /// build_connector_meta of vLLM's SchedulerOutput (step_requests::read_vllm).
   connector_metadata build_vllm(step_id step, py::handle scheduler_output, py::handle requests) {
-    step_.read_vllm(scheduler_output, requests);
+    step_.read_vllm(scheduler_output, requests, cache_);
     return plan(step);
   }
 
@@ -165,7 +175,7 @@ class py_scheduler {
   }
 
   bool finished(const std::string& id) {
-    keys_.forget(id);
+    cache_.forget(id);
     return sc().request_finished(id);
   }
 
@@ -202,7 +212,7 @@ class py_scheduler {
     check(st);
   }
 
-  size_t cached_requests() const noexcept { return keys_.size(); }
+  size_t cached_requests() const noexcept { return cache_.size(); }
 
  private:
   static py::tuple answer(const scheduler::match_result& m) {
@@ -223,8 +233,13 @@ class py_scheduler {
     reqs_.clear();
     for (const scheduled_fields& f : step_.requests) {
       const std::span<const gpu_block> blocks(step_.blocks.data() + f.blocks_at, f.blocks_count);
-      reqs_.push_back({view(f.id, f.hashes, f.num_tokens, f.remote_decode), blocks, f.num_computed,
-                       f.num_scheduled, f.resumed});
+      // read_vllm found each request's entry already: no second lookup.
+      const scheduler::request_view req =
+          f.entry == request_cache::npos
+              ? view(f.id, f.hashes, f.num_tokens, f.remote_decode)
+              : scheduler::request_view{f.id, cache_.keys(f.entry, f.hashes), f.num_tokens,
+                                        f.remote_decode};
+      reqs_.push_back({req, blocks, f.num_computed, f.num_scheduled, f.resumed});
     }
     const std::span<const scheduler::scheduled_request> all(reqs_);
     scheduler_connector& s = sc();
@@ -239,7 +254,7 @@ class py_scheduler {
   }
 
   std::unique_ptr<scheduler_connector> sc_;
-  request_keys keys_;
+  request_cache cache_;
   step_requests step_;  // the buffers of the last step read, reused
   std::vector<scheduler::scheduled_request> reqs_;
   std::vector<gpu_block> block_ids_;  // vllm_alloc's, reused

@@ -244,7 +244,7 @@ void step_requests::read_tuples(py::handle fresh, py::handle cached, py::handle 
   for (Py_ssize_t i = 0; i < pre.size; ++i) preempted.push_back(hold_id(pre.at[i], "preempted"));
 }
 
-void step_requests::read_vllm(py::handle out, py::handle requests_by_id) {
+void step_requests::read_vllm(py::handle out, py::handle requests_by_id, request_cache& cache) {
   clear();
   const vllm_names& n = names();
   if (!PyDict_Check(requests_by_id.ptr())) {
@@ -271,12 +271,19 @@ void step_requests::read_vllm(py::handle out, py::handle requests_by_id) {
     }
     f.num_scheduled = u32_of(tokens, "num_scheduled_tokens[req_id]");
     const py::handle r(req);
-    py::object hashes = attr(r, n.block_hashes);
-    f.hashes = hashes;
-    held.push_back(std::move(hashes));
+    f.entry = cache.find_or_create(f.id);
+    request_cache::entry& e = cache.at(f.entry);
+    if (e.request.ptr() != req) {  // a Request object not seen before
+      py::object hashes = attr(r, n.block_hashes);
+      const bool remote = remote_decode_of(r);
+      e.request = py::reinterpret_borrow<py::object>(r);
+      e.hashes = std::move(hashes);
+      e.remote_decode = remote;
+    }
+    f.hashes = e.hashes;  // the entry holds it (forget() runs only in request_finished)
+    f.remote_decode = e.remote_decode;
     f.num_tokens = u32_of(attr(r, n.num_tokens).ptr(), "Request.num_tokens");
     f.num_computed = u32_of(attr(r, n.num_computed_tokens).ptr(), "Request.num_computed_tokens");
-    f.remote_decode = remote_decode_of(r);
     // vLLM's block ids are per KV-cache group; kvconnect serves one group (load_config).
     if (!block_ids.is_none()) {
       const items groups = items_of(block_ids, "block_ids");

@@ -18,6 +18,7 @@
 
 #include "proto/completion.hpp"
 #include "proto/ids.hpp"
+#include "python/src/request_cache.hpp"
 
 namespace kvc::python {
 
@@ -56,6 +57,7 @@ void read_job_results(pybind11::handle results, std::vector<job_result>& out);
 struct scheduled_fields {
   std::string_view id;
   pybind11::handle hashes;  // the request's block_hashes (list or tuple)
+  uint32_t entry = request_cache::npos;  // read_vllm: the request's entry in the cache
   uint32_t num_tokens = 0;
   uint32_t num_computed = 0;
   uint32_t num_scheduled = 0;
@@ -79,8 +81,11 @@ struct step_requests {
   /// vLLM's SchedulerOutput (scheduled_new_reqs, scheduled_cached_reqs, num_scheduled_tokens,
   /// preempted_req_ids) and `requests`, a dict {req_id: vLLM Request} holding every scheduled
   /// request (request_id, block_hashes, num_tokens, num_computed_tokens, kv_transfer_params).
-  /// A scheduled id missing from `requests` raises KeyError.
-  void read_vllm(pybind11::handle scheduler_output, pybind11::handle requests);
+  /// A scheduled id missing from `requests` raises KeyError. A Request's block_hashes and
+  /// kv_transfer_params are read once per Request object and kept in `cache`
+  /// (request_cache.hpp).
+  void read_vllm(pybind11::handle scheduler_output, pybind11::handle requests,
+                 request_cache& cache);
 
  private:
   void clear();
