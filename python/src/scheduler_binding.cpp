@@ -139,7 +139,7 @@ class py_scheduler {
   /// build_connector_meta of tuples (step_requests::read_tuples).
   connector_metadata build(step_id step, py::handle fresh, py::handle cached,
                            py::handle preempted) {
-    step_.read_tuples(fresh, cached, preempted);
+    step_.read_tuples(fresh, cached, preempted, cache_);
     return plan(step);
   }
 
@@ -233,12 +233,7 @@ class py_scheduler {
     reqs_.clear();
     for (const scheduled_fields& f : step_.requests) {
       const std::span<const gpu_block> blocks(step_.blocks.data() + f.blocks_at, f.blocks_count);
-      // read_vllm found each request's entry already: no second lookup.
-      const scheduler::request_view req =
-          f.entry == request_cache::npos
-              ? view(f.id, f.hashes, f.num_tokens, f.remote_decode)
-              : scheduler::request_view{f.id, cache_.keys(f.entry, f.hashes), f.num_tokens,
-                                        f.remote_decode};
+      const scheduler::request_view req{f.id, f.keys, f.num_tokens, f.remote_decode};
       reqs_.push_back({req, blocks, f.num_computed, f.num_scheduled, f.resumed});
     }
     const std::span<const scheduler::scheduled_request> all(reqs_);

@@ -216,7 +216,8 @@ void step_requests::add_blocks(scheduled_fields& f, py::handle ids, const char* 
   f.blocks_count = blocks.size() - f.blocks_at;
 }
 
-void step_requests::read_tuples(py::handle fresh, py::handle cached, py::handle preempted_ids) {
+void step_requests::read_tuples(py::handle fresh, py::handle cached, py::handle preempted_ids,
+                                request_cache& cache) {
   clear();
   for (py::handle list : {fresh, cached}) {
     const items all = items_of(list, "new and cached");
@@ -229,13 +230,13 @@ void step_requests::read_tuples(py::handle fresh, py::handle cached, py::handle 
       }
       scheduled_fields f;
       f.id = hold_id(PyTuple_GET_ITEM(t, 0), "req_id");
-      f.hashes = PyTuple_GET_ITEM(t, 1);
       f.num_tokens = u32_of(PyTuple_GET_ITEM(t, 2), "num_tokens");
       f.num_computed = u32_of(PyTuple_GET_ITEM(t, 3), "num_computed");
       f.num_scheduled = u32_of(PyTuple_GET_ITEM(t, 4), "num_scheduled");
       add_blocks(f, PyTuple_GET_ITEM(t, 5), "block_ids");
       f.resumed = truth_of(PyTuple_GET_ITEM(t, 6));
       f.remote_decode = truth_of(PyTuple_GET_ITEM(t, 7));
+      f.keys = cache.keys(cache.find_or_create(f.id), PyTuple_GET_ITEM(t, 1));
       requests.push_back(f);
     }
     if (list.ptr() == fresh.ptr()) num_new = requests.size();
@@ -271,8 +272,8 @@ void step_requests::read_vllm(py::handle out, py::handle requests_by_id, request
     }
     f.num_scheduled = u32_of(tokens, "num_scheduled_tokens[req_id]");
     const py::handle r(req);
-    f.entry = cache.find_or_create(f.id);
-    request_cache::entry& e = cache.at(f.entry);
+    const uint32_t at = cache.find_or_create(f.id);
+    request_cache::entry& e = cache.at(at);
     if (e.request.ptr() != req) {  // a Request object not seen before
       py::object hashes = attr(r, n.block_hashes);
       const bool remote = remote_decode_of(r);
@@ -280,7 +281,7 @@ void step_requests::read_vllm(py::handle out, py::handle requests_by_id, request
       e.hashes = std::move(hashes);
       e.remote_decode = remote;
     }
-    f.hashes = e.hashes;  // the entry holds it (forget() runs only in request_finished)
+    f.keys = cache.keys(at, e.hashes);
     f.remote_decode = e.remote_decode;
     f.num_tokens = u32_of(attr(r, n.num_tokens).ptr(), "Request.num_tokens");
     f.num_computed = u32_of(attr(r, n.num_computed_tokens).ptr(), "Request.num_computed_tokens");

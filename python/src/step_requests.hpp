@@ -11,11 +11,13 @@
 /// Wrong types raise TypeError naming the field, out-of-range ints ValueError. Not thread-safe;
 /// the GIL must be held while reading.
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <vector>
 
 #include <pybind11/pybind11.h>
 
+#include "proto/block_key.hpp"
 #include "proto/completion.hpp"
 #include "proto/ids.hpp"
 #include "python/src/request_cache.hpp"
@@ -56,8 +58,7 @@ void read_job_results(pybind11::handle results, std::vector<job_result>& out);
 /// (the buffer may grow while the step is read).
 struct scheduled_fields {
   std::string_view id;
-  pybind11::handle hashes;  // the request's block_hashes (list or tuple)
-  uint32_t entry = request_cache::npos;  // read_vllm: the request's entry in the cache
+  std::span<const block_key> keys;  // of the request's block_hashes (request_cache::keys)
   uint32_t num_tokens = 0;
   uint32_t num_computed = 0;
   uint32_t num_scheduled = 0;
@@ -75,8 +76,10 @@ struct step_requests {
   std::vector<pybind11::object> held;
 
   /// `fresh` and `cached`: lists of 8-tuples (req_id, block_hashes, num_tokens, num_computed,
-  /// num_scheduled, block_ids or None, resumed, do_remote_decode); `preempted`: strs.
-  void read_tuples(pybind11::handle fresh, pybind11::handle cached, pybind11::handle preempted);
+  /// num_scheduled, block_ids or None, resumed, do_remote_decode); `preempted`: strs. The keys
+  /// come from `cache`.
+  void read_tuples(pybind11::handle fresh, pybind11::handle cached, pybind11::handle preempted,
+                   request_cache& cache);
 
   /// vLLM's SchedulerOutput (scheduled_new_reqs, scheduled_cached_reqs, num_scheduled_tokens,
   /// preempted_req_ids) and `requests`, a dict {req_id: vLLM Request} holding every scheduled
