@@ -99,8 +99,8 @@ class py_scheduler {
   void vllm_alloc(py::handle request, py::handle blocks, uint32_t num_external) {
     const vllm_request r = read_vllm_request(request);
     read_vllm_blocks(blocks, block_ids_, hashed_);
-    check(sc().update_state_after_alloc(vllm_view(request, r), {block_ids_, hashed_},
-                                        num_external));
+    check(
+        sc().update_state_after_alloc(vllm_view(request, r), {block_ids_, hashed_}, num_external));
   }
 
   /// vLLM's finished sets in, then the planner's answer written back over them for vLLM's
@@ -255,7 +255,7 @@ class py_scheduler {
   std::vector<gpu_block> block_ids_;  // vllm_alloc's, reused
   std::vector<uint8_t> hashed_;
   std::vector<std::string_view> sending_, recving_;  // vllm_output's, reused
-  connector_output results_;                          // job_results', reused
+  connector_output results_;                         // job_results', reused
 };
 
 py::dict stats_dict(const scheduler::connector_stats& s) {
