@@ -33,8 +33,11 @@ block_key key_of(py::handle h) {
     return {big_endian(p + n - lo_n - hi_n, hi_n), big_endian(p + n - lo_n, lo_n)};
   }
   if (PyLong_Check(o) && !PyBool_Check(o)) {
-    const unsigned long long lo = PyLong_AsUnsignedLongLong(o);
-    if (!(lo == static_cast<unsigned long long>(-1) && PyErr_Occurred())) return {0, lo};
+    // PyLong_AsUnsignedLong reads the digits directly; CPython's ...LongLong converts an int of
+    // more than one digit through a byte array, several times slower.
+    static_assert(sizeof(unsigned long) == sizeof(uint64_t));
+    const unsigned long lo = PyLong_AsUnsignedLong(o);
+    if (!(lo == static_cast<unsigned long>(-1) && PyErr_Occurred())) return {0, lo};
     PyErr_Clear();
     py::int_ v = py::reinterpret_borrow<py::int_>(h);
     if (v < py::int_(0)) value_error("a block hash must not be negative");
@@ -56,26 +59,6 @@ py::object int_of(const block_key& key) {
   py::int_ hi = py::reinterpret_steal<py::int_>(PyLong_FromUnsignedLongLong(key.hi));
   py::int_ lo = py::reinterpret_steal<py::int_>(PyLong_FromUnsignedLongLong(key.lo));
   return hi.attr("__lshift__")(64).attr("__or__")(lo);
-}
-
-const std::vector<block_key>& request_keys::keys(std::string_view id, py::handle hashes) {
-  if (!PyList_Check(hashes.ptr()) && !PyTuple_Check(hashes.ptr())) {
-    type_error("block_hashes must be a list or tuple, got " +
-               std::string(py::str(py::type::handle_of(hashes).attr("__name__"))));
-  }
-  auto it = keys_.find(id);
-  if (it == keys_.end()) it = keys_.emplace(std::string(id), std::vector<block_key>{}).first;
-  std::vector<block_key>& out = it->second;
-  const auto n = static_cast<size_t>(PySequence_Fast_GET_SIZE(hashes.ptr()));
-  if (n < out.size()) out.clear();  // not the same request's list: convert it anew
-  PyObject** items = PySequence_Fast_ITEMS(hashes.ptr());
-  if (out.empty()) out.reserve(n);
-  for (size_t i = out.size(); i < n; ++i) out.push_back(key_of(items[i]));
-  return out;
-}
-
-void request_keys::forget(std::string_view id) {
-  if (auto it = keys_.find(id); it != keys_.end()) keys_.erase(it);
 }
 
 }  // namespace kvc::python

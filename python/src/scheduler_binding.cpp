@@ -16,6 +16,7 @@
 #include "python/src/bindings.hpp"
 #include "python/src/block_hashes.hpp"
 #include "python/src/errors.hpp"
+#include "python/src/request_cache.hpp"
 #include "python/src/step_requests.hpp"
 
 namespace kvc::python {
@@ -31,13 +32,7 @@ std::chrono::nanoseconds seconds(double s) {
   return duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(s));
 }
 
-transfer_kind kind_of(const std::string& k) {
-  if (k == "load") return transfer_kind::load;
-  if (k == "store") return transfer_kind::store;
-  throw py::value_error("a job kind is \"load\" or \"store\", not \"" + k + "\"");
-}
-
-/// The Python object: the facade and the requests' keys.
+/// The Python object: the facade and what it keeps of the requests (request_cache).
 class py_scheduler {
  public:
   py_scheduler(const config_handle& cfg, const std::optional<std::string>& instance,
@@ -77,7 +72,17 @@ class py_scheduler {
 
   scheduler::request_view view(std::string_view id, py::handle hashes, uint32_t num_tokens,
                                bool remote_decode) {
-    return {id, keys_.keys(id, hashes), num_tokens, remote_decode};
+    return {id, cache_.keys(cache_.find_or_create(id), hashes), num_tokens, remote_decode};
+  }
+
+  /// The view of vLLM's Request, read now (read_vllm_request); the request's entry keeps it.
+  scheduler::request_view vllm_view(py::handle request, const vllm_request& r) {
+    const uint32_t at = cache_.find_or_create(r.id);
+    request_cache::entry& e = cache_.at(at);
+    e.request = py::reinterpret_borrow<py::object>(request);
+    e.hashes = r.hashes;
+    e.remote_decode = r.remote_decode;
+    return {r.id, cache_.keys(at, r.hashes), r.num_tokens, r.remote_decode};
   }
 
   py::tuple match(const std::string& id, py::handle hashes, uint32_t num_tokens,
@@ -88,15 +93,14 @@ class py_scheduler {
 
   py::tuple vllm_match(py::handle request, uint32_t num_computed) {
     const vllm_request r = read_vllm_request(request);
-    return answer(sc().get_num_new_matched_tokens(
-        view(r.id, r.hashes, r.num_tokens, r.remote_decode), num_computed));
+    return answer(sc().get_num_new_matched_tokens(vllm_view(request, r), num_computed));
   }
 
   void vllm_alloc(py::handle request, py::handle blocks, uint32_t num_external) {
     const vllm_request r = read_vllm_request(request);
     read_vllm_blocks(blocks, block_ids_, hashed_);
-    check(sc().update_state_after_alloc(view(r.id, r.hashes, r.num_tokens, r.remote_decode),
-                                        {block_ids_, hashed_}, num_external));
+    check(
+        sc().update_state_after_alloc(vllm_view(request, r), {block_ids_, hashed_}, num_external));
   }
 
   /// vLLM's finished sets in, then the planner's answer written back over them for vLLM's
@@ -135,13 +139,13 @@ class py_scheduler {
   /// build_connector_meta of tuples (step_requests::read_tuples).
   connector_metadata build(step_id step, py::handle fresh, py::handle cached,
                            py::handle preempted) {
-    step_.read_tuples(fresh, cached, preempted);
+    step_.read_tuples(fresh, cached, preempted, cache_);
     return plan(step);
   }
 
   /// build_connector_meta of vLLM's SchedulerOutput (step_requests::read_vllm).
   connector_metadata build_vllm(step_id step, py::handle scheduler_output, py::handle requests) {
-    step_.read_vllm(scheduler_output, requests);
+    step_.read_vllm(scheduler_output, requests, cache_);
     return plan(step);
   }
 
@@ -163,24 +167,15 @@ class py_scheduler {
     check(sc().apply_request_output(s, r));
   }
 
-  void job_results(step_id step, const std::vector<std::tuple<job_id, std::string, bool>>& jobs) {
-    connector_output out{step, {}};
-    for (const auto& [id, kind, ok] : jobs) {
-      job_result r;
-      r.job = id;
-      r.kind = kind_of(kind);
-      r.ok = ok;
-      if (!ok) {
-        r.error = errc::device_error;
-        r.detail = "reported failed by the engine";
-      }
-      out.jobs.push_back(std::move(r));
-    }
-    check(sc().apply_job_results(out));
+  void job_results(step_id step, py::handle results) {
+    results_.step = step;
+    results_.jobs.clear();
+    read_job_results(results, results_.jobs);
+    check(sc().apply_job_results(results_));
   }
 
   bool finished(const std::string& id) {
-    keys_.forget(id);
+    cache_.forget(id);
     return sc().request_finished(id);
   }
 
@@ -217,7 +212,7 @@ class py_scheduler {
     check(st);
   }
 
-  size_t cached_requests() const noexcept { return keys_.size(); }
+  size_t cached_requests() const noexcept { return cache_.size(); }
 
  private:
   static py::tuple answer(const scheduler::match_result& m) {
@@ -238,8 +233,8 @@ class py_scheduler {
     reqs_.clear();
     for (const scheduled_fields& f : step_.requests) {
       const std::span<const gpu_block> blocks(step_.blocks.data() + f.blocks_at, f.blocks_count);
-      reqs_.push_back({view(f.id, f.hashes, f.num_tokens, f.remote_decode), blocks, f.num_computed,
-                       f.num_scheduled, f.resumed});
+      const scheduler::request_view req{f.id, f.keys, f.num_tokens, f.remote_decode};
+      reqs_.push_back({req, blocks, f.num_computed, f.num_scheduled, f.resumed});
     }
     const std::span<const scheduler::scheduled_request> all(reqs_);
     scheduler_connector& s = sc();
@@ -254,12 +249,13 @@ class py_scheduler {
   }
 
   std::unique_ptr<scheduler_connector> sc_;
-  request_keys keys_;
+  request_cache cache_;
   step_requests step_;  // the buffers of the last step read, reused
   std::vector<scheduler::scheduled_request> reqs_;
   std::vector<gpu_block> block_ids_;  // vllm_alloc's, reused
   std::vector<uint8_t> hashed_;
   std::vector<std::string_view> sending_, recving_;  // vllm_output's, reused
+  connector_output results_;                         // job_results', reused
 };
 
 py::dict stats_dict(const scheduler::connector_stats& s) {

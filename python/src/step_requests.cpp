@@ -138,10 +138,16 @@ void read_vllm_blocks(py::handle blocks, std::vector<gpu_block>& ids,
                           std::to_string(groups.size));
   }
   const items group = items_of(groups.at[0], "KVCacheBlocks.blocks[0]");
+  ids.reserve(static_cast<size_t>(group.size));
+  hashed.reserve(static_cast<size_t>(group.size));
+  bool past_first_unhashed = false;
   for (Py_ssize_t i = 0; i < group.size; ++i) {
     const py::handle b(group.at[i]);
-    ids.push_back(u32_of(attr(b, n.block_id).ptr(), "KVCacheBlock.block_id"));
-    hashed.push_back(attr(b, n.block_hash).is_none() ? 0 : 1);
+    const gpu_block id = u32_of(attr(b, n.block_id).ptr(), "KVCacheBlock.block_id");
+    ids.push_back(id);
+    const bool is_hashed = !past_first_unhashed && !attr(b, n.block_hash).is_none();
+    hashed.push_back(is_hashed ? 1 : 0);
+    past_first_unhashed = past_first_unhashed || (id != 0 && !is_hashed);
   }
 }
 
@@ -152,6 +158,40 @@ void read_vllm_finished(py::handle out, std::vector<std::string_view>& sending,
   recving.clear();
   add_texts(attr(out, n.finished_sending), "finished_sending", sending, held);
   add_texts(attr(out, n.finished_recving), "finished_recving", recving, held);
+}
+
+void read_job_results(py::handle results, std::vector<job_result>& out) {
+  const py::object seq =
+      py::reinterpret_steal<py::object>(PySequence_Fast(results.ptr(), "results must be a list"));
+  if (!seq) throw py::error_already_set();
+  const items all = items_of(seq, "results");
+  for (Py_ssize_t i = 0; i < all.size; ++i) {
+    const items t = items_of(all.at[i], "a job result");
+    if (t.size != 3) type_error("a job result is a 3-tuple (job id, \"load\" or \"store\", ok)");
+    job_result r;
+    PyObject* id = t.at[0];
+    if (!PyLong_Check(id)) wrong_type("a job id", "an int", id);
+    r.job = PyLong_AsUnsignedLongLong(id);
+    if (r.job == static_cast<job_id>(-1) && PyErr_Occurred()) {
+      PyErr_Clear();
+      throw py::value_error("a job id must be in [0, 2**64)");
+    }
+    const std::string_view kind = text_of(t.at[1], "a job kind");
+    if (kind == "load") {
+      r.kind = transfer_kind::load;
+    } else if (kind == "store") {
+      r.kind = transfer_kind::store;
+    } else {
+      throw py::value_error("a job kind is \"load\" or \"store\", not \"" + std::string(kind) +
+                            "\"");
+    }
+    r.ok = truth_of(t.at[2]);
+    if (!r.ok) {
+      r.error = errc::device_error;
+      r.detail = "reported failed by the engine";
+    }
+    out.push_back(std::move(r));
+  }
 }
 
 void step_requests::clear() {
@@ -176,7 +216,8 @@ void step_requests::add_blocks(scheduled_fields& f, py::handle ids, const char* 
   f.blocks_count = blocks.size() - f.blocks_at;
 }
 
-void step_requests::read_tuples(py::handle fresh, py::handle cached, py::handle preempted_ids) {
+void step_requests::read_tuples(py::handle fresh, py::handle cached, py::handle preempted_ids,
+                                request_cache& cache) {
   clear();
   for (py::handle list : {fresh, cached}) {
     const items all = items_of(list, "new and cached");
@@ -189,13 +230,13 @@ void step_requests::read_tuples(py::handle fresh, py::handle cached, py::handle 
       }
       scheduled_fields f;
       f.id = hold_id(PyTuple_GET_ITEM(t, 0), "req_id");
-      f.hashes = PyTuple_GET_ITEM(t, 1);
       f.num_tokens = u32_of(PyTuple_GET_ITEM(t, 2), "num_tokens");
       f.num_computed = u32_of(PyTuple_GET_ITEM(t, 3), "num_computed");
       f.num_scheduled = u32_of(PyTuple_GET_ITEM(t, 4), "num_scheduled");
       add_blocks(f, PyTuple_GET_ITEM(t, 5), "block_ids");
       f.resumed = truth_of(PyTuple_GET_ITEM(t, 6));
       f.remote_decode = truth_of(PyTuple_GET_ITEM(t, 7));
+      f.keys = cache.keys(cache.find_or_create(f.id), PyTuple_GET_ITEM(t, 1));
       requests.push_back(f);
     }
     if (list.ptr() == fresh.ptr()) num_new = requests.size();
@@ -204,7 +245,7 @@ void step_requests::read_tuples(py::handle fresh, py::handle cached, py::handle 
   for (Py_ssize_t i = 0; i < pre.size; ++i) preempted.push_back(hold_id(pre.at[i], "preempted"));
 }
 
-void step_requests::read_vllm(py::handle out, py::handle requests_by_id) {
+void step_requests::read_vllm(py::handle out, py::handle requests_by_id, request_cache& cache) {
   clear();
   const vllm_names& n = names();
   if (!PyDict_Check(requests_by_id.ptr())) {
@@ -231,12 +272,19 @@ void step_requests::read_vllm(py::handle out, py::handle requests_by_id) {
     }
     f.num_scheduled = u32_of(tokens, "num_scheduled_tokens[req_id]");
     const py::handle r(req);
-    py::object hashes = attr(r, n.block_hashes);
-    f.hashes = hashes;
-    held.push_back(std::move(hashes));
+    const uint32_t at = cache.find_or_create(f.id);
+    request_cache::entry& e = cache.at(at);
+    if (e.request.ptr() != req) {  // a Request object not seen before
+      py::object hashes = attr(r, n.block_hashes);
+      const bool remote = remote_decode_of(r);
+      e.request = py::reinterpret_borrow<py::object>(r);
+      e.hashes = std::move(hashes);
+      e.remote_decode = remote;
+    }
+    f.keys = cache.keys(at, e.hashes);
+    f.remote_decode = e.remote_decode;
     f.num_tokens = u32_of(attr(r, n.num_tokens).ptr(), "Request.num_tokens");
     f.num_computed = u32_of(attr(r, n.num_computed_tokens).ptr(), "Request.num_computed_tokens");
-    f.remote_decode = remote_decode_of(r);
     // vLLM's block ids are per KV-cache group; kvconnect serves one group (load_config).
     if (!block_ids.is_none()) {
       const items groups = items_of(block_ids, "block_ids");

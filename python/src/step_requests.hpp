@@ -11,12 +11,16 @@
 /// Wrong types raise TypeError naming the field, out-of-range ints ValueError. Not thread-safe;
 /// the GIL must be held while reading.
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <vector>
 
 #include <pybind11/pybind11.h>
 
+#include "proto/block_key.hpp"
+#include "proto/completion.hpp"
 #include "proto/ids.hpp"
+#include "python/src/request_cache.hpp"
 
 namespace kvc::python {
 
@@ -33,7 +37,10 @@ struct vllm_request {
 vllm_request read_vllm_request(pybind11::handle request);
 
 /// vLLM's KVCacheBlocks of the one KV-cache group kvconnect serves: each block's id, and
-/// whether it is hashed (block_hash is not None). The vectors are cleared first.
+/// whether it is hashed (block_hash is not None) up to the first block that is not the null
+/// block (id 0) and not hashed, the first one a load may fill: the planner reads no flag past it
+/// (as vLLM's connector reads no block_hash past it), so the later blocks' flags are 0, unread.
+/// The vectors are cleared first.
 void read_vllm_blocks(pybind11::handle blocks, std::vector<gpu_block>& ids,
                       std::vector<uint8_t>& hashed);
 
@@ -43,11 +50,15 @@ void read_vllm_finished(pybind11::handle connector_output, std::vector<std::stri
                         std::vector<std::string_view>& recving,
                         std::vector<pybind11::object>& held);
 
+/// Job results as (job id, "load" or "store", ok) tuples (apply_job_results), appended to
+/// `out`; a failed one as errc::device_error, "reported failed by the engine".
+void read_job_results(pybind11::handle results, std::vector<job_result>& out);
+
 /// One scheduled request's fields; block ids as an offset/count into step_requests::blocks
 /// (the buffer may grow while the step is read).
 struct scheduled_fields {
   std::string_view id;
-  pybind11::handle hashes;  // the request's block_hashes (list or tuple)
+  std::span<const block_key> keys;  // of the request's block_hashes (request_cache::keys)
   uint32_t num_tokens = 0;
   uint32_t num_computed = 0;
   uint32_t num_scheduled = 0;
@@ -65,14 +76,19 @@ struct step_requests {
   std::vector<pybind11::object> held;
 
   /// `fresh` and `cached`: lists of 8-tuples (req_id, block_hashes, num_tokens, num_computed,
-  /// num_scheduled, block_ids or None, resumed, do_remote_decode); `preempted`: strs.
-  void read_tuples(pybind11::handle fresh, pybind11::handle cached, pybind11::handle preempted);
+  /// num_scheduled, block_ids or None, resumed, do_remote_decode); `preempted`: strs. The keys
+  /// come from `cache`.
+  void read_tuples(pybind11::handle fresh, pybind11::handle cached, pybind11::handle preempted,
+                   request_cache& cache);
 
   /// vLLM's SchedulerOutput (scheduled_new_reqs, scheduled_cached_reqs, num_scheduled_tokens,
   /// preempted_req_ids) and `requests`, a dict {req_id: vLLM Request} holding every scheduled
   /// request (request_id, block_hashes, num_tokens, num_computed_tokens, kv_transfer_params).
-  /// A scheduled id missing from `requests` raises KeyError.
-  void read_vllm(pybind11::handle scheduler_output, pybind11::handle requests);
+  /// A scheduled id missing from `requests` raises KeyError. A Request's block_hashes and
+  /// kv_transfer_params are read once per Request object and kept in `cache`
+  /// (request_cache.hpp).
+  void read_vllm(pybind11::handle scheduler_output, pybind11::handle requests,
+                 request_cache& cache);
 
  private:
   void clear();

@@ -24,7 +24,7 @@ Also measured: the cost of one cheap call through the binding (request_finished 
 a property read).
 
 usage: python_scheduler_bench.py KVCONNECT [--requests 64,256,1024] [--steps 1000]
-                                 [--path tuples,vllm]
+                                 [--path tuples,vllm] [--by-call]
   (PYTHONPATH must hold build/python)
 """
 import argparse
@@ -91,15 +91,18 @@ def bench_config(n):
 
 class Calls:
     """Times only the connector's calls (perf_counter_ns around each), not the engine stand-in's
-    work of building their arguments."""
+    work of building their arguments; by_call sums each call's time apart (--by-call)."""
 
     def __init__(self):
         self.ns = 0
+        self.by_call = {}
 
     def timed(self, f, *args):
         t0 = time.perf_counter_ns()
         out = f(*args)
-        self.ns += time.perf_counter_ns() - t0
+        ns = time.perf_counter_ns() - t0
+        self.ns += ns
+        self.by_call[f.__name__] = self.by_call.get(f.__name__, 0) + ns
         return out
 
 
@@ -279,10 +282,15 @@ class Bench:
         self.populate()
         for _ in range(self.n // TURNOVER + 64):
             self.step()
+        self.calls.by_call = {}
         out = [self.step() for _ in range(steps)]
         stats = self.sc.stats()
         self.sc.shutdown()
         return out, stats
+
+    def by_call_us(self, steps):
+        """Each call's µs per step over the timed steps."""
+        return {name: round(ns / steps / 1000.0, 2) for name, ns in self.calls.by_call.items()}
 
 
 def call_cost_ns(instance, calls=200_000):
@@ -322,6 +330,8 @@ def main():
     ap.add_argument("--requests", default="64,256,1024")
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--path", default="tuples,vllm")
+    ap.add_argument("--by-call", action="store_true",
+                    help="also give each connector call's µs per step")
     args = ap.parse_args()
     counts = [int(x) for x in args.requests.split(",")]
     paths = args.path.split(",")
@@ -335,15 +345,19 @@ def main():
                              capture_output=True, text=True, check=True)
         cxx_line = json.loads(cxx.stdout.strip().splitlines()[-1])
         for path in paths:
-            step_us, _ = Bench(n, f"{tag}-{n}-{path}", path).run(args.steps)
+            bench = Bench(n, f"{tag}-{n}-{path}", path)
+            step_us, _ = bench.run(args.steps)
             mean = statistics.fmean(step_us)
             s = sorted(step_us)
-            print(json.dumps({
+            line = {
                 "bench": "python_scheduler", "path": path, "requests": n, "steps": len(s),
                 "us_per_step": round(mean, 2), "p50_us": round(s[len(s) // 2], 2),
                 "p99_us": round(s[int(0.99 * len(s))], 2),
                 "cxx_planner_us_per_step": cxx_line["us_per_step"],
-                "ratio_to_cxx": round(mean / cxx_line["us_per_step"], 2)}))
+                "ratio_to_cxx": round(mean / cxx_line["us_per_step"], 2)}
+            if args.by_call:
+                line["by_call_us"] = bench.by_call_us(args.steps)
+            print(json.dumps(line))
     return 0
 
 

@@ -169,3 +169,123 @@ def test_vllms_request_blocks_and_output_are_read_as_the_plain_calls_read_them()
     finally:
         by_vllm.shutdown()
         plain.shutdown()
+
+
+class CountingRequest(v.Request):
+    """vLLM's Request that counts the reads of each of its fields."""
+
+    def __getattribute__(self, name):
+        reads = object.__getattribute__(self, "__dict__").setdefault("reads", {})
+        reads[name] = reads.get(name, 0) + 1
+        return object.__getattribute__(self, name)
+
+
+def test_a_requests_block_hashes_and_params_are_read_once_per_request_object():
+    by_vllm, by_tuples = connector("once"), connector("once-tuples")
+    try:
+        r = CountingRequest("a", [b"a0", b"a1"], 2 * BLOCK, 0, None)
+        reqs = {"a": r}
+        by_vllm.vllm_get_num_new_matched_tokens(r, 0)
+        by_tuples.get_num_new_matched_tokens("a", r.block_hashes, r.num_tokens, 0)
+        hashes = r.block_hashes
+        r.reads = {}
+        for step in range(1, 6):
+            new = [("a", [1, 2])] if step == 1 else []
+            cached = [] if step == 1 else [("a", [2 + step] if step % 2 else None)]
+            if step > 1:  # decoding: one token a step, a block (and its hash) every other
+                r.num_computed_tokens = r.num_tokens
+                r.num_tokens += BLOCK // 2
+                if r.num_tokens % BLOCK == 0:
+                    hashes.append(f"a{len(hashes)}".encode())
+            scheduled = {"a": r.num_tokens - r.num_computed_tokens}
+            out = v.SchedulerOutput(
+                [v.NewRequestData(rid, (ids,)) for rid, ids in new],
+                v.CachedRequestData([rid for rid, _ in cached], set(),
+                                    [None if ids is None else (ids,) for _, ids in cached]),
+                scheduled, set(), [])
+            got = by_vllm.vllm_build_connector_meta(step, out, reqs)
+            want = by_tuples.build_connector_meta(
+                step, [as_tuple(r, scheduled["a"], ids, False) for _, ids in new],
+                [as_tuple(r, scheduled["a"], ids, False) for _, ids in cached], [])
+            assert jobs(got) == jobs(want)
+        # The list vLLM extends in place is read through, its blocks stored as they fill.
+        assert by_vllm.stats() == by_tuples.stats()
+        assert by_vllm.stats()["store_blocks"] == 4
+        counted = dict(r.reads)
+        for name in ("block_hashes", "kv_transfer_params"):
+            counted[name] -= 5  # as_tuple's reads for the tuples
+        assert counted.get("block_hashes") == 0 and counted.get("kv_transfer_params") == 0
+        assert r.reads["num_tokens"] >= 5 and r.reads["num_computed_tokens"] >= 5
+        # Another Request object for the same id is read anew.
+        again = CountingRequest("a", r.block_hashes, r.num_tokens, r.num_computed_tokens,
+                                {"do_remote_decode": True})
+        out = v.SchedulerOutput([], v.CachedRequestData(["a"], set(), [None]), {"a": 1},
+                                set(), [])
+        by_vllm.vllm_build_connector_meta(6, out, {"a": again})
+        assert again.reads["block_hashes"] == 1 and again.reads["kv_transfer_params"] == 1
+    finally:
+        by_vllm.shutdown()
+        by_tuples.shutdown()
+
+
+class UnreadableHashBlock:
+    """A KVCacheBlock whose block_hash must not be read."""
+
+    def __init__(self, block_id: int):
+        self.block_id = block_id
+        self.is_null = False
+
+    @property
+    def block_hash(self):
+        raise AssertionError("block_hash read past the first block a load may fill")
+
+
+def test_no_block_hash_is_read_past_the_first_block_a_load_may_fill():
+    by_vllm, plain = connector("lazy-hash"), connector("lazy-hash-plain")
+    try:
+        r = request("a", 4)
+        for sc in (by_vllm, plain):
+            assert sc.get_num_new_matched_tokens("a", r.block_hashes, r.num_tokens, 0) == \
+                (0, False)
+        # The null block (0), a hashed one, then the first one to fill: no hash read after it.
+        blocks = v.KVCacheBlocks(([v.KVCacheBlock(0, None, True), v.KVCacheBlock(1, b"h", False),
+                                   v.KVCacheBlock(2, None, False), UnreadableHashBlock(3)],))
+        by_vllm.vllm_update_state_after_alloc(r, blocks, 0)
+        plain.update_state_after_alloc("a", r.block_hashes, r.num_tokens, [0, 1, 2, 3],
+                                       [False, True, False, False], 0)
+        assert by_vllm.tables() == plain.tables()
+    finally:
+        by_vllm.shutdown()
+        plain.shutdown()
+
+
+def test_job_results_of_another_shape_are_an_error_naming_it():
+    sc = connector("results")
+    try:
+        with pytest.raises(TypeError, match=r"a job result is a 3-tuple \(job id"):
+            sc.apply_job_results(1, [(0, "store")])
+        with pytest.raises(TypeError, match="a job id must be an int, got str"):
+            sc.apply_job_results(1, [("0", "store", True)])
+        with pytest.raises(ValueError, match='a job kind is "load" or "store", not "copy"'):
+            sc.apply_job_results(1, [(0, "copy", True)])
+        with pytest.raises(TypeError, match="results must be a list"):
+            sc.apply_job_results(1, 7)
+        assert sc.stats()["rejected_results"] == 0  # nothing reached the planner
+    finally:
+        sc.shutdown()
+
+
+def test_int_hashes_of_any_width_below_2_to_the_128_come_back_as_themselves():
+    sc = connector("wide")
+    try:
+        hashes = [5, 2**63 + 5, 2**64 - 1, 2**64 + 7, 2**128 - 1]
+        assert sc.get_num_new_matched_tokens("a", hashes, len(hashes) * BLOCK, 0) == (0, False)
+        meta = sc.build_connector_meta(
+            1, [("a", hashes, len(hashes) * BLOCK, 0, len(hashes) * BLOCK, [1, 2, 3, 4, 5],
+                 False, False)], [], [])
+        sc.apply_job_results(1, [(j.id, "store", True) for j in meta.stores])
+        sc.update_connector_output()
+        stored = [h for kind, hs, _ in sc.take_events() if kind == "stored" for h in hs]
+        assert stored == hashes
+    finally:
+        sc.shutdown()

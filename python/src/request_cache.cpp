@@ -1,0 +1,66 @@
+#include "python/src/request_cache.hpp"
+
+#include "python/src/block_hashes.hpp"
+#include "python/src/errors.hpp"
+
+namespace kvc::python {
+namespace py = pybind11;
+
+uint32_t request_cache::find_or_create(std::string_view id) {
+  uint32_t found = npos;
+  if (last_ != npos) {
+    const uint32_t guess = entries_[last_].next;
+    if (guess != npos && entries_[guess].live && entries_[guess].id == id) found = guess;
+  }
+  if (found == npos) {
+    auto [it, fresh] = index_.try_emplace(std::string(id), npos);
+    if (fresh) {
+      if (free_.empty()) {
+        it->second = static_cast<uint32_t>(entries_.size());
+        entries_.emplace_back();
+      } else {
+        it->second = free_.back();
+        free_.pop_back();
+      }
+      entry& e = entries_[it->second];
+      e.id.assign(id);
+      e.live = true;
+    }
+    found = it->second;
+  }
+  if (last_ != npos) entries_[last_].next = found;
+  last_ = found;
+  return found;
+}
+
+const std::vector<block_key>& request_cache::keys(uint32_t index, py::handle hashes) {
+  if (!PyList_Check(hashes.ptr()) && !PyTuple_Check(hashes.ptr())) {
+    type_error("block_hashes must be a list or tuple, got " +
+               std::string(py::str(py::type::handle_of(hashes).attr("__name__"))));
+  }
+  std::vector<block_key>& out = entries_[index].keys;
+  const auto n = static_cast<size_t>(PySequence_Fast_GET_SIZE(hashes.ptr()));
+  if (n < out.size()) out.clear();  // not the same request's list: convert it anew
+  PyObject** items = PySequence_Fast_ITEMS(hashes.ptr());
+  if (out.empty()) out.reserve(n);
+  for (size_t i = out.size(); i < n; ++i) out.push_back(key_of(items[i]));
+  return out;
+}
+
+void request_cache::forget(std::string_view id) {
+  auto it = index_.find(id);
+  if (it == index_.end()) return;
+  const uint32_t at = it->second;
+  index_.erase(it);
+  entry& e = entries_[at];
+  e.id.clear();
+  e.keys.clear();
+  e.request = py::object();
+  e.hashes = py::object();
+  e.remote_decode = false;
+  e.next = npos;
+  e.live = false;
+  free_.push_back(at);
+}
+
+}  // namespace kvc::python

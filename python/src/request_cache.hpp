@@ -1,0 +1,69 @@
+#pragma once
+/// request_cache: what the binding keeps of each request between calls, so that a step reads
+/// only what changed. A request's block_hashes only grow, so each call converts only the hashes
+/// added since the last one into `keys`. For vLLM's Request objects it also keeps the object
+/// itself, its block_hashes list and its kv_transfer_params' do_remote_decode, read once per
+/// Request object: vLLM creates a Request's block_hashes list once and only extends it in place
+/// (vllm/v1/request.py), so a step reads that list's length, not the attribute. A request's
+/// entry lives until forget() (request_finished); it holds a reference to the objects.
+///
+/// Requests live in a dense array of entries found through an id map; as the planner does, each
+/// lookup first tries the entry that followed the previous lookup's entry last time (an engine
+/// schedules its running requests in the same order step after step), checked by its id, so a
+/// steady step costs no map lookup. Not thread-safe; the GIL must be held.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <pybind11/pybind11.h>
+
+#include "proto/block_key.hpp"
+
+namespace kvc::python {
+
+class request_cache {
+ public:
+  static constexpr uint32_t npos = UINT32_MAX;
+
+  /// What a step reads of each scheduled request fills its first cache line (and `keys` the
+  /// second): the guess check, the Request's identity, its list.
+  struct alignas(64) entry {
+    uint32_t next = npos;        ///< the entry looked up after this one last time (a hint)
+    bool live = false;           ///< false: free, for a later request
+    bool remote_decode = false;  ///< the Request's kv_transfer_params["do_remote_decode"]
+    pybind11::object request;    ///< vLLM's Request last seen for this id; empty on the tuples
+    pybind11::object hashes;     ///< that Request's block_hashes
+    std::string id;
+    std::vector<block_key> keys;  ///< of the block hashes seen so far
+  };
+
+  /// The entry of `id`, created when there is none. Entries may move when one is created.
+  uint32_t find_or_create(std::string_view id);
+  entry& at(uint32_t index) noexcept { return entries_[index]; }
+
+  /// The keys of `hashes` (a list or tuple) for the entry, converting only those beyond the
+  /// ones seen before (all of them when the list is shorter than that: another list). Valid
+  /// until the next call for the same entry or forget().
+  const std::vector<block_key>& keys(uint32_t index, pybind11::handle hashes);
+
+  void forget(std::string_view id);
+  size_t size() const noexcept { return index_.size(); }
+
+ private:
+  /// Transparent: lookups by string_view allocate nothing.
+  struct id_hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const noexcept {
+      return std::hash<std::string_view>{}(s);
+    }
+  };
+  std::unordered_map<std::string, uint32_t, id_hash, std::equal_to<>> index_;
+  std::vector<entry> entries_;
+  std::vector<uint32_t> free_;
+  uint32_t last_ = npos;  ///< the entry of the last lookup
+};
+
+}  // namespace kvc::python
