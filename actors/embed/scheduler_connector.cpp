@@ -438,6 +438,22 @@ std::vector<kv_event> scheduler_connector::take_events() {
   return impl_->planner->take_events();
 }
 
+status scheduler_connector::reset_cache() {
+  impl& m = *impl_;
+  if (auto st = m.check_live(); !st) return st;
+  m.publish_events();  // what was stored or evicted before the reset goes out before it
+  auto st = m.planner->reset();
+  if (m.recorder) m.recorder->reset(st.ok());
+  if (!st) return st;
+  spdlog::info("scheduler_connector: CPU pool reset; {} job(s) in flight flushed with the next "
+               "step",
+               m.planner->jobs_in_flight());
+  if (m.events) m.events->publish(kv_events::encode_cleared(wall_seconds(), m.batch));
+  if (m.tracer) m.trace_step("reset_cache", m.last_step.value_or(0), trace::tracer::mono_now(), 1);
+  if (m.snapshots) m.snapshots->publish(m.sample());
+  return st;
+}
+
 std::string scheduler_connector::metrics_text() {
   return metrics::render(impl_->sample());
 }
