@@ -445,8 +445,7 @@ status scheduler_connector::reset_cache() {
   auto st = m.planner->reset();
   if (m.recorder) m.recorder->reset(st.ok());
   if (!st) return st;
-  spdlog::info("scheduler_connector: CPU pool reset; {} job(s) in flight flushed with the next "
-               "step",
+  spdlog::info("scheduler_connector: CPU pool reset; {} job(s) in flight, flushed next step",
                m.planner->jobs_in_flight());
   if (m.events) m.events->publish(kv_events::encode_cleared(wall_seconds(), m.batch));
   if (m.tracer) m.trace_step("reset_cache", m.last_step.value_or(0), trace::tracer::mono_now(), 1);

@@ -431,8 +431,8 @@ std::string encode_record(const run_record& rec) {
 
 std::string_view event_name(const record_event& e) noexcept {
   static constexpr std::array<std::string_view, 13> names = {
-      "match",  "alloc",   "build",   "finished",  "request_output", "take_completions",
-      "expect", "report",  "rank_up", "rank_down", "tick",           "poll",
+      "match",  "alloc",  "build",   "finished",  "request_output", "take_completions",
+      "expect", "report", "rank_up", "rank_down", "tick",           "poll",
       "reset"};
   static_assert(names.size() == std::variant_size_v<record_event>);
   return names[e.index()];

@@ -1013,8 +1013,9 @@ TEST_P(EmbedTest, ResetCacheFlushesJobsInFlightAndTheRunReplays) {
   const auto batches = replay_batches((*sc)->kv_events_replay_endpoint(), 0);
   std::vector<std::vector<std::string>> types;
   for (const auto& [seq, batch] : batches) types.push_back(event_types(batch));
-  EXPECT_EQ(types, (std::vector<std::vector<std::string>>{
-                       {"BlockStored"}, {"AllBlocksCleared"}, {"BlockStored"}, {"AllBlocksCleared"}}));
+  const std::vector<std::vector<std::string>> expected{
+      {"BlockStored"}, {"AllBlocksCleared"}, {"BlockStored"}, {"AllBlocksCleared"}};
+  EXPECT_EQ(types, expected);
 
   // The record replays without a divergence, and diverges once its reset is taken out.
   std::vector<std::string> files;
@@ -1027,8 +1028,9 @@ TEST_P(EmbedTest, ResetCacheFlushesJobsInFlightAndTheRunReplays) {
   EXPECT_FALSE(same->first.has_value()) << record::describe(*same->first);
   EXPECT_EQ(same->steps, 6u);
   auto& evs = rec->events;
-  const auto resets = std::erase_if(
-      evs, [](const record::record_event& e) { return std::holds_alternative<record::reset_event>(e); });
+  const auto resets = std::erase_if(evs, [](const record::record_event& e) {
+    return std::holds_alternative<record::reset_event>(e);
+  });
   EXPECT_EQ(resets, 1u);
   auto without = record::replay(*rec, {});
   ASSERT_TRUE(without.ok()) << without.error().to_string();

@@ -388,7 +388,7 @@ TEST_P(OffloadManagerContract, CachedResolutionsNeverGoStale) {
 TEST_P(OffloadManagerContract, ResetFreesEverySlotAndRecordsNoEvent) {
   auto m = make(4);
   ps_cs(*m, {1, 2});
-  ASSERT_TRUE(ps(*m, {3}));  // a store in flight
+  ASSERT_TRUE(ps(*m, {3}));           // a store in flight
   EXPECT_EQ(pl(*m, {1}), (u32s{0}));  // a load in flight
   ASSERT_EQ(m->busy(), 2u);
   m->reset();
