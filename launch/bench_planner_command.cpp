@@ -200,6 +200,8 @@ class planner_bench {
     a.stores_ok -= b.stores_ok;
     a.stores_failed -= b.stores_failed;
     a.rejected_results -= b.rejected_results;
+    a.resets -= b.resets;
+    a.stale_results -= b.stale_results;
     return a;
   }
 

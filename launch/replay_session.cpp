@@ -83,7 +83,7 @@ class replay_session {
         op == "prepare_store")
       return &with_keys;
     if (op == "complete_store") return &store_done;
-    if (op == "take_events") return &none;
+    if (op == "take_events" || op == "reset") return &none;
     return nullptr;
   }
 
@@ -118,6 +118,11 @@ class replay_session {
 
     if (op == "config") return config(obj, out);
     if (op == "take_events") return take_events(out);
+    if (op == "reset") {
+      manager_->reset();
+      out = "{\"ok\":true}";
+      return status::success();
+    }
     if (status st = parse_keys(op, obj["keys"]); !st.ok()) return st;
     offload_manager& m = *manager_;
     if (op == "lookup") {

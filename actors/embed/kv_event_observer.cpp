@@ -28,6 +28,10 @@ result<std::unique_ptr<kv_event_observer>> kv_event_observer::start(const observ
       new kv_event_observer(planner, std::move(pub).value(), batch)};
 }
 
+void kv_event_observer::on_reset(bool ok, step_id /*last_step*/) {
+  if (ok) publisher_->publish(kv_events::encode_cleared(wall_seconds(), batch_));
+}
+
 void kv_event_observer::publish() {
   auto evs = planner_.take_events();
   if (evs.empty()) return;

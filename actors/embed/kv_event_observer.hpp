@@ -27,6 +27,9 @@ class kv_event_observer final : public step_observer {
 
   void on_step_sent(const connector_metadata& /*meta*/, int64_t /*started*/) override { publish(); }
   void on_call_end() override { publish(); }
+  void on_reset_requested() override { publish(); }
+  /// A reset that emptied the pool is one AllBlocksCleared batch.
+  void on_reset(bool ok, step_id /*last_step*/) override;
   bool takes_kv_events() const noexcept override { return true; }
   void on_stopped() override;
 

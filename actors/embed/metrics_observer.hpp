@@ -31,6 +31,7 @@ class metrics_observer final : public step_observer {
   void on_step_sent(const connector_metadata& meta, int64_t started) override;
   void on_output_applied(const connector_output& out, int64_t started) override;
   void on_call_end() override { publish(); }
+  void on_reset(bool /*ok*/, step_id /*last_step*/) override { publish(); }
   /// Keeps the coordinator's last counters for the scrapes after shutdown.
   void on_stopping() override;
   void on_stopped() override { publish(); }

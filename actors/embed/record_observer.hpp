@@ -47,6 +47,7 @@ class record_observer final : public step_observer {
     rec_->build(in, meta);
   }
   void on_completions_taken() override { rec_->take_completions(); }
+  void on_reset(bool ok, step_id /*last_step*/) override { rec_->reset(ok); }
   status admit_outside_results() override;
   /// Closes the record; a write error is logged.
   void on_stopped() override;

@@ -290,6 +290,19 @@ std::vector<kv_event> scheduler_connector::take_events() {
   return impl_->planner->take_events();
 }
 
+status scheduler_connector::reset_cache() {
+  impl& m = *impl_;
+  if (auto st = m.check_live(); !st) return st;
+  // what was stored or evicted before the reset goes out before it
+  m.notify([](step_observer& o) { o.on_reset_requested(); });
+  auto st = m.planner->reset();
+  m.notify([&](step_observer& o) { o.on_reset(st.ok(), m.last_step.value_or(0)); });
+  if (!st) return st;
+  spdlog::info("scheduler_connector: CPU pool reset; {} job(s) in flight, flushed next step",
+               m.planner->jobs_in_flight());
+  return st;
+}
+
 std::string scheduler_connector::metrics_text() {
   return metrics::render(impl_->metrics->sample());
 }

@@ -152,6 +152,15 @@ class scheduler_connector {
   /// Stored / removed block events since the last call (vLLM take_events). Empty when
   /// observe.kv_events_endpoint is set: the connector publishes them itself, each step.
   std::vector<kv_event> take_events();
+  /// vLLM main's reset_cache, between steps (scheduler::planner::reset): empties the CPU pool;
+  /// the jobs in flight are flushed by the workers with the next step and their results, which
+  /// the coordinator still aggregates as usual, end their requests' waits without reaching the
+  /// pool. With the KV-event publisher, the events recorded before go out first, then one
+  /// AllBlocksCleared batch; without it the next take_events() still returns those earlier
+  /// events (vLLM's own block pool announces the reset with AllBlocksCleared). Recorded for
+  /// replay (observe.record). errc::precondition_failed mid-step (a load recorded for the next
+  /// build_connector_meta), errc::io_error after shutdown; nothing changed then.
+  status reset_cache();
 
   // --- observability (docs/observability.md) ---
   /// The scheduler side's metrics now, in Prometheus text (what GET /metrics serves).

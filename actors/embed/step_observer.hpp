@@ -58,6 +58,11 @@ class step_observer {
   /// The end of a call that applied outputs or outcomes (update_connector_output,
   /// apply_request_output, apply_job_results).
   virtual void on_call_end() {}
+  /// reset_cache is about to empty the CPU pool: what happened before it goes out first.
+  virtual void on_reset_requested() {}
+  /// reset_cache's answer: `ok` when the pool was emptied, false when the planner refused
+  /// (mid-step); `last_step` the last step sent (0 before the first).
+  virtual void on_reset(bool /*ok*/, step_id /*last_step*/) {}
 
   // --- questions the facade asks ---
   /// Job results from outside the step channel (apply_job_results) are about to be applied;

@@ -32,6 +32,12 @@ void trace_observer::on_output_applied(const connector_output& out, int64_t star
   span("output_applied", out.step, started, end);
 }
 
+void trace_observer::on_reset(bool ok, step_id last_step) {
+  if (!tracer_ || !ok) return;
+  const int64_t now = trace::tracer::mono_now();
+  span("reset_cache", last_step, now - 1, now);
+}
+
 void trace_observer::span(const char* type, step_id step, int64_t started, int64_t end) {
   trace::trace_record r;
   r.mono_ns = end;

@@ -27,6 +27,8 @@ class trace_observer final : public step_observer {
   void on_step_built(const scheduler::step_input& in, const connector_metadata* meta) override;
   void on_step_sent(const connector_metadata& meta, int64_t started) override;
   void on_output_applied(const connector_output& out, int64_t started) override;
+  /// A reset that emptied the pool: a "reset_cache" record at the last step sent.
+  void on_reset(bool ok, step_id last_step) override;
   void on_stopped() override { tracer_.reset(); }
 
  private:

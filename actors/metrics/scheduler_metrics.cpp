@@ -172,6 +172,11 @@ std::string render(const scheduler_sample& s) {
   b.family("kvconnect_jobs_failed", mt::counter, "Transfer jobs that failed (any cause).");
   b.value("kvconnect_jobs_failed", load, d(s.planner.loads_failed));
   b.value("kvconnect_jobs_failed", store, d(s.planner.stores_failed));
+  b.family("kvconnect_jobs_stale", mt::counter,
+           "Results of jobs in flight at a cache reset (the pool no longer held their blocks).");
+  b.value("kvconnect_jobs_stale", none, d(s.planner.stale_results));
+  b.family("kvconnect_cache_resets", mt::counter, "Resets of the CPU pool (reset_cache).");
+  b.value("kvconnect_cache_resets", none, d(s.planner.resets));
   b.family("kvconnect_jobs_timed_out", mt::counter, "Jobs failed by their deadline.");
   b.value("kvconnect_jobs_timed_out", none, d(s.coordinator.timed_out));
   b.family("kvconnect_jobs_in_flight", mt::gauge, "Jobs planned and not completed.");

@@ -210,6 +210,10 @@ record_event event_from(const object& o, hash_memory& mem) {
       const object* p = fields(1, "tick");
       return tick_event{uint_as<uint64_t>(p[0], "now")};
     }
+    case pack::kind::reset: {
+      const object* p = fields(1, "reset");
+      return reset_event{bool_as(p[0], "ok")};
+    }
     case pack::kind::poll: {
       const object* p = fields(2, "poll");
       poll_event e;
@@ -384,6 +388,8 @@ std::string event_encoder::encode(const record_event& ev) {
           pack::rank_down(pk, e.rank);
         } else if constexpr (std::is_same_v<T, tick_event>) {
           pack::tick(pk, e.now);
+        } else if constexpr (std::is_same_v<T, reset_event>) {
+          pack::reset(pk, e.ok);
         } else {
           static_assert(std::is_same_v<T, poll_event>);
           pack::poll(pk, e.released, e.digest);
@@ -424,9 +430,11 @@ std::string encode_record(const run_record& rec) {
 }
 
 std::string_view event_name(const record_event& e) noexcept {
-  static constexpr std::array<std::string_view, 12> names = {
-      "match",  "alloc",   "build",   "finished",  "request_output", "take_completions",
-      "expect", "report",  "rank_up", "rank_down", "tick",           "poll"};
+  static constexpr std::array<std::string_view, 13> names = {
+      "match",  "alloc",  "build",   "finished",  "request_output", "take_completions",
+      "expect", "report", "rank_up", "rank_down", "tick",           "poll",
+      "reset"};
+  static_assert(names.size() == std::variant_size_v<record_event>);
   return names[e.index()];
 }
 

@@ -113,6 +113,11 @@ void request_output(packer& pk, const scheduler::request_output& out) {
 
 void take_completions(packer& pk) { head(pk, kind::take_completions, 0); }
 
+void reset(packer& pk, bool ok) {
+  head(pk, kind::reset, 1);
+  pk.pack(ok);
+}
+
 void expect(packer& pk, step_id step, uint64_t now) {
   head(pk, kind::expect, 2);
   pk.pack_uint64(step);

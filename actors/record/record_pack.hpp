@@ -25,6 +25,7 @@ enum class kind : uint8_t {
   rank_down = 10,
   tick = 11,
   poll = 12,
+  reset = 13,
 };
 
 void str(packer& pk, std::string_view s);
@@ -40,6 +41,7 @@ void build(packer& pk, hash_memory& mem, const scheduler::step_input& in, bool o
 void finished(packer& pk, hash_memory& mem, std::string_view id, bool delay_free);
 void request_output(packer& pk, const scheduler::request_output& out);
 void take_completions(packer& pk);
+void reset(packer& pk, bool ok);
 void expect(packer& pk, step_id step, uint64_t now);
 void report(packer& pk, const step_report& r);
 void rank_up(packer& pk, rank_id rank, uint32_t incarnation);

@@ -126,6 +126,12 @@ void recorder::take_completions() {
   end_frame();
 }
 
+void recorder::reset(bool ok) {
+  if (!begin_frame()) return;
+  pack::reset(out_->pk, ok);
+  end_frame();
+}
+
 void recorder::expect(step_id step, uint64_t now) {
   if (!begin_frame()) return;
   pack::expect(out_->pk, step, now);

@@ -46,6 +46,7 @@ class recorder {
   void finished(std::string_view req_id, bool delay_free);
   void request_output(const scheduler::request_output& out);
   void take_completions();
+  void reset(bool ok);
 
   // --- what the step coordinator consumed ---
   void expect(step_id step, uint64_t now);

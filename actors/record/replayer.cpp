@@ -118,6 +118,15 @@ class driver {
     return std::nullopt;
   }
 
+  std::optional<divergence> on(const reset_event& e) {
+    const status st = planner_->reset();
+    if (st.ok() != e.ok) {
+      return diverged("reset.status", std::string{"recorded "} + (e.ok ? "ok" : "refused") +
+                                          ", replayed " + (st.ok() ? "ok" : st.to_string()));
+    }
+    return std::nullopt;
+  }
+
   std::optional<divergence> on(const expect_event& e) {
     if (!last_meta_ || last_meta_->step != e.step) {
       return diverged("expect.step", "the coordinator expected step " + std::to_string(e.step) +

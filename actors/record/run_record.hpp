@@ -128,6 +128,9 @@ struct request_output_event {  ///< apply_request_output
   scheduler::request_output_role role = scheduler::request_output_role::completes_jobs;
 };
 struct take_completions_event {};  ///< the planner's request completions were taken
+struct reset_event {               ///< reset_cache
+  bool ok = false;                 ///< what the planner answered
+};
 
 // --- what the step coordinator consumed ---
 struct expect_event {  ///< expect(the step's metadata, now)
@@ -154,8 +157,8 @@ struct poll_event {  ///< poll_output: released an output (its digest) or nothin
 
 using record_event =
     std::variant<match_event, alloc_event, build_event, finished_event, request_output_event,
-                 take_completions_event, expect_event, report_event, rank_up_event,
-                 rank_down_event, tick_event, poll_event>;
+                 take_completions_event, expect_event, report_event, rank_up_event, rank_down_event,
+                 tick_event, poll_event, reset_event>;
 
 /// A whole record as read back.
 struct run_record {

@@ -69,6 +69,17 @@ void arc_policy::push_ghost(const block_key& k, uint32_t pool) {
   list.push_back(g);
 }
 
+void arc_policy::clear() noexcept {
+  t1_.clear();
+  t2_.clear();
+  b1_.clear();
+  b2_.clear();
+  index_.clear();
+  p_ = 0.0;
+  ghost_used_[0] = ghost_used_[1] = 0;
+  ghost_free_[0] = ghost_free_[1] = npos;
+}
+
 void arc_policy::clear_epochs(uint32_t used) noexcept {
   for (uint32_t i = 0; i < used; ++i) nodes_[i].mark &= block_node::flag_bit;
 }

@@ -132,6 +132,10 @@ class arc_policy {
   /// Resets the protection epochs of slots [0, used) (the manager's epoch counter wrapped).
   void clear_epochs(uint32_t used) noexcept;
 
+  /// Forgets every tracked block and ghost and sets p back to 0 (vLLM main's
+  /// ARCCachePolicy.clear). The slot nodes keep stale contents; the owner marks them free.
+  void clear() noexcept;
+
   // Introspection (tests): list contents from least to most recent, and p.
   double target_t1_size() const noexcept { return p_; }
   std::vector<block_key> t1_keys() const { return keys_of(t1_); }

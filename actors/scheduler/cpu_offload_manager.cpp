@@ -256,6 +256,21 @@ void cpu_offload_manager<Policy>::complete_store(std::span<const block_key> keys
 }
 
 template <class Policy>
+void cpu_offload_manager<Policy>::reset() {
+  policy_.clear();
+  // Every slot handed out so far is free; the pool starts over from slot 0 (vLLM main clears
+  // its free list and allocation count), so the free list is dropped rather than refilled.
+  for (uint32_t s = 0; s < high_water_; ++s) policy_.node(s).ref = free_ref;
+  high_water_ = 0;
+  free_head_ = npos;
+  free_count_ = 0;
+  // Resolutions cached from before name slots that are free now: drop them.
+  memo_version_ = UINT64_MAX;
+  memo_size_ = 0;
+  for (auto& slots : recent_) slots.clear();
+}
+
+template <class Policy>
 std::vector<kv_event> cpu_offload_manager<Policy>::take_events() {
   std::vector<kv_event> out;
   out.reserve(events_.size());

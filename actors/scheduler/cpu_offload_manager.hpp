@@ -62,6 +62,7 @@ class cpu_offload_manager final : public offload_manager {
   void touch_hinted(std::span<const block_key> keys, std::span<cpu_slot> hints) override;
   std::optional<store_plan> prepare_store(std::span<const block_key> keys) override;
   void complete_store(std::span<const block_key> keys, bool success) override;
+  void reset() override;
   std::vector<kv_event> take_events() override;
   void drain_events(const event_visitor& fn) override;
   uint32_t capacity() const noexcept override { return cap_; }

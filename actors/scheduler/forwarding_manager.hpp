@@ -40,6 +40,7 @@ class forwarding_manager : public offload_manager {
   void complete_store(std::span<const block_key> keys, bool success) override {
     inner_->complete_store(keys, success);
   }
+  void reset() override { inner_->reset(); }
   std::vector<kv_event> take_events() override { return inner_->take_events(); }
   void drain_events(const event_visitor& fn) override { inner_->drain_events(fn); }
   uint32_t capacity() const noexcept override { return inner_->capacity(); }

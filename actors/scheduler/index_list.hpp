@@ -18,6 +18,13 @@ class index_list {
   index_list(const index_list&) = delete;
   index_list& operator=(const index_list&) = delete;
 
+  /// Empties the list; the nodes that were on it keep stale links (the owner forgets them).
+  void clear() noexcept {
+    nodes_[sentinel_].prev = sentinel_;
+    nodes_[sentinel_].next = sentinel_;
+    size_ = 0;
+  }
+
   uint32_t size() const noexcept { return size_; }
   bool empty() const noexcept { return size_ == 0; }
   /// Iteration: for (i = front(); i != end(); i = next(i)).

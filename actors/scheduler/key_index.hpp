@@ -174,6 +174,13 @@ class key_index {
     return static_cast<uint32_t>((x * 0xd6e8feb86659fd93ULL) >> 32);
   }
 
+  /// Removes every entry (the table keeps its size); bumps the version.
+  void clear() noexcept {
+    std::memset(slots_.get(), 0, (phys_ + pad) * sizeof(uint64_t));
+    count_ = 0;
+    ++version_;
+  }
+
   size_t size() const noexcept { return count_; }
   /// Heap bytes of the table.
   size_t memory_bytes() const noexcept { return (phys_ + pad) * sizeof(uint64_t); }

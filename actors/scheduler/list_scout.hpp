@@ -53,6 +53,12 @@ class list_scout {
   /// The node the next step starts from (npos: the front).
   uint32_t at() const noexcept { return at_; }
 
+  /// Forgets the walk (its list was emptied).
+  void reset() noexcept {
+    at_ = npos;
+    lead_ = 0;
+  }
+
   /// Node `id` moved to the recent end of the list (or to another list).
   void moved(uint32_t id) noexcept {
     if (id == at_) at_ = npos;

@@ -167,6 +167,14 @@ class lru_policy {
   /// Resets the protection epochs of slots [0, used) (the manager's epoch counter wrapped).
   void clear_epochs(uint32_t used) noexcept;
 
+  /// Forgets every tracked block (vLLM main's LRUCachePolicy.clear): empty list and index. The
+  /// nodes keep stale contents; the owner marks its slots free.
+  void clear() noexcept {
+    order_.clear();
+    index_.clear();
+    scout_.reset();
+  }
+
   /// Introspection: tracked keys from least to most recent.
   std::vector<block_key> keys() const;
   /// Heap bytes held: node array + key index.

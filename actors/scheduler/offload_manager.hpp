@@ -83,6 +83,15 @@ class offload_manager {
   /// failure: removed and slot freed, no event. Other keys are ignored (as in R1).
   virtual void complete_store(std::span<const block_key> keys, bool success) = 0;
 
+  /// Forgets every block (vLLM main's CPUOffloadingManager.reset_cache): every slot is free
+  /// again and handed out from 0 upward as in a new pool, the policy is empty (ARC: its ghosts
+  /// and target size too). As in vLLM main, no event is recorded for the blocks dropped (the
+  /// events recorded before stay to be taken; a subscriber learns of the reset from the
+  /// publisher's AllBlocksCleared) and the reuse filter keeps its counts (a reset drops bytes,
+  /// not how often keys were looked up). Blocks with a load or store in flight go too: the
+  /// caller must never complete those jobs here afterwards (planner::reset's stale jobs).
+  virtual void reset() = 0;
+
   /// Moves the recorded events out (empty when events are disabled).
   virtual std::vector<kv_event> take_events() = 0;
 

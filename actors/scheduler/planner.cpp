@@ -76,6 +76,9 @@ size_t planner::jobs_in_flight() const noexcept {
 size_t planner::tracked_requests() const noexcept {
   return impl_->index_.size();
 }
+status planner::reset() {
+  return impl_->reset();
+}
 planner_tables planner::tables() const noexcept {
   const impl& m = *impl_;
   const request_completions& c = m.completions_;
@@ -85,9 +88,10 @@ planner_tables planner::tables() const noexcept {
           .loads = m.loads_in_flight_,
           .pending_loads = m.pending_loads_.size(),
           .owed_sending = m.owed_sending_.size(),
-          .completions = c.finished_sending.size() + c.finished_recving.size() +
-                         c.invalid_block_ids.size(),
-          .finished_for_meta = m.finished_since_meta_.size()};
+          .completions =
+              c.finished_sending.size() + c.finished_recving.size() + c.invalid_block_ids.size(),
+          .finished_for_meta = m.finished_since_meta_.size(),
+          .reset_flush = m.reset_flush_.size()};
 }
 std::span<const transfer_job> planner::pending_loads() const noexcept {
   return impl_->pending_loads_;
@@ -228,6 +232,29 @@ status planner::impl::update_state_after_alloc(const request_view& req,
 
 // ---------------------------------------------------------------------------------------------
 // Per-step metadata and stores
+
+status planner::impl::reset() {
+  if (!pending_loads_.empty()) {
+    return make_error(errc::precondition_failed,
+                      "reset: " + std::to_string(pending_loads_.size()) +
+                          " load(s) recorded for the next build_connector_meta; reset only "
+                          "between steps");
+  }
+  // Every job in flight is flushed by the workers in the next step, before that step's or any
+  // later job can write one of the slots the reset frees (handle_preemptions), and its result
+  // is kept away from the manager by the threshold.
+  stale_below_ = next_job_;
+  for (const auto& [id, js] : jobs_) reset_flush_.push_back(id);
+  std::sort(reset_flush_.begin(), reset_flush_.end());
+  reset_flush_.erase(std::unique(reset_flush_.begin(), reset_flush_.end()), reset_flush_.end());
+  for (request_state& st : states_) {
+    st.cursor = 0;  // store again from the first block (vLLM main resets next_stored_chunk_idx)
+    std::fill(st.slot_hints.begin(), st.slot_hints.end(), npos);
+  }
+  manager_->reset();
+  ++stats_.resets;
+  return {};
+}
 
 bool planner::impl::request_finished(std::string_view req_id) {
   finished_since_meta_.emplace_back(req_id);  // told to the workers with the next metadata

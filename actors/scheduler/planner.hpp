@@ -66,7 +66,20 @@
 /// engine core knows this from the request's WAITING_FOR_REMOTE_KVS status; load_in_flight()
 /// answers it too).
 ///
-/// Limitations: one KV-cache group (no HMA / hybrid models); no reset_cache; a store that fails
+/// Reset (vLLM main's OffloadingConnectorScheduler.reset_cache, between steps): the manager
+/// forgets every block (offload_manager::reset) and every job in flight becomes *stale*: its
+/// id is below the reset's threshold (the job counter then), the next metadata's `flush` lists
+/// it so that the workers finish it before any later job can write a slot it uses, and its
+/// result, when it comes, never reaches the manager (whose slots may hold other blocks by then).
+/// Unlike vLLM main, which drops its job table and leaves the request-level sets to its workers,
+/// a stale job keeps its entry until its result: that result still gives the request-level
+/// outcome kvconnect derives from it (finished_recving, a failed load's invalid blocks,
+/// finished_sending of a finished request's last job), so a request waiting for a load at the
+/// reset gets its blocks (the flush completes the copy before its slots are reused) and runs,
+/// and one holding its blocks for a store gets them freed. Running requests store again from
+/// their first block (the cursor goes back to 0, as in vLLM main).
+///
+/// Limitations: one KV-cache group (no HMA / hybrid models); a store that fails
 /// is not retried for the same request (its cursor has moved on; a later request can store it);
 /// a load must end on an offloaded-block boundary (R1 would load a partial last block; the copy
 /// layout moves whole offloaded blocks).
@@ -188,6 +201,7 @@ struct planner_tables {
   size_t owed_sending = 0;         ///< finished requests waiting to be reported
   size_t completions = 0;          ///< request outcomes not taken yet
   size_t finished_for_meta = 0;    ///< finished request ids for the next metadata
+  size_t reset_flush = 0;          ///< stale job ids for the next metadata's flush
   friend bool operator==(const planner_tables&, const planner_tables&) = default;
 };
 
@@ -206,6 +220,8 @@ struct connector_stats {
   uint64_t stores_ok = 0;
   uint64_t stores_failed = 0;
   uint64_t rejected_results = 0;  ///< unknown / duplicate / mismatched job results
+  uint64_t resets = 0;            ///< reset() calls that emptied the pool
+  uint64_t stale_results = 0;     ///< results of jobs in flight at a reset (manager untouched)
 
   friend bool operator==(const connector_stats&, const connector_stats&) = default;
 };
@@ -280,6 +296,14 @@ class planner {
 
   /// The manager's stored / removed events since the last call.
   std::vector<kv_event> take_events();
+
+  /// Empties the CPU pool and makes every job in flight stale (see "Reset" above): their ids go
+  /// into the next metadata's `flush`, their results complete the requests but not the
+  /// manager, and every live request's store cursor goes back to 0. The manager's events
+  /// recorded before stay to be taken (the reset adds none). Between steps only:
+  /// errc::precondition_failed, nothing changed, while loads recorded by
+  /// update_state_after_alloc wait for build_connector_meta (vLLM asserts the same).
+  status reset();
 
   // --- introspection (engine, tests, bench) ---
   const connector_stats& stats() const noexcept;

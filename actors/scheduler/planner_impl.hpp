@@ -42,6 +42,7 @@ class planner::impl {
   /// update_connector_output's releases_requests role.
   void release_requests(const request_output& out);
   bool request_finished(std::string_view req_id);
+  status reset();
 
   static constexpr uint32_t npos = UINT32_MAX;
 
@@ -206,6 +207,11 @@ class planner::impl {
   std::vector<std::string> finished_since_meta_;  ///< request_finished ids for the next metadata
   connector_stats stats_;
   job_id next_job_ = 0;
+  /// Jobs with a lower id were in flight at the last reset: stale (their results do not reach
+  /// the manager).
+  job_id stale_below_ = 0;
+  /// The stale jobs still in flight at the last reset, ascending, for the next metadata's flush.
+  std::vector<job_id> reset_flush_;
   uint32_t first_cached_ = npos;       ///< the first running request of the last step (a hint)
   std::vector<uint32_t> next_cached_;  ///< by slot: the request after it in the last step
   size_t last_store_jobs_ = 0;         ///< store jobs of the last step (reserve hint)

@@ -69,12 +69,17 @@ result<connector_metadata> planner::impl::build_connector_meta(const step_input&
   }
   last_store_jobs_ = meta.stores.size();
   meta.finished_requests = std::exchange(finished_since_meta_, {});
+  // After a reset: first every job that was in flight then (each listed once), then the
+  // preempted requests' other jobs.
+  const bool after_reset = !reset_flush_.empty();
+  if (after_reset) meta.flush.swap(reset_flush_);
   for (const auto& id : in.preempted) {
     meta.flush_requests.emplace_back(id);
     const uint32_t slot = find(id);
     if (slot == npos) continue;
-    const auto& jobs = states_[slot].jobs;
-    meta.flush.insert(meta.flush.end(), jobs.begin(), jobs.end());
+    for (job_id j : states_[slot].jobs) {
+      if (!after_reset || j >= stale_below_) meta.flush.push_back(j);
+    }
   }
   return meta;
 }
@@ -314,20 +319,28 @@ void planner::impl::complete_job(job_map::iterator jit, bool ok, bool report, st
   job_state js = std::move(jit->second);
   jobs_.erase(jit);
   auto& st = states_[js.slot];
+  // A job in flight at a reset: the manager forgot its keys (their slots may hold other blocks
+  // now), so only the request-level outcome remains.
+  const bool stale = id < stale_below_;
+  if (stale) ++stats_.stale_results;
   if (js.kind == transfer_kind::store) {
-    manager_->complete_store(keys_of(js), ok);
-    ++(ok ? stats_.stores_ok : stats_.stores_failed);
+    if (!stale) {
+      manager_->complete_store(keys_of(js), ok);
+      ++(ok ? stats_.stores_ok : stats_.stores_failed);
+    }
   } else {
-    // The keys were pinned by this job's prepare_load, so unpinning cannot fail unless the
-    // manager broke its contract; report that rather than hide it.
-    if (auto s = manager_->complete_load(keys_of(js)); !s.ok()) {
-      if (first_error == errc::ok) first_error = errc::internal;
-      if (!rejected.empty()) rejected += "; ";
-      rejected += "job " + std::to_string(id) + ": complete_load failed: " + s.message();
-      ++stats_.rejected_results;
+    if (!stale) {
+      // The keys were pinned by this job's prepare_load, so unpinning cannot fail unless the
+      // manager broke its contract; report that rather than hide it.
+      if (auto s = manager_->complete_load(keys_of(js)); !s.ok()) {
+        if (first_error == errc::ok) first_error = errc::internal;
+        if (!rejected.empty()) rejected += "; ";
+        rejected += "job " + std::to_string(id) + ": complete_load failed: " + s.message();
+        ++stats_.rejected_results;
+      }
+      ++(ok ? stats_.loads_ok : stats_.loads_failed);
     }
     --loads_in_flight_;
-    ++(ok ? stats_.loads_ok : stats_.loads_failed);
     if (report) {
       // A request the engine let go on vLLM's finished_recving and that finished since has
       // given its blocks back: they are no longer its to invalidate.

@@ -28,7 +28,8 @@ build_connector_meta waits (up to runtime.ready_timeout_ms) for every rank to jo
 whose scheduler side never comes raises kvconnect.Timeout from its first
 bind_connector_metadata, after runtime.ready_timeout_ms.
 
-Not yet: reset_cache (it answers False: nothing is reset), more than one KV-cache group.
+reset_cache follows vLLM main (vLLM R1's OffloadingConnector has none): it empties the CPU tier
+and answers True (docs/python.md). Not yet: more than one KV-cache group.
 """
 from __future__ import annotations
 
@@ -243,10 +244,14 @@ class KvconnectConnector(_BASE):  # type: ignore[misc, valid-type]
         return None
 
     def reset_cache(self) -> bool | None:
-        """False: kvconnect's planner has no reset, so the CPU tier keeps its blocks. vLLM's
-        scheduler takes None for success (reset_connector_cache), which would let a prefix-cache
-        reset, e.g. after a weight update, report success while stale blocks stay loadable."""
-        return False
+        """vLLM main's OffloadingConnector.reset_cache: empties the CPU tier and answers True.
+        vLLM's scheduler calls it between steps (reset_prefix_cache(reset_connector=True), e.g.
+        after a weight update). Transfers in flight are flushed by the workers with the next step;
+        a request waiting for a load gets its finished_recving as usual, one holding its blocks
+        for a store its finished_sending, and none of them reaches the emptied tier. An error
+        (called mid-step, or after shutdown) raises kvconnect's exception, as vLLM main asserts."""
+        self.scheduler.reset_cache()
+        return True
 
     def shutdown(self) -> None:
         if self._scheduler is not None:

@@ -179,6 +179,8 @@ class py_scheduler {
     return sc().request_finished(id);
   }
 
+  void reset() { check(sc().reset_cache()); }
+
   py::list events() {
     py::list out;
     for (const kv_event& e : sc().take_events()) {
@@ -273,6 +275,8 @@ py::dict stats_dict(const scheduler::connector_stats& s) {
   d["stores_ok"] = s.stores_ok;
   d["stores_failed"] = s.stores_failed;
   d["rejected_results"] = s.rejected_results;
+  d["resets"] = s.resets;
+  d["stale_results"] = s.stale_results;
   return d;
 }
 
@@ -297,6 +301,7 @@ py::dict tables_dict(const scheduler_connector::table_sizes& t, size_t cached) {
   d["owed_sending"] = t.planner.owed_sending;
   d["completions"] = t.planner.completions;
   d["finished_for_meta"] = t.planner.finished_for_meta;
+  d["reset_flush"] = t.planner.reset_flush;
   d["coordinator_jobs"] = t.coordinator_jobs;
   d["coordinator_deadlines"] = t.coordinator_deadlines;
   d["coordinator_ready_steps"] = t.coordinator_ready_steps;
@@ -415,6 +420,9 @@ void bind_scheduler(py::module_& m) {
       .def("apply_job_results", &py_scheduler::job_results, py::arg("step"), py::arg("results"))
       .def("request_finished", &py_scheduler::finished, py::arg("req_id"))
       .def("take_events", &py_scheduler::events)
+      .def("reset_cache", &py_scheduler::reset,
+           "vLLM main's reset_cache, between steps: empties the CPU pool; the jobs in flight "
+           "are flushed with the next step and end their requests' waits without reaching it.")
       .def("metrics_text", [](py_scheduler& s) { return s.sc().metrics_text(); })
       .def("stats", [](py_scheduler& s) { return stats_dict(s.sc().stats()); })
       .def(

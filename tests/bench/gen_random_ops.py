@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Seeded random op sequences in the `kvconnect replay` format, for the differential test of
 the C++ manager against reference_manager.py: small key universes and capacities, so that
-eviction, pinned blocks, failed stores, ghost hits, filter counting and precondition errors
-all happen often.
+eviction, pinned blocks, failed stores, ghost hits, filter counting, resets and precondition
+errors all happen often.
 
 usage: gen_random_ops.py --seed S [--ops N] [--policy lru|arc] [--capacity C]
                          [--store-threshold T] [--max-tracker-size M]
@@ -58,8 +58,12 @@ def generate(seed, ops=3000, policy="lru", capacity=4, threshold=0, tracker=8):
             lines.append(dump({"op": "prepare_load", "keys": ks}))
         elif r < 0.90:
             lines.append(dump({"op": "complete_load", "keys": some(loading, 1, 3)}))
-        elif r < 0.995:
+        elif r < 0.99:
             lines.append(dump({"op": "take_events"}))
+        elif r < 0.995:
+            # The pool emptied with stores and loads in flight: their completions now meet
+            # absent keys.
+            lines.append(dump({"op": "reset"}))
         else:
             lines.append(dump(config))  # a fresh manager
             pending, loading = [], []

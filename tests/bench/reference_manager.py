@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Python reference of vLLM R1's CPU offloading manager, written from the reference spec
 (shared/reference/vllm_offload.md §2-§4) the way vLLM's own code is structured: OrderedDict-based
-LRU and ARC policies, CPUOffloadingManager, FilterReusedOffloadingManager.
+LRU and ARC policies, CPUOffloadingManager, FilterReusedOffloadingManager; plus vLLM main's
+reset_cache (017e9f44), op "reset".
 
 It serves two purposes:
   replay [FILE|-]   the same JSON-lines protocol as `kvconnect replay` (outputs can be diffed);
@@ -50,6 +51,9 @@ class LRUCachePolicy:
     def get(self, key):
         return self.blocks.get(key)
 
+    def clear(self):
+        self.blocks.clear()
+
     def insert(self, key, block):
         self.blocks[key] = block
 
@@ -85,6 +89,13 @@ class ARCCachePolicy:
         self.t2 = OrderedDict()
         self.b1 = OrderedDict()
         self.b2 = OrderedDict()
+
+    def clear(self):
+        self.t1.clear()
+        self.t2.clear()
+        self.b1.clear()
+        self.b2.clear()
+        self.target_t1_size = 0.0
 
     def get(self, key):
         block = self.t1.get(key)
@@ -277,6 +288,12 @@ class CPUOffloadingManager:
         if stored_keys and self.events is not None:
             self.events.append(OffloadingEvent(stored_keys, removed=False))
 
+    def reset_cache(self):
+        # vLLM main (017e9f44): every block goes, the pool starts over; no event.
+        self._policy.clear()
+        self._free_list.clear()
+        self._num_allocated_blocks = 0
+
     def take_events(self):
         if self.events is None:
             return
@@ -324,6 +341,10 @@ class FilterReusedOffloadingManager:
     def take_events(self):
         return self._backing.take_events()
 
+    def reset_cache(self):
+        # vLLM main merged this filter into its manager, whose reset_cache keeps the counts.
+        self._backing.reset_cache()
+
 
 def validate(capacity, policy, threshold, tracker):
     """Mirror of kvc::scheduler::validate + parse_eviction_policy (same messages)."""
@@ -365,6 +386,7 @@ OPS = {
     "prepare_store": ({"keys"}, set()),
     "complete_store": ({"keys", "success"}, set()),
     "take_events": (set(), set()),
+    "reset": (set(), set()),
 }
 
 
@@ -425,6 +447,9 @@ def replay_line(state, line):
         return {"ok": True}
 
     m = state["m"]
+    if op == "reset":
+        m.reset_cache()
+        return {"ok": True}
     if op == "take_events":
         return {"events": [{"kind": "removed" if e.removed else "stored", "keys": list(e.keys)}
                            for e in m.take_events()]}

@@ -27,6 +27,8 @@
 #include <unistd.h>
 
 #include "actors/coordinator/step_coordinator.hpp"
+#include "actors/record/record_reader.hpp"
+#include "actors/record/replayer.hpp"
 #include "cuda/faulty_copy_engine.hpp"
 #include "cuda/manual_copy_engine.hpp"
 #include "proto/fault_spec_parser.hpp"
@@ -1013,6 +1015,125 @@ TEST_P(EmbedTest, KvEventsArePublishedInVllmsWireFormat) {
   msgpack::object_handle c = msgpack::unpack(batches[1].second.data(), batches[1].second.size());
   EXPECT_EQ(c.get().via.array.ptr[1].via.array.ptr[0].via.array.ptr[0].as<std::string>(),
             "AllBlocksCleared");
+}
+
+/// The event type names of a KV-event batch ([ts, events]), in order.
+std::vector<std::string> event_types(const std::string& batch) {
+  msgpack::object_handle h = msgpack::unpack(batch.data(), batch.size());
+  const msgpack::object& evs = h.get().via.array.ptr[1];
+  std::vector<std::string> out;
+  for (uint32_t i = 0; i < evs.via.array.size; ++i)
+    out.push_back(evs.via.array.ptr[i].via.array.ptr[0].as<std::string>());
+  return out;
+}
+
+// vLLM main's reset_cache through the facade, with a store in flight: the next step flushes it,
+// its result releases its request without reaching the pool, the freed slots take new blocks
+// whose bytes load back exactly; the publisher announces the reset and the recorded run
+// replays identically (and not without its reset).
+TEST_P(EmbedTest, ResetCacheFlushesJobsInFlightAndTheRunReplays) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / (instance_ + "-reset-record")).string();
+  std::filesystem::remove_all(dir);
+  struct remove_dir {
+    std::string path;
+    ~remove_dir() { std::filesystem::remove_all(path); }
+  } cleanup{dir};
+  auto cfg = sched_cfg(2);
+  cfg.observe.kv_events_endpoint = "tcp://127.0.0.1:*";
+  cfg.observe.kv_events_replay_endpoint = "tcp://127.0.0.1:*";
+  cfg.observe.record = true;
+  cfg.observe.record_dir = dir;
+  auto sc = scheduler_connector::create(cfg);
+  ASSERT_TRUE(sc.ok()) << sc.error().to_string();
+  ASSERT_TRUE(add_worker(sc->get(), worker_cfg(0, 2)));
+  ASSERT_TRUE(add_worker(sc->get(), worker_cfg(1, 2)));
+  ASSERT_TRUE((*sc)->wait_for_workers(5s).ok());
+
+  // w stored in slots 0 and 1 (steps 1-2), then a's store planned (step 3) and still queued.
+  const auto kw = keys({1, 2});
+  const scheduler::request_view w{"w", kw, 8};
+  const std::vector<gpu_block> blocks_w{1, 2};
+  ASSERT_TRUE(step(**sc, 1, {{w, blocks_w, 0, 8}}, {{1, 100}, {2, 100}}).ok());
+  ASSERT_TRUE(step(**sc, 2).ok());
+  EXPECT_TRUE((*sc)->request_finished("w"));
+  const auto ka = keys({11, 12});
+  const scheduler::request_view a{"a", ka, 8};
+  const std::vector<gpu_block> blocks_a{3, 4};
+  ASSERT_TRUE(step(**sc, 3, {{a, blocks_a, 0, 8}}, {{3, 300}, {4, 300}}).ok());
+  ASSERT_EQ(last_meta_.stores.size(), 1u);
+  const job_id store_a = last_meta_.stores[0].id;
+  ASSERT_EQ(last_meta_.stores[0].slots, (std::vector<cpu_slot>{2, 3}));
+
+  ASSERT_TRUE((*sc)->reset_cache().ok());
+  EXPECT_EQ((*sc)->planner().manager().size(), 0u);
+  EXPECT_TRUE((*sc)->request_finished("a"));  // its store is still in flight: delay_free
+  const std::string metrics = (*sc)->metrics_text();
+  EXPECT_NE(metrics.find("kvconnect_cache_resets_total 1"), std::string::npos);
+  EXPECT_NE(metrics.find("kvconnect_cpu_pool_used_slots 0"), std::string::npos);
+
+  // Step 4 flushes a's store (its result frees a's blocks) and plans c in w's old slots.
+  const auto kc = keys({21, 22});
+  const scheduler::request_view c{"c", kc, 8};
+  const std::vector<gpu_block> blocks_c{8, 9};
+  auto out = step(**sc, 4, {{c, blocks_c, 0, 8}}, {{8, 400}, {9, 400}});
+  ASSERT_TRUE(out.ok()) << out.error().to_string();
+  EXPECT_EQ(last_meta_.flush, std::vector<job_id>{store_a});
+  ASSERT_EQ(last_meta_.stores.size(), 1u);
+  EXPECT_EQ(last_meta_.stores[0].slots, (std::vector<cpu_slot>{0, 1}));
+  EXPECT_TRUE(contains(out->completions.finished_sending, "a"));
+  EXPECT_EQ((*sc)->stats().stale_results, 1u);
+  ASSERT_TRUE(step(**sc, 5).ok());  // c's store runs
+  EXPECT_TRUE((*sc)->request_finished("c"));
+
+  // w's and a's blocks are gone; c's load back byte for byte.
+  EXPECT_EQ((*sc)->get_num_new_matched_tokens({"w2", kw, 9}, 0),
+            (scheduler::match_result{0u, false}));
+  EXPECT_EQ((*sc)->get_num_new_matched_tokens({"a2", ka, 9}, 0),
+            (scheduler::match_result{0u, false}));
+  const scheduler::request_view d{"d", kc, 9};
+  EXPECT_EQ((*sc)->get_num_new_matched_tokens(d, 0), (scheduler::match_result{8u, true}));
+  ASSERT_TRUE((*sc)->update_state_after_alloc(d, std::vector<gpu_block>{10, 11, 12}, 8).ok());
+  out = step(**sc, 6);
+  ASSERT_TRUE(out.ok()) << out.error().to_string();
+  EXPECT_TRUE(contains(out->completions.finished_recving, "d"));
+  for (const auto& rk : ranks_) {
+    EXPECT_EQ(rk.read(10), pattern(400, rk.wc->rank(), 8)) << "rank " << rk.wc->rank();
+    EXPECT_EQ(rk.read(11), pattern(400, rk.wc->rank(), 9)) << "rank " << rk.wc->rank();
+  }
+  EXPECT_EQ((*sc)->stats().stores_ok, 2u);  // w and c; a's store was stale
+  EXPECT_EQ((*sc)->stats().loads_ok, 1u);
+  EXPECT_EQ((*sc)->stats().rejected_results, 0u);
+  EXPECT_EQ((*sc)->jobs_in_flight(), 0u);
+  ASSERT_TRUE((*sc)->shutdown(5s).ok());
+
+  // The publisher: w stored, the reset, c stored, shutdown.
+  const auto batches = replay_batches((*sc)->kv_events_replay_endpoint(), 0);
+  std::vector<std::vector<std::string>> types;
+  for (const auto& [seq, batch] : batches) types.push_back(event_types(batch));
+  const std::vector<std::vector<std::string>> expected{
+      {"BlockStored"}, {"AllBlocksCleared"}, {"BlockStored"}, {"AllBlocksCleared"}};
+  EXPECT_EQ(types, expected);
+
+  // The record replays without a divergence, and diverges once its reset is taken out.
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) files.push_back(e.path());
+  ASSERT_EQ(files.size(), 1u);
+  auto rec = record::read_record_file(files[0]);
+  ASSERT_TRUE(rec.ok()) << rec.error().to_string();
+  auto same = record::replay(*rec, {});
+  ASSERT_TRUE(same.ok()) << same.error().to_string();
+  EXPECT_FALSE(same->first.has_value()) << record::describe(*same->first);
+  EXPECT_EQ(same->steps, 6u);
+  auto& evs = rec->events;
+  const auto resets = std::erase_if(evs, [](const record::record_event& e) {
+    return std::holds_alternative<record::reset_event>(e);
+  });
+  EXPECT_EQ(resets, 1u);
+  auto without = record::replay(*rec, {});
+  ASSERT_TRUE(without.ok()) << without.error().to_string();
+  ASSERT_TRUE(without->first.has_value());
+  EXPECT_EQ(without->first->step, 4u) << record::describe(*without->first);
 }
 
 TEST(EmbedConfigTest, BadConfigsAreRefusedBeforeAnythingStarts) {

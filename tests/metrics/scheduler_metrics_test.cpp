@@ -108,6 +108,8 @@ TEST(SchedulerMetricsTest, CountersComeFromThePureClassesStats) {
   ps.loads_failed = 1;
   ps.stores_ok = 4;
   ps.store_retries = 6;
+  ps.resets = 2;
+  ps.stale_results = 13;
   coordinator::aggregator_stats cs;
   cs.duplicates = 7;
   cs.absorbed = 8;
@@ -134,6 +136,8 @@ TEST(SchedulerMetricsTest, CountersComeFromThePureClassesStats) {
            "kvconnect_jobs_completed_total{kind=\"store\"} 4",
            "kvconnect_jobs_failed_total{kind=\"load\"} 1",
            "kvconnect_jobs_timed_out_total 9",
+           "kvconnect_jobs_stale_total 13",
+           "kvconnect_cache_resets_total 2",
            "kvconnect_jobs_in_flight 1",
            "kvconnect_reports_dropped_total{reason=\"duplicate\"} 7",
            "kvconnect_reports_dropped_total{reason=\"late\"} 3",

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+import kvconnect
 import vllm_standins as v
 from kvconnect.vllm import KVConnectorRole, KvconnectConnector
 
@@ -42,14 +43,20 @@ def test_bad_extra_config_is_a_value_error_naming_the_key():
                   "process-fault")
 
 
-def test_reset_cache_says_the_cpu_tier_was_not_reset():
-    # vLLM's Scheduler.reset_connector_cache treats anything but False as a reset done: None
-    # would report a prefix-cache reset (after a weight update) while stale blocks stay.
+def test_reset_cache_empties_the_cpu_tier_and_answers_true():
+    # vLLM main's OffloadingConnector.reset_cache answers True (vLLM's Scheduler.
+    # reset_connector_cache treats only False as a failed reset).
     c = connector({"cpu_bytes_to_use": 1 << 20}, "reset")
     try:
-        assert c.reset_cache() is False
+        assert c.reset_cache() is True
+        assert c.scheduler.stats()["resets"] == 1
+        assert c.scheduler.tables()["reset_flush"] == 0  # nothing was in flight
     finally:
         c.shutdown()
+    # After shutdown the scheduler side is gone: an error, not a silent answer.
+    with pytest.raises(kvconnect.Error, match="shut down") as raised:
+        c.reset_cache()
+    assert raised.value.code == "io_error"
 
 
 def test_the_pool_is_sized_as_vllm_sizes_it():

@@ -7,7 +7,8 @@ process, no segment, no job.
 
 In vLLM's order of building (the workers and their KV caches first, then the scheduler side;
 vllm/v1/engine/core.py), and in the other order. A worker whose scheduler side never comes gets
-a timeout naming the segment, after runtime.ready_timeout_ms.
+a timeout naming the segment, after runtime.ready_timeout_ms. A reset_cache with a store in flight
+empties the tier and the same cycle then runs byte-exact.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ torch = pytest.importorskip("torch")
 
 import kvconnect  # noqa: E402
 import vllm_engine as e  # noqa: E402
+import vllm_standins as v  # noqa: E402
 from kvconnect.vllm import (  # noqa: E402
     KVConnectorRole,
     KvconnectConnector,
@@ -100,4 +102,49 @@ def test_a_worker_whose_scheduler_never_comes_gets_a_timeout_naming_the_segment(
             c.bind_connector_metadata(KvconnectConnectorMetadata(1))
     finally:
         c.shutdown()
+    assert not segment.exists()
+
+
+def test_reset_cache_with_a_store_in_flight_then_store_and_load_byte_exact():
+    """vLLM main's reset_cache between steps, with a's store planned and not yet run: it answers
+    True and empties the CPU tier; the next step flushes the store and frees a's blocks (its
+    result never reaches the tier: a's prefix no longer hits), and the tier then stores and
+    loads a's prefix again byte-exact, leaving nothing behind."""
+    engine_id = f"pytest-{os.getpid()}-reset"
+    segment = e.segment_path(engine_id)
+    extra = e.extra_config()
+    workers = e.Workers(engine_id, extra)
+    sched = None
+    try:
+        workers.ready()
+        sched = e.scheduler(engine_id, extra)
+        a = v.Request("a0", e.prefix_hashes(), 16, 0, None)
+        assert sched.get_num_new_matched_tokens(a, 0) == (0, False)
+        blocks_a = [1, 2, 3, 4]
+        sched.update_state_after_alloc(a, e.blocks_of(blocks_a), 0)
+        workers.all("write", (blocks_a, 1))
+        e.engine_step(sched, workers, e.output(new=[(a, blocks_a)]))
+        (store,) = sched.planned.stores  # queued by the workers, submitted next step
+
+        assert sched.reset_cache() is True
+        stats = sched.scheduler.stats()
+        assert (stats["resets"], sched.scheduler.tables()["reset_flush"]) == (1, 1)
+        a.num_computed_tokens = 16
+        assert sched.request_finished(a, blocks_a) == (True, None)  # its store is in flight
+        out = e.engine_step(sched, workers, e.output(finished=["a0"]))
+        assert sched.planned.flush == [store.id]
+        assert out.finished_sending == {"a0"}
+        assert not out.invalid_block_ids
+        assert sched.scheduler.stats()["stale_results"] == 1
+        assert sched.scheduler.stats()["stores_ok"] == 0
+        assert sched.take_events() == []  # nothing was stored
+
+        probe = v.Request("probe", e.prefix_hashes(), 16, 0, None)
+        assert sched.get_num_new_matched_tokens(probe, 0) == (0, False)
+        assert sched.request_finished(probe, []) == (False, None)
+        check_prefix_reuse(sched, workers)
+    finally:
+        if sched is not None:
+            sched.shutdown()
+        workers.stop()
     assert not segment.exists()

@@ -59,7 +59,8 @@ std::vector<record_event> every_kind() {
           rank_up_event{1, 2},
           rank_down_event{1},
           tick_event{987654321},
-          poll_event{true, {{11, 12}}}};
+          poll_event{true, {{11, 12}}},
+          reset_event{true}};
 }
 
 TEST(RecordCodec, EveryEventKindRoundTrips) {

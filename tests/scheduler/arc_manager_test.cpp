@@ -73,6 +73,31 @@ TEST(ArcManagerTest, GhostHitAdaptsTarget) {
   EXPECT_EQ(p(*m), 2.0);  // no adaptation on insert
 }
 
+// vLLM main's ARCCachePolicy.clear: T1, T2, B1, B2 emptied and the target back at 0.
+TEST(ArcManagerTest, ResetClearsGhostsAndTarget) {
+  auto m = make_arc(2);
+  ps_cs(*m, {1, 2});
+  t(*m, {2});  // 2 to T2
+  EXPECT_EQ(ps(*m, {3}), (plan{{3}, {0}, {1}}));
+  cs(*m, {3});
+  t(*m, {1});  // a ghost hit: p grows
+  ASSERT_EQ(b1(*m), (u64s{1}));
+  ASSERT_EQ(p(*m), 1.0);
+  m->reset();
+  EXPECT_EQ(t1(*m), u64s{});
+  EXPECT_EQ(t2(*m), u64s{});
+  EXPECT_EQ(b1(*m), u64s{});
+  EXPECT_EQ(b2(*m), u64s{});
+  EXPECT_EQ(p(*m), 0.0);
+  t(*m, {1});  // no longer a ghost: no adaptation
+  EXPECT_EQ(p(*m), 0.0);
+  ps_cs(*m, {1, 2});
+  EXPECT_EQ(t1(*m), (u64s{1, 2}));
+  EXPECT_EQ(ps(*m, {3}), (plan{{3}, {0}, {1}}));
+  cs(*m, {3});
+  EXPECT_EQ(b1(*m), (u64s{1}));  // ghosts are kept again after the reset
+}
+
 TEST(ArcManagerTest, TargetIsCappedAtCapacityAndFloorsAtZero) {
   auto m = make_arc(2);
   ps_cs(*m, {1, 2});

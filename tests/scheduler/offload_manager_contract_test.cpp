@@ -384,6 +384,55 @@ TEST_P(OffloadManagerContract, CachedResolutionsNeverGoStale) {
   }
 }
 
+// reset (vLLM main's reset_cache): every block goes, busy ones included; no event.
+TEST_P(OffloadManagerContract, ResetFreesEverySlotAndRecordsNoEvent) {
+  auto m = make(4);
+  ps_cs(*m, {1, 2});
+  ASSERT_TRUE(ps(*m, {3}));           // a store in flight
+  EXPECT_EQ(pl(*m, {1}), (u32s{0}));  // a load in flight
+  ASSERT_EQ(m->busy(), 2u);
+  m->reset();
+  EXPECT_EQ(m->size(), 0u);
+  EXPECT_EQ(m->busy(), 0u);
+  EXPECT_EQ(snap_any(*m), snap_any(*make(4)));  // empty lists, every slot free
+  EXPECT_FALSE(lk(*m, 1));
+  EXPECT_FALSE(m->any_loading(keys({1})));
+  EXPECT_EQ(m->prepare_load(keys({2})).error().code(), errc::not_found);
+  // The stored event recorded before the reset is still to be taken; the reset adds none.
+  EXPECT_EQ(events(*m), (std::vector<ev>{stored({1, 2})}));
+  // The pool starts over from slot 0, as a new one: no eviction needed for four keys.
+  EXPECT_EQ(ps(*m, {5, 6, 7, 8}), (plan{{5, 6, 7, 8}, {0, 1, 2, 3}, {}}));
+  cs(*m, {5, 6, 7, 8});
+  EXPECT_EQ(events(*m), (std::vector<ev>{stored({5, 6, 7, 8})}));
+}
+
+TEST_P(OffloadManagerContract, ResetManagerBehavesAsANewOne) {
+  // The same operations on a reset manager and on a new one give the same states and events,
+  // whatever cached resolutions, free-list order or hints the first one held before.
+  auto reset = make(3);
+  ps_cs(*reset, {1, 2, 3});
+  t(*reset, {2});
+  EXPECT_EQ(ps(*reset, {4}), (plan{{4}, {0}, {1}}));
+  cs(*reset, {4}, /*ok=*/false);
+  std::vector<cpu_slot> hints = {0, 1, 2};
+  reset->touch_hinted(keys({4, 2, 3}), hints);
+  (void)reset->take_events();
+  reset->reset();
+  auto fresh = make(3);
+  for (offload_manager* m : {reset.get(), fresh.get()}) {
+    ps_cs(*m, {2, 3, 9});
+    std::vector<cpu_slot> h = {0, 1, 2};
+    m->touch_hinted(keys({3, 2, 9}), h);  // stale hints in the reset one: slots were reused
+    EXPECT_EQ(h, (std::vector<cpu_slot>{1, 0, 2}));
+    EXPECT_EQ(pl(*m, {2, 3}), (u32s{0, 1}));
+    cl(*m, {2, 3});
+    ASSERT_TRUE(ps(*m, {10, 2}));
+    cs(*m, {10});
+  }
+  EXPECT_EQ(snap_any(*reset), snap_any(*fresh));
+  EXPECT_EQ(events(*reset), events(*fresh));
+}
+
 INSTANTIATE_TEST_SUITE_P(Policies, OffloadManagerContract,
                          ::testing::Values(eviction_policy::lru, eviction_policy::arc),
                          [](const auto& info) { return std::string{to_string(info.param)}; });

@@ -80,6 +80,10 @@ class recording_manager final : public forwarding_manager {
     record(success ? "complete_store" : "complete_store_failed", keys);
     inner().complete_store(keys, success);
   }
+  void reset() override {
+    record("reset", {});
+    inner().reset();
+  }
 
   size_t count(std::string_view op) const {
     return static_cast<size_t>(
@@ -887,6 +891,152 @@ TEST_F(PlannerTest, EachJobCompletesOnceAndFinishedSendingWaitsForTheLast) {
   EXPECT_TRUE(step({fresh(c, 0, 8)}).stores.empty());
   EXPECT_FALSE(conn_->request_finished("c"));
   EXPECT_EQ(conn_->tracked_requests(), 0u);
+}
+
+// --- reset (vLLM main's reset_cache) --------------------------------------------------------
+
+TEST_F(PlannerTest, ResetFlushesJobsInFlightAndKeepsTheirResultsFromTheManager) {
+  make(/*capacity=*/4, /*prefix_caching=*/true);
+  test_request w{"w", prompt(24, 1)};
+  store_fully(w);  // slots 0, 1
+  test_request a{"a", prompt(12, 300)};
+  (void)conn_->get_num_new_matched_tokens(a.view(), 0);
+  a.alloc(12, next_block_);
+  auto m = step({fresh(a, 0, 12)});
+  ASSERT_EQ(m.stores.size(), 1u);
+  const transfer_job store = m.stores[0];  // slot 2, in flight at the reset
+  test_request r{"r", prompt(24, 1)};
+  ASSERT_EQ(conn_->get_num_new_matched_tokens(r.view(), 0), (match_result{24u, true}));
+  next_block_ = 20;
+  r.alloc(24, next_block_);
+  ASSERT_TRUE(conn_->update_state_after_alloc(r.view(), r.blocks, 24).ok());
+
+  // Mid-step (a load recorded for the next metadata): refused, nothing changed.
+  const planner_tables before = conn_->tables();
+  const auto refused = conn_->reset();
+  EXPECT_EQ(refused.code(), errc::precondition_failed);
+  EXPECT_NE(refused.message().find("between steps"), std::string::npos);
+  EXPECT_EQ(conn_->tables(), before);
+  EXPECT_EQ(conn_->manager().size(), 3u);
+
+  m = step({}, {running(a, {}, 12, 0)});
+  ASSERT_EQ(m.loads.size(), 1u);
+  const transfer_job load = m.loads[0];  // reads slots 0, 1
+  ASSERT_TRUE(conn_->reset().ok());
+  EXPECT_EQ(mgr_->count("reset"), 1u);
+  EXPECT_EQ(conn_->stats().resets, 1u);
+  EXPECT_EQ(conn_->manager().size(), 0u);
+  EXPECT_FALSE(mgr_->hits(w.keys()[0]));
+  EXPECT_EQ(conn_->jobs_in_flight(), 2u);  // kept until their results: the requests need them
+  EXPECT_TRUE(conn_->load_in_flight("r"));
+  EXPECT_EQ(conn_->tables().reset_flush, 2u);
+
+  // The next step flushes both jobs, stores the new request b in the freed slots 0 and 1 (the
+  // load is still reading them: the workers finish it first), and a stores its block again
+  // (its cursor went back to 0).
+  test_request b{"b", prompt(24, 600)};
+  (void)conn_->get_num_new_matched_tokens(b.view(), 0);
+  b.alloc(24, next_block_);
+  m = step({fresh(b, 0, 24)}, {running(a, {}, 12, 0)});
+  EXPECT_EQ(m.flush, (std::vector<job_id>{store.id, load.id}));
+  ASSERT_EQ(m.stores.size(), 2u);
+  EXPECT_EQ(m.stores[0].request_id, "b");
+  EXPECT_EQ(m.stores[0].slots, (std::vector<cpu_slot>{0, 1}));
+  EXPECT_EQ(m.stores[1].request_id, "a");
+  EXPECT_EQ(m.stores[1].slots, (std::vector<cpu_slot>{2}));
+  EXPECT_GT(m.stores[0].id, load.id);
+  EXPECT_EQ(conn_->tables().reset_flush, 0u);
+  EXPECT_EQ(step({}).flush, std::vector<job_id>{});  // flushed once
+
+  // The stale results arrive: the requests get their outcomes, the manager hears nothing (b's
+  // and a's new blocks stay pending in those slots).
+  mgr_->calls.clear();
+  ASSERT_EQ(conn_->manager().busy(), 3u);
+  complete(load);
+  complete(store);
+  EXPECT_TRUE(mgr_->calls.empty());
+  EXPECT_EQ(conn_->manager().busy(), 3u);
+  auto done = conn_->take_request_completions();
+  EXPECT_EQ(done.finished_recving, std::vector<std::string>{"r"});
+  EXPECT_TRUE(done.invalid_block_ids.empty());
+  EXPECT_FALSE(conn_->load_in_flight("r"));
+  EXPECT_EQ(conn_->stats().stale_results, 2u);
+  EXPECT_EQ(conn_->stats().loads_ok, 0u);
+  EXPECT_EQ(conn_->stats().stores_ok, 1u);  // w's, before the reset
+  EXPECT_EQ(conn_->stats().rejected_results, 0u);
+
+  // The new jobs complete with the manager as usual; w's blocks miss, b's hit.
+  for (const auto& j : m.stores) complete(j);
+  EXPECT_EQ(conn_->manager().busy(), 0u);
+  test_request w2{"w2", prompt(24, 1)};
+  EXPECT_EQ(conn_->get_num_new_matched_tokens(w2.view(), 0), (match_result{0u, false}));
+  test_request b2{"b2", prompt(24, 600)};
+  EXPECT_EQ(conn_->get_num_new_matched_tokens(b2.view(), 0), (match_result{24u, true}));
+}
+
+TEST_F(PlannerTest, StaleJobsStillReleaseTheirRequests) {
+  test_request w{"w", prompt(12, 1)};
+  store_fully(w);
+  // a finishes with its store in flight (delay_free); r waits for a load that will fail.
+  test_request a{"a", prompt(12, 300)};
+  (void)conn_->get_num_new_matched_tokens(a.view(), 0);
+  a.alloc(12, next_block_);
+  auto m = step({fresh(a, 0, 12)});
+  ASSERT_EQ(m.stores.size(), 1u);
+  const transfer_job store = m.stores[0];
+  EXPECT_TRUE(conn_->request_finished("a"));
+  test_request r{"r", prompt(12, 1)};
+  ASSERT_EQ(conn_->get_num_new_matched_tokens(r.view(), 0), (match_result{12u, true}));
+  next_block_ = 30;
+  r.alloc(12, next_block_);
+  ASSERT_TRUE(conn_->update_state_after_alloc(r.view(), r.blocks, 12).ok());
+  m = step({});
+  ASSERT_EQ(m.loads.size(), 1u);
+  const transfer_job load = m.loads[0];
+
+  ASSERT_TRUE(conn_->reset().ok());
+  complete(store);
+  complete(load, /*ok=*/false);
+  auto done = conn_->take_request_completions();
+  EXPECT_EQ(done.finished_sending, std::vector<std::string>{"a"});
+  EXPECT_EQ(done.finished_recving, std::vector<std::string>{"r"});
+  EXPECT_EQ(done.invalid_block_ids, (std::vector<gpu_block>{30, 31, 32}));  // r's own blocks
+  EXPECT_FALSE(conn_->request_finished("r"));
+  (void)step({});  // delivers the flush
+  EXPECT_EQ(conn_->tables(), planner_tables{});
+  EXPECT_EQ(conn_->manager().busy(), 0u);
+
+  // A second reset with nothing in flight flushes nothing.
+  ASSERT_TRUE(conn_->reset().ok());
+  EXPECT_EQ(conn_->tables(), planner_tables{});
+  EXPECT_EQ(step({}).flush, std::vector<job_id>{});
+  EXPECT_EQ(conn_->stats().resets, 2u);
+}
+
+TEST_F(PlannerTest, VllmsSetsCompleteStaleJobsWithoutTheManager) {
+  // A replay of vLLM's calls (completes_jobs): finished_sending / finished_recving complete the
+  // requests' stale jobs, and only their request-level outcome remains.
+  test_request w{"w", prompt(12, 1)};
+  store_fully(w);
+  test_request a{"a", prompt(12, 300)};
+  (void)conn_->get_num_new_matched_tokens(a.view(), 0);
+  a.alloc(12, next_block_);
+  auto m = step({fresh(a, 0, 12)});
+  ASSERT_EQ(m.stores.size(), 1u);
+  EXPECT_TRUE(conn_->request_finished("a"));
+  test_request r{"r", prompt(12, 1)};
+  ASSERT_EQ(conn_->get_num_new_matched_tokens(r.view(), 0), (match_result{12u, true}));
+  r.alloc(12, next_block_);
+  ASSERT_TRUE(conn_->update_state_after_alloc(r.view(), r.blocks, 12).ok());
+  ASSERT_EQ(step({}).loads.size(), 1u);
+  ASSERT_TRUE(conn_->reset().ok());
+  mgr_->calls.clear();
+  const std::vector<std::string_view> sending{"a"}, recving{"r"};
+  ASSERT_TRUE(conn_->update_connector_output(request_output{sending, recving}).ok());
+  EXPECT_TRUE(mgr_->calls.empty());
+  EXPECT_EQ(conn_->jobs_in_flight(), 0u);
+  EXPECT_EQ(conn_->tracked_requests(), 1u);  // r, running now
+  EXPECT_EQ(conn_->stats().stale_results, 2u);
 }
 
 TEST_F(PlannerTest, StoredAndRemovedEventsComeFromTheManager) {

@@ -36,6 +36,20 @@ TEST(ReuseFilterTest, StoresOnlyKeysLookedUpThresholdTimes) {
   EXPECT_EQ(ps(*m, {2}), (plan{}));
 }
 
+// vLLM main's reset_cache leaves FilterReused's counts (its `counts` OrderedDict) as they are.
+TEST(ReuseFilterTest, ResetKeepsTheLookupCounts) {
+  auto m = make_lru(8, /*threshold=*/2, /*tracker=*/3);
+  EXPECT_FALSE(lk(*m, 1));
+  EXPECT_FALSE(lk(*m, 1));
+  EXPECT_EQ(ps(*m, {1, 2}), (plan{{1}, {0}, {}}));
+  cs(*m, {1});
+  m->reset();
+  EXPECT_EQ(tracked(*m), (counts{{1, 2}}));
+  EXPECT_EQ(m->stores_skipped(), 1u);
+  // 1 passes the filter again at once, into slot 0 of the emptied pool.
+  EXPECT_EQ(ps(*m, {1, 2}), (plan{{1}, {0}, {}}));
+}
+
 TEST(ReuseFilterTest, TouchAndStoreDoNotCount) {
   auto m = make_lru(8, 2, 10);
   t(*m, {1, 1, 1});
