@@ -35,6 +35,7 @@ set(KVC_PUBLIC_HEADERS
   actors/embed/scheduler_connector.hpp
   actors/embed/worker_connector.hpp
   actors/scheduler/connector_config.hpp
+  actors/scheduler/file_tier_ledger.hpp
   actors/trace/trace_record.hpp
   actors/scheduler/planner.hpp
   actors/scheduler/manager_config.hpp

@@ -186,6 +186,7 @@ run_report run_engine_loop(const launch::launch_config& c, embed::scheduler_conn
           ++rep.jobs_failed;
           continue;
         }
+        if (!is_gpu_transfer(j.kind)) continue;  // the file tier's: counted by its ledger
         (load ? rep.bytes_loaded : rep.bytes_stored) += j.bytes;
         (load ? load_seconds : store_seconds) += j.seconds;
       }
