@@ -733,6 +733,7 @@ int run_launch(const launch_options& o) {
     if (!s) return refuse("runtime.faults: " + s.error().message());
     process_faults = std::move(s).value();
   }
+  if (auto st = check_tier_config(c); !st) return refuse(st.message());
   if (auto st = check_tier_dirs(c); !st) return refuse(st.message());
   if (auto st = make_observe_dirs(c, o.node); !st) return refuse(st.message());
   const std::string segment = shm::segment_name(::getuid(), instance, o.node);

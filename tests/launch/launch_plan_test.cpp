@@ -334,5 +334,56 @@ TEST(ReadyTimeoutTest, GrowsWithTheRankRegionAtOneGibPerSecond) {
   EXPECT_EQ(ready_timeout_for(1, uint64_t{64} << 20), milliseconds{63});
 }
 
+/// tp4pp2 with `tiers` as its offload.secondary_tiers (a YAML flow sequence).
+std::string with_tiers(const std::string& tiers) {
+  std::string text = tp4pp2;
+  const std::string end = "max_tracker_size: 1000}";
+  text.replace(text.find(end), end.size(),
+               "max_tracker_size: 1000,\n          secondary_tiers: " + tiers + "}");
+  return text;
+}
+
+TEST(LaunchPlanTest, AFileTierReachesTheSchedulerAndEveryRankAlike) {
+  auto plan = make_plan(loaded(with_tiers("[{type: fs, root_dir: /tmp/kv, capacity_bytes: 1GiB, "
+                                          "n_read_threads: 3, n_write_threads: 2}]")),
+                        "inst", "secret");
+  ASSERT_TRUE(plan.ok()) << plan.error().to_string();
+  ASSERT_TRUE(plan->scheduler.file_tier.has_value());
+  const embed::file_tier_config& t = *plan->scheduler.file_tier;
+  EXPECT_EQ(t.root_dir, "/tmp/kv");
+  EXPECT_EQ(t.capacity_bytes, 1ull << 30);
+  EXPECT_EQ(t.n_read_threads, 3u);
+  EXPECT_EQ(t.n_write_threads, 2u);
+  EXPECT_NE(t.kv_description.find("head_dim=128"), std::string::npos);
+  ASSERT_EQ(plan->workers.size(), 8u);
+  for (const auto& w : plan->workers) {
+    ASSERT_TRUE(w.file_tier.has_value());
+    EXPECT_EQ(w.file_tier->root_dir, t.root_dir);
+    EXPECT_EQ(w.file_tier->kv_description, t.kv_description);
+  }
+  auto none = make_plan(loaded(tp4pp2), "inst", "secret");
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->scheduler.file_tier.has_value());
+  EXPECT_FALSE(none->workers[0].file_tier.has_value());
+}
+
+TEST(LaunchPlanTest, TwoTiersOrATierSmallerThanABlockFileAreRefused) {
+  launch_config c = loaded(tp4pp2);
+  c.offload.secondary_tiers = {{.root_dir = "/a", .capacity_bytes = 1ull << 30},
+                               {.root_dir = "/b", .capacity_bytes = 1ull << 30}};
+  status s = check_tier_config(c);
+  EXPECT_EQ(s.code(), errc::invalid_argument);
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("offload.secondary_tiers: 2 tiers"));
+  EXPECT_EQ(make_plan(c, "inst", "secret").code(), errc::invalid_argument);
+  c.offload.secondary_tiers.resize(1);
+  EXPECT_TRUE(check_tier_config(c).ok());
+  c.offload.secondary_tiers[0].capacity_bytes = 4096;  // one block file takes 260 KiB
+  s = check_tier_config(c);
+  EXPECT_EQ(s.code(), errc::invalid_argument);
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("offload.secondary_tiers[0].capacity_bytes: "
+                                                "4096 bytes hold no block file of 266240"));
+  EXPECT_EQ(make_plan(c, "inst", "secret").code(), errc::invalid_argument);
+}
+
 }  // namespace
 }  // namespace kvc::launch
