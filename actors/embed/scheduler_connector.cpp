@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <utility>
@@ -138,9 +139,18 @@ struct scheduler_connector::impl {
     if (snapshots) snapshots->publish(sample());
   }
 
+  /// The pool's events, then the file tier's (medium FS).
+  std::vector<kv_event> take_all_events() {
+    auto evs = planner->take_events();
+    auto tier = planner->take_tier_events();
+    evs.insert(evs.end(), std::make_move_iterator(tier.begin()),
+               std::make_move_iterator(tier.end()));
+    return evs;
+  }
+
   void publish_events() {
     if (!events) return;
-    auto evs = planner->take_events();
+    auto evs = take_all_events();
     if (evs.empty()) return;
     events->publish(kv_events::encode_batch(wall_seconds(), evs, batch));
   }
@@ -464,7 +474,7 @@ bool scheduler_connector::request_finished(std::string_view req_id) {
 
 std::vector<kv_event> scheduler_connector::take_events() {
   if (impl_->events) return {};  // they went to the publisher
-  return impl_->planner->take_events();
+  return impl_->take_all_events();
 }
 
 std::string scheduler_connector::metrics_text() {

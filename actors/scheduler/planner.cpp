@@ -27,7 +27,8 @@ result<std::unique_ptr<planner>> planner::create(const connector_config& cfg,
     tier.emplace(std::move(*ledger));
   }
   return std::unique_ptr<planner>(new planner(std::make_unique<impl>(
-      *geo, cfg.enable_prefix_caching, std::move(manager), std::move(tier))));
+      *geo, cfg.enable_prefix_caching, std::move(manager), std::move(tier),
+      cfg.manager.enable_events)));
 }
 
 planner::planner(std::unique_ptr<impl> p) : impl_(std::move(p)) {}

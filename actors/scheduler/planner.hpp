@@ -317,7 +317,8 @@ class planner {
   bool has_file_tier() const noexcept;
   /// Blocks found in the tier's files at start (a restart), oldest first (ledger's adopt).
   void adopt_tier_blocks(std::span<const block_key> oldest_first);
-  /// The tier's stored / removed events (medium fs) since the last call.
+  /// The tier's stored / removed events (medium fs) since the last call; with
+  /// manager.enable_events off they are dropped at each build_connector_meta.
   std::vector<kv_event> take_tier_events();
   /// All zero without a tier.
   file_tier_counters tier_counters() const;

@@ -39,11 +39,12 @@ inline void reject(std::string& rejected, errc& first_error, errc code, const st
 class planner::impl {
  public:
   impl(const connector_geometry& geo, bool prefix_caching, std::unique_ptr<offload_manager> manager,
-       std::optional<file_tier_ledger> tier)
+       std::optional<file_tier_ledger> tier, bool tier_events)
       : geo_(geo),
         prefix_caching_(prefix_caching),
         manager_(std::move(manager)),
-        tier_(std::move(tier)) {}
+        tier_(std::move(tier)),
+        tier_events_(tier_events) {}
 
   match_result get_num_new_matched_tokens(const request_view& req, uint32_t num_computed);
   status update_state_after_alloc(const request_view& req, const block_table_view& blocks,
@@ -241,6 +242,7 @@ class planner::impl {
   std::vector<tier_job> pending_tier_jobs_;                ///< for the next metadata
   absl::flat_hash_set<block_key, block_key_hash> promoting_;
   file_tier_counters tier_counters_;
+  bool tier_events_ = false;  ///< keep the ledger's events for take_tier_events (else dropped)
   job_id next_job_ = 0;
   uint32_t first_cached_ = npos;       ///< the first running request of the last step (a hint)
   std::vector<uint32_t> next_cached_;  ///< by slot: the request after it in the last step

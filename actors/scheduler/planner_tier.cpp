@@ -79,6 +79,7 @@ void planner::impl::emit_tier_jobs(connector_metadata& meta) {
   }
   meta.tier_jobs.swap(pending_tier_jobs_);
   meta.tier_removed = tier_->take_removed();
+  if (!tier_events_) (void)tier_->take_events();  // nobody takes them: keep memory flat
 }
 
 bool planner::impl::complete_tier_job(const job_result& r, std::string& rejected,

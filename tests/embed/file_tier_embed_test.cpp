@@ -205,6 +205,12 @@ TEST_F(FileTierEmbedTest, EvictedBlocksArePromotedBackAndLoadByteForByte) {
   for (rank_id r = 0; r < tp; ++r) {
     for (const auto& k : ka) EXPECT_TRUE(std::filesystem::exists(file_of(r, k))) << r;
   }
+  const auto events = sc_->take_events();  // the pool's stored event, then the tier's
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].where, medium::cpu);
+  EXPECT_EQ(events[1].where, medium::fs);
+  EXPECT_EQ(events[1].kind, kv_event_kind::stored);
+  EXPECT_EQ(events[1].keys, ka);
   store_and_cascade("c", keys({21, 22}), {3, 4}, 200);  // the pool's two slots: a is evicted
 
   // b shares a's prefix: a file check, a promotion, then a pool hit.

@@ -36,10 +36,11 @@ std::vector<block_key> keys_of(const tier_job& j) {
 class PlannerTierTest : public ::testing::Test {
  protected:
   void make(uint32_t pool_blocks, uint32_t tier_blocks, uint32_t max_pending = 8,
-            bool with_tier = true) {
+            bool with_tier = true, bool events = true) {
     connector_config cfg;
     cfg.gpu_block_size = kBlock;
     cfg.manager.capacity = pool_blocks;
+    cfg.manager.enable_events = events;
     if (with_tier) {
       cfg.file_tier = file_tier_limits{.capacity_bytes = tier_blocks * 100ull,
                                        .block_file_bytes = 100,
@@ -323,6 +324,14 @@ TEST_F(PlannerTierTest, AResultOfTheWrongKindForATierJobIsRejected) {
   EXPECT_EQ(p_->manager().busy(), 2u);  // still in flight
   complete(c);
   EXPECT_EQ(p_->manager().busy(), 0u);
+}
+
+TEST_F(PlannerTierTest, WithoutEventsTheTiersEventsAreNotKept) {
+  make(/*pool_blocks=*/2, /*tier_blocks=*/8, 8, /*with_tier=*/true, /*events=*/false);
+  store_and_cascade(request("a", 0, 2));
+  (void)step();
+  EXPECT_TRUE(p_->take_tier_events().empty());
+  EXPECT_EQ(p_->tier_counters().ledger.cascades_ok, 2u);
 }
 
 }  // namespace
