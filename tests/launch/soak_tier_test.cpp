@@ -69,6 +69,9 @@ TEST_F(SoakTierTest, TheFileTierSavesPrefillBeyondThePoolAloneAndEveryLoadIsVeri
   EXPECT_EQ(t.promotions_failed, 0u);
   EXPECT_EQ(t.cascades_failed, 0u);
   EXPECT_GT(t.bytes_read, 0u);
+  // The transfers' bytes are the GPU's alone: 1 KiB per GPU block and rank, every loaded block
+  // verified (the tier's reads and writes are its own figures).
+  EXPECT_EQ(tier->bytes_loaded, tier->loads_verified * 1024);
   const auto summary = summary_json(*tier);
   ASSERT_TRUE(summary.contains("file_tier"));
   EXPECT_EQ(summary["file_tier"]["promoted_blocks"], t.promoted_blocks);
