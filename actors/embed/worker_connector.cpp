@@ -74,6 +74,9 @@ struct worker_connector::impl {
   // the pool they read and write is unmapped (declared after host).
   std::unique_ptr<disk::file_io> tier_io;
   std::optional<worker::tier_executor> tier;
+  /// Without a tier: the results of tier jobs the scheduler side sent anyway (failed at once, so
+  /// they fail now rather than at their deadline), for the next get_finished.
+  std::vector<job_result> refused_tier_jobs;
   std::shared_ptr<trace::tracer> tracer;  // null: trace off
   int64_t bound_at = 0;                   // trace: when the bound step was bound (mono ns)
 
@@ -98,6 +101,17 @@ struct worker_connector::impl {
     tier_io = std::move(*io);
     tier.emplace(*tier_io, host->region(), cfg.pool.slot_bytes);
     return {};
+  }
+
+  void refuse_tier_jobs(const connector_metadata& meta) {
+    for (const tier_job& j : meta.tier_jobs) {
+      refused_tier_jobs.push_back(
+          {.job = j.id,
+           .kind = j.kind,
+           .ok = false,
+           .error = errc::precondition_failed,
+           .detail = "rank " + std::to_string(cfg.rank) + " has no file tier (file_tier_config)"});
+    }
   }
 
   /// trace: the step's metadata was bound; at `jobs`, one record per job the rank takes on.
@@ -299,7 +313,11 @@ status worker_connector::bind_connector_metadata(step_id step, std::chrono::nano
   m.bound = std::move(m.next);
   m.next.reset();
   if (m.tracer) m.trace_bind(*m.bound);
-  if (m.tier) m.tier->start(*m.bound);
+  if (m.tier) {
+    m.tier->start(*m.bound);
+  } else {
+    m.refuse_tier_jobs(*m.bound);
+  }
   return m.worker->bind_connector_metadata(*m.bound);
 }
 
@@ -332,11 +350,9 @@ void worker_connector::finish_tier_jobs() {
 finished_requests worker_connector::get_finished(std::span<const std::string> finished_req_ids) {
   impl& m = *impl_;
   worker::worker_output out = m.worker->get_finished(finished_req_ids);
-  if (m.tier) {
-    auto tier_jobs = m.tier->take_finished();
-    out.jobs.insert(out.jobs.end(), std::make_move_iterator(tier_jobs.begin()),
-                    std::make_move_iterator(tier_jobs.end()));
-  }
+  auto tier_jobs = m.tier ? m.tier->take_finished() : std::exchange(m.refused_tier_jobs, {});
+  out.jobs.insert(out.jobs.end(), std::make_move_iterator(tier_jobs.begin()),
+                  std::make_move_iterator(tier_jobs.end()));
   for (const job_result& j : out.jobs) {
     if (!j.ok) spdlog::warn("worker rank {}: {}", m.cfg.rank, failure_line(j));
   }

@@ -77,8 +77,9 @@ class FileTierEmbedTest : public shm::testing::ShmTest {
     return {.instance = instance_, .slots_per_rank = pool_slots, .slot_bytes = page};
   }
 
-  /// A scheduler side and its two ranks, every KV cache registered.
-  void start() {
+  /// A scheduler side and its two ranks, every KV cache registered. `ranks_have_tier` false:
+  /// only the scheduler side has the tier (a misconfigured deployment).
+  void start(bool ranks_have_tier = true) {
     scheduler_connector_config c;
     c.transport = step_transport::memory;
     c.listen = false;
@@ -97,7 +98,7 @@ class FileTierEmbedTest : public shm::testing::ShmTest {
       w.topology.tp_size = tp;
       w.pool = pool();
       w.rank = r;
-      w.file_tier = tier();
+      if (ranks_have_tier) w.file_tier = tier();
       w.make_copy_engine = []() -> result<std::unique_ptr<cuda::copy_engine>> {
         return std::unique_ptr<cuda::copy_engine>{new cuda::manual_copy_engine()};
       };
@@ -287,6 +288,48 @@ TEST_F(FileTierEmbedTest, ARestartFindsItsBlocksOnDisk) {
     EXPECT_EQ(rk.read(6), pattern(100, rk.wc->rank(), 2)) << "rank " << rk.wc->rank();
   }
   EXPECT_FALSE(sc_->request_finished("b"));
+  stop();
+}
+
+TEST_F(FileTierEmbedTest, AfterARestartABlockOneRankLacksIsAMiss) {
+  ASSERT_FALSE(dir_.path().empty());
+  start();
+  const auto ka = keys({11, 12});
+  store_and_cascade("a", ka, {1, 2}, 100);
+  stop();
+  ASSERT_TRUE(std::filesystem::remove(file_of(1, ka[0])));  // rank 1 lost block 11's file
+
+  start();
+  EXPECT_EQ(sc_->planner().tier()->size(), 2u);  // rank 0's directory holds both
+  const scheduler::request_view b{"b", ka, 9};
+  const auto answers = ask_until_answered(b, 4);
+  ASSERT_EQ(answers.size(), 2u);
+  EXPECT_EQ(answers[0], (scheduler::match_result{std::nullopt, false}));  // checking the files
+  EXPECT_EQ(answers[1], (scheduler::match_result{0u, false}));  // 11 missing on rank 1: recompute
+  EXPECT_FALSE(sc_->planner().tier()->ready(ka[0]));
+  EXPECT_TRUE(sc_->planner().tier()->ready(ka[1]));
+  EXPECT_EQ(sc_->planner().tier_counters().ledger.dropped_bad_file, 1u);
+  EXPECT_FALSE(sc_->request_finished("b"));
+  stop();
+}
+
+TEST_F(FileTierEmbedTest, RanksWithoutATierFailItsJobsAtOnce) {
+  ASSERT_FALSE(dir_.path().empty());
+  start(/*ranks_have_tier=*/false);
+  const auto ka = keys({11, 12});
+  const scheduler::request_view a{"a", ka, 8};
+  EXPECT_EQ(sc_->get_num_new_matched_tokens(a, 0), (scheduler::match_result{0u, false}));
+  step({{a, std::vector<gpu_block>{1, 2}, 0, 8}}, {{1, 100}, {2, 100}});
+  EXPECT_TRUE(sc_->request_finished("a"));
+  step();  // the store runs
+  const auto out = step();  // the cascade is refused by both ranks in its own step
+  ASSERT_EQ(out.jobs.size(), 1u);
+  EXPECT_EQ(out.jobs[0].kind, transfer_kind::cascade);
+  EXPECT_FALSE(out.jobs[0].ok);
+  EXPECT_EQ(out.jobs[0].error, errc::precondition_failed);
+  EXPECT_NE(out.jobs[0].detail.find("has no file tier"), std::string::npos);
+  EXPECT_EQ(sc_->planner().tier_counters().ledger.cascades_failed, 2u);
+  EXPECT_EQ(sc_->planner().manager().busy(), 0u);  // unpinned: the pool goes on
   stop();
 }
 
