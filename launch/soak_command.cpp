@@ -58,13 +58,11 @@ int run_soak(const soak_options& o) {
     print_config_errors(loaded, "soak");
     return 2;
   }
-  if (auto st = check_tier_config(loaded.config); !st) {
-    std::cerr << "kvconnect soak: " << st.message() << "\n";
-    return 2;
-  }
-  if (auto st = check_tier_dirs(loaded.config); !st) {
-    std::cerr << "kvconnect soak: " << st.message() << "\n";
-    return 2;
+  for (auto check : {check_tier_dirs, check_tier_config}) {
+    if (auto st = check(loaded.config); !st) {
+      std::cerr << "kvconnect soak: " << st.message() << "\n";
+      return 2;
+    }
   }
   auto faults = parse_fault_options(loaded.config.runtime.faults, loaded.config.runtime.fault_seed);
   if (!faults) {

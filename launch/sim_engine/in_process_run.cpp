@@ -81,27 +81,6 @@ result<rig> build(const in_process_options& o, const launch::launch_plan& plan) 
   return r;
 }
 
-/// The file tier's figures: the planner's counters, the ranks' bytes summed.
-tier_figures tier_figures_of(const embed::scheduler_connector& sc,
-                             const std::vector<std::unique_ptr<embed::worker_connector>>& ws) {
-  const scheduler::file_tier_counters c = sc.planner().tier_counters();
-  tier_figures t{.queries = c.ledger.queries,
-                 .hits = c.ledger.hits,
-                 .asked_again = c.asked_again,
-                 .cascaded_blocks = c.cascaded_blocks,
-                 .cascades_failed = c.ledger.cascades_failed,
-                 .cascades_skipped =
-                     c.ledger.cascades_skipped_queue_full + c.ledger.cascades_skipped_no_room,
-                 .promoted_blocks = c.promoted_blocks,
-                 .promotions_failed = c.ledger.promotions_failed,
-                 .evictions = c.ledger.evictions};
-  for (const auto& w : ws) {
-    t.bytes_written += w->tier_stats().bytes_written;
-    t.bytes_read += w->tier_stats().bytes_read;
-  }
-  return t;
-}
-
 }  // namespace
 
 result<run_report> run_in_process(const in_process_options& o) {
@@ -148,7 +127,6 @@ result<run_report> run_in_process(const in_process_options& o) {
       for (size_t k = 0; k < copy.size(); ++k) rep.faults_fired[k] += copy[k];
     }
     rep.busy_slots = r.sc->planner().manager().busy();
-    if (r.sc->planner().has_file_tier()) rep.file_tier = tier_figures_of(*r.sc, r.workers);
     const embed::fault_stats f = r.sc->fault_statistics();
     for (size_t k = 0; k < f.injected.size(); ++k) rep.faults_fired[k] += f.injected[k];
     rep.late_reports_dropped = f.late_reports;

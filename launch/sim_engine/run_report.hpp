@@ -20,7 +20,8 @@
 namespace kvc::sim {
 
 /// What the file tier (offload.secondary_tiers) did in a run: the planner's counters and the
-/// ranks' bytes. Deterministic for a seed (every rank finishes its tier jobs in their step).
+/// bytes of its completed jobs over every rank. Deterministic for a seed (every rank finishes
+/// its tier jobs in their step).
 struct tier_figures {
   uint64_t queries = 0;  ///< lookups of blocks the pool missed (vLLM's chunk queries)
   uint64_t hits = 0;

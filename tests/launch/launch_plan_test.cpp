@@ -3,6 +3,8 @@
 // scheduler and every rank get (checked by embed::validate).
 #include "launch/launch_plan.hpp"
 
+#include <algorithm>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -383,6 +385,42 @@ TEST(LaunchPlanTest, TwoTiersOrATierSmallerThanABlockFileAreRefused) {
   EXPECT_THAT(s.message(), ::testing::HasSubstr("offload.secondary_tiers[0].capacity_bytes: "
                                                 "4096 bytes hold no block file of 266240"));
   EXPECT_EQ(make_plan(c, "inst", "secret").code(), errc::invalid_argument);
+}
+
+TEST(LaunchPlanTest, TheSchedulerAndEveryWorkerGetTheTiersFlags) {
+  const auto c = loaded(with_tiers("[{root_dir: /tmp/kv, capacity_bytes: 1GiB, "
+                                   "n_read_threads: 3, direct_io: false}]"),
+                        {"runtime.port=0"});
+  auto plan = make_plan(c, "inst", "secret");
+  ASSERT_TRUE(plan.ok()) << plan.error().to_string();
+  const std::string kv = plan->scheduler.file_tier->kv_description;
+  const std::vector<std::string> tier = {"--tier-root-dir",    "/tmp/kv",
+                                         "--tier-capacity-bytes", "1073741824",
+                                         "--tier-read-threads", "3",
+                                         "--tier-write-threads", "16",
+                                         "--tier-max-pending",  "1024",
+                                         "--tier-kv",           kv,
+                                         "--tier-no-direct-io"};
+  for (const auto& args : {scheduler_arguments(c, *plan, true),
+                           worker_arguments(c, *plan, 5, 5710, 0, "")}) {
+    auto at = std::search(args.begin(), args.end(), tier.begin(), tier.end());
+    EXPECT_NE(at, args.end()) << args[0];
+  }
+  // What a role makes of the flags: the plan's tier again.
+  tier_options o{.root_dir = "/tmp/kv",
+                 .capacity_bytes = 1ull << 30,
+                 .n_read_threads = 3,
+                 .no_direct_io = true,
+                 .kv_description = kv};
+  ASSERT_TRUE(o.config().has_value());
+  EXPECT_EQ(o.config()->kv_description, kv);
+  EXPECT_FALSE(o.config()->direct_io);
+  EXPECT_EQ(o.config()->n_read_threads, 3u);
+  EXPECT_FALSE(tier_options{}.config().has_value());
+  const auto none = make_plan(loaded(tp4pp2, {"runtime.port=0"}), "inst", "secret");
+  ASSERT_TRUE(none.ok());
+  const auto plain = scheduler_arguments(c, *none, true);
+  EXPECT_EQ(std::find(plain.begin(), plain.end(), "--tier-root-dir"), plain.end());
 }
 
 }  // namespace
