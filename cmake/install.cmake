@@ -14,7 +14,7 @@ set(KVC_EXPORTED_LIBS
   kvc_control kvc_channel kvc_trace
   kvc_coordinator_core kvc_coordinator
   kvc_scheduler_core kvc_scheduler_registry kvc_scheduler_actor
-  kvc_worker_core
+  kvc_worker_core kvc_disk
   kvc_metrics_core kvc_metrics_server kvc_httplib kvc_kv_events_core kvc_kv_events kvc_record)
 if(TARGET kvc_copy_cuda)
   list(APPEND KVC_EXPORTED_LIBS kvc_copy_cuda)
@@ -35,7 +35,9 @@ set(KVC_PUBLIC_HEADERS
   actors/embed/scheduler_connector.hpp
   actors/embed/worker_connector.hpp
   actors/scheduler/connector_config.hpp
+  actors/scheduler/file_tier_ledger.hpp
   actors/trace/trace_record.hpp
+  actors/worker/tier_io_stats.hpp
   actors/scheduler/planner.hpp
   actors/scheduler/manager_config.hpp
   actors/scheduler/offload_manager.hpp

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "actors/scheduler/manager_config.hpp"
+#include "disk/block_file.hpp"
 
 namespace kvc::launch {
 
@@ -238,6 +239,49 @@ std::vector<rank_id> launch_plan::ranks_on(uint32_t node) const {
   return out;
 }
 
+namespace {
+
+/// The facades' file tier of offload.secondary_tiers[0]; the KV description is the KV cache's
+/// shape, so another shape never reads these files.
+embed::file_tier_config file_tier_of(const launch_config& c) {
+  const secondary_tier_config& t = c.offload.secondary_tiers[0];
+  const kv_cache_section& k = c.kv_cache;
+  return {.root_dir = t.root_dir,
+          .capacity_bytes = t.capacity_bytes,
+          .n_read_threads = t.n_read_threads,
+          .n_write_threads = t.n_write_threads,
+          .max_pending_cascades = t.max_pending_cascades,
+          .direct_io = t.direct_io,
+          .kv_description = "layers=" + std::to_string(k.layers) + " kv_heads=" +
+                            std::to_string(k.kv_heads) + " head_dim=" +
+                            std::to_string(k.head_dim) + " dtype_bytes=" +
+                            std::to_string(k.dtype_bytes) + " page_bytes=" +
+                            std::to_string(k.page_bytes) + " gpu_block_size=" +
+                            std::to_string(k.gpu_block_size) + " layout=" + k.layout};
+}
+
+}  // namespace
+
+status check_tier_config(const launch_config& c) {
+  const auto& tiers = c.offload.secondary_tiers;
+  if (tiers.size() > 1) {
+    return make_error(errc::invalid_argument, "offload.secondary_tiers: " +
+                                                  std::to_string(tiers.size()) +
+                                                  " tiers; one (the fs tier) is supported");
+  }
+  const uint64_t block_file = disk::file_bytes(derive_geometry(c).slot_bytes);
+  for (size_t i = 0; i < tiers.size(); ++i) {
+    if (tiers[i].capacity_bytes < block_file) {
+      return make_error(errc::invalid_argument,
+                        "offload.secondary_tiers[" + std::to_string(i) + "].capacity_bytes: " +
+                            std::to_string(tiers[i].capacity_bytes) +
+                            " bytes hold no block file of " + std::to_string(block_file) +
+                            " bytes (one rank's offloaded block and a 4 KiB header)");
+    }
+  }
+  return status::success();
+}
+
 result<launch_plan> make_plan(const launch_config& c, const std::string& instance,
                               const std::string& token, config_use use) {
   if (auto problems = check_config(c, use); !problems.empty()) {
@@ -306,6 +350,8 @@ result<launch_plan> make_plan(const launch_config& c, const std::string& instanc
   s.observe.trace_dir = observe.trace_dir;
   s.observe.record = c.observe.record;
   s.observe.record_dir = c.observe.record_dir;
+  if (auto st = check_tier_config(c); !st) return st;
+  if (!c.offload.secondary_tiers.empty()) s.file_tier = file_tier_of(c);
   if (auto st = embed::validate(s); !st) return st;
 
   // Workers connect to the scheduler, which runs on the first node.
@@ -328,6 +374,7 @@ result<launch_plan> make_plan(const launch_config& c, const std::string& instanc
     w.register_timeout = milliseconds{r.register_timeout_ms};
     w.join_timeout = milliseconds{r.ready_timeout_ms};
     w.observe = observe;
+    w.file_tier = s.file_tier;
     if (r.port != 0) {
       if (auto st = embed::validate(w); !st) return st;
     }

@@ -78,6 +78,13 @@ struct launch_plan {
   std::vector<rank_id> ranks_on(uint32_t node) const;
 };
 
+/// What the run needs of offload.secondary_tiers beyond the loader's checks: one tier at most
+/// (the fs tier), and a capacity_bytes that holds one block file (one rank's offloaded block of
+/// this geometry and its 4 KiB header). errc::invalid_argument naming the key otherwise;
+/// make_plan refuses the same (`kvconnect launch`: exit 2); `kvconnect soak` checks it first
+/// (exit 2).
+status check_tier_config(const launch_config& c);
+
 /// Derives the plan of a checked config (offload enabled). errc::invalid_argument when the
 /// config fails check_config (the first problem), offload is off, or a derived facade config
 /// fails embed::validate.

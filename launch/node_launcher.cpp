@@ -721,6 +721,8 @@ int run_launch(const launch_options& o) {
   if (token.empty()) token = generate_token();  // one node: nobody else needs to know it
   const std::string instance =
       c.runtime.instance.empty() ? "launch-" + std::to_string(::getpid()) : c.runtime.instance;
+  // The tier's directories first: then make_plan's tier check (check_tier_config).
+  if (auto st = check_tier_dirs(c); !st) return refuse(st.message());
   auto plan = make_plan(c, instance, token);
   if (!plan) return refuse(plan.error().to_string());
   const auto ranks = plan->ranks_on(o.node);
@@ -733,7 +735,6 @@ int run_launch(const launch_options& o) {
     if (!s) return refuse("runtime.faults: " + s.error().message());
     process_faults = std::move(s).value();
   }
-  if (auto st = check_tier_dirs(c); !st) return refuse(st.message());
   if (auto st = make_observe_dirs(c, o.node); !st) return refuse(st.message());
   const std::string segment = shm::segment_name(::getuid(), instance, o.node);
 

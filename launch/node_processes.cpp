@@ -38,6 +38,14 @@ std::vector<std::string> shared_flags(const launch_config& c, const launch_plan&
   if (c.observe.trace != "off") {
     flags.insert(flags.end(), {"--trace", c.observe.trace_dir, "--trace-level", c.observe.trace});
   }
+  if (const auto& t = p.scheduler.file_tier) {
+    flags.insert(flags.end(), {"--tier-root-dir", t->root_dir, "--tier-capacity-bytes",
+                               str(t->capacity_bytes), "--tier-read-threads",
+                               str(t->n_read_threads), "--tier-write-threads",
+                               str(t->n_write_threads), "--tier-max-pending",
+                               str(t->max_pending_cascades), "--tier-kv", t->kv_description});
+    if (!t->direct_io) flags.push_back("--tier-no-direct-io");
+  }
   return flags;
 }
 

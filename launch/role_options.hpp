@@ -5,6 +5,7 @@
 /// when the two were started with the same configuration. Plain data, no CAF.
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,10 +20,34 @@ namespace kvc::launch {
 
 using topology_options = embed::topology_config;
 
+/// The file tier behind the pool (offload.secondary_tiers[0], docs/disk_tier.md) as flags both
+/// roles take alike; without --tier-root-dir: no tier.
+struct tier_options {
+  std::string root_dir;
+  uint64_t capacity_bytes = 0;
+  uint32_t n_read_threads = 16;
+  uint32_t n_write_threads = 16;
+  uint32_t max_pending_cascades = 1024;
+  bool no_direct_io = false;
+  std::string kv_description;  ///< part of the run digest (the KV cache's shape)
+  /// The facades' tier; none without a root_dir.
+  std::optional<embed::file_tier_config> config() const {
+    if (root_dir.empty()) return std::nullopt;
+    return embed::file_tier_config{.root_dir = root_dir,
+                                   .capacity_bytes = capacity_bytes,
+                                   .n_read_threads = n_read_threads,
+                                   .n_write_threads = n_write_threads,
+                                   .max_pending_cascades = max_pending_cascades,
+                                   .direct_io = !no_direct_io,
+                                   .kv_description = kv_description};
+  }
+};
+
 struct pool_options {
   std::string instance = "default";  ///< names the segment: /kvc-<uid>-<instance>-node<node>
   uint32_t slots = 64;               ///< CPU slots per rank
   synthetic_kv_spec kv;              ///< the shape of one offloaded block
+  tier_options tier;
 };
 
 /// What both sides derive from topology + pool flags.

@@ -410,6 +410,7 @@ int run_scheduler_process(const scheduler_process_options& o) {
   cfg.planner.gpu_block_size = smoke_engine::gpu_block_size;
   cfg.planner.offloaded_block_size = o.pool.kv.block_factor * smoke_engine::gpu_block_size;
   if (sim_plan) cfg.planner = sim_plan->scheduler.planner;  // the config's block sizes, policy
+  cfg.file_tier = o.pool.tier.config();
   cfg.job_timeout = milliseconds{o.job_timeout_ms};
   cfg.observe.serve_metrics = o.metrics_port != 0;
   cfg.observe.metrics_port = o.metrics_port;
@@ -501,6 +502,7 @@ int run_worker_process(const worker_process_options& o) {
   cfg.device = o.device;
   cfg.block_size_factor = o.pool.kv.block_factor;
   cfg.register_timeout = milliseconds{o.register_timeout_ms};
+  cfg.file_tier = o.pool.tier.config();
   cfg.faults = faults_at(*faults, fault_site::copy);
   if (o.incarnation > 0) {
     // A lost device is lost once: the restarted process has a new one.

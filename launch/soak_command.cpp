@@ -4,7 +4,8 @@
 // step transport, with the channel and copy faults of runtime.faults / --fault injected.
 // Prints the human summary on stderr and JSON lines on stdout ({"event":"summary",...}; with
 // faults then {"event":"fault_report",...}; with --compare a second run without offloading and
-// {"event":"compare",...}). Exit 0 when the run passed its checks (zero mismatches, nothing hung,
+// {"event":"compare",...}; with a file tier also a run with the pool alone and
+// {"event":"compare_tier",...}). Exit 0 when the run passed its checks (zero mismatches, nothing hung,
 // pending or leaked), 1 otherwise, 3 when a fault report's invariant failed, 2 for a config
 // error (a process fault included: it needs processes, `kvconnect launch`).
 #include <unistd.h>
@@ -21,8 +22,10 @@
 #include "launch/config_file.hpp"
 #include "launch/fault_options.hpp"
 #include "launch/fault_report.hpp"
+#include "launch/launch_plan.hpp"
 #include "launch/sim_engine/in_process_run.hpp"
 #include "launch/sim_engine/run_comparison.hpp"
+#include "launch/tier_dirs.hpp"
 
 namespace kvc::launch {
 
@@ -54,6 +57,12 @@ int run_soak(const soak_options& o) {
   if (!loaded.ok()) {
     print_config_errors(loaded, "soak");
     return 2;
+  }
+  for (auto check : {check_tier_dirs, check_tier_config}) {
+    if (auto st = check(loaded.config); !st) {
+      std::cerr << "kvconnect soak: " << st.message() << "\n";
+      return 2;
+    }
   }
   auto faults = parse_fault_options(loaded.config.runtime.faults, loaded.config.runtime.fault_seed);
   if (!faults) {
@@ -94,6 +103,15 @@ int run_soak(const soak_options& o) {
     }
     std::cerr << sim::summary_table(*off) << sim::compare_table(*on, *off);
     std::cout << sim::compare_json(*on, *off).dump() << std::endl;
+    if (on->file_tier) {  // and what the file tier adds beyond the pool alone
+      auto pool_only = sim::run_without_tier(run);
+      if (!pool_only) {
+        std::cerr << "kvconnect soak: " << pool_only.error().to_string() << "\n";
+        return 1;
+      }
+      std::cerr << sim::compare_tier_table(*on, *pool_only);
+      std::cout << sim::compare_tier_json(*on, *pool_only).dump() << std::endl;
+    }
   }
   const int code = on->ok() ? 0 : 1;
   return faults->empty() ? code : fault_report_exit_code(outcome, code);
@@ -110,7 +128,8 @@ void add_soak_command(CLI::App& app, int& exit_code) {
       ->allow_extra_args(false);
   cmd->add_option("--steps", o->steps, "Steps with arrivals (workload.steps)");
   cmd->add_option("--seed", o->seed, "The workload's seed (workload.seed)");
-  cmd->add_flag("--compare", o->compare, "Run the workload again without offloading; compare");
+  cmd->add_flag("--compare", o->compare, "Run the workload again without offloading (and, with a file tier, with the pool alone); "
+                "compare");
   cmd->add_option("--fault", o->faults,
                   "Inject a fault: kind:key=value,... (docs/faults.md; repeatable; replaces "
                   "runtime.faults)")

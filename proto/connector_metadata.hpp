@@ -24,15 +24,39 @@
 #include <string_view>
 #include <vector>
 
+#include "proto/block_key.hpp"
 #include "proto/ids.hpp"
 
 namespace kvc {
 
-enum class transfer_kind : uint8_t { load = 0, store = 1 };  ///< load: CPU→GPU, store: GPU→CPU
+/// What a job moves. load: CPU pool -> GPU, store: GPU -> CPU pool. The file tier's jobs
+/// (tier_job): cascade: pool slot -> file, promotion: file -> pool slot, check: whether a block's
+/// file is still there (the file tier's asynchronous lookup).
+enum class transfer_kind : uint8_t { load = 0, store = 1, cascade = 2, promotion = 3, check = 4 };
 
-/// "load" or "store".
 constexpr std::string_view to_string(transfer_kind k) noexcept {
-  return k == transfer_kind::load ? "load" : "store";
+  switch (k) {
+    case transfer_kind::load:
+      return "load";
+    case transfer_kind::store:
+      return "store";
+    case transfer_kind::cascade:
+      return "cascade";
+    case transfer_kind::promotion:
+      return "promotion";
+    case transfer_kind::check:
+      return "check";
+  }
+  return "unknown";
+}
+
+/// A job between the GPU and the pool (load, store).
+constexpr bool is_gpu_transfer(transfer_kind k) noexcept {
+  return k == transfer_kind::load || k == transfer_kind::store;
+}
+/// A job of the file tier (cascade, promotion, check).
+constexpr bool is_tier_job(transfer_kind k) noexcept {
+  return k == transfer_kind::cascade || k == transfer_kind::promotion || k == transfer_kind::check;
 }
 
 /// Most KV-cache groups a job can describe (full attention has one; hybrid models a few).
@@ -88,6 +112,20 @@ struct transfer_job {
   friend bool operator==(const transfer_job&, const transfer_job&) = default;
 };
 
+/// A job of the file tier, executed by every rank on its own files and its own region of each
+/// pool slot (docs/disk_tier.md). keys[i] names the block (its file); slots[i] is its pool slot:
+/// read by a cascade (written to the file), written by a promotion (read from the file, checked).
+/// A check has keys and no slots: ok iff every block's file is present. Completed like a
+/// transfer job: one result per job, ok iff every block on every rank succeeded.
+struct tier_job {
+  job_id id = 0;
+  transfer_kind kind = transfer_kind::cascade;
+  std::vector<cpu_slot> slots;
+  std::vector<block_key> keys;
+
+  friend bool operator==(const tier_job&, const tier_job&) = default;
+};
+
 struct connector_metadata {
   step_id step = 0;
   /// Loads to start this step (start_load_kv).
@@ -105,6 +143,12 @@ struct connector_metadata {
   /// metadata (vLLM's SchedulerOutput.finished_req_ids): a worker that is not told them by its
   /// engine passes these to get_finished, so its per-request bookkeeping ends with the request.
   std::vector<std::string> finished_requests;
+  /// The file tier's jobs planned this step (cascades, promotions, checks); empty without a
+  /// tier. Workers start them at once, beside the step's transfers.
+  std::vector<tier_job> tier_jobs;
+  /// Blocks the file tier no longer holds (evicted for capacity, or dropped): each rank removes
+  /// its file of each.
+  std::vector<block_key> tier_removed;
 
   friend bool operator==(const connector_metadata&, const connector_metadata&) = default;
 };
@@ -116,8 +160,19 @@ typename Inspector::result_type inspect(Inspector& f, transfer_job& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, block_key& x) {
+  return f(x.hi, x.lo);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, tier_job& x) {
+  return f(x.id, x.kind, x.slots, x.keys);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, connector_metadata& x) {
-  return f(x.step, x.loads, x.stores, x.flush, x.flush_requests, x.finished_requests);
+  return f(x.step, x.loads, x.stores, x.flush, x.flush_requests, x.finished_requests, x.tier_jobs,
+           x.tier_removed);
 }
 
 }  // namespace kvc

@@ -20,7 +20,9 @@ namespace kvc {
 ///    KV-cache groups' sizes and block indices (vLLM's GPULoadStoreSpec).
 /// 5: every step-channel frame ends with a CRC-32.
 /// 6: a completion event (and a job result) carries its failure's detail in words.
-inline constexpr uint32_t protocol_version = 6;
+/// 7: connector_metadata carries the file tier's jobs (cascade, promotion, check: new
+///    transfer kinds) and the blocks whose files to remove.
+inline constexpr uint32_t protocol_version = 7;
 
 struct worker_registration {
   uint32_t protocol_version = 0;

@@ -37,9 +37,7 @@ status refuse(const std::string& what) {
   return make_error(errc::protocol_mismatch, "step channel: " + what);
 }
 
-bool valid(transfer_kind k) noexcept {
-  return k == transfer_kind::load || k == transfer_kind::store;
-}
+bool valid(transfer_kind k) noexcept { return is_gpu_transfer(k) || is_tier_job(k); }
 
 /// Values the types can hold but no rank or scheduler sends (found by fuzzing: a NaN
 /// `seconds` poisons the coordinator's max); refused like a malformed frame.
@@ -48,7 +46,16 @@ status check(const wire_hello&) { return {}; }
 status check(const connector_metadata& m) {
   for (const auto* jobs : {&m.loads, &m.stores}) {
     for (const transfer_job& j : *jobs) {
-      if (!valid(j.kind)) return refuse("a job of unknown kind in metadata");
+      if (!is_gpu_transfer(j.kind)) return refuse("a job of unknown kind in metadata");
+    }
+  }
+  for (const tier_job& j : m.tier_jobs) {
+    if (!is_tier_job(j.kind)) return refuse("a file tier job of unknown kind in metadata");
+    const size_t want_slots = j.kind == transfer_kind::check ? 0 : j.keys.size();
+    if (j.slots.size() != want_slots) {
+      return refuse("a file tier " + std::string{to_string(j.kind)} + " job with " +
+                    std::to_string(j.slots.size()) + " slots for " +
+                    std::to_string(j.keys.size()) + " blocks");
     }
   }
   return {};

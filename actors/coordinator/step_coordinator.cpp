@@ -78,6 +78,9 @@ void step_coordinator::expect(const connector_metadata& meta, uint64_t now) {
   for (const transfer_job& j : meta.stores) {
     expect_one(j.id, transfer_kind::store, meta.step, deadline, step_deadline);
   }
+  for (const tier_job& j : meta.tier_jobs) {
+    expect_one(j.id, j.kind, meta.step, deadline, step_deadline);
+  }
 }
 
 void step_coordinator::timed_out(size_t n, const char* by) {

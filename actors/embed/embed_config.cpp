@@ -45,7 +45,27 @@ status validate_observe(const observe_config& o) {
   return {};
 }
 
+status validate_tier(const std::optional<file_tier_config>& tier) {
+  if (!tier) return {};
+  if (tier->root_dir.empty()) return invalid("embed: file_tier.root_dir is empty");
+  if (tier->capacity_bytes == 0) return invalid("embed: file_tier.capacity_bytes must be > 0");
+  if (tier->n_read_threads == 0 || tier->n_write_threads == 0) {
+    return invalid("embed: file_tier.n_read_threads and n_write_threads must be >= 1");
+  }
+  if (tier->max_pending_cascades == 0) {
+    return invalid("embed: file_tier.max_pending_cascades must be >= 1");
+  }
+  return {};
+}
+
 }  // namespace
+
+std::string tier_run_description(const file_tier_config& tier, const pool_config& pool,
+                                 const topology_config& topo, uint32_t block_size_factor) {
+  return "kv=" + tier.kv_description + "\nslot_bytes=" + std::to_string(pool.slot_bytes) +
+         "\nblock_size_factor=" + std::to_string(block_size_factor) +
+         "\ntp=" + std::to_string(topo.tp_size) + "\npp=" + std::to_string(topo.pp_size) + "\n";
+}
 
 std::string segment_name_for(const pool_config& pool, const topology_config& topo) {
   return shm::segment_name(::getuid(), pool.instance, topo.node);
@@ -60,6 +80,11 @@ status validate(const scheduler_connector_config& cfg) {
   if (cfg.observe.record && cfg.make_manager) {
     return invalid("embed: observe.record needs the built-in manager (make_manager is set): a "
                    "replay rebuilds the planner from the recorded config");
+  }
+  if (auto st = validate_tier(cfg.file_tier); !st) return st;
+  if (cfg.file_tier && cfg.observe.record) {
+    return invalid("embed: observe.record does not record the file tier: a replay could not "
+                   "rebuild it");
   }
   if (auto g = scheduler::make_geometry(cfg.planner); !g) return g.error();
   scheduler::manager_config m = cfg.planner.manager;
@@ -100,6 +125,7 @@ status validate(const worker_connector_config& cfg) {
                    std::to_string(cfg.topology.world_size()) + " ranks");
   }
   if (cfg.block_size_factor == 0) return invalid("embed: block_size_factor must be >= 1");
+  if (auto st = validate_tier(cfg.file_tier); !st) return st;
   if (auto st = validate(cfg.faults); !st) return invalid("embed: faults: " + st.message());
   if (cfg.backend.empty() && !cfg.make_copy_engine)
     return invalid("embed: backend is empty (\"sim\" or \"cuda\")");

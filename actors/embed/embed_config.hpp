@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "actors/scheduler/connector_config.hpp"
@@ -51,6 +52,27 @@ struct pool_config {
   bool prefault = false;  ///< fault the pages in up front (creator: all; worker: its rank)
   bool create_or_attach = false;  ///< see above; off: the scheduler side must create it
 };
+
+/// The file tier behind the pool (docs/disk_tier.md; launch config offload.secondary_tiers).
+/// The scheduler side and every rank of a deployment must be given the same: the scheduler
+/// side keeps the tier's ledger (and adopts the blocks rank 0's directory holds at start), each
+/// rank opens its own directory and runs the tier's jobs on it.
+struct file_tier_config {
+  std::string root_dir;
+  uint64_t capacity_bytes = 0;  ///< what one rank's files may take
+  uint32_t n_read_threads = 16;
+  uint32_t n_write_threads = 16;
+  uint32_t max_pending_cascades = 1024;
+  bool direct_io = true;
+  /// What the KV is besides its geometry and topology (the model, its dtype): part of the run
+  /// digest, so a run with another never reads these files.
+  std::string kv_description;
+};
+
+/// The run description naming the tier's directory (disk::file_store_options): the KV
+/// description, the bytes of a slot, GPU blocks per offloaded block and the topology.
+std::string tier_run_description(const file_tier_config& tier, const pool_config& pool,
+                                 const topology_config& topo, uint32_t block_size_factor);
 
 /// Network and actor-system settings (the CAF system preset, actors/control/system_config.hpp).
 struct network_config {
@@ -141,6 +163,8 @@ struct scheduler_connector_config {
   std::chrono::milliseconds ready_timeout{30'000};
   manager_factory make_manager;
   observe_config observe;
+  /// The file tier behind the pool; none: the pool is the only tier. Not with observe.record.
+  std::optional<file_tier_config> file_tier;
   /// Unset: the transport as made. The decorator must include actors/channel/transport.hpp
   /// (an internal header: for kvconnect's own tools and tests).
   transport_decorator wrap_transport;
@@ -184,6 +208,9 @@ struct worker_connector_config {
   /// Injected faults (docs/faults.md): the copy faults concerning this rank wrap its copy engine
   /// (cuda::faulty_copy_engine); the other kinds are ignored here. Empty: none.
   fault_config faults;
+  /// The file tier behind the pool: this rank's files and I/O threads; the scheduler side's
+  /// must be the same.
+  std::optional<file_tier_config> file_tier;
 };
 
 /// Checks a config before anything starts: a token; tp/pp >= 1 within the handshake's world

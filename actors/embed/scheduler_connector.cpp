@@ -13,6 +13,7 @@
 #include "actors/embed/scheduler_host.hpp"
 #include "actors/embed/step_observer.hpp"
 #include "actors/embed/trace_observer.hpp"
+#include "disk/file_store.hpp"
 
 namespace kvc::embed {
 
@@ -43,6 +44,27 @@ struct scheduler_connector::impl {
   template <class Event>
   void notify(Event&& event) {
     for (const auto& o : observers) event(*o);
+  }
+
+  /// A restart: the blocks rank 0's directory of the file tier holds (oldest first) are tracked
+  /// as on disk; a block another rank lacks fails its file check and is dropped.
+  status adopt_tier_blocks() {
+    if (!cfg.file_tier) return {};
+    const file_tier_config& t = *cfg.file_tier;
+    auto store = disk::file_store::open(
+        {.root_dir = t.root_dir,
+         .run_description =
+             tier_run_description(t, cfg.pool, cfg.topology, planner->geometry().factor),
+         .rank = 0,
+         .payload_bytes = cfg.pool.slot_bytes,
+         .direct_io = t.direct_io});
+    if (!store) return store.error();
+    planner->adopt_tier_blocks((*store)->found_at_open());
+    if (!(*store)->found_at_open().empty()) {
+      spdlog::info("scheduler: the file tier holds {} blocks of this run already ({})",
+                   (*store)->found_at_open().size(), (*store)->rank_dir());
+    }
+    return {};
   }
 
   /// Sticky: a rank that attached once makes the run live, even after it is lost.
@@ -122,6 +144,12 @@ result<std::unique_ptr<scheduler_connector>> scheduler_connector::create(
   auto p = std::make_unique<impl>();
   p->cfg = cfg;
   p->cfg.planner.manager.capacity = cfg.pool.slots_per_rank;
+  if (cfg.file_tier) {
+    p->cfg.planner.file_tier = scheduler::file_tier_limits{
+        .capacity_bytes = cfg.file_tier->capacity_bytes,
+        .block_file_bytes = disk::file_bytes(cfg.pool.slot_bytes),
+        .max_pending_cascades = cfg.file_tier->max_pending_cascades};
+  }
   if (cfg.make_manager) {
     auto m = cfg.make_manager(p->cfg.planner.manager);
     if (!m) return m.error();
@@ -134,6 +162,7 @@ result<std::unique_ptr<scheduler_connector>> scheduler_connector::create(
     if (!s) return s.error();
     p->planner = std::move(s).value();
   }
+  if (auto st = p->adopt_tier_blocks(); !st) return st;
   auto host = scheduler_host::start(p->cfg);
   if (!host) return host.error();
   p->host = std::move(host).value();
@@ -287,7 +316,7 @@ bool scheduler_connector::request_finished(std::string_view req_id) {
 
 std::vector<kv_event> scheduler_connector::take_events() {
   if (impl_->observer_takes_events) return {};  // they went to the publisher
-  return impl_->planner->take_events();
+  return impl_->planner->take_all_events();
 }
 
 status scheduler_connector::reset_cache() {

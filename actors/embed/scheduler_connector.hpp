@@ -149,7 +149,8 @@ class scheduler_connector {
   /// The request finished or was aborted; call once, before its blocks are freed. Returns
   /// delay_free: the blocks are freed when the id comes back in finished_sending.
   bool request_finished(std::string_view req_id);
-  /// Stored / removed block events since the last call (vLLM take_events). Empty when
+  /// Stored / removed block events since the last call (vLLM take_events): the CPU pool's,
+  /// then the file tier's (medium FS, docs/disk_tier.md). Empty when
   /// observe.kv_events_endpoint is set: the connector publishes them itself, each step.
   std::vector<kv_event> take_events();
   /// vLLM main's reset_cache, between steps (scheduler::planner::reset): empties the CPU pool;

@@ -14,6 +14,8 @@
 #include "actors/embed/scheduler_connector.hpp"
 #include "actors/trace/traced_transport.hpp"
 #include "actors/worker/report_sequencer.hpp"
+#include "actors/worker/tier_executor.hpp"
+#include "disk/file_io.hpp"
 
 namespace kvc::embed {
 
@@ -68,8 +70,49 @@ struct worker_connector::impl {
   std::optional<connector_metadata> next;   // arrived, not bound (asked for another step)
   std::optional<connector_metadata> bound;  // the bound step's metadata
   std::optional<worker::report_sequencer> reports;
+  // The file tier (none without cfg.file_tier): its I/O threads finish their queued work before
+  // the pool they read and write is unmapped (declared after host).
+  std::unique_ptr<disk::file_io> tier_io;
+  std::optional<worker::tier_executor> tier;
+  /// Without a tier: the results of tier jobs the scheduler side sent anyway (failed at once, so
+  /// they fail now rather than at their deadline), for the next get_finished.
+  std::vector<job_result> refused_tier_jobs;
   std::shared_ptr<trace::tracer> tracer;  // null: trace off
   int64_t bound_at = 0;                   // trace: when the bound step was bound (mono ns)
+
+  /// Opens this rank's directory of the file tier and its I/O threads (cfg.file_tier).
+  status open_tier() {
+    if (!cfg.file_tier) return {};
+    const file_tier_config& t = *cfg.file_tier;
+    auto store = disk::file_store::open(
+        {.root_dir = t.root_dir,
+         .run_description =
+             tier_run_description(t, cfg.pool, cfg.topology, cfg.block_size_factor),
+         .rank = cfg.rank,
+         .payload_bytes = cfg.pool.slot_bytes,
+         .direct_io = t.direct_io});
+    if (!store) return store.error();
+    if (!(*store)->direct_io_note().empty()) {
+      spdlog::info("worker rank {}: file tier without O_DIRECT: {}", cfg.rank,
+                   (*store)->direct_io_note());
+    }
+    auto io = disk::file_io::create(std::move(*store), t.n_read_threads, t.n_write_threads);
+    if (!io) return io.error();
+    tier_io = std::move(*io);
+    tier.emplace(*tier_io, host->region(), cfg.pool.slot_bytes);
+    return {};
+  }
+
+  void refuse_tier_jobs(const connector_metadata& meta) {
+    for (const tier_job& j : meta.tier_jobs) {
+      refused_tier_jobs.push_back(
+          {.job = j.id,
+           .kind = j.kind,
+           .ok = false,
+           .error = errc::precondition_failed,
+           .detail = "rank " + std::to_string(cfg.rank) + " has no file tier (file_tier_config)"});
+    }
+  }
 
   /// trace: the step's metadata was bound; at `jobs`, one record per job the rank takes on.
   void trace_bind(const connector_metadata& meta) {
@@ -199,6 +242,7 @@ result<std::unique_ptr<worker_connector>> worker_connector::prepare(
       p->host->engine());
   if (!w) return w.error();
   p->worker.emplace(std::move(w).value());
+  if (auto st = p->open_tier(); !st) return st;
   p->tracer = p->host->tracer();
   return std::unique_ptr<worker_connector>{new worker_connector(std::move(p))};
 }
@@ -269,6 +313,11 @@ status worker_connector::bind_connector_metadata(step_id step, std::chrono::nano
   m.bound = std::move(m.next);
   m.next.reset();
   if (m.tracer) m.trace_bind(*m.bound);
+  if (m.tier) {
+    m.tier->start(*m.bound);
+  } else {
+    m.refuse_tier_jobs(*m.bound);
+  }
   return m.worker->bind_connector_metadata(*m.bound);
 }
 
@@ -290,12 +339,20 @@ status worker_connector::wait_for_save() {
 
 status worker_connector::finish_transfers(const cuda::submit_options& opts) {
   impl_->worker->submit_deferred_stores(opts);
+  finish_tier_jobs();
   return impl_->worker->wait_in_flight();
+}
+
+void worker_connector::finish_tier_jobs() {
+  if (impl_->tier) impl_->tier->wait_all();
 }
 
 finished_requests worker_connector::get_finished(std::span<const std::string> finished_req_ids) {
   impl& m = *impl_;
   worker::worker_output out = m.worker->get_finished(finished_req_ids);
+  auto tier_jobs = m.tier ? m.tier->take_finished() : std::exchange(m.refused_tier_jobs, {});
+  out.jobs.insert(out.jobs.end(), std::make_move_iterator(tier_jobs.begin()),
+                  std::make_move_iterator(tier_jobs.end()));
   for (const job_result& j : out.jobs) {
     if (!j.ok) spdlog::warn("worker rank {}: {}", m.cfg.rank, failure_line(j));
   }
@@ -359,6 +416,14 @@ size_t worker_connector::queued_stores() const noexcept {
 
 size_t worker_connector::tracked_requests() const noexcept {
   return impl_->worker->tracked_requests();
+}
+
+size_t worker_connector::tier_jobs_in_flight() const noexcept {
+  return impl_->tier ? impl_->tier->jobs_in_flight() : 0;
+}
+
+worker::tier_io_stats worker_connector::tier_stats() const noexcept {
+  return impl_->tier ? impl_->tier->stats() : worker::tier_io_stats{};
 }
 
 size_t worker_connector::jobs_known() const noexcept {

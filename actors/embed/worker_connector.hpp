@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "actors/embed/embed_config.hpp"
+#include "actors/worker/tier_io_stats.hpp"
 #include "cuda/copy_engine.hpp"
 #include "cuda/kv_layout.hpp"
 #include "proto/completion.hpp"
@@ -135,6 +136,10 @@ class worker_connector {
   /// with no forward pass to overlap them with (the standalone worker, tests). The engine's
   /// error if the wait fails.
   status finish_transfers(const cuda::submit_options& opts = {});
+  /// Blocks until the file tier's jobs started on this rank (with each bound step) finished;
+  /// their results go with the next get_finished. For a worker with no forward pass (the
+  /// standalone worker, finish_transfers) and tests; an engine lets them run across steps.
+  void finish_tier_jobs();
   /// Collects finished transfers without blocking; sends this rank's report of the bound step
   /// (the first call per step; later results go with the next step's report).
   finished_requests get_finished(std::span<const std::string> finished_req_ids);
@@ -167,6 +172,10 @@ class worker_connector {
   size_t jobs_known() const noexcept;
   /// Requests with store bookkeeping on this rank (transfer_executor::tracked_requests).
   size_t tracked_requests() const noexcept;
+  /// The file tier's jobs started on this rank and not reported yet (0 without a tier).
+  size_t tier_jobs_in_flight() const noexcept;
+  /// What this rank's file tier I/O counted (zero without a tier).
+  worker::tier_io_stats tier_stats() const noexcept;
 
  private:
   struct impl;

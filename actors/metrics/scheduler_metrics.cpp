@@ -73,6 +73,7 @@ void scheduler_metrics::on_output_applied(const connector_output& out, uint64_t 
       if (code < errc_count) ++failures_by_error_[code];
       continue;
     }
+    if (!is_gpu_transfer(r.kind)) continue;  // the file tier's jobs have their own metrics
     transfer_totals& t = r.kind == transfer_kind::load ? load_ : store_;
     t.bytes += r.bytes;
     t.seconds += r.seconds;

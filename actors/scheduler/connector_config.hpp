@@ -7,7 +7,9 @@
 /// per offloaded block (hash_block_size is vLLM's cache_config.block_size, the granularity of
 /// Request.block_hashes).
 #include <cstdint>
+#include <optional>
 
+#include "actors/scheduler/file_tier_ledger.hpp"
 #include "actors/scheduler/manager_config.hpp"
 #include "proto/status.hpp"
 
@@ -19,6 +21,8 @@ struct connector_config {
   uint32_t hash_block_size = 0;       ///< tokens per request block hash; 0 = gpu_block_size
   bool enable_prefix_caching = true;  ///< the GPU prefix cache is on (enables the delay rule)
   manager_config manager;             ///< the CPU pool's ledger
+  /// The file tier behind the pool (offload.secondary_tiers); none: the pool is the only tier.
+  std::optional<file_tier_limits> file_tier;
 };
 
 /// The derived geometry of a valid config.

@@ -10,12 +10,9 @@ using planner_detail::quoted;
 // planner: construction and forwarding
 
 result<std::unique_ptr<planner>> planner::create(const connector_config& cfg) {
-  auto geo = make_geometry(cfg);
-  if (!geo) return geo.error();
   auto mgr = offload_manager::create(cfg.manager);
   if (!mgr) return mgr.error();
-  return std::unique_ptr<planner>(
-      new planner(std::make_unique<impl>(*geo, cfg.enable_prefix_caching, std::move(*mgr))));
+  return create(cfg, std::move(*mgr));
 }
 
 result<std::unique_ptr<planner>> planner::create(const connector_config& cfg,
@@ -23,8 +20,15 @@ result<std::unique_ptr<planner>> planner::create(const connector_config& cfg,
   auto geo = make_geometry(cfg);
   if (!geo) return geo.error();
   if (!manager) return make_error(errc::invalid_argument, "connector: no offload manager given");
-  return std::unique_ptr<planner>(
-      new planner(std::make_unique<impl>(*geo, cfg.enable_prefix_caching, std::move(manager))));
+  std::optional<file_tier_ledger> tier;
+  if (cfg.file_tier) {
+    auto ledger = file_tier_ledger::create(*cfg.file_tier);
+    if (!ledger) return ledger.error();
+    tier.emplace(std::move(*ledger));
+  }
+  return std::unique_ptr<planner>(new planner(std::make_unique<impl>(
+      *geo, cfg.enable_prefix_caching, std::move(manager), std::move(tier),
+      cfg.manager.enable_events)));
 }
 
 planner::planner(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
@@ -60,6 +64,29 @@ bool planner::request_finished(std::string_view req_id) {
 std::vector<kv_event> planner::take_events() {
   return impl_->manager_->take_events();
 }
+bool planner::has_file_tier() const noexcept {
+  return impl_->tier_.has_value();
+}
+void planner::adopt_tier_blocks(std::span<const block_key> oldest_first) {
+  if (impl_->tier_) impl_->tier_->adopt(oldest_first);
+}
+std::vector<kv_event> planner::take_all_events() {
+  auto evs = take_events();
+  auto tier = take_tier_events();
+  evs.insert(evs.end(), std::make_move_iterator(tier.begin()), std::make_move_iterator(tier.end()));
+  return evs;
+}
+std::vector<kv_event> planner::take_tier_events() {
+  return impl_->tier_ ? impl_->tier_->take_events() : std::vector<kv_event>{};
+}
+file_tier_counters planner::tier_counters() const {
+  file_tier_counters c = impl_->tier_counters_;
+  if (impl_->tier_) c.ledger = impl_->tier_->stats();
+  return c;
+}
+const file_tier_ledger* planner::tier() const noexcept {
+  return impl_->tier_ ? &*impl_->tier_ : nullptr;
+}
 const connector_stats& planner::stats() const noexcept {
   return impl_->stats_;
 }
@@ -71,7 +98,7 @@ bool planner::load_in_flight(std::string_view req_id) const {
   return slot != impl::npos && impl_->states_[slot].load_job.has_value();
 }
 size_t planner::jobs_in_flight() const noexcept {
-  return impl_->jobs_.size();
+  return impl_->jobs_.size() + impl_->tier_jobs_.size();
 }
 size_t planner::tracked_requests() const noexcept {
   return impl_->index_.size();
@@ -88,10 +115,12 @@ planner_tables planner::tables() const noexcept {
           .loads = m.loads_in_flight_,
           .pending_loads = m.pending_loads_.size(),
           .owed_sending = m.owed_sending_.size(),
-          .completions =
-              c.finished_sending.size() + c.finished_recving.size() + c.invalid_block_ids.size(),
+          .completions = c.finished_sending.size() + c.finished_recving.size() +
+                         c.invalid_block_ids.size(),
           .finished_for_meta = m.finished_since_meta_.size(),
-          .reset_flush = m.reset_flush_.size()};
+          .reset_flush = m.reset_flush_.size(),
+          .tier_jobs = m.tier_jobs_.size(),
+          .promoting = m.promoting_.size()};
 }
 std::span<const transfer_job> planner::pending_loads() const noexcept {
   return impl_->pending_loads_;
@@ -124,6 +153,10 @@ match_result planner::impl::get_num_new_matched_tokens(const request_view& req,
   const uint64_t hits =
       manager_->lookup_prefix(std::span<const block_key>(st.keys).subspan(start, nb - start));
   stats_.lookups += std::min(hits + 1, nb - start);
+  if (tier_ && start + hits < nb && consult_tier(st, start + hits, nb)) {
+    ++tier_counters_.asked_again;
+    return {std::nullopt, false};
+  }
   if (hits == 0) return {0u, false};
   const uint64_t max_hit = obs * (start + hits);
   if (max_hit < computed + obs) return {0u, false};
@@ -234,6 +267,11 @@ status planner::impl::update_state_after_alloc(const request_view& req,
 // Per-step metadata and stores
 
 status planner::impl::reset() {
+  if (tier_) {
+    return make_error(errc::precondition_failed,
+                      "reset: a file tier is configured; its files would outlive the reset "
+                      "(reset_cache with a file tier is not supported)");
+  }
   if (!pending_loads_.empty()) {
     return make_error(errc::precondition_failed,
                       "reset: " + std::to_string(pending_loads_.size()) +
@@ -257,7 +295,8 @@ status planner::impl::reset() {
 }
 
 bool planner::impl::request_finished(std::string_view req_id) {
-  finished_since_meta_.emplace_back(req_id);  // told to the workers with the next metadata
+  finished_since_meta_.emplace_back(req_id);
+  if (tier_) tier_->request_finished(req_id);  // told to the workers with the next metadata
   const uint32_t slot = find(req_id);
   if (slot == npos || states_[slot].finished) return false;
   auto& st = states_[slot];

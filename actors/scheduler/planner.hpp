@@ -79,6 +79,24 @@
 /// and one holding its blocks for a store gets them freed. Running requests store again from
 /// their first block (the cursor goes back to 0, as in vLLM main).
 ///
+/// File tier (connector_config::file_tier, docs/disk_tier.md). A store job that completes ok
+/// offers its blocks to the file_tier_ledger; those it accepts are pinned in the manager (a
+/// read reference, prepare_load) and go out as one cascade job, unpinned when it ends, so the
+/// bytes are on disk before the slot can be reused (while pinned, such a block counts as being
+/// loaded for R1's delay rule). A lookup whose pool prefix ends before the request's last block
+/// asks the ledger about the following keys: ask_again, or a key being promoted, makes the
+/// answer nullopt; a run of tier hits gets pool slots (prepare_store, as a store) and becomes one
+/// promotion job, the answer being nullopt until it ends: ok completes it like a store (the
+/// blocks are then pool hits, loaded as usual), failed frees the slots and the ledger answers
+/// miss (recomputed); prepare_store finding no room makes the hits a miss now. The ledger's
+/// queued file checks go out as check jobs (ok: the file is there on every rank). Tier jobs
+/// belong to no request (they move no GPU block, so a preemption does not flush them), get
+/// ids from the same counter and complete through update_connector_output like transfers. The
+/// planner never waits for the disk.
+///
+/// Reset with a file tier is refused (errc::precondition_failed, nothing changed): the tier's
+/// files would outlive it.
+///
 /// Limitations: one KV-cache group (no HMA / hybrid models); a store that fails
 /// is not retried for the same request (its cursor has moved on; a later request can store it);
 /// a load must end on an offloaded-block boundary (R1 would load a partial last block; the copy
@@ -202,6 +220,8 @@ struct planner_tables {
   size_t completions = 0;          ///< request outcomes not taken yet
   size_t finished_for_meta = 0;    ///< finished request ids for the next metadata
   size_t reset_flush = 0;          ///< stale job ids for the next metadata's flush
+  size_t tier_jobs = 0;            ///< file tier jobs recorded or in flight
+  size_t promoting = 0;            ///< blocks with a promotion in flight
   friend bool operator==(const planner_tables&, const planner_tables&) = default;
 };
 
@@ -224,6 +244,21 @@ struct connector_stats {
   uint64_t stale_results = 0;     ///< results of jobs in flight at a reset (manager untouched)
 
   friend bool operator==(const connector_stats&, const connector_stats&) = default;
+};
+
+/// The file tier's counters: the ledger's (vLLM's tiering metrics) and the jobs the planner
+/// made of its decisions.
+struct file_tier_counters {
+  file_tier_stats ledger;
+  uint64_t cascade_jobs = 0;
+  uint64_t promotion_jobs = 0;
+  uint64_t check_jobs = 0;
+  uint64_t promoted_blocks = 0;     ///< blocks in promotion jobs
+  uint64_t cascaded_blocks = 0;     ///< blocks in cascade jobs
+  uint64_t promotions_no_room = 0;  ///< tier hits the pool had no room for (answered as misses)
+  uint64_t asked_again = 0;         ///< nullopt answers waiting for the tier (check, promotion)
+
+  friend bool operator==(const file_tier_counters&, const file_tier_counters&) = default;
 };
 
 class planner {
@@ -296,6 +331,8 @@ class planner {
 
   /// The manager's stored / removed events since the last call.
   std::vector<kv_event> take_events();
+  /// take_events(), then take_tier_events() (the pool's events first, then the file tier's).
+  std::vector<kv_event> take_all_events();
 
   /// Empties the CPU pool and makes every job in flight stale (see "Reset" above): their ids go
   /// into the next metadata's `flush`, their results complete the requests but not the
@@ -305,12 +342,25 @@ class planner {
   /// update_state_after_alloc wait for build_connector_meta (vLLM asserts the same).
   status reset();
 
+  // --- the file tier (connector_config::file_tier; without one these change nothing) ---
+  bool has_file_tier() const noexcept;
+  /// Blocks found in the tier's files at start (a restart), oldest first (ledger's adopt).
+  void adopt_tier_blocks(std::span<const block_key> oldest_first);
+  /// The tier's stored / removed events (medium fs) since the last call; with
+  /// manager.enable_events off they are dropped at each build_connector_meta.
+  std::vector<kv_event> take_tier_events();
+  /// All zero without a tier.
+  file_tier_counters tier_counters() const;
+  /// The tier's ledger, for read-only inspection; nullptr without a tier.
+  const file_tier_ledger* tier() const noexcept;
+
   // --- introspection (engine, tests, bench) ---
   const connector_stats& stats() const noexcept;
   const connector_geometry& geometry() const noexcept;
   /// A load job of this request is recorded or in flight.
   bool load_in_flight(std::string_view req_id) const;
-  /// Jobs handed out and not completed yet (loads recorded but not yet emitted included).
+  /// Jobs handed out and not completed yet (loads and tier jobs recorded but not yet emitted
+  /// included).
   size_t jobs_in_flight() const noexcept;
   /// Requests with state (running, or finished and still held: jobs in flight or
   /// finished_sending owed).

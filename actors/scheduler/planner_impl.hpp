@@ -4,6 +4,7 @@
 /// planner_steps.cpp: build_connector_meta, stores, job completion). Internal to
 /// actors/scheduler (not installed).
 #include <absl/container/flat_hash_map.h>
+#include <absl/container/flat_hash_set.h>
 #include <absl/container/inlined_vector.h>
 #include <absl/hash/hash.h>
 
@@ -21,6 +22,13 @@ inline std::string quoted(std::string_view s) {
   return "'" + std::string(s) + "'";
 }
 
+/// Adds `what` to a call's list of rejected results (the first error's code is returned).
+inline void reject(std::string& rejected, errc& first_error, errc code, const std::string& what) {
+  if (first_error == errc::ok) first_error = code;
+  if (!rejected.empty()) rejected += "; ";
+  rejected += what;
+}
+
 }  // namespace planner_detail
 
 /// The connector's state. Requests live in a dense array of slots (reused, with their vectors'
@@ -30,8 +38,13 @@ inline std::string quoted(std::string_view s) {
 /// step allocates only for the jobs it emits.
 class planner::impl {
  public:
-  impl(const connector_geometry& geo, bool prefix_caching, std::unique_ptr<offload_manager> manager)
-      : geo_(geo), prefix_caching_(prefix_caching), manager_(std::move(manager)) {}
+  impl(const connector_geometry& geo, bool prefix_caching, std::unique_ptr<offload_manager> manager,
+       std::optional<file_tier_ledger> tier, bool tier_events)
+      : geo_(geo),
+        prefix_caching_(prefix_caching),
+        manager_(std::move(manager)),
+        tier_(std::move(tier)),
+        tier_events_(tier_events) {}
 
   match_result get_num_new_matched_tokens(const request_view& req, uint32_t num_computed);
   status update_state_after_alloc(const request_view& req, const block_table_view& blocks,
@@ -185,6 +198,20 @@ class planner::impl {
                     errc& first_error);
   /// The job is over: drop it from its request, releasing a finished request's last job.
   void forget_job(uint32_t slot, job_id id, bool report);
+  // --- the file tier (planner_tier.cpp) ---
+  /// Asks the ledger about keys [from, end) of the request (the pool missed keys[from]); starts
+  /// a promotion of the run of hits. True: answer nullopt (ask again).
+  bool consult_tier(request_state& st, uint64_t from, uint64_t end);
+  /// Offers the blocks of a store that completed ok for a cascade.
+  void offer_cascade(std::span<const block_key> keys, std::string& rejected, errc& first_error);
+  /// Records a tier job for the next metadata.
+  void record_tier_job(transfer_kind kind, std::span<const block_key> keys,
+                       std::span<const cpu_slot> slots);
+  /// Completes a tier job in flight (result r); false when r.job is not one.
+  bool complete_tier_job(const job_result& r, std::string& rejected, errc& first_error);
+  /// The tier's part of build_connector_meta: check jobs, the recorded jobs, removed files.
+  void emit_tier_jobs(connector_metadata& meta);
+
   void drop_owed(uint32_t slot) {
     states_[slot].owed = false;
     std::erase(owed_sending_, slot);
@@ -206,6 +233,17 @@ class planner::impl {
   request_completions completions_;
   std::vector<std::string> finished_since_meta_;  ///< request_finished ids for the next metadata
   connector_stats stats_;
+  // the file tier (absent: none configured)
+  std::optional<file_tier_ledger> tier_;
+  struct tier_job_state {
+    transfer_kind kind = transfer_kind::cascade;
+    std::vector<block_key> keys;
+  };
+  absl::flat_hash_map<job_id, tier_job_state> tier_jobs_;  ///< recorded or in flight
+  std::vector<tier_job> pending_tier_jobs_;                ///< for the next metadata
+  absl::flat_hash_set<block_key, block_key_hash> promoting_;
+  file_tier_counters tier_counters_;
+  bool tier_events_ = false;  ///< keep the ledger's events for take_tier_events (else dropped)
   job_id next_job_ = 0;
   /// Jobs with a lower id were in flight at the last reset: stale (their results do not reach
   /// the manager).

@@ -68,6 +68,7 @@ result<connector_metadata> planner::impl::build_connector_meta(const step_input&
     plan_stores(slot, sr, sr.resumed, meta);
   }
   last_store_jobs_ = meta.stores.size();
+  if (tier_) emit_tier_jobs(meta);
   meta.finished_requests = std::exchange(finished_since_meta_, {});
   // After a reset: first every job that was in flight then (each listed once), then the
   // preempted requests' other jobs.
@@ -135,6 +136,7 @@ void planner::impl::plan_stores(uint32_t slot, const scheduled_request& sr, bool
     ++stats_.store_retries;  // no room now: the cursor stays, retried next step
     return;
   }
+  if (tier_) tier_->on_pool_evicted(plan->evicted);
   st.cursor = static_cast<uint32_t>(nb);
   if (plan->keys.empty()) return;
 
@@ -220,6 +222,7 @@ status planner::impl::update_connector_output(const connector_output& out) {
   if (loads > 0)
     completions_.finished_recving.reserve(completions_.finished_recving.size() + loads);
   for (const auto& r : out.jobs) {
+    if (tier_ && complete_tier_job(r, rejected, first_error)) continue;
     auto jit = jobs_.find(r.job);
     if (jit == jobs_.end()) {
       if (first_error == errc::ok) first_error = errc::not_found;
@@ -327,6 +330,7 @@ void planner::impl::complete_job(job_map::iterator jit, bool ok, bool report, st
     if (!stale) {
       manager_->complete_store(keys_of(js), ok);
       ++(ok ? stats_.stores_ok : stats_.stores_failed);
+      if (tier_ && ok) offer_cascade(keys_of(js), rejected, first_error);
     }
   } else {
     if (!stale) {

@@ -12,6 +12,20 @@ namespace kvc::sim {
 
 namespace {
 
+/// The file tier's figures of the planner's counters (the bytes come from the job results).
+tier_figures tier_figures_of(const scheduler::file_tier_counters& c) {
+  return {.queries = c.ledger.queries,
+          .hits = c.ledger.hits,
+          .asked_again = c.asked_again,
+          .cascaded_blocks = c.cascaded_blocks,
+          .cascades_failed = c.ledger.cascades_failed,
+          .cascades_skipped =
+              c.ledger.cascades_skipped_queue_full + c.ledger.cascades_skipped_no_room,
+          .promoted_blocks = c.promoted_blocks,
+          .promotions_failed = c.ledger.promotions_failed,
+          .evictions = c.ledger.evictions};
+}
+
 using clock = std::chrono::steady_clock;
 
 using connector_clock = std::function<double()>;
@@ -103,6 +117,8 @@ run_report run_engine_loop(const launch::launch_config& c, embed::scheduler_conn
   double connector_ns = 0;
   double store_seconds = 0;
   double load_seconds = 0;
+  uint64_t tier_bytes_written = 0;  // the file tier's jobs' bytes, summed over the ranks
+  uint64_t tier_bytes_read = 0;
   std::vector<double> step_us;
   auto problem = [&rep](std::string p) {
     if (rep.problems.size() < 20) rep.problems.push_back(std::move(p));
@@ -182,6 +198,11 @@ run_report run_engine_loop(const launch::launch_config& c, embed::scheduler_conn
           ++rep.jobs_failed;
           continue;
         }
+        if (!is_gpu_transfer(j.kind)) {  // the file tier's: its own figures
+          if (j.kind == transfer_kind::cascade) tier_bytes_written += j.bytes;
+          if (j.kind == transfer_kind::promotion) tier_bytes_read += j.bytes;
+          continue;
+        }
         (load ? rep.bytes_loaded : rep.bytes_stored) += j.bytes;
         (load ? load_seconds : store_seconds) += j.seconds;
       }
@@ -208,6 +229,11 @@ run_report run_engine_loop(const launch::launch_config& c, embed::scheduler_conn
   for (const auto& e : core.errors()) problem(e);
   if (timed) connector_ns += timed->ns;
   if (sc) rep.pending_jobs = sc->jobs_in_flight();
+  if (sc && sc->planner().has_file_tier()) {
+    rep.file_tier = tier_figures_of(sc->planner().tier_counters());
+    rep.file_tier->bytes_written = tier_bytes_written;
+    rep.file_tier->bytes_read = tier_bytes_read;
+  }
   // From the run's bytes, not job by job: a load that starts inside an offloaded block (after
   // GPU prefix-cache hits) moves part of it.
   rep.blocks_stored = block_bytes ? rep.bytes_stored / block_bytes : 0;

@@ -138,4 +138,9 @@ result<run_report> run_without_offload(in_process_options options) {
   return run_in_process(options);
 }
 
+result<run_report> run_without_tier(in_process_options options) {
+  options.config.offload.secondary_tiers.clear();
+  return run_in_process(options);
+}
+
 }  // namespace kvc::sim

@@ -53,5 +53,8 @@ result<run_report> run_in_process(const in_process_options& options);
 /// The reference of a comparison (`soak --compare`, `launch --compare`): the same workload
 /// with offloading off (no connector, no pool, no segment).
 result<run_report> run_without_offload(in_process_options options);
+/// The same run with the CPU pool alone (offload.secondary_tiers cleared): what the file tier
+/// adds beyond it (`kvconnect soak --compare` with a tier).
+result<run_report> run_without_tier(in_process_options options);
 
 }  // namespace kvc::sim

@@ -117,6 +117,31 @@ std::string compare_table(const run_report& on, const run_report& off) {
                        compare_finished(on.finished, off.finished));
 }
 
+nlohmann::json compare_tier_json(const run_report& with_tier, const run_report& pool_only) {
+  const run_comparison c = compare_finished(with_tier.finished, pool_only.finished);
+  return {{"event", "compare_tier"},
+          {"pool_only", summary_json(pool_only)},
+          {"requests_compared", c.requests},
+          {"compared_tier", figures_json(c.on)},
+          {"compared_pool_only", figures_json(c.off)},
+          {"prefill_tokens_saved_by_tier", saved(c)},
+          {"ttft_p50_ratio", ratio(c.off.ttft_p50_ms, c.on.ttft_p50_ms)}};
+}
+
+std::string compare_tier_table(const run_report& with_tier, const run_report& pool_only) {
+  const run_comparison c = compare_finished(with_tier.finished, pool_only.finished);
+  std::string out = "file tier vs CPU pool alone (same workload, simulated time)\n";
+  out += table_line("requests compared", std::to_string(c.requests) + ", finished in both runs");
+  out += table_line("prefill tokens computed", std::to_string(c.on.prefill_tokens_computed) +
+                                                   " vs " +
+                                                   std::to_string(c.off.prefill_tokens_computed));
+  out += table_line("saved by the file tier", std::to_string(saved(c)));
+  out += table_line("ttft p50", fixed3(c.on.ttft_p50_ms) + " vs " + fixed3(c.off.ttft_p50_ms) +
+                                    " ms (" + fixed3(ratio(c.off.ttft_p50_ms, c.on.ttft_p50_ms)) +
+                                    "x)");
+  return out;
+}
+
 nlohmann::json finished_json(std::span<const finished_request> finished) {
   nlohmann::json requests = nlohmann::json::array();
   for (const auto& r : finished) {

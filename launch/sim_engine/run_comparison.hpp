@@ -57,6 +57,14 @@ std::string compare_table(const nlohmann::json& on_summary, const nlohmann::json
 nlohmann::json compare_json(const run_report& on, const run_report& off);
 std::string compare_table(const run_report& on, const run_report& off);
 
+/// {"event":"compare_tier"}: a run with the file tier against the same workload with the CPU
+/// pool alone, over the requests finished in both: the pool-only summary (pool_only),
+/// requests_compared, each run's figures (compared_tier, compared_pool_only) and
+/// prefill_tokens_saved_by_tier (pool only − with the tier), ttft_p50_ratio (pool only / tier).
+nlohmann::json compare_tier_json(const run_report& with_tier, const run_report& pool_only);
+/// The same as lines for a human.
+std::string compare_tier_table(const run_report& with_tier, const run_report& pool_only);
+
 /// {"event":"finished","requests":[[id, arrival_us, first_token_us, finish_us, output_tokens,
 /// prefill_tokens], ...]}: a run's finished requests for a comparison in another process (the
 /// scheduler process prints it before its "sim" line; `kvconnect launch --compare` reads it).

@@ -53,7 +53,23 @@ launch::fault_outcome fault_outcome_of(const run_report& r, uint64_t seed) {
   return o;
 }
 
-nlohmann::json counts_json(const run_report& r) {
+namespace {
+
+nlohmann::json tier_json(const tier_figures& t) {
+  return {{"queries", t.queries},
+          {"hits", t.hits},
+          {"asked_again", t.asked_again},
+          {"cascaded_blocks", t.cascaded_blocks},
+          {"cascades_failed", t.cascades_failed},
+          {"cascades_skipped", t.cascades_skipped},
+          {"promoted_blocks", t.promoted_blocks},
+          {"promotions_failed", t.promotions_failed},
+          {"evictions", t.evictions},
+          {"bytes_written", t.bytes_written},
+          {"bytes_read", t.bytes_read}};
+}
+
+nlohmann::json counts_without_tier(const run_report& r) {
   return {{"offload", r.offload},
           {"steps", r.steps},
           {"requests_arrived", r.requests_arrived},
@@ -86,6 +102,14 @@ nlohmann::json counts_json(const run_report& r) {
           {"ttft_p99_ms", round3(r.ttft_p99_ms)},
           {"output_tokens_per_s", round3(r.output_tokens_per_s)},
           {"problems", r.problems}};
+}
+
+}  // namespace
+
+nlohmann::json counts_json(const run_report& r) {
+  nlohmann::json j = counts_without_tier(r);
+  if (r.file_tier) j["file_tier"] = tier_json(*r.file_tier);
+  return j;
 }
 
 nlohmann::json summary_json(const run_report& r) {
@@ -123,6 +147,16 @@ std::string summary_table(const run_report& r) {
     out += table_line("gpu cache resets", std::to_string(r.gpu_cache_resets) + " (" +
                                               std::to_string(r.requests_recomputed) +
                                               " requests recomputed)");
+  }
+  if (r.file_tier) {
+    const tier_figures& t = *r.file_tier;
+    out += table_line("file tier cascaded", std::to_string(t.cascaded_blocks) + " blocks (" +
+                                                std::to_string(t.cascades_skipped) + " skipped, " +
+                                                std::to_string(t.cascades_failed) + " failed)");
+    out += table_line("file tier promoted", std::to_string(t.promoted_blocks) + " blocks (" +
+                                                std::to_string(t.promotions_failed) + " failed; " +
+                                                std::to_string(t.hits) + " hits of " +
+                                                std::to_string(t.queries) + " queries)");
   }
   out += table_line("simulated time", fixed3(r.sim_seconds) + " s");
   out += table_line("ttft p50 / p99 (sim)",

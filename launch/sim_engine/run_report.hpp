@@ -6,6 +6,7 @@
 ///
 /// Plain data; the functions are pure.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,8 +19,28 @@
 
 namespace kvc::sim {
 
+/// What the file tier (offload.secondary_tiers) did in a run: the planner's counters and the
+/// bytes of its completed jobs over every rank. Deterministic for a seed (every rank finishes
+/// its tier jobs in their step).
+struct tier_figures {
+  uint64_t queries = 0;  ///< lookups of blocks the pool missed (vLLM's chunk queries)
+  uint64_t hits = 0;
+  uint64_t asked_again = 0;  ///< "ask again" answers while files were checked or promoted
+  uint64_t cascaded_blocks = 0;
+  uint64_t cascades_failed = 0;
+  uint64_t cascades_skipped = 0;  ///< back-pressure or no room
+  uint64_t promoted_blocks = 0;
+  uint64_t promotions_failed = 0;
+  uint64_t evictions = 0;      ///< blocks evicted for capacity_bytes
+  uint64_t bytes_written = 0;  ///< over every rank
+  uint64_t bytes_read = 0;
+  friend bool operator==(const tier_figures&, const tier_figures&) = default;
+};
+
 struct run_report {
   bool offload = true;
+  /// The run had a file tier: its figures (the summary's "file_tier").
+  std::optional<tier_figures> file_tier;
   uint64_t steps = 0;
   uint64_t requests_arrived = 0;
   uint64_t requests_finished = 0;

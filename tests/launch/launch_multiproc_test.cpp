@@ -29,6 +29,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/disk/scratch_dirs.hpp"
 #include "tests/launch/launch_fixture.hpp"
 #include "tests/shm/shm_entries.hpp"
 #include "tests/support/child_process.hpp"
@@ -254,6 +255,35 @@ TEST_F(LaunchMultiprocTest, TheSimulatedEngineRunsTheDefaultWorkloadAndVerifiesE
                         "load_gbps", "step_p50_us", "step_p99_us", "ttft_p50_ms"}) {
     EXPECT_TRUE(j.contains(k)) << k;
   }
+  EXPECT_TRUE(leftover_segments().empty());
+}
+
+TEST_F(LaunchMultiprocTest, TheSimulatedEngineRunsTheFileTierAcrossItsProcesses) {
+  // A pool of 16 slots per rank for six documents, a file tier under /tmp: the scheduler process
+  // plans cascades and promotions, each worker process runs them on its own files, and every
+  // load (from a promoted block too) is verified.
+  disk::testing::scratch_dir dir{"/tmp"};
+  ASSERT_FALSE(dir.path().empty());
+  launch({"--set", "kv_cache.layers=2", "--set", "kv_cache.kv_heads=2", "--set",
+          "kv_cache.head_dim=8", "--set", "kv_cache.gpu_blocks=96", "--set",
+          "offload.cpu_bytes_to_use=64KiB", "--set", "offload.block_size=32", "--set",
+          "workload.documents=6", "--set", "workload.shared_prefix_tokens.max=512", "--set",
+          "workload.steps=150", "--set",
+          "offload.secondary_tiers=[{root_dir: " + dir.path() + ", capacity_bytes: 4MiB}]"},
+         "sim");
+  started();
+  EXPECT_EQ(exit_code(), 0) << launcher_.stderr_text();
+  auto j = summary();
+  EXPECT_EQ(j.at("ok"), true) << j.dump();
+  EXPECT_EQ(j.at("load_mismatches"), 0);
+  EXPECT_GT(j.at("loads_verified").get<uint64_t>(), 0u);
+  EXPECT_EQ(j.at("jobs_failed"), 0);
+  ASSERT_TRUE(j.contains("file_tier")) << j.dump();
+  const json& t = j.at("file_tier");
+  EXPECT_GT(t.at("cascaded_blocks").get<uint64_t>(), 0u) << t.dump();
+  EXPECT_GT(t.at("promoted_blocks").get<uint64_t>(), 0u) << t.dump();
+  EXPECT_EQ(t.at("promotions_failed"), 0);
+  EXPECT_GT(t.at("bytes_read").get<uint64_t>(), 0u);
   EXPECT_TRUE(leftover_segments().empty());
 }
 

@@ -3,6 +3,8 @@
 // scheduler and every rank get (checked by embed::validate).
 #include "launch/launch_plan.hpp"
 
+#include <algorithm>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -332,6 +334,93 @@ TEST(ReadyTimeoutTest, GrowsWithTheRankRegionAtOneGibPerSecond) {
   EXPECT_EQ(ready_timeout_for(30'000, 0), milliseconds{30'000});
   EXPECT_EQ(ready_timeout_for(30'000, uint64_t{100} << 30), milliseconds{130'000});
   EXPECT_EQ(ready_timeout_for(1, uint64_t{64} << 20), milliseconds{63});
+}
+
+/// tp4pp2 with `tiers` as its offload.secondary_tiers (a YAML flow sequence).
+std::string with_tiers(const std::string& tiers) {
+  std::string text = tp4pp2;
+  const std::string end = "max_tracker_size: 1000}";
+  text.replace(text.find(end), end.size(),
+               "max_tracker_size: 1000,\n          secondary_tiers: " + tiers + "}");
+  return text;
+}
+
+TEST(LaunchPlanTest, AFileTierReachesTheSchedulerAndEveryRankAlike) {
+  auto plan = make_plan(loaded(with_tiers("[{type: fs, root_dir: /tmp/kv, capacity_bytes: 1GiB, "
+                                          "n_read_threads: 3, n_write_threads: 2}]")),
+                        "inst", "secret");
+  ASSERT_TRUE(plan.ok()) << plan.error().to_string();
+  ASSERT_TRUE(plan->scheduler.file_tier.has_value());
+  const embed::file_tier_config& t = *plan->scheduler.file_tier;
+  EXPECT_EQ(t.root_dir, "/tmp/kv");
+  EXPECT_EQ(t.capacity_bytes, 1ull << 30);
+  EXPECT_EQ(t.n_read_threads, 3u);
+  EXPECT_EQ(t.n_write_threads, 2u);
+  EXPECT_NE(t.kv_description.find("head_dim=128"), std::string::npos);
+  ASSERT_EQ(plan->workers.size(), 8u);
+  for (const auto& w : plan->workers) {
+    ASSERT_TRUE(w.file_tier.has_value());
+    EXPECT_EQ(w.file_tier->root_dir, t.root_dir);
+    EXPECT_EQ(w.file_tier->kv_description, t.kv_description);
+  }
+  auto none = make_plan(loaded(tp4pp2), "inst", "secret");
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->scheduler.file_tier.has_value());
+  EXPECT_FALSE(none->workers[0].file_tier.has_value());
+}
+
+TEST(LaunchPlanTest, TwoTiersOrATierSmallerThanABlockFileAreRefused) {
+  launch_config c = loaded(tp4pp2);
+  c.offload.secondary_tiers = {{.root_dir = "/a", .capacity_bytes = 1ull << 30},
+                               {.root_dir = "/b", .capacity_bytes = 1ull << 30}};
+  status s = check_tier_config(c);
+  EXPECT_EQ(s.code(), errc::invalid_argument);
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("offload.secondary_tiers: 2 tiers"));
+  EXPECT_EQ(make_plan(c, "inst", "secret").code(), errc::invalid_argument);
+  c.offload.secondary_tiers.resize(1);
+  EXPECT_TRUE(check_tier_config(c).ok());
+  c.offload.secondary_tiers[0].capacity_bytes = 4096;  // one block file takes 260 KiB
+  s = check_tier_config(c);
+  EXPECT_EQ(s.code(), errc::invalid_argument);
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("offload.secondary_tiers[0].capacity_bytes: "
+                                                "4096 bytes hold no block file of 266240"));
+  EXPECT_EQ(make_plan(c, "inst", "secret").code(), errc::invalid_argument);
+}
+
+TEST(LaunchPlanTest, TheSchedulerAndEveryWorkerGetTheTiersFlags) {
+  const auto c = loaded(with_tiers("[{root_dir: /tmp/kv, capacity_bytes: 1GiB, "
+                                   "n_read_threads: 3, direct_io: false}]"),
+                        {"runtime.port=0"});
+  auto plan = make_plan(c, "inst", "secret");
+  ASSERT_TRUE(plan.ok()) << plan.error().to_string();
+  const std::string kv = plan->scheduler.file_tier->kv_description;
+  const std::vector<std::string> tier = {"--tier-root-dir",    "/tmp/kv",
+                                         "--tier-capacity-bytes", "1073741824",
+                                         "--tier-read-threads", "3",
+                                         "--tier-write-threads", "16",
+                                         "--tier-max-pending",  "1024",
+                                         "--tier-kv",           kv,
+                                         "--tier-no-direct-io"};
+  for (const auto& args : {scheduler_arguments(c, *plan, true),
+                           worker_arguments(c, *plan, 5, 5710, 0, "")}) {
+    auto at = std::search(args.begin(), args.end(), tier.begin(), tier.end());
+    EXPECT_NE(at, args.end()) << args[0];
+  }
+  // What a role makes of the flags: the plan's tier again.
+  tier_options o{.root_dir = "/tmp/kv",
+                 .capacity_bytes = 1ull << 30,
+                 .n_read_threads = 3,
+                 .no_direct_io = true,
+                 .kv_description = kv};
+  ASSERT_TRUE(o.config().has_value());
+  EXPECT_EQ(o.config()->kv_description, kv);
+  EXPECT_FALSE(o.config()->direct_io);
+  EXPECT_EQ(o.config()->n_read_threads, 3u);
+  EXPECT_FALSE(tier_options{}.config().has_value());
+  const auto none = make_plan(loaded(tp4pp2, {"runtime.port=0"}), "inst", "secret");
+  ASSERT_TRUE(none.ok());
+  const auto plain = scheduler_arguments(c, *none, true);
+  EXPECT_EQ(std::find(plain.begin(), plain.end(), "--tier-root-dir"), plain.end());
 }
 
 }  // namespace

@@ -52,6 +52,21 @@ TEST(SchedulerMetricsTest, TransfersCountOnlySuccessfulJobsPerDirection) {
   EXPECT_TRUE(has_line(text, "vllm:kv_offload_store_size_count 1"));
 }
 
+TEST(SchedulerMetricsTest, TheFileTiersJobsAreNoTransfers) {
+  scheduler_metrics m;
+  connector_output out;
+  out.step = 1;
+  out.jobs = {{.job = 1, .kind = transfer_kind::cascade, .ok = true, .bytes = 4096},
+              {.job = 2, .kind = transfer_kind::promotion, .ok = true, .bytes = 4096},
+              {.job = 3, .kind = transfer_kind::check, .ok = true}};
+  m.on_output_applied(out, 0);
+  const scheduler_sample s = m.sample({});
+  EXPECT_EQ(s.store.bytes, 0u);
+  EXPECT_EQ(s.store.size.count(), 0u);
+  EXPECT_EQ(s.load.bytes, 0u);
+  EXPECT_EQ(s.load.size.count(), 0u);
+}
+
 TEST(SchedulerMetricsTest, FailedJobsAreCountedByTheirError) {
   scheduler_metrics m;
   connector_output out;

@@ -1,0 +1,79 @@
+#pragma once
+/// tier_executor: one rank's side of the file tier (docs/disk_tier.md). It runs each step's
+/// tier jobs (connector_metadata::tier_jobs) as file I/O on the rank's disk::file_io, between
+/// the rank's own files and its region of the node's CPU pool, and reports every job's outcome
+/// once, like a transfer's: a cascade writes each block's pool slot to its file, a promotion
+/// reads each block's file (verified: header, size, checksum) into its pool slot, a check asks
+/// whether each block's file is there. A job is ok iff every block of it is; the first failing
+/// block's error and reason are the job's. The metadata's `tier_removed` files are removed
+/// first (their outcomes are counted, they belong to no job).
+///
+/// Nothing here waits for the disk except wait_all (a worker without a forward pass, tests):
+/// start() submits and returns, take_finished() collects what is done.
+///
+/// Ownership: the file_io and the pool region are borrowed and must outlive it; the caller
+/// keeps the pool slots of a job untouched until it is reported (the scheduler's ledger pins
+/// them). Not thread-safe: the rank's worker thread calls everything (file_io is thread-safe).
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "actors/worker/tier_io_stats.hpp"
+#include "actors/worker/transfer_executor.hpp"
+#include "disk/file_io.hpp"
+#include "proto/completion.hpp"
+#include "proto/connector_metadata.hpp"
+
+namespace kvc::worker {
+
+class tier_executor {
+ public:
+  /// payload_bytes: this rank's bytes of one block (its slot's bytes), at most pool.slot_stride.
+  tier_executor(disk::file_io& io, cpu_pool_region pool, uint64_t payload_bytes);
+
+  /// Starts the removals of `meta.tier_removed`, then every job of `meta.tier_jobs`. A job
+  /// whose id is in flight here already, or with a slot outside the region, fails at once
+  /// (reported by the next take_finished). Returns at once.
+  void start(const connector_metadata& meta);
+  /// The jobs finished since the last call, each once; never blocks.
+  std::vector<job_result> take_finished();
+  /// Blocks until every started job and removal finished (their results wait for
+  /// take_finished).
+  void wait_all();
+
+  size_t jobs_in_flight() const noexcept { return jobs_.size(); }
+  const tier_io_stats& stats() const noexcept { return stats_; }
+
+ private:
+  using clock = std::chrono::steady_clock;
+  struct job_state {
+    transfer_kind kind = transfer_kind::cascade;
+    uint32_t pending = 0;  ///< block I/Os not completed yet
+    job_result result;
+    clock::time_point started;
+  };
+  struct ticket_of {
+    job_id job = 0;
+    bool removal = false;
+  };
+
+  void start_job(const tier_job& j);
+  /// Applies completions to their jobs; finished jobs go to finished_.
+  void apply(std::vector<disk::io_completion> done);
+  void fail_block(job_state& js, errc error, std::string why);
+  void finish_if_done(job_id id);
+
+  disk::file_io* io_;
+  cpu_pool_region pool_;
+  uint64_t payload_bytes_;
+  uint64_t next_ticket_ = 0;
+  std::unordered_map<uint64_t, ticket_of> tickets_;  ///< I/Os in flight
+  std::unordered_map<job_id, job_state> jobs_;       ///< jobs in flight
+  std::vector<job_result> finished_;
+  tier_io_stats stats_;
+};
+
+}  // namespace kvc::worker

@@ -1,0 +1,354 @@
+// The file tier end to end through the embedding API: a scheduler side and two in-process ranks
+// over the memory transport, a pool of two slots, a tier directory under /tmp. Blocks cascade to
+// files, come back through a file check and a promotion, and load byte for byte; a corrupt file
+// is a miss and never loaded; a restart finds its blocks. Every rank waits for its tier jobs in
+// each step (finish_tier_jobs), so each step's outcome is deterministic.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/embed/scheduler_connector.hpp"
+#include "actors/embed/worker_connector.hpp"
+#include "cuda/manual_copy_engine.hpp"
+#include "disk/block_file.hpp"
+#include "tests/disk/scratch_dirs.hpp"
+#include "tests/shm/shm_fixture.hpp"
+
+namespace kvc::embed {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr uint32_t bs = 4;  // tokens per block (GPU = offloaded)
+constexpr uint32_t token_bytes = 8;
+constexpr uint64_t page = uint64_t{bs} * token_bytes;
+constexpr uint32_t num_blocks = 16;
+constexpr uint32_t pool_slots = 2;
+constexpr uint32_t tp = 2;
+
+/// The bytes the "forward" writes into GPU block b of rank r for request tag t.
+std::vector<std::byte> pattern(uint64_t t, rank_id r, gpu_block b) {
+  std::vector<std::byte> out(page);
+  for (size_t i = 0; i < page; i += 8) {
+    const uint64_t v = block_key::mix(t * 1000003 + r * 7919 + b * 31 + i);
+    std::memcpy(out.data() + i, &v, 8);
+  }
+  return out;
+}
+
+std::vector<block_key> keys(std::initializer_list<uint64_t> ids) {
+  std::vector<block_key> out;
+  for (uint64_t i : ids) out.push_back(block_key::from_index(i));
+  return out;
+}
+
+struct rank_kv {
+  std::unique_ptr<worker_connector> wc;
+  cuda::device_buffer buf;
+  std::byte* block(gpu_block b) const { return static_cast<std::byte*>(buf.data) + b * page; }
+  cuda::manual_copy_engine& engine() const {
+    return dynamic_cast<cuda::manual_copy_engine&>(wc->copy_engine());
+  }
+  std::vector<std::byte> read(gpu_block b) const {
+    std::vector<std::byte> out(page);
+    EXPECT_TRUE(wc->copy_engine().download(out.data(), block(b), page).ok());
+    return out;
+  }
+};
+
+class FileTierEmbedTest : public shm::testing::ShmTest {
+ protected:
+  file_tier_config tier() const {
+    return {.root_dir = dir_.path(),
+            .capacity_bytes = 64 * disk::file_bytes(page),
+            .n_read_threads = 2,
+            .n_write_threads = 2,
+            .max_pending_cascades = 64,
+            .direct_io = true,
+            .kv_description = "file tier embed test"};
+  }
+  pool_config pool() const {
+    return {.instance = instance_, .slots_per_rank = pool_slots, .slot_bytes = page};
+  }
+
+  /// A scheduler side and its two ranks, every KV cache registered. `ranks_have_tier` false:
+  /// only the scheduler side has the tier (a misconfigured deployment).
+  void start(bool ranks_have_tier = true) {
+    scheduler_connector_config c;
+    c.transport = step_transport::memory;
+    c.listen = false;
+    c.token = "secret";
+    c.topology.tp_size = tp;
+    c.pool = pool();
+    c.planner.gpu_block_size = bs;
+    c.file_tier = tier();
+    auto sc = scheduler_connector::create(c);
+    ASSERT_TRUE(sc.ok()) << sc.error().to_string();
+    sc_ = std::move(*sc);
+    for (rank_id r = 0; r < tp; ++r) {
+      worker_connector_config w;
+      w.mode = connection_mode::in_process;
+      w.token = "secret";
+      w.topology.tp_size = tp;
+      w.pool = pool();
+      w.rank = r;
+      if (ranks_have_tier) w.file_tier = tier();
+      w.make_copy_engine = []() -> result<std::unique_ptr<cuda::copy_engine>> {
+        return std::unique_ptr<cuda::copy_engine>{new cuda::manual_copy_engine()};
+      };
+      auto wc = worker_connector::create(w, sc_.get());
+      ASSERT_TRUE(wc.ok()) << wc.error().to_string();
+      auto buf = (*wc)->copy_engine().allocate_device(num_blocks * page);
+      ASSERT_TRUE(buf.ok()) << buf.error().to_string();
+      const cuda::kv_tensor_desc desc{reinterpret_cast<uintptr_t>(buf->data),
+                                      {num_blocks, bs, token_bytes},
+                                      {static_cast<int64_t>(page), token_bytes, 1},
+                                      1,
+                                      0};
+      ASSERT_TRUE((*wc)->register_kv_caches({&desc, 1}).ok());
+      ranks_.push_back({std::move(*wc), *buf});
+    }
+    ASSERT_TRUE(sc_->wait_for_workers(5s).ok());
+  }
+
+  /// Ends the run: the ranks, then the scheduler side (the tier's files stay).
+  void stop() {
+    auto stopped = sc_->shutdown(5s);
+    EXPECT_TRUE(stopped.ok()) << stopped.error().to_string();
+    ranks_.clear();
+    sc_.reset();
+  }
+
+  /// One engine step; every rank finishes its tier jobs inside it. Returns the step's output.
+  connector_update step(std::vector<scheduler::scheduled_request> fresh = {},
+                        std::vector<std::pair<gpu_block, uint64_t>> writes = {}) {
+    const step_id s = next_step_++;
+    auto meta = sc_->build_connector_meta({s, fresh, {}, {}});
+    EXPECT_TRUE(meta.ok()) << meta.error().to_string();
+    if (meta.ok()) last_meta_ = *meta;
+    for (auto& rk : ranks_) {
+      worker_connector& w = *rk.wc;
+      EXPECT_TRUE(w.bind_connector_metadata(s, 5s).ok());
+      EXPECT_TRUE(w.handle_preemptions().ok());
+      EXPECT_TRUE(w.start_load_kv().ok());
+      rk.engine().advance_all();
+      for (auto [b, tag] : writes) {
+        const auto bytes = pattern(tag, w.rank(), b);
+        EXPECT_TRUE(w.copy_engine().upload(rk.block(b), bytes.data(), page).ok());
+      }
+      EXPECT_TRUE(w.wait_for_save().ok());
+      w.finish_tier_jobs();
+      w.get_finished({});
+      EXPECT_TRUE(w.get_block_ids_with_load_errors().empty());
+      w.clear_connector_metadata();
+    }
+    auto out = sc_->update_connector_output(s, 5s);
+    EXPECT_TRUE(out.ok()) << out.error().to_string();
+    return out.ok() ? std::move(*out) : connector_update{};
+  }
+
+  /// Prefills a request of `ks` in GPU blocks `blocks` with tag `tag`, stores it (two steps)
+  /// and cascades it (a third).
+  void store_and_cascade(const std::string& id, const std::vector<block_key>& ks,
+                         const std::vector<gpu_block>& blocks, uint64_t tag) {
+    const scheduler::request_view r{id, ks, static_cast<uint32_t>(ks.size() * bs)};
+    EXPECT_EQ(sc_->get_num_new_matched_tokens(r, 0), (scheduler::match_result{0u, false}));
+    std::vector<std::pair<gpu_block, uint64_t>> writes;
+    for (gpu_block b : blocks) writes.emplace_back(b, tag);
+    step({{r, blocks, 0, r.num_tokens}}, writes);
+    EXPECT_EQ(last_meta_.stores.size(), 1u);
+    EXPECT_TRUE(sc_->request_finished(id));
+    step();  // the store runs
+    step();  // the cascade runs
+    EXPECT_EQ(last_meta_.tier_jobs.size(), 1u);
+    for (const block_key& k : ks) EXPECT_TRUE(sc_->planner().tier()->ready(k));
+  }
+
+  /// Asks for `r` until the pool answers (at most `steps` steps): the answers before it.
+  std::vector<scheduler::match_result> ask_until_answered(const scheduler::request_view& r,
+                                                          int steps) {
+    std::vector<scheduler::match_result> seen;
+    for (int i = 0; i <= steps; ++i) {
+      const auto got = sc_->get_num_new_matched_tokens(r, 0);
+      seen.push_back(got);
+      if (got.tokens) break;
+      step();
+    }
+    return seen;
+  }
+
+  std::string file_of(rank_id r, const block_key& k) const {
+    const std::string name = disk::file_name(k);
+    const std::string description = tier_run_description(tier(), pool(), {.tp_size = tp}, 1);
+    return dir_.path() + "/" + disk::digest_of(description).hex() + "/" + std::to_string(r) + "/" +
+           name.substr(0, 2) + "/" + name;
+  }
+
+  disk::testing::scratch_dir dir_{"/tmp"};
+  const std::string instance_ = shm::testing::test_instance_prefix() + "tier";
+  std::unique_ptr<scheduler_connector> sc_;
+  std::vector<rank_kv> ranks_;
+  connector_metadata last_meta_;
+  step_id next_step_ = 1;
+};
+
+TEST_F(FileTierEmbedTest, EvictedBlocksArePromotedBackAndLoadByteForByte) {
+  ASSERT_FALSE(dir_.path().empty());
+  start();
+  const auto ka = keys({11, 12});
+  store_and_cascade("a", ka, {1, 2}, 100);
+  for (rank_id r = 0; r < tp; ++r) {
+    for (const auto& k : ka) EXPECT_TRUE(std::filesystem::exists(file_of(r, k))) << r;
+  }
+  const auto events = sc_->take_events();  // the pool's stored event, then the tier's
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].where, medium::cpu);
+  EXPECT_EQ(events[1].where, medium::fs);
+  EXPECT_EQ(events[1].kind, kv_event_kind::stored);
+  EXPECT_EQ(events[1].keys, ka);
+  store_and_cascade("c", keys({21, 22}), {3, 4}, 200);  // the pool's two slots: a is evicted
+
+  // b shares a's prefix: a file check, a promotion, then a pool hit.
+  const scheduler::request_view b{"b", ka, 9};
+  const auto answers = ask_until_answered(b, 4);
+  ASSERT_EQ(answers.size(), 3u);
+  EXPECT_EQ(answers[0], (scheduler::match_result{std::nullopt, false}));  // checking the files
+  EXPECT_EQ(answers[1], (scheduler::match_result{std::nullopt, false}));  // promoting
+  EXPECT_EQ(answers[2], (scheduler::match_result{8u, true}));
+  ASSERT_TRUE(sc_->update_state_after_alloc(b, std::vector<gpu_block>{5, 6, 7}, 8).ok());
+  const auto out = step();
+  ASSERT_EQ(last_meta_.loads.size(), 1u);
+  EXPECT_EQ(out.completions.finished_recving, std::vector<std::string>{"b"});
+  for (const auto& rk : ranks_) {
+    EXPECT_EQ(rk.read(5), pattern(100, rk.wc->rank(), 1)) << "rank " << rk.wc->rank();
+    EXPECT_EQ(rk.read(6), pattern(100, rk.wc->rank(), 2)) << "rank " << rk.wc->rank();
+    EXPECT_EQ(rk.wc->tier_stats().bytes_read, 2 * page);
+    EXPECT_EQ(rk.wc->tier_stats().bytes_written, 4 * page);
+  }
+  const auto t = sc_->planner().tier_counters();
+  EXPECT_EQ(t.ledger.promotions_ok, 2u);
+  EXPECT_EQ(t.ledger.cascades_ok, 4u);
+  EXPECT_FALSE(sc_->request_finished("b"));
+  stop();
+}
+
+TEST_F(FileTierEmbedTest, ACorruptFileIsAMissAndIsNeverLoaded) {
+  ASSERT_FALSE(dir_.path().empty());
+  start();
+  const auto ka = keys({11, 12});
+  store_and_cascade("a", ka, {1, 2}, 100);
+  store_and_cascade("c", keys({21, 22}), {3, 4}, 200);
+  {  // one byte of rank 1's KV of block 11 flipped on disk
+    std::fstream f(file_of(1, ka[0]), std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good());
+    f.seekg(static_cast<std::streamoff>(disk::header_bytes + 5));
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x40);
+    f.seekp(static_cast<std::streamoff>(disk::header_bytes + 5));
+    f.write(&c, 1);
+  }
+  const scheduler::request_view b{"b", ka, 9};
+  const auto answers = ask_until_answered(b, 4);
+  ASSERT_EQ(answers.size(), 3u);
+  EXPECT_EQ(answers[2], (scheduler::match_result{0u, false}));  // recomputed, nothing loaded
+  const auto t = sc_->planner().tier_counters();
+  EXPECT_EQ(t.ledger.promotions_failed, 2u);  // the promotion job of both blocks failed
+  step();  // the files of the dropped blocks are removed on every rank
+  for (rank_id r = 0; r < tp; ++r) {
+    for (const auto& k : ka) EXPECT_FALSE(std::filesystem::exists(file_of(r, k))) << r;
+  }
+  EXPECT_FALSE(sc_->request_finished("b"));
+  stop();
+}
+
+TEST_F(FileTierEmbedTest, ARestartFindsItsBlocksOnDisk) {
+  ASSERT_FALSE(dir_.path().empty());
+  start();
+  const auto ka = keys({11, 12});
+  store_and_cascade("a", ka, {1, 2}, 100);
+  stop();
+
+  start();  // a new pool, empty; the same tier directory
+  EXPECT_EQ(sc_->planner().tier()->size(), 2u);
+  const scheduler::request_view b{"b", ka, 9};
+  const auto answers = ask_until_answered(b, 4);
+  ASSERT_EQ(answers.size(), 3u);
+  EXPECT_EQ(answers[2], (scheduler::match_result{8u, true}));
+  ASSERT_TRUE(sc_->update_state_after_alloc(b, std::vector<gpu_block>{5, 6, 7}, 8).ok());
+  step();
+  for (const auto& rk : ranks_) {
+    EXPECT_EQ(rk.read(5), pattern(100, rk.wc->rank(), 1)) << "rank " << rk.wc->rank();
+    EXPECT_EQ(rk.read(6), pattern(100, rk.wc->rank(), 2)) << "rank " << rk.wc->rank();
+  }
+  EXPECT_FALSE(sc_->request_finished("b"));
+  stop();
+}
+
+TEST_F(FileTierEmbedTest, AfterARestartABlockOneRankLacksIsAMiss) {
+  ASSERT_FALSE(dir_.path().empty());
+  start();
+  const auto ka = keys({11, 12});
+  store_and_cascade("a", ka, {1, 2}, 100);
+  stop();
+  ASSERT_TRUE(std::filesystem::remove(file_of(1, ka[0])));  // rank 1 lost block 11's file
+
+  start();
+  EXPECT_EQ(sc_->planner().tier()->size(), 2u);  // rank 0's directory holds both
+  const scheduler::request_view b{"b", ka, 9};
+  const auto answers = ask_until_answered(b, 4);
+  ASSERT_EQ(answers.size(), 2u);
+  EXPECT_EQ(answers[0], (scheduler::match_result{std::nullopt, false}));  // checking the files
+  EXPECT_EQ(answers[1], (scheduler::match_result{0u, false}));  // 11 missing on rank 1: recompute
+  EXPECT_FALSE(sc_->planner().tier()->ready(ka[0]));
+  EXPECT_TRUE(sc_->planner().tier()->ready(ka[1]));
+  EXPECT_EQ(sc_->planner().tier_counters().ledger.dropped_bad_file, 1u);
+  EXPECT_FALSE(sc_->request_finished("b"));
+  stop();
+}
+
+TEST_F(FileTierEmbedTest, RanksWithoutATierFailItsJobsAtOnce) {
+  ASSERT_FALSE(dir_.path().empty());
+  start(/*ranks_have_tier=*/false);
+  const auto ka = keys({11, 12});
+  const scheduler::request_view a{"a", ka, 8};
+  EXPECT_EQ(sc_->get_num_new_matched_tokens(a, 0), (scheduler::match_result{0u, false}));
+  step({{a, std::vector<gpu_block>{1, 2}, 0, 8}}, {{1, 100}, {2, 100}});
+  EXPECT_TRUE(sc_->request_finished("a"));
+  step();  // the store runs
+  const auto out = step();  // the cascade is refused by both ranks in its own step
+  ASSERT_EQ(out.jobs.size(), 1u);
+  EXPECT_EQ(out.jobs[0].kind, transfer_kind::cascade);
+  EXPECT_FALSE(out.jobs[0].ok);
+  EXPECT_EQ(out.jobs[0].error, errc::precondition_failed);
+  EXPECT_NE(out.jobs[0].detail.find("has no file tier"), std::string::npos);
+  EXPECT_EQ(sc_->planner().tier_counters().ledger.cascades_failed, 2u);
+  EXPECT_EQ(sc_->planner().manager().busy(), 0u);  // unpinned: the pool goes on
+  stop();
+}
+
+TEST(FileTierEmbedConfigTest, ATierCannotBeRecordedAndNeedsItsFields) {
+  scheduler_connector_config c;
+  c.token = "t";
+  c.pool = {.instance = "x", .slots_per_rank = 2, .slot_bytes = 64};
+  c.file_tier = file_tier_config{.root_dir = "/tmp", .capacity_bytes = 1 << 20};
+  EXPECT_TRUE(validate(c).ok());
+  c.observe.record = true;
+  c.observe.record_dir = "/tmp";
+  EXPECT_EQ(validate(c).code(), errc::invalid_argument);
+  c.observe.record = false;
+  c.file_tier->root_dir.clear();
+  EXPECT_EQ(validate(c).code(), errc::invalid_argument);
+  c.file_tier->root_dir = "/tmp";
+  c.file_tier->n_read_threads = 0;
+  EXPECT_EQ(validate(c).code(), errc::invalid_argument);
+}
+
+}  // namespace
+}  // namespace kvc::embed
