@@ -19,9 +19,12 @@
 /// errc::io_error naming the file and the reason.
 ///
 /// O_DIRECT is used where the file system takes it (probed at open); otherwise buffered I/O, with
-/// the reason in direct_io_note() (tmpfs refuses O_DIRECT). Each calling thread uses its own
-/// page-aligned buffer of one file. Thread-safe: calls for different keys may run concurrently
-/// (the ledger never has two I/Os of one key in flight).
+/// the reason in direct_io_note() (ramfs refuses O_DIRECT). Each I/O goes in three steps:
+/// begin_* (checks, opens the file, lays out the bytes in a block_transfer), the transfer (an I/O
+/// engine: blocking, or io_uring; disk/file_io.hpp) and finish() (close, rename or verify);
+/// write/read/check do all three on the calling thread with its own scratch slot. Thread-safe:
+/// calls for different keys may run concurrently (the ledger never has two I/Os of one key in
+/// flight).
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -29,6 +32,7 @@
 #include <vector>
 
 #include "disk/block_file.hpp"
+#include "disk/block_transfer.hpp"
 #include "proto/block_key.hpp"
 #include "proto/ids.hpp"
 #include "proto/status.hpp"
@@ -64,6 +68,21 @@ class file_store {
   /// Removes the block's file; a missing file is fine.
   status remove(const block_key& key);
 
+  /// The steps of write/read/check for an I/O engine. A begin_* that fails leaves nothing open
+  /// (and has removed a refused file); one that succeeds must be followed by finish(), after the
+  /// transfer of `t` ended. `slot` holds the transfer's scratch memory until finish() returns;
+  /// `payload` and `into` stay valid as long (a page-aligned one is written from / read into
+  /// directly).
+  status begin_write(const block_key& key, std::span<const char> payload, io_slot& slot,
+                     block_transfer& t);
+  status begin_read(const block_key& key, std::span<char> into, io_slot& slot,
+                    block_transfer& t);
+  status begin_check(const block_key& key, io_slot& slot, block_transfer& t);
+  /// Closes the file and completes the I/O: a write is renamed into place (its temp file removed
+  /// on any failure), a read or check verified (a refused file removed). Returns the I/O's
+  /// outcome.
+  status finish(block_transfer& t);
+
   /// Blocks found at open, least recently written first.
   const std::vector<block_key>& found_at_open() const noexcept { return found_; }
   bool direct_io() const noexcept { return direct_; }
@@ -81,8 +100,12 @@ class file_store {
   status prepare();
   status scan();
   int open_flags(int base) const noexcept;
-  /// Opens the block's file for reading; errc::not_found when it is missing.
-  result<int> open_for_read(const block_key& key, const std::string& path) const;
+  /// Opens the block's file for reading into t.fd, with its size in t.file_size; a file of the
+  /// wrong size is refused. errc::not_found when it is missing.
+  status open_for_read(const block_key& key, block_transfer& t) const;
+  status finish_write(block_transfer& t);
+  status finish_read(block_transfer& t);
+  status finish_check(block_transfer& t);
   /// Removes a refused file and returns `why`.
   status refuse(const std::string& path, status why) const;
 
