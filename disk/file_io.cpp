@@ -40,7 +40,7 @@ std::optional<io_engine> io_engine_named(std::string_view name) noexcept {
 /// One ring's thread: takes requests of its queue while fewer than the ring's depth are in
 /// flight, opens them (file_store::begin_*), sends them in one batch, then waits for a
 /// completion, finishes what completed (rename or verify) and resends what moved only in part.
-/// While I/Os are in flight, a request queued meanwhile is taken at the next completion. Should
+/// A request queued while it waits in the kernel wakes it through the ring's eventfd. Should
 /// the ring itself fail (io_uring_submit refused), what is in flight is collected and every later
 /// request is done blocking on this thread, never lost.
 class file_io::ring_loop {
@@ -51,6 +51,8 @@ class file_io::ring_loop {
   }
 
   void run() {
+    ring_->arm_wake();
+    broken_ = ring_->flush();
     for (;;) {
       std::vector<request> got = io_.take(q_, free_.size(), in_flight_ == 0);
       if (got.empty() && in_flight_ == 0) return;  // stopping, and the queue is finished
@@ -58,9 +60,21 @@ class file_io::ring_loop {
       for (const request& r : got) start(r, done);
       send(done);
       if (in_flight_ > 0) {
-        status s =
-            ring_->reap(/*wait=*/true, [&](block_transfer& t, int res) { on_piece(t, res, done); });
+        const bool wait = !broken_.ok() || io_.park(q_, ring_->wake_fd(), !free_.empty());
+        status s = ring_->reap(wait, [&](block_transfer* t, int res) {
+          if (t != nullptr) {
+            on_piece(*t, res, done);
+          } else if (broken_.ok()) {
+            rearm_ = true;
+          }
+        });
+        if (wait && broken_.ok()) io_.unpark(q_, ring_->wake_fd());
         if (!s) broken_ = std::move(s);  // the waits below are blocking transfers now
+        if (rearm_ && broken_.ok()) {
+          rearm_ = false;
+          ring_->arm_wake();
+          unsent_.push_back(nullptr);
+        }
         send(done);
       }
       io_.complete(std::move(done));
@@ -106,6 +120,7 @@ class file_io::ring_loop {
       return;
     }
     for (block_transfer* t : std::exchange(unsent_, {})) {
+      if (t == nullptr) continue;  // the wake-up poll
       transfer_blocking(*t);
       finish(*t, done);
     }
@@ -144,6 +159,7 @@ class file_io::ring_loop {
   std::vector<size_t> free_;
   std::vector<block_transfer*> unsent_;
   size_t in_flight_ = 0;
+  bool rearm_ = false;
   status broken_;
 };
 
@@ -209,11 +225,30 @@ void file_io::start_threads(queue& q, uint32_t threads) {
 }
 
 void file_io::submit(queue& q, request r) {
+  int wake = -1;
   {
     std::lock_guard lock{mu_};
     q.jobs.push_back(r);
+    if (!q.waiting_rings.empty()) {
+      wake = q.waiting_rings.back();
+      q.waiting_rings.pop_back();
+    }
   }
   q.ready.notify_one();
+  if (wake >= 0) uring_ring::wake(wake);
+}
+
+bool file_io::park(queue& q, int wake_fd, bool can_take) {
+  if (!can_take) return true;  // full: only a completion helps
+  std::lock_guard lock{mu_};
+  if (!q.jobs.empty()) return false;
+  q.waiting_rings.push_back(wake_fd);
+  return true;
+}
+
+void file_io::unpark(queue& q, int wake_fd) {
+  std::lock_guard lock{mu_};
+  std::erase(q.waiting_rings, wake_fd);
 }
 
 std::vector<file_io::request> file_io::take(queue& q, size_t most, bool wait) {

@@ -104,6 +104,7 @@ class file_io {
   struct queue {
     std::deque<request> jobs;
     std::condition_variable ready;
+    std::vector<int> waiting_rings;  ///< wake-up fds of rings waiting in the kernel
   };
   class ring_loop;
 
@@ -113,6 +114,11 @@ class file_io {
   /// The next requests of `q`, at most `most`; waits for one when `wait`. Empty once stopping
   /// and the queue is finished (or, without `wait`, when nothing is queued).
   std::vector<request> take(queue& q, size_t most, bool wait);
+  /// A ring's thread about to wait for completions: false when requests it could take are
+  /// queued already; true after registering `wake_fd` (written by the next submit) when it
+  /// `can_take` more.
+  bool park(queue& q, int wake_fd, bool can_take);
+  void unpark(queue& q, int wake_fd);
   void complete(std::vector<io_completion> done);
   void serve_threads(queue& q);
   io_completion run_blocking(const request& r);

@@ -2,6 +2,10 @@
 
 #include <liburing.h>
 
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 
@@ -22,25 +26,55 @@ std::string refusal(int err) {
 result<std::unique_ptr<uring_ring>> uring_ring::create(uint32_t depth) {
   if (depth == 0) return make_error(errc::invalid_argument, "file tier: an io_uring of depth 0");
   auto ring = std::make_unique<::io_uring>();
-  const int rc = ::io_uring_queue_init(depth, ring.get(), 0);
-  if (rc < 0) return make_error(errc::device_unavailable, "file tier: " + refusal(-rc));
-  return std::unique_ptr<uring_ring>{new uring_ring(std::move(ring), depth)};
+  const int wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd < 0) {
+    return make_error(errc::io_error, std::string{"file tier: eventfd: "} + std::strerror(errno));
+  }
+  // One entry more than the transfers in flight: the wake-up poll.
+  const int rc = ::io_uring_queue_init(depth + 1, ring.get(), 0);
+  if (rc < 0) {
+    ::close(wake_fd);
+    return make_error(errc::device_unavailable, "file tier: " + refusal(-rc));
+  }
+  return std::unique_ptr<uring_ring>{new uring_ring(std::move(ring), depth, wake_fd)};
 }
 
-uring_ring::uring_ring(std::unique_ptr<::io_uring> ring, uint32_t depth)
-    : ring_(std::move(ring)), depth_(depth) {}
+uring_ring::uring_ring(std::unique_ptr<::io_uring> ring, uint32_t depth, int wake_fd)
+    : ring_(std::move(ring)), depth_(depth), wake_fd_(wake_fd) {}
 
 uring_ring::~uring_ring() {
   ::io_uring_queue_exit(ring_.get());
+  ::close(wake_fd_);
 }
 
-void uring_ring::queue(block_transfer& t) {
-  // The caller keeps at most depth() in flight, so a free entry is always there.
+::io_uring_sqe* uring_ring::next_sqe() {
+  // The caller keeps at most depth() transfers and one poll in flight, so an entry is free once
+  // what was queued is sent.
   io_uring_sqe* sqe = ::io_uring_get_sqe(ring_.get());
-  if (sqe == nullptr) {  // never with depth() in flight at most; sending frees the entries
+  if (sqe == nullptr) {
     ::io_uring_submit(ring_.get());
     sqe = ::io_uring_get_sqe(ring_.get());
   }
+  return sqe;
+}
+
+void uring_ring::arm_wake() {
+  uint64_t count = 0;
+  while (::read(wake_fd_, &count, sizeof count) < 0 && errno == EINTR) {
+  }  // cleared (EAGAIN when it was not set)
+  io_uring_sqe* sqe = next_sqe();
+  ::io_uring_prep_poll_add(sqe, wake_fd_, POLLIN);
+  ::io_uring_sqe_set_data(sqe, nullptr);
+}
+
+void uring_ring::wake(int fd) noexcept {
+  const uint64_t one = 1;
+  while (::write(fd, &one, sizeof one) < 0 && errno == EINTR) {
+  }  // EAGAIN: the counter is full, so the ring is woken anyway
+}
+
+void uring_ring::queue(block_transfer& t) {
+  io_uring_sqe* sqe = next_sqe();
   if (t.op == transfer_op::write) {
     ::io_uring_prep_writev(sqe, t.fd, t.pieces.data(), static_cast<unsigned>(t.count), t.done);
   } else {
@@ -59,7 +93,7 @@ status uring_ring::flush() {
   }
 }
 
-status uring_ring::reap(bool wait, const std::function<void(block_transfer&, int)>& done) {
+status uring_ring::reap(bool wait, const std::function<void(block_transfer*, int)>& done) {
   io_uring_cqe* cqe = nullptr;
   if (wait) {
     int rc = 0;
@@ -74,7 +108,7 @@ status uring_ring::reap(bool wait, const std::function<void(block_transfer&, int
   unsigned head = 0;
   unsigned seen = 0;
   io_uring_for_each_cqe(ring_.get(), head, cqe) {
-    done(*static_cast<block_transfer*>(::io_uring_cqe_get_data(cqe)), cqe->res);
+    done(static_cast<block_transfer*>(::io_uring_cqe_get_data(cqe)), cqe->res);
     ++seen;
   }
   ::io_uring_cq_advance(ring_.get(), seen);

@@ -12,6 +12,7 @@
 #include "proto/status.hpp"
 
 struct io_uring;
+struct io_uring_sqe;
 
 namespace kvc::disk {
 
@@ -25,20 +26,31 @@ class uring_ring {
   uring_ring(const uring_ring&) = delete;
   uring_ring& operator=(const uring_ring&) = delete;
 
+  /// Block transfers in flight at most (the ring has one entry more, for the wake-up poll).
   uint32_t depth() const noexcept { return depth_; }
+  /// The ring's wake-up: an eventfd that another thread writes (wake()) to end the ring thread's
+  /// wait in reap() when new work arrives. arm_wake() queues a one-shot poll of it (sent by the
+  /// next flush()); its completion comes back to reap() with no transfer, and the ring thread
+  /// arms it again.
+  int wake_fd() const noexcept { return wake_fd_; }
+  void arm_wake();
+  static void wake(int fd) noexcept;
   /// Queues the next piece of `t` (whatever is left, from t.done); sent by the next flush().
   void queue(block_transfer& t);
   /// Sends what was queued. An error here is the ring's (not one transfer's): the queued
   /// transfers stay unsent.
   status flush();
-  /// Waits until at least one transfer's piece completed (when `wait`; otherwise takes only what
-  /// is there) and calls `done(t, res)` for each: res >= 0 bytes moved, < 0 an -errno.
-  status reap(bool wait, const std::function<void(block_transfer&, int res)>& done);
+  /// Waits until at least one completion is there (when `wait`; otherwise takes only what is
+  /// there) and calls `done(t, res)` for each: t the transfer (nullptr for the poll), res >= 0
+  /// bytes moved, < 0 an -errno.
+  status reap(bool wait, const std::function<void(block_transfer* t, int res)>& done);
 
  private:
-  uring_ring(std::unique_ptr<::io_uring> ring, uint32_t depth);
+  uring_ring(std::unique_ptr<::io_uring> ring, uint32_t depth, int wake_fd);
+  ::io_uring_sqe* next_sqe();
   std::unique_ptr<::io_uring> ring_;
   uint32_t depth_;
+  int wake_fd_;
 };
 
 /// Why io_uring cannot be used here (empty when it can): a ring of one entry is made and closed.
