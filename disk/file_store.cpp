@@ -120,7 +120,44 @@ file_store::file_store(const file_store_options& options, std::string rank_dir)
       id_{.payload_bytes = options.payload_bytes,
           .run = digest_of(options.run_description),
           .rank = options.rank},
-      want_direct_(options.direct_io) {}
+      want_direct_(options.direct_io),
+      max_recycled_(options.recycled_files) {}
+
+file_store::~file_store() {
+  for (const std::string& path : recycled_) ::unlink(path.c_str());
+}
+
+std::string file_store::temp_name(const std::string& path) {
+  static std::atomic<uint64_t> temp_counter{0};
+  return path + std::string{temp_marker} + std::to_string(::getpid()) + "." +
+         std::to_string(temp_counter.fetch_add(1));
+}
+
+int file_store::open_recycled(const block_transfer& t) {
+  std::string kept;
+  {
+    std::lock_guard lock{recycled_mu_};
+    if (recycled_.empty()) return -1;
+    kept = std::move(recycled_.back());
+    recycled_.pop_back();
+  }
+  int moved = ::rename(kept.c_str(), t.temp.c_str());
+  if (moved != 0 && errno == ENOENT && make_private_dir(t.temp.substr(0, t.temp.rfind('/')))) {
+    moved = ::rename(kept.c_str(), t.temp.c_str());  // the first block of its shard directory
+  }
+  if (moved != 0) {
+    ::unlink(kept.c_str());
+    return -1;
+  }
+  const int fd = ::open(t.temp.c_str(), open_flags(O_WRONLY));
+  struct stat st {};
+  if (fd >= 0 && ::fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) == t.expected) {
+    return fd;  // overwritten in full by the write
+  }
+  if (fd >= 0) ::close(fd);
+  ::unlink(t.temp.c_str());
+  return -1;
+}
 
 status file_store::prepare() {
   struct stat st {};
@@ -239,12 +276,10 @@ status file_store::begin_write(const block_key& key, std::span<const char> paylo
   if (payload.size() != id_.payload_bytes) {
     return wrong_size("a block", payload.size(), id_.payload_bytes);
   }
-  static std::atomic<uint64_t> temp_counter{0};
   t.op = transfer_op::write;
   t.key = key;
   t.path = path_of(key);
-  t.temp = t.path + std::string{temp_marker} + std::to_string(::getpid()) + "." +
-           std::to_string(temp_counter.fetch_add(1));
+  t.temp = temp_name(t.path);
   // Page-aligned KV is written from where it is: the header and the last partial page come
   // from the slot. Other KV is staged in the slot whole.
   const bool direct_from = page_aligned(payload.data());
@@ -271,6 +306,8 @@ status file_store::begin_write(const block_key& key, std::span<const char> paylo
     t.count = 1;
   }
   t.expected = block_file_bytes();
+  t.fd = open_recycled(t);
+  if (t.fd >= 0) return status::success();
   const int flags = open_flags(O_WRONLY | O_CREAT | O_EXCL);
   t.fd = ::open(t.temp.c_str(), flags, 0600);
   if (t.fd < 0 && errno == ENOENT) {  // the first block of its shard directory
@@ -416,6 +453,17 @@ status file_store::finish_check(block_transfer& t) {
 
 status file_store::remove(const block_key& key) {
   const std::string path = path_of(key);
+  {
+    std::lock_guard lock{recycled_mu_};
+    if (recycled_.size() < max_recycled_) {
+      std::string kept = temp_name(path);
+      if (::rename(path.c_str(), kept.c_str()) == 0) {
+        recycled_.push_back(std::move(kept));
+        return status::success();
+      }
+      if (errno == ENOENT) return status::success();
+    }
+  }
   if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
     return io_failed("file tier: cannot remove", path, errno);
   }

@@ -133,7 +133,8 @@ class tier_bench {
       std::cout << "file tier vs fio on " << o_.root_dir << " (" << file_system_of(o_.root_dir)
                 << "), " << fio_version_ << ", queue depth " << o_.queue_depth << " x " << o_.jobs
                 << " job(s), " << o_.seconds << " s per phase, " << o_.rounds
-                << " round(s), working set " << (o_.working_set_bytes >> 20) << " MiB\n";
+                << " round(s), working set " << (o_.working_set_bytes >> 20) << " MiB, "
+                << o_.recycled_files << " recycled files\n";
       std::cout << "O_DIRECT: " << (direct_note_.empty() ? "on" : direct_note_) << "\n";
       for (const auto& [engine, note] : engine_notes_) {
         std::cout << "engine " << engine << ": " << note << "\n";
@@ -289,7 +290,8 @@ class tier_bench {
                                            .run_description = "bench tier " + std::to_string(block),
                                            .rank = 0,
                                            .payload_bytes = block,
-                                           .direct_io = true});
+                                           .direct_io = true,
+                                           .recycled_files = o_.recycled_files});
       if (!store) return store.error();
       direct_note_ = (*store)->direct_io_note();
       const auto e = *disk::io_engine_named(engine);
@@ -319,7 +321,9 @@ class tier_bench {
     return status::success();
   }
 
-  /// Keeps jobs x queue depth I/Os in flight for --seconds over keys [0, keys), cycling.
+  /// Keeps jobs x queue depth I/Os in flight for --seconds. Writing: each write a new key, and
+  /// once `keys` files exist the oldest is removed first (the tier's capacity eviction; the
+  /// removal's file is recycled by a later write). Reading: the `keys` newest keys, cycling.
   status phase(disk::file_io& io, uint64_t block, uint64_t keys, bool writing, uint64_t& written,
                phase_figures& out) {
     const size_t depth = size_t{o_.jobs} * o_.queue_depth;
@@ -333,8 +337,10 @@ class tier_bench {
     for (size_t i = 0; i < depth; ++i) free[i] = i;
     std::vector<clock_type::time_point> started(depth);
     std::vector<double> latencies_us;
+    const uint64_t first = writing ? written : written - keys;  // the oldest key on disk
     uint64_t bytes = 0;
     uint64_t next = 0;
+    uint64_t removals = 0;  // in flight
     const auto t0 = clock_type::now();
     const auto deadline = t0 + std::chrono::duration<double>(o_.seconds);
     status failed;
@@ -343,29 +349,37 @@ class tier_bench {
              clock_type::now() < deadline) {
         const size_t b = free.back();
         free.pop_back();
-        const block_key key = block_key::from_index(next++ % keys);
         started[b] = clock_type::now();
         std::span<char> mem{buffers[b].mem.get(), block};
         if (writing) {
-          io.submit_write(b, key, mem);
+          const uint64_t k = first + next++;
+          if (k >= keys) {
+            io.submit_remove(depth, block_key::from_index(k - keys));
+            ++removals;
+          }
+          io.submit_write(b, block_key::from_index(k), mem);
         } else {
-          io.submit_read(b, key, mem);
+          io.submit_read(b, block_key::from_index(first + next++ % keys), mem);
         }
       }
-      if (free.size() == depth) break;
+      if (free.size() == depth && removals == 0) break;
       for (const disk::io_completion& c : io.wait_completions()) {
+        if (!c.outcome && failed.ok()) failed = c.outcome;
+        if (c.kind == disk::io_kind::remove) {
+          --removals;
+          continue;
+        }
         const auto now = clock_type::now();
         latencies_us.push_back(
             std::chrono::duration<double, std::micro>(now - started[c.ticket]).count());
         free.push_back(c.ticket);
-        if (!c.outcome && failed.ok()) failed = c.outcome;
         bytes += c.bytes;
       }
     }
     const double seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
     if (!failed) return failed;
     if (signals_.signalled()) return interrupted();
-    if (writing) written = std::min(next, keys);
+    if (writing) written += next;
     out = {bytes / seconds / 1e9, percentile(latencies_us, 50), percentile(latencies_us, 99)};
     return status::success();
   }
@@ -407,6 +421,10 @@ void add_bench_tier_command(CLI::App& app, int& exit_code) {
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--fio", opt->fio, "fio's name or path")->capture_default_str();
+  cmd->add_option("--recycled-files", opt->recycled_files,
+                  "removed block files kept for writes to overwrite (0: each write allocates)")
+      ->check(CLI::Range(0u, 1u << 20))
+      ->capture_default_str();
   cmd->add_flag("--json", opt->json, "print only the JSON lines");
   cmd->callback([opt, working_set_mib, &exit_code] {
     tier_bench_options o = *opt;

@@ -24,6 +24,7 @@ struct tier_bench_options {
   uint64_t working_set_bytes = uint64_t{1} << 30;  ///< bytes of block files (fio: of its files)
   std::vector<std::string> engines{"auto"};        ///< kvconnect's engines measured
   std::string fio = "fio";                         ///< fio's name or path
+  uint32_t recycled_files = 32;  ///< file_store_options::recycled_files (0: every write allocates)
   bool json = false;
 };
 
