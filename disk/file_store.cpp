@@ -133,7 +133,7 @@ std::string file_store::temp_name(const std::string& path) {
          std::to_string(temp_counter.fetch_add(1));
 }
 
-int file_store::open_recycled(const block_transfer& t) {
+int file_store::open_recycled(block_transfer& t) {
   std::string kept;
   {
     std::lock_guard lock{recycled_mu_};
@@ -141,21 +141,15 @@ int file_store::open_recycled(const block_transfer& t) {
     kept = std::move(recycled_.back());
     recycled_.pop_back();
   }
-  int moved = ::rename(kept.c_str(), t.temp.c_str());
-  if (moved != 0 && errno == ENOENT && make_private_dir(t.temp.substr(0, t.temp.rfind('/')))) {
-    moved = ::rename(kept.c_str(), t.temp.c_str());  // the first block of its shard directory
-  }
-  if (moved != 0) {
-    ::unlink(kept.c_str());
-    return -1;
-  }
-  const int fd = ::open(t.temp.c_str(), open_flags(O_WRONLY));
+  // Already a temp name: written in place, then renamed to the block's name like any write.
+  const int fd = ::open(kept.c_str(), open_flags(O_WRONLY));
   struct stat st {};
   if (fd >= 0 && ::fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) == t.expected) {
+    t.temp = std::move(kept);
     return fd;  // overwritten in full by the write
   }
   if (fd >= 0) ::close(fd);
-  ::unlink(t.temp.c_str());
+  ::unlink(kept.c_str());
   return -1;
 }
 
@@ -406,8 +400,14 @@ status file_store::finish(block_transfer& t) {
 
 status file_store::finish_write(block_transfer& t) {
   status s = std::move(t.outcome);
-  if (s.ok() && ::rename(t.temp.c_str(), t.path.c_str()) != 0) {
-    s = io_failed("file tier: cannot rename into", t.path, errno);
+  if (s.ok()) {
+    int moved = ::rename(t.temp.c_str(), t.path.c_str());
+    if (moved != 0 && errno == ENOENT) {  // a recycled file, into a shard not made yet
+      if (s = make_private_dir(t.path.substr(0, t.path.rfind('/'))); s.ok()) {
+        moved = ::rename(t.temp.c_str(), t.path.c_str());
+      }
+    }
+    if (s.ok() && moved != 0) s = io_failed("file tier: cannot rename into", t.path, errno);
   }
   if (!s.ok()) ::unlink(t.temp.c_str());
   return s;

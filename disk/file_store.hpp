@@ -110,8 +110,9 @@ class file_store {
   status prepare();
   status scan();
   int open_flags(int base) const noexcept;
-  /// Opens a recycled file under `t.temp` for a write; -1 when none is kept (or it failed).
-  int open_recycled(const block_transfer& t);
+  /// Opens a recycled file for a write, its name becoming t.temp; -1 when none is kept (or it
+  /// failed).
+  int open_recycled(block_transfer& t);
   /// A temp name next to `path`.
   static std::string temp_name(const std::string& path);
   /// Opens the block's file for reading into t.fd, with its size in t.file_size; a file of the

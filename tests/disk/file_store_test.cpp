@@ -251,7 +251,10 @@ TEST_P(FileStoreTest, ARemovedFileIsRecycledByTheNextWrite) {
   struct stat before {};
   ASSERT_EQ(::stat(kept.front().c_str(), &before), 0);
 
-  ASSERT_TRUE(store->write(key(300), kv(300)).ok());  // another shard directory
+  // into a shard directory not made yet
+  ASSERT_FALSE(
+      std::filesystem::exists(std::filesystem::path{store->path_of(key(300))}.parent_path()));
+  ASSERT_TRUE(store->write(key(300), kv(300)).ok());
   EXPECT_TRUE(temp_files(store->rank_dir()).empty());
   struct stat after {};
   ASSERT_EQ(::stat(store->path_of(key(300)).c_str(), &after), 0);
@@ -270,7 +273,7 @@ TEST_P(FileStoreTest, RecycledFilesAreBoundedAndGoneWithTheStoreOrAtARestart) {
   for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(store->write(key(i), kv(i)).ok());
   for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(store->remove(key(i)).ok());
   EXPECT_EQ(temp_files(store->rank_dir()).size(), 2u);  // the other two were unlinked
-  EXPECT_TRUE(store->remove(key(77)).ok());               // a missing file is fine
+  EXPECT_TRUE(store->remove(key(77)).ok());             // a missing file is fine
   const std::string rank_dir = store->rank_dir();
   store.reset();
   EXPECT_TRUE(temp_files(rank_dir).empty());
