@@ -311,35 +311,45 @@ bool refuse_io_uring_like_a_container() {
          ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) == 0;
 }
 
+/// The fallback's checks in a process whose io_uring is refused: 0 when all hold, else the
+/// number of the first that failed.
+int fallback_checks(const std::string& root) {
+  if (!refuse_io_uring_like_a_container()) return 3;
+  if (io_uring_unavailable_reason().empty()) return 4;
+  auto explicit_uring =
+      file_store::open({.root_dir = root, .run_description = "io", .payload_bytes = payload});
+  if (!explicit_uring) return 5;
+  auto refused = file_io::create(
+      std::move(explicit_uring).value(),
+      {.n_read_threads = 1, .n_write_threads = 1, .engine = io_engine::io_uring});
+  if (refused || refused.code() != errc::device_unavailable) return 6;
+  std::cerr << "explicit: " << refused.error().message() << "\n";
+  auto io = make_io(root, {.n_read_threads = 2, .n_write_threads = 2});
+  if (!io || io->engine() != io_engine::threads) return 7;
+  std::cerr << "auto: " << io->engine_note() << "\n";
+  std::vector<char> block(payload, 'f');
+  std::vector<char> back(payload);
+  io->submit_write(1, key(1), block);
+  if (!collect(*io, 1).at(1).outcome.ok()) return 8;
+  io->submit_read(2, key(1), back);
+  if (!collect(*io, 1).at(2).outcome.ok() || back != block) return 9;
+  return 0;
+}
+
 /// Where io_uring is refused (a seccomp filter, in a child process), `auto` falls back to the
 /// thread pool, says why, and still moves blocks; `io_uring` asked for explicitly is an error.
+/// The child (the "threadsafe" style runs this test again in it) removes its own scratch
+/// directory before it exits.
 TEST(FileIoFallbackDeathTest, AutoFallsBackToThreadsWhereIoUringIsRefused) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   scratch_dir dir{"/tmp"};
   ASSERT_FALSE(dir.path().empty());
   EXPECT_EXIT(
       {
-        if (!refuse_io_uring_like_a_container()) std::_Exit(3);
-        if (io_uring_unavailable_reason().empty()) std::_Exit(4);
-        auto explicit_uring = file_store::open(
-            {.root_dir = dir.path(), .run_description = "io", .payload_bytes = payload});
-        if (!explicit_uring) std::_Exit(5);
-        auto refused = file_io::create(
-            std::move(explicit_uring).value(),
-            {.n_read_threads = 1, .n_write_threads = 1, .engine = io_engine::io_uring});
-        if (refused || refused.code() != errc::device_unavailable) std::_Exit(6);
-        std::cerr << "explicit: " << refused.error().message() << "\n";
-        auto io = make_io(dir.path(), {.n_read_threads = 2, .n_write_threads = 2});
-        if (!io || io->engine() != io_engine::threads) std::_Exit(7);
-        std::cerr << "auto: " << io->engine_note() << "\n";
-        std::vector<char> block(payload, 'f');
-        std::vector<char> back(payload);
-        io->submit_write(1, key(1), block);
-        if (!collect(*io, 1).at(1).outcome.ok()) std::_Exit(8);
-        io->submit_read(2, key(1), back);
-        if (!collect(*io, 1).at(2).outcome.ok() || back != block) std::_Exit(9);
-        io.reset();
-        std::_Exit(0);
+        const int code = fallback_checks(dir.path());
+        std::error_code ec;
+        std::filesystem::remove_all(dir.path(), ec);
+        std::_Exit(code);
       },
       ::testing::ExitedWithCode(0),
       "explicit: file tier: io_uring_queue_init: Operation not permitted \\(refused by a "
