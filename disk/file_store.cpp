@@ -28,47 +28,20 @@ status io_failed(const std::string& what, const std::string& path, int e) {
   return make_error(errc::io_error, what + " " + path + ": " + errno_text(e));
 }
 
-/// A page-aligned buffer owned by the calling thread, grown as needed (O_DIRECT needs aligned
-/// memory; one per thread keeps concurrent calls apart without allocating per call).
-std::span<char> thread_buffer(size_t bytes) {
-  struct freer {
-    void operator()(char* p) const noexcept { std::free(p); }
-  };
-  thread_local std::unique_ptr<char, freer> buf;
-  thread_local size_t size = 0;
-  if (size < bytes) {
-    buf.reset(static_cast<char*>(std::aligned_alloc(page_bytes, bytes)));
-    size = buf ? bytes : 0;
-  }
-  return {buf.get(), buf ? bytes : 0};
+/// The scratch slot of the calling thread for write/read/check (one I/O at a time per thread).
+io_slot& thread_slot() {
+  thread_local io_slot slot;
+  return slot;
 }
 
-/// Writes all of `bytes` at offset 0 (short writes continue; EINTR retries).
-status write_all(int fd, std::span<const char> bytes, const std::string& path) {
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::pwrite(fd, bytes.data() + done, bytes.size() - done,
-                               static_cast<off_t>(done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return io_failed("cannot write", path, errno);
-    if (n == 0) return io_failed("cannot write", path, EIO);
-    done += static_cast<size_t>(n);
-  }
-  return status::success();
+bool page_aligned(const void* p) noexcept {
+  return reinterpret_cast<uintptr_t>(p) % page_bytes == 0;
 }
 
-/// Reads up to `bytes.size()` bytes at offset 0; returns how many there were.
-result<size_t> read_all(int fd, std::span<char> bytes, const std::string& path) {
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::pread(fd, bytes.data() + done, bytes.size() - done,
-                              static_cast<off_t>(done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return io_failed("cannot read", path, errno);
-    if (n == 0) break;
-    done += static_cast<size_t>(n);
-  }
-  return done;
+status wrong_size(std::string_view what, uint64_t got, uint64_t want) {
+  return make_error(errc::invalid_argument, "file tier: " + std::string{what} + " of " +
+                                                std::to_string(got) + " bytes, expected " +
+                                                std::to_string(want));
 }
 
 /// Writes `text` to `path` via a temp file and a rename (0600).
@@ -147,7 +120,38 @@ file_store::file_store(const file_store_options& options, std::string rank_dir)
       id_{.payload_bytes = options.payload_bytes,
           .run = digest_of(options.run_description),
           .rank = options.rank},
-      want_direct_(options.direct_io) {}
+      want_direct_(options.direct_io),
+      max_recycled_(options.recycled_files) {}
+
+file_store::~file_store() {
+  for (const std::string& path : recycled_) ::unlink(path.c_str());
+}
+
+std::string file_store::temp_name(const std::string& path) {
+  static std::atomic<uint64_t> temp_counter{0};
+  return path + std::string{temp_marker} + std::to_string(::getpid()) + "." +
+         std::to_string(temp_counter.fetch_add(1));
+}
+
+int file_store::open_recycled(block_transfer& t) {
+  std::string kept;
+  {
+    std::lock_guard lock{recycled_mu_};
+    if (recycled_.empty()) return -1;
+    kept = std::move(recycled_.back());
+    recycled_.pop_back();
+  }
+  // Already a temp name: written in place, then renamed to the block's name like any write.
+  const int fd = ::open(kept.c_str(), open_flags(O_WRONLY));
+  struct stat st {};
+  if (fd >= 0 && ::fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) == t.expected) {
+    t.temp = std::move(kept);
+    return fd;  // overwritten in full by the write
+  }
+  if (fd >= 0) ::close(fd);
+  ::unlink(kept.c_str());
+  return -1;
+}
 
 status file_store::prepare() {
   struct stat st {};
@@ -181,7 +185,8 @@ status file_store::prepare() {
     ::unlink(probe.c_str());
     return status::success();
   }
-  const auto page = thread_buffer(page_bytes);
+  io_slot slot;
+  const auto page = slot.get(page_bytes);
   std::fill(page.begin(), page.end(), '\0');
   const ssize_t n = ::pwrite(fd, page.data(), page.size(), 0);
   const int e = errno;
@@ -240,45 +245,98 @@ int file_store::open_flags(int base) const noexcept {
 }
 
 status file_store::write(const block_key& key, std::span<const char> payload) {
-  if (payload.size() != id_.payload_bytes) {
-    return make_error(errc::invalid_argument, "file tier: a block of " +
-                                                  std::to_string(payload.size()) +
-                                                  " bytes, expected " +
-                                                  std::to_string(id_.payload_bytes));
-  }
-  static std::atomic<uint64_t> temp_counter{0};
-  const std::string path = path_of(key);
-  const std::string temp = path + std::string{temp_marker} + std::to_string(::getpid()) + "." +
-                           std::to_string(temp_counter.fetch_add(1));
-  const auto buf = thread_buffer(block_file_bytes());
-  if (buf.empty()) return make_error(errc::capacity_exhausted, "file tier: no I/O buffer");
-  block_file_id id = id_;
-  id.key = key;
-  std::memcpy(buf.data() + header_bytes, payload.data(), payload.size());
-  std::fill(buf.begin() + static_cast<ptrdiff_t>(header_bytes + payload.size()), buf.end(), '\0');
-  encode_header(id, frame_checksum(payload), buf.first(header_bytes));
-
-  const int flags = open_flags(O_WRONLY | O_CREAT | O_EXCL);
-  int fd = ::open(temp.c_str(), flags, 0600);
-  if (fd < 0 && errno == ENOENT) {  // the first block of its shard directory
-    if (auto s = make_private_dir(path.substr(0, path.rfind('/'))); !s) return s;
-    fd = ::open(temp.c_str(), flags, 0600);
-  }
-  if (fd < 0) return io_failed("file tier: cannot create", temp, errno);
-  status s = write_all(fd, buf, temp);
-  if (::close(fd) != 0 && s.ok()) s = io_failed("file tier: cannot write", temp, errno);
-  if (s.ok() && ::rename(temp.c_str(), path.c_str()) != 0) {
-    s = io_failed("file tier: cannot rename into", path, errno);
-  }
-  if (!s.ok()) ::unlink(temp.c_str());
-  return s;
+  block_transfer t;
+  if (auto s = begin_write(key, payload, thread_slot(), t); !s) return s;
+  transfer_blocking(t);
+  return finish(t);
 }
 
-result<int> file_store::open_for_read(const block_key& key, const std::string& path) const {
-  const int fd = ::open(path.c_str(), open_flags(O_RDONLY));
-  if (fd >= 0) return fd;
-  if (errno == ENOENT) return make_error(errc::not_found, "file tier: no file " + path);
-  return io_failed("file tier: cannot open", path, errno);
+status file_store::read(const block_key& key, std::span<char> into) {
+  block_transfer t;
+  if (auto s = begin_read(key, into, thread_slot(), t); !s) return s;
+  transfer_blocking(t);
+  return finish(t);
+}
+
+status file_store::check(const block_key& key) {
+  block_transfer t;
+  if (auto s = begin_check(key, thread_slot(), t); !s) return s;
+  transfer_blocking(t);
+  return finish(t);
+}
+
+status file_store::begin_write(const block_key& key, std::span<const char> payload, io_slot& slot,
+                               block_transfer& t) {
+  if (payload.size() != id_.payload_bytes) {
+    return wrong_size("a block", payload.size(), id_.payload_bytes);
+  }
+  t.op = transfer_op::write;
+  t.key = key;
+  t.path = path_of(key);
+  t.temp = temp_name(t.path);
+  // Page-aligned KV is written from where it is: the header and the last partial page come
+  // from the slot. Other KV is staged in the slot whole.
+  const bool direct_from = page_aligned(payload.data());
+  const size_t body = direct_from ? payload.size() / page_bytes * page_bytes : 0;
+  const size_t rest = payload.size() - body;
+  const size_t staged = header_bytes + (rest + page_bytes - 1) / page_bytes * page_bytes;
+  t.scratch = slot.get(staged);
+  if (t.scratch.empty()) return make_error(errc::capacity_exhausted, "file tier: no I/O buffer");
+  std::memcpy(t.scratch.data() + header_bytes, payload.data() + body, rest);
+  std::fill(t.scratch.begin() + static_cast<ptrdiff_t>(header_bytes + rest), t.scratch.end(),
+            '\0');
+  block_file_id id = id_;
+  id.key = key;
+  encode_header(id, frame_checksum(payload), t.scratch.first(header_bytes));
+  if (direct_from) {
+    t.pieces[0] = {t.scratch.data(), header_bytes};
+    t.count = 1;
+    if (body > 0) t.pieces[t.count++] = {const_cast<char*>(payload.data()), body};
+    if (staged > header_bytes) {
+      t.pieces[t.count++] = {t.scratch.data() + header_bytes, staged - header_bytes};
+    }
+  } else {
+    t.pieces[0] = {t.scratch.data(), staged};
+    t.count = 1;
+  }
+  t.expected = block_file_bytes();
+  t.fd = open_recycled(t);
+  if (t.fd >= 0) return status::success();
+  const int flags = open_flags(O_WRONLY | O_CREAT | O_EXCL);
+  t.fd = ::open(t.temp.c_str(), flags, 0600);
+  if (t.fd < 0 && errno == ENOENT) {  // the first block of its shard directory
+    if (auto s = make_private_dir(t.path.substr(0, t.path.rfind('/'))); !s) return s;
+    t.fd = ::open(t.temp.c_str(), flags, 0600);
+  }
+  if (t.fd < 0) return io_failed("file tier: cannot create", t.temp, errno);
+  return status::success();
+}
+
+status file_store::open_for_read(const block_key& key, block_transfer& t) const {
+  t.key = key;
+  t.path = path_of(key);
+  t.fd = ::open(t.path.c_str(), open_flags(O_RDONLY));
+  if (t.fd < 0) {
+    if (errno == ENOENT) return make_error(errc::not_found, "file tier: no file " + t.path);
+    return io_failed("file tier: cannot open", t.path, errno);
+  }
+  struct stat st {};
+  if (::fstat(t.fd, &st) != 0) {
+    const int e = errno;
+    ::close(t.fd);
+    t.fd = -1;
+    return io_failed("file tier: cannot stat", t.path, e);
+  }
+  t.file_size = static_cast<uint64_t>(st.st_size);
+  if (t.file_size != block_file_bytes()) {
+    ::close(t.fd);
+    t.fd = -1;
+    return refuse(t.path, make_error(errc::layout_mismatch,
+                                     "block file refused: " + std::to_string(t.file_size) +
+                                         " bytes, expected " +
+                                         std::to_string(block_file_bytes())));
+  }
+  return status::success();
 }
 
 status file_store::refuse(const std::string& path, status why) const {
@@ -286,66 +344,126 @@ status file_store::refuse(const std::string& path, status why) const {
   return make_error(why.code(), why.message() + " (" + path + ", removed)");
 }
 
-status file_store::read(const block_key& key, std::span<char> into) {
+status file_store::begin_read(const block_key& key, std::span<char> into, io_slot& slot,
+                              block_transfer& t) {
   if (into.size() != id_.payload_bytes) {
-    return make_error(errc::invalid_argument, "file tier: a read into " +
-                                                  std::to_string(into.size()) +
-                                                  " bytes, expected " +
-                                                  std::to_string(id_.payload_bytes));
+    return wrong_size("a read into", into.size(), id_.payload_bytes);
   }
-  const std::string path = path_of(key);
-  auto fd = open_for_read(key, path);
-  if (!fd) return fd.error();
-  // One page more than the file: a longer file shows up as a longer read.
-  const auto buf = thread_buffer(block_file_bytes() + page_bytes);
-  const auto got = read_all(*fd, buf, path);
-  ::close(*fd);
-  if (!got) return got.error();
-  if (*got != block_file_bytes()) {
-    return refuse(path, make_error(errc::layout_mismatch,
-                                   "block file refused: " + std::to_string(*got) +
-                                       " bytes, expected " + std::to_string(block_file_bytes())));
+  t.op = transfer_op::read;
+  t.into = into;
+  // Into page-aligned memory the KV is read where it goes: the header and the last partial page
+  // land in the slot. Other memory gets the whole file staged in the slot.
+  t.direct_into = page_aligned(into.data());
+  const size_t body = t.direct_into ? into.size() / page_bytes * page_bytes : 0;
+  const size_t staged = block_file_bytes() - body;
+  t.scratch = slot.get(staged);
+  if (t.scratch.empty()) return make_error(errc::capacity_exhausted, "file tier: no I/O buffer");
+  if (auto s = open_for_read(key, t); !s) return s;
+  t.pieces[0] = {t.scratch.data(), t.direct_into ? header_bytes : staged};
+  t.count = 1;
+  if (t.direct_into) {
+    if (body > 0) t.pieces[t.count++] = {into.data(), body};
+    if (staged > header_bytes) {
+      t.pieces[t.count++] = {t.scratch.data() + header_bytes, staged - header_bytes};
+    }
   }
-  block_file_id id = id_;
-  id.key = key;
-  const auto crc = check_header(id, buf.first(header_bytes));
-  if (!crc) return refuse(path, crc.error());
-  const auto payload = buf.subspan(header_bytes, id_.payload_bytes);
-  if (frame_checksum(payload) != *crc) {
-    return refuse(path, make_error(errc::layout_mismatch,
-                                   "block file refused: the KV's checksum does not match"));
-  }
-  std::memcpy(into.data(), payload.data(), payload.size());
+  t.expected = block_file_bytes();
   return status::success();
 }
 
-status file_store::check(const block_key& key) {
-  const std::string path = path_of(key);
-  auto fd = open_for_read(key, path);
-  if (!fd) return fd.error();
-  struct stat st {};
-  if (::fstat(*fd, &st) != 0) {
-    const int e = errno;
-    ::close(*fd);
-    return io_failed("file tier: cannot stat", path, e);
+status file_store::begin_check(const block_key& key, io_slot& slot, block_transfer& t) {
+  t.op = transfer_op::check;
+  t.scratch = slot.get(header_bytes);
+  if (t.scratch.empty()) return make_error(errc::capacity_exhausted, "file tier: no I/O buffer");
+  if (auto s = open_for_read(key, t); !s) return s;
+  t.pieces[0] = {t.scratch.data(), header_bytes};
+  t.count = 1;
+  t.expected = header_bytes;
+  return status::success();
+}
+
+status file_store::finish(block_transfer& t) {
+  if (t.fd >= 0 && ::close(t.fd) != 0 && t.outcome.ok() && t.op == transfer_op::write) {
+    fail_transfer(t, errno);
   }
-  const auto buf = thread_buffer(block_file_bytes());
-  const auto got = read_all(*fd, buf.first(header_bytes), path);
-  ::close(*fd);
-  if (!got) return got.error();
-  if (static_cast<uint64_t>(st.st_size) != block_file_bytes()) {
-    return refuse(path, make_error(errc::layout_mismatch,
-                                   "block file refused: " + std::to_string(st.st_size) +
-                                       " bytes, expected " + std::to_string(block_file_bytes())));
+  t.fd = -1;
+  switch (t.op) {
+    case transfer_op::write:
+      return finish_write(t);
+    case transfer_op::read:
+      return finish_read(t);
+    case transfer_op::check:
+      return finish_check(t);
+  }
+  return make_error(errc::invalid_argument, "file tier: unknown transfer");
+}
+
+status file_store::finish_write(block_transfer& t) {
+  status s = std::move(t.outcome);
+  if (s.ok()) {
+    int moved = ::rename(t.temp.c_str(), t.path.c_str());
+    if (moved != 0 && errno == ENOENT) {  // a recycled file, into a shard not made yet
+      if (s = make_private_dir(t.path.substr(0, t.path.rfind('/'))); s.ok()) {
+        moved = ::rename(t.temp.c_str(), t.path.c_str());
+      }
+    }
+    if (s.ok() && moved != 0) s = io_failed("file tier: cannot rename into", t.path, errno);
+  }
+  if (!s.ok()) ::unlink(t.temp.c_str());
+  return s;
+}
+
+status file_store::finish_read(block_transfer& t) {
+  if (!t.outcome) return std::move(t.outcome);
+  if (t.done != block_file_bytes()) {
+    return refuse(t.path, make_error(errc::layout_mismatch,
+                                     "block file refused: " + std::to_string(t.done) +
+                                         " bytes read, expected " +
+                                         std::to_string(block_file_bytes())));
   }
   block_file_id id = id_;
-  id.key = key;
-  if (auto crc = check_header(id, buf.first(*got)); !crc) return refuse(path, crc.error());
+  id.key = t.key;
+  const auto crc = check_header(id, t.scratch.first(header_bytes));
+  if (!crc) return refuse(t.path, crc.error());
+  std::span<const char> kv;
+  if (t.direct_into) {
+    const size_t body = t.into.size() / page_bytes * page_bytes;
+    std::memcpy(t.into.data() + body, t.scratch.data() + header_bytes, t.into.size() - body);
+    kv = t.into;
+  } else {
+    kv = t.scratch.subspan(header_bytes, t.into.size());
+  }
+  if (frame_checksum(kv) != *crc) {
+    return refuse(t.path, make_error(errc::layout_mismatch,
+                                     "block file refused: the KV's checksum does not match"));
+  }
+  if (!t.direct_into) std::memcpy(t.into.data(), kv.data(), kv.size());
+  return status::success();
+}
+
+status file_store::finish_check(block_transfer& t) {
+  if (!t.outcome) return std::move(t.outcome);
+  block_file_id id = id_;
+  id.key = t.key;
+  if (auto crc = check_header(id, t.scratch.first(t.done)); !crc) {
+    return refuse(t.path, crc.error());
+  }
   return status::success();
 }
 
 status file_store::remove(const block_key& key) {
   const std::string path = path_of(key);
+  {
+    std::lock_guard lock{recycled_mu_};
+    if (recycled_.size() < max_recycled_) {
+      std::string kept = temp_name(path);
+      if (::rename(path.c_str(), kept.c_str()) == 0) {
+        recycled_.push_back(std::move(kept));
+        return status::success();
+      }
+      if (errno == ENOENT) return status::success();
+    }
+  }
   if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
     return io_failed("file tier: cannot remove", path, errno);
   }

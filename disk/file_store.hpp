@@ -12,23 +12,30 @@
 /// model or geometry never reads another's files; a different one has another digest anyway.
 ///
 /// Writes go to `<key>.kvb.tmp.<pid>.<n>` and are renamed into place once complete, so the final
-/// name never holds a torn file; temp files a crash left behind are removed at open. No fsync:
+/// name never holds a torn file; temp files a crash left behind are removed at open. A removed
+/// file is renamed to such a temp name and kept (up to `recycled_files` of them) for a later
+/// write to overwrite in full before its rename: the same guarantees, without allocating. No fsync:
 /// after a power loss a renamed file may hold anything, and the checksum refuses it (a miss).
 /// Reads verify the header, the size and the checksum; a file refused is removed and reported as
 /// errc::layout_mismatch, a missing one as errc::not_found, I/O errors (EIO, ENOSPC, EROFS) as
 /// errc::io_error naming the file and the reason.
 ///
 /// O_DIRECT is used where the file system takes it (probed at open); otherwise buffered I/O, with
-/// the reason in direct_io_note() (tmpfs refuses O_DIRECT). Each calling thread uses its own
-/// page-aligned buffer of one file. Thread-safe: calls for different keys may run concurrently
-/// (the ledger never has two I/Os of one key in flight).
+/// the reason in direct_io_note() (ramfs refuses O_DIRECT). Each I/O goes in three steps:
+/// begin_* (checks, opens the file, lays out the bytes in a block_transfer), the transfer (an I/O
+/// engine: blocking, or io_uring; disk/file_io.hpp) and finish() (close, rename or verify);
+/// write/read/check do all three on the calling thread with its own scratch slot. Thread-safe:
+/// calls for different keys may run concurrently (the ledger never has two I/Os of one key in
+/// flight).
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "disk/block_file.hpp"
+#include "disk/block_transfer.hpp"
 #include "proto/block_key.hpp"
 #include "proto/ids.hpp"
 #include "proto/status.hpp"
@@ -43,6 +50,10 @@ struct file_store_options {
   rank_id rank = 0;
   uint64_t payload_bytes = 0;  ///< bytes of one block's KV on this rank
   bool direct_io = true;       ///< try O_DIRECT
+  /// Removed block files kept (under temp names) for the next writes to overwrite, at most:
+  /// overwriting a file whose blocks are allocated skips the file system's allocation and
+  /// freeing, which is what makes a fresh file per block slower than a plain overwrite. 0: off.
+  uint32_t recycled_files = 32;
 };
 
 class file_store {
@@ -52,6 +63,8 @@ class file_store {
   /// permissions, read-only, a file in the way), errc::layout_mismatch when the config record
   /// holds another description, errc::invalid_argument for a payload of 0 bytes.
   static result<std::unique_ptr<file_store>> open(const file_store_options& options);
+  /// Removes the recycled files kept.
+  ~file_store();
 
   /// Writes the block's file (temp name, then rename). payload.size() must be payload_bytes.
   status write(const block_key& key, std::span<const char> payload);
@@ -61,8 +74,24 @@ class file_store {
   /// Whether the block's file is there with a valid header and size (a lookup's check; the
   /// payload's checksum is verified by read). A refused file is removed.
   status check(const block_key& key);
-  /// Removes the block's file; a missing file is fine.
+  /// Removes the block's file (keeping it for recycling while fewer than recycled_files are
+  /// kept); a missing file is fine.
   status remove(const block_key& key);
+
+  /// The steps of write/read/check for an I/O engine. A begin_* that fails leaves nothing open
+  /// (and has removed a refused file); one that succeeds must be followed by finish(), after the
+  /// transfer of `t` ended. `slot` holds the transfer's scratch memory until finish() returns;
+  /// `payload` and `into` stay valid as long (a page-aligned one is written from / read into
+  /// directly).
+  status begin_write(const block_key& key, std::span<const char> payload, io_slot& slot,
+                     block_transfer& t);
+  status begin_read(const block_key& key, std::span<char> into, io_slot& slot,
+                    block_transfer& t);
+  status begin_check(const block_key& key, io_slot& slot, block_transfer& t);
+  /// Closes the file and completes the I/O: a write is renamed into place (its temp file removed
+  /// on any failure), a read or check verified (a refused file removed). Returns the I/O's
+  /// outcome.
+  status finish(block_transfer& t);
 
   /// Blocks found at open, least recently written first.
   const std::vector<block_key>& found_at_open() const noexcept { return found_; }
@@ -81,8 +110,17 @@ class file_store {
   status prepare();
   status scan();
   int open_flags(int base) const noexcept;
-  /// Opens the block's file for reading; errc::not_found when it is missing.
-  result<int> open_for_read(const block_key& key, const std::string& path) const;
+  /// Opens a recycled file for a write, its name becoming t.temp; -1 when none is kept (or it
+  /// failed).
+  int open_recycled(block_transfer& t);
+  /// A temp name next to `path`.
+  static std::string temp_name(const std::string& path);
+  /// Opens the block's file for reading into t.fd, with its size in t.file_size; a file of the
+  /// wrong size is refused. errc::not_found when it is missing.
+  status open_for_read(const block_key& key, block_transfer& t) const;
+  status finish_write(block_transfer& t);
+  status finish_read(block_transfer& t);
+  status finish_check(block_transfer& t);
   /// Removes a refused file and returns `why`.
   status refuse(const std::string& path, status why) const;
 
@@ -95,6 +133,9 @@ class file_store {
   bool direct_ = false;
   std::string direct_note_;
   std::vector<block_key> found_;
+  uint32_t max_recycled_;
+  std::mutex recycled_mu_;
+  std::vector<std::string> recycled_;  ///< temp names of removed files, for writes to reuse
 };
 
 }  // namespace kvc::disk

@@ -25,6 +25,10 @@ void add_bench_copy_command(CLI::App& app, int& exit_code);
 /// worker processes vs a bare ZeroMQ round trip (adds to the shared `bench` group).
 void add_bench_step_command(CLI::App& app, int& exit_code);
 
+/// `bench tier`: the file tier's block I/O (disk::file_io) vs fio on the same file system
+/// (adds to the shared `bench` group).
+void add_bench_tier_command(CLI::App& app, int& exit_code);
+
 /// `scheduler`: the scheduler + coordinator of one node (creates the shm pool, publishes on
 /// 127.0.0.1, prints {"event":"listening","port":N}); --smoke-steps drives a self-check.
 void add_scheduler_command(CLI::App& app, int& exit_code);

@@ -465,7 +465,10 @@ void read_secondary_tiers(reader& r, const YAML::Node& v, const std::string& p,
             [&](auto& x, auto& q) { r.number(x, q, t.n_write_threads, 1, 1024); }},
            {"max_pending_cascades",
             [&](auto& x, auto& q) { r.number(x, q, t.max_pending_cascades, 1, 1u << 24); }},
-           {"direct_io", [&](auto& x, auto& q) { r.flag(x, q, t.direct_io); }}});
+           {"direct_io", [&](auto& x, auto& q) { r.flag(x, q, t.direct_io); }},
+           {"io_engine",
+            [&](auto& x, auto& q) { r.choice(x, q, t.io_engine, {"auto", "io_uring", "threads"}); }},
+           {"io_depth", [&](auto& x, auto& q) { r.number(x, q, t.io_depth, 1, 4096); }}});
     if (item.IsMap()) {
       if (!has_root) r.error(tp + ".root_dir", item, "missing: the directory of the tier's files");
       if (!has_capacity) {

@@ -96,6 +96,8 @@ std::string to_yaml(const launch_config& c) {
     emit_number(out, "n_write_threads", t.n_write_threads);
     emit_number(out, "max_pending_cascades", t.max_pending_cascades);
     out << YAML::Key << "direct_io" << YAML::Value << (t.direct_io ? "true" : "false");
+    emit_string(out, "io_engine", t.io_engine);
+    emit_number(out, "io_depth", t.io_depth);
     out << YAML::EndMap;
   }
   out << YAML::EndSeq;

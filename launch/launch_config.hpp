@@ -72,6 +72,9 @@ struct secondary_tier_config {
   uint32_t n_write_threads = 16;      ///< cascades and removals (vLLM's default)
   uint32_t max_pending_cascades = 1024;  ///< back-pressure: cascades in flight at most
   bool direct_io = true;              ///< O_DIRECT where the file system takes it
+  /// auto | io_uring | threads (disk::io_engine): auto takes io_uring where the kernel allows it.
+  std::string io_engine = "auto";
+  uint32_t io_depth = 4;  ///< io_uring: block I/Os in flight per ring (one ring per thread)
   friend bool operator==(const secondary_tier_config&, const secondary_tier_config&) = default;
 };
 

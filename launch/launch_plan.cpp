@@ -252,6 +252,8 @@ embed::file_tier_config file_tier_of(const launch_config& c) {
           .n_write_threads = t.n_write_threads,
           .max_pending_cascades = t.max_pending_cascades,
           .direct_io = t.direct_io,
+          .io_engine = t.io_engine,
+          .io_depth = t.io_depth,
           .kv_description = "layers=" + std::to_string(k.layers) + " kv_heads=" +
                             std::to_string(k.kv_heads) + " head_dim=" +
                             std::to_string(k.head_dim) + " dtype_bytes=" +

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   kvc::launch::add_bench_planner_command(app, exit_code);
   kvc::launch::add_bench_copy_command(app, exit_code);
   kvc::launch::add_bench_step_command(app, exit_code);
+  kvc::launch::add_bench_tier_command(app, exit_code);
   kvc::launch::add_scheduler_command(app, exit_code);
   kvc::launch::add_worker_command(app, exit_code);
   kvc::launch::add_config_command(app, exit_code);

@@ -43,7 +43,9 @@ std::vector<std::string> shared_flags(const launch_config& c, const launch_plan&
                                str(t->capacity_bytes), "--tier-read-threads",
                                str(t->n_read_threads), "--tier-write-threads",
                                str(t->n_write_threads), "--tier-max-pending",
-                               str(t->max_pending_cascades), "--tier-kv", t->kv_description});
+                               str(t->max_pending_cascades), "--tier-io-engine", t->io_engine,
+                               "--tier-io-depth", str(t->io_depth), "--tier-kv",
+                               t->kv_description});
     if (!t->direct_io) flags.push_back("--tier-no-direct-io");
   }
   return flags;

@@ -70,6 +70,12 @@ void add_pool_flags(CLI::App& cmd, pool_options& pool) {
   cmd.add_option("--tier-max-pending", t.max_pending_cascades, "Cascades in flight at most")
       ->capture_default_str();
   cmd.add_flag("--tier-no-direct-io", t.no_direct_io, "Buffered I/O for the tier's files");
+  cmd.add_option("--tier-io-engine", t.io_engine, "auto | io_uring | threads")
+      ->check(CLI::IsMember({"auto", "io_uring", "threads"}))
+      ->capture_default_str();
+  cmd.add_option("--tier-io-depth", t.io_depth, "io_uring: block I/Os in flight per ring")
+      ->check(CLI::Range(1u, 4096u))
+      ->capture_default_str();
   cmd.add_option("--tier-kv", t.kv_description, "What the KV is (part of the run digest)");
 }
 

@@ -29,6 +29,8 @@ struct tier_options {
   uint32_t n_write_threads = 16;
   uint32_t max_pending_cascades = 1024;
   bool no_direct_io = false;
+  std::string io_engine = "auto";
+  uint32_t io_depth = 4;
   std::string kv_description;  ///< part of the run digest (the KV cache's shape)
   /// The facades' tier; none without a root_dir.
   std::optional<embed::file_tier_config> config() const {
@@ -39,6 +41,8 @@ struct tier_options {
                                    .n_write_threads = n_write_threads,
                                    .max_pending_cascades = max_pending_cascades,
                                    .direct_io = !no_direct_io,
+                                   .io_engine = io_engine,
+                                   .io_depth = io_depth,
                                    .kv_description = kv_description};
   }
 };

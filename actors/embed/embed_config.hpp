@@ -64,6 +64,8 @@ struct file_tier_config {
   uint32_t n_write_threads = 16;
   uint32_t max_pending_cascades = 1024;
   bool direct_io = true;
+  std::string io_engine = "auto";  ///< auto | io_uring | threads (disk::io_engine_named)
+  uint32_t io_depth = 4;           ///< io_uring: block I/Os in flight per ring
   /// What the KV is besides its geometry and topology (the model, its dtype): part of the run
   /// digest, so a run with another never reads these files.
   std::string kv_description;

@@ -96,8 +96,19 @@ struct worker_connector::impl {
       spdlog::info("worker rank {}: file tier without O_DIRECT: {}", cfg.rank,
                    (*store)->direct_io_note());
     }
-    auto io = disk::file_io::create(std::move(*store), t.n_read_threads, t.n_write_threads);
+    const auto engine = disk::io_engine_named(t.io_engine);
+    if (!engine) {
+      return make_error(errc::invalid_argument, "file tier: io_engine '" + t.io_engine +
+                                                    "' is none of auto, io_uring, threads");
+    }
+    auto io = disk::file_io::create(std::move(*store), {.n_read_threads = t.n_read_threads,
+                                                        .n_write_threads = t.n_write_threads,
+                                                        .engine = *engine,
+                                                        .io_depth = t.io_depth});
     if (!io) return io.error();
+    if (!(*io)->engine_note().empty()) {
+      spdlog::info("worker rank {}: file tier I/O: {}", cfg.rank, (*io)->engine_note());
+    }
     tier_io = std::move(*io);
     tier.emplace(*tier_io, host->region(), cfg.pool.slot_bytes);
     return {};

@@ -226,6 +226,66 @@ TEST_P(FileStoreTest, WrongSizedBuffersAreRefused) {
   EXPECT_EQ(store->read(key(1), back).code(), errc::invalid_argument);
 }
 
+/// Files under the rank's directory whose names hold the temp marker.
+std::vector<std::string> temp_files(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    if (e.path().filename().string().find(".tmp.") != std::string::npos) {
+      out.push_back(e.path().string());
+    }
+  }
+  return out;
+}
+
+/// A removed block's file is kept under a temp name and overwritten by the next write: the
+/// removed block is gone, the new one reads back byte for byte, and nothing is left behind.
+TEST_P(FileStoreTest, ARemovedFileIsRecycledByTheNextWrite) {
+  auto store = open_ok(options(dir_.path()));
+  ASSERT_TRUE(store);
+  ASSERT_TRUE(store->write(key(1), kv(1)).ok());
+  ASSERT_TRUE(store->remove(key(1)).ok());
+  std::vector<char> back(payload);
+  EXPECT_EQ(store->read(key(1), back).code(), errc::not_found);
+  const auto kept = temp_files(store->rank_dir());
+  ASSERT_EQ(kept.size(), 1u);
+  struct stat before {};
+  ASSERT_EQ(::stat(kept.front().c_str(), &before), 0);
+
+  // into a shard directory not made yet
+  ASSERT_FALSE(
+      std::filesystem::exists(std::filesystem::path{store->path_of(key(300))}.parent_path()));
+  ASSERT_TRUE(store->write(key(300), kv(300)).ok());
+  EXPECT_TRUE(temp_files(store->rank_dir()).empty());
+  struct stat after {};
+  ASSERT_EQ(::stat(store->path_of(key(300)).c_str(), &after), 0);
+  EXPECT_EQ(after.st_ino, before.st_ino);  // the same file, overwritten
+  EXPECT_EQ(after.st_mode & 07777, 0600u);
+  ASSERT_TRUE(store->read(key(300), back).ok());
+  EXPECT_EQ(back, kv(300));
+  EXPECT_EQ(store->read(key(1), back).code(), errc::not_found);
+}
+
+TEST_P(FileStoreTest, RecycledFilesAreBoundedAndGoneWithTheStoreOrAtARestart) {
+  auto o = options(dir_.path());
+  o.recycled_files = 2;
+  auto store = open_ok(o);
+  ASSERT_TRUE(store);
+  for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(store->write(key(i), kv(i)).ok());
+  for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(store->remove(key(i)).ok());
+  EXPECT_EQ(temp_files(store->rank_dir()).size(), 2u);  // the other two were unlinked
+  EXPECT_TRUE(store->remove(key(77)).ok());             // a missing file is fine
+  const std::string rank_dir = store->rank_dir();
+  store.reset();
+  EXPECT_TRUE(temp_files(rank_dir).empty());
+
+  o.recycled_files = 0;
+  store = open_ok(o);
+  ASSERT_TRUE(store);
+  ASSERT_TRUE(store->write(key(5), kv(5)).ok());
+  ASSERT_TRUE(store->remove(key(5)).ok());
+  EXPECT_TRUE(temp_files(rank_dir).empty());  // off: unlinked at once
+}
+
 INSTANTIATE_TEST_SUITE_P(Disks, FileStoreTest, ::testing::Values("/tmp", "/dev/shm"),
                          [](const auto& info) {
                            return std::string{info.param} == "/tmp" ? "tmp" : "dev_shm";

@@ -468,7 +468,7 @@ TEST(ConfigLoaderTest, SecondaryTiersReadWithVllmKeysAndDefaults) {
       "      capacity_bytes: 64GiB\n"
       "      n_read_threads: 8\n"
       "    - {root_dir: /mnt/kv2, capacity_bytes: 4096, direct_io: false,\n"
-      "       max_pending_cascades: 16, n_write_threads: 2}\n");
+      "       max_pending_cascades: 16, n_write_threads: 2, io_engine: threads, io_depth: 32}\n");
   ASSERT_TRUE(l.ok()) << errors_of(l).front();
   const auto& t = l.config.offload.secondary_tiers;
   ASSERT_EQ(t.size(), 2u);
@@ -476,7 +476,10 @@ TEST(ConfigLoaderTest, SecondaryTiersReadWithVllmKeysAndDefaults) {
                                          .capacity_bytes = 64ULL << 30, .n_read_threads = 8}));
   EXPECT_EQ(t[1], (secondary_tier_config{.root_dir = "/mnt/kv2", .capacity_bytes = 4096,
                                          .n_write_threads = 2, .max_pending_cascades = 16,
-                                         .direct_io = false}));
+                                         .direct_io = false, .io_engine = "threads",
+                                         .io_depth = 32}));
+  EXPECT_EQ(t[0].io_engine, "auto");  // io_uring where the kernel allows it
+  EXPECT_EQ(t[0].io_depth, 4u);
   EXPECT_TRUE(load("").config.offload.secondary_tiers.empty());  // no tier by default
   // The printed config reads back as the same tiers.
   EXPECT_EQ(load(to_yaml(l.config)).config.offload.secondary_tiers, t);
@@ -502,6 +505,13 @@ TEST(ConfigLoaderTest, SecondaryTierErrorsAreNamedWithASuggestion) {
                           "range: must be >= 1",
                           "tp4.yaml:6: offload.secondary_tiers[0].n_read_threads: 0 is out of "
                           "range: must be in [1, 1024]"));  // in file order
+  EXPECT_THAT(errors_of(load("offload:\n  secondary_tiers:\n"
+                             "    - {root_dir: /x, capacity_bytes: 1, io_engine: io_urng,\n"
+                             "       io_depth: 0}\n")),
+              ElementsAre("tp4.yaml:3: offload.secondary_tiers[0].io_engine: \"io_urng\" is not "
+                          "one of auto, io_uring, threads; did you mean \"io_uring\"?",
+                          "tp4.yaml:4: offload.secondary_tiers[0].io_depth: 0 is out of range: "
+                          "must be in [1, 4096]"));
   EXPECT_THAT(errors_of(load("offload:\n  secondary_tiers: /mnt/kv\n")),
               ElementsAre(HasSubstr("tp4.yaml:2: offload.secondary_tiers: expected a list of "
                                     "tiers")));

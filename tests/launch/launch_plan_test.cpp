@@ -389,7 +389,8 @@ TEST(LaunchPlanTest, TwoTiersOrATierSmallerThanABlockFileAreRefused) {
 
 TEST(LaunchPlanTest, TheSchedulerAndEveryWorkerGetTheTiersFlags) {
   const auto c = loaded(with_tiers("[{root_dir: /tmp/kv, capacity_bytes: 1GiB, "
-                                   "n_read_threads: 3, direct_io: false}]"),
+                                   "n_read_threads: 3, direct_io: false, io_engine: threads, "
+                                   "io_depth: 8}]"),
                         {"runtime.port=0"});
   auto plan = make_plan(c, "inst", "secret");
   ASSERT_TRUE(plan.ok()) << plan.error().to_string();
@@ -399,6 +400,8 @@ TEST(LaunchPlanTest, TheSchedulerAndEveryWorkerGetTheTiersFlags) {
                                          "--tier-read-threads", "3",
                                          "--tier-write-threads", "16",
                                          "--tier-max-pending",  "1024",
+                                         "--tier-io-engine",    "threads",
+                                         "--tier-io-depth",     "8",
                                          "--tier-kv",           kv,
                                          "--tier-no-direct-io"};
   for (const auto& args : {scheduler_arguments(c, *plan, true),
@@ -411,11 +414,15 @@ TEST(LaunchPlanTest, TheSchedulerAndEveryWorkerGetTheTiersFlags) {
                  .capacity_bytes = 1ull << 30,
                  .n_read_threads = 3,
                  .no_direct_io = true,
+                 .io_engine = "threads",
+                 .io_depth = 8,
                  .kv_description = kv};
   ASSERT_TRUE(o.config().has_value());
   EXPECT_EQ(o.config()->kv_description, kv);
   EXPECT_FALSE(o.config()->direct_io);
   EXPECT_EQ(o.config()->n_read_threads, 3u);
+  EXPECT_EQ(o.config()->io_engine, "threads");
+  EXPECT_EQ(o.config()->io_depth, 8u);
   EXPECT_FALSE(tier_options{}.config().has_value());
   const auto none = make_plan(loaded(tp4pp2, {"runtime.port=0"}), "inst", "secret");
   ASSERT_TRUE(none.ok());
