@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <iostream>
 
 #include "actors/scheduler/handshake.hpp"
+#include "launch/config_file.hpp"
 #include "shm/segment.hpp"
 #include "shm/segment_header.hpp"
 
@@ -95,6 +97,44 @@ void add_network_flags(CLI::App& cmd, std::string& token, network_options& net) 
   cmd.add_option("--connection-timeout-ms", net.connection_timeout_ms,
                  "Silence after which a peer counts as lost")
       ->capture_default_str();
+}
+
+CLI::Option* add_config_flag(CLI::App& cmd, std::string& path) {
+  return cmd.add_option("--config", path,
+                        "Launch config (YAML, docs/config.md; - reads standard input) the options "
+                        "come from; the other flags given override it");
+}
+
+result<config_input> load_role_config(const std::string& path, const std::string& token,
+                                      const std::string& who) {
+  auto loaded = load_config_file(path, {});
+  if (!loaded.ok()) {
+    print_config_errors(loaded, who);
+    return make_error(errc::invalid_argument, "--config " + path + ": not a valid config");
+  }
+  const std::string& instance = loaded.config.runtime.instance;
+  auto plan = make_plan(loaded.config, instance.empty() ? "default" : instance, token);
+  if (!plan) return make_error(errc::invalid_argument, "--config " + path + ": " +
+                                                           plan.error().message());
+  return config_input{std::move(loaded.config), std::move(plan).value()};
+}
+
+int apply_role_config(CLI::App& cmd, const std::string& path, const std::string& token,
+                      const std::string& who,
+                      const std::function<status(const config_input&)>& fill) {
+  if (path.empty()) return 0;
+  auto in = load_role_config(path, token, who);
+  status st = in ? fill(*in) : status{in.error()};
+  if (!st) {
+    std::cerr << "kvconnect " << who << ": " << st.message() << std::endl;
+    return 2;
+  }
+  // An option's callback stores its parsed results into the variable it is bound to; running
+  // it again after the config filled the options puts the command line's values back on top.
+  for (CLI::Option* opt : cmd.get_options()) {
+    if (opt->count() > 0) opt->run_callback();
+  }
+  return 0;
 }
 
 }  // namespace kvc::launch
