@@ -13,7 +13,8 @@
 /// forwarded, a child's unexpected exit noticed at once (pidfds), a failed worker restarted with
 /// its next incarnation under restart.policy on-failure, every child waited for. At every exit
 /// no child is left (PR_SET_PDEATHSIG covers a launcher that is killed) and no shm segment of
-/// the launch is left (the scheduler removes node 0's; the launcher removes one a killed scheduler left).
+/// the launch is left (the scheduler removes node 0's; the launcher removes one a killed
+/// scheduler left).
 ///
 /// stdout carries the launcher's JSON lines: {"event":"cleanup",...} when stale segments were
 /// removed, {"event":"started",...} once the processes run, {"event":"ready",...} once every rank

@@ -16,6 +16,7 @@
 #include "launch/child_lines.hpp"
 #include "launch/launcher_output.hpp"
 #include "launch/node_processes.hpp"
+#include "launch/process_fault_actions.hpp"
 #include "launch/progress_display.hpp"
 #include "launch/spawned_process.hpp"
 #include "shm/segment.hpp"
@@ -41,8 +42,8 @@ std::string remote_executor(const launch_config& c) {
 class node_run::impl {
  public:
   impl(const launch_config& config, const launch_plan& plan, uint32_t node,
-           std::vector<rank_id> ranks, std::string binary, std::vector<std::string> env,
-           bool sim_engine, process_fault_schedule process_faults, uint64_t fault_seed)
+       std::vector<rank_id> ranks, std::string binary, std::vector<std::string> env,
+       bool sim_engine, process_fault_schedule process_faults, uint64_t fault_seed)
       : sim_engine_(sim_engine),
         config_(config),
         plan_(plan),
@@ -56,9 +57,17 @@ class node_run::impl {
              restarts_allowed(config) ? config.topology.restart.limit : 0, node == 0,
              sim_engine ? "simulated run" : "smoke run"),
         node_(node),
-        process_faults_(std::move(process_faults)),
-        fault_seed_(fault_seed),
-        stopped_(children_.size(), false) {}
+        faults_(std::move(process_faults), fault_seed,
+                std::chrono::milliseconds{config.runtime.connection_timeout_ms} +
+                    std::chrono::milliseconds{config.runtime.stop_timeout_ms},
+                fault_targets{.children = children_,
+                              .ranks = ranks_,
+                              .sup = sup_,
+                              .role = [this](size_t child) { return role(child); },
+                              .warn = [this](const std::string& m) {
+                                tell(spdlog::level::warn, m);
+                              },
+                              .fail = [this](const std::string& m) { own_line(m); }}) {}
 
   /// Runs until every child is gone; the launch's exit code.
   int run(signal_watcher& signals) {
@@ -101,11 +110,7 @@ class node_run::impl {
   const std::optional<clock::time_point>& ready_at() const { return ready_at_; }
   child_reports& reports() { return reports_; }
   std::optional<json> fault_report() const {
-    return reports_.fault_report({.scheduled = !process_faults_.empty(),
-                                  .seed = fault_seed_,
-                                  .fired = process_fired_,
-                                  .scheduler_killed = scheduler_killed_,
-                                  .workers_killed = workers_killed_});
+    return reports_.fault_report(faults_.tally());
   }
 
  private:
@@ -162,117 +167,13 @@ class node_run::impl {
   /// on their own.
   void apply(const std::vector<supervision::order>& orders, bool forwarded = false) {
     // After kill_scheduler the workers must end on their own: the launcher waits for them
-    // (orphan_deadline_) and signals none before.
-    if (orphan_deadline_ && !forwarded) return;
+    // and signals none before.
+    if (faults_.workers_left_alone() && !forwarded) return;
     for (const auto& o : orders) {
       if (!children_[o.child].running()) continue;
-      if (stopped_[o.child] && o.signal != SIGKILL) {
-        (void)children_[o.child].signal(SIGCONT);  // a stopped child could not act on it
-        stopped_[o.child] = false;
-      }
+      faults_.before_signal(o.child, o.signal);
       (void)children_[o.child].signal(o.signal);
     }
-  }
-
-  size_t child_of(rank_id rank) const {
-    return 1 + static_cast<size_t>(std::find(ranks_.begin(), ranks_.end(), rank) - ranks_.begin());
-  }
-
-  /// Carries out the process faults due once the scheduler completed `step`.
-  void fire_process_faults(step_id step) {
-    for (const process_action& a : process_faults_.due(step)) {
-      const size_t child = a.action == process_action::what::kill_scheduler ? 0 : child_of(a.rank);
-      if (child >= children_.size() || !children_[child].running() || sup_.stopping()) {
-        tell(spdlog::level::warn, "fault " + std::string(to_string(kind_of(a))) + " at step " +
-                                      std::to_string(step) + ": " + role(child) +
-                                      " is not running; not fired");
-        continue;
-      }
-      const int sig = a.action == process_action::what::stop_rank ? SIGSTOP : SIGKILL;
-      if (auto st = children_[child].signal(sig); !st) {
-        own_line("fault " + std::string(to_string(kind_of(a))) + ": " + st.to_string());
-        continue;
-      }
-      ++process_fired_[static_cast<size_t>(kind_of(a))];
-      const uint32_t incarnation = child == 0 ? 0 : sup_.incarnation(child);
-      if (a.action == process_action::what::stop_rank) {
-        stopped_[child] = true;
-        if (a.resume_ms) {
-          resumes_.push_back(
-              {clock::now() + std::chrono::milliseconds{*a.resume_ms}, child, incarnation});
-        }
-      }
-      if (a.action == process_action::what::kill_scheduler) {
-        scheduler_killed_ = true;
-        orphan_deadline_ = clock::now() +
-                           std::chrono::milliseconds{config_.runtime.connection_timeout_ms} +
-                           std::chrono::milliseconds{config_.runtime.stop_timeout_ms};
-      }
-      tell(spdlog::level::warn,
-           "fault " + std::string(to_string(kind_of(a))) + ": " +
-               (sig == SIGSTOP ? "SIGSTOP" : "SIGKILL") + " to the " + role(child) + " (pid " +
-               std::to_string(children_[child].pid()) + ") after step " + std::to_string(step) +
-               (a.action == process_action::what::stop_rank
-                    ? (a.resume_ms ? ", SIGCONT in " + std::to_string(*a.resume_ms) + " ms"
-                                   : ", never continued")
-                    : ""));
-      json line{{"event", "fault"},
-                {"kind", to_string(kind_of(a))},
-                {"step", step},
-                {"pid", children_[child].pid()}};
-      if (child != 0) {
-        line["rank"] = a.rank;
-        line["incarnation"] = incarnation;
-      }
-      emit(line);
-    }
-  }
-
-  /// The scheduler declared `rank`'s `incarnation` lost: a process stopped for good is killed
-  /// (and, under on-failure, restarted like any failed worker).
-  void on_rank_lost(rank_id rank, uint32_t incarnation) {
-    const size_t child = child_of(rank);
-    if (child >= children_.size() || !stopped_[child] || !children_[child].running()) return;
-    if (sup_.incarnation(child) != incarnation) return;
-    tell(spdlog::level::warn, "the scheduler lost the stopped " + role(child) + ": SIGKILL");
-    (void)children_[child].signal(SIGKILL);
-  }
-
-  /// SIGCONT to hung workers whose resume time came; after kill_scheduler, SIGKILL to the
-  /// workers still there at the orphan deadline.
-  void on_fault_time(clock::time_point now) {
-    for (auto it = resumes_.begin(); it != resumes_.end();) {
-      if (it->at > now) {
-        ++it;
-        continue;
-      }
-      if (stopped_[it->child] && children_[it->child].running() &&
-          sup_.incarnation(it->child) == it->incarnation) {
-        tell(spdlog::level::warn, "fault hang_rank: SIGCONT to the " + role(it->child));
-        (void)children_[it->child].signal(SIGCONT);
-        stopped_[it->child] = false;
-      }
-      it = resumes_.erase(it);
-    }
-    if (orphan_deadline_ && *orphan_deadline_ <= now) {
-      orphan_deadline_.reset();
-      for (size_t i = 1; i < children_.size(); ++i) {
-        if (!children_[i].running()) continue;
-        workers_killed_ = true;
-        own_line("the " + role(i) +
-            " did not exit within connection_timeout_ms + stop_timeout_ms of the scheduler's "
-            "death: SIGKILL");
-        (void)children_[i].signal(SIGKILL);
-      }
-    }
-  }
-
-  std::optional<clock::time_point> fault_deadline() const {
-    std::optional<clock::time_point> d = orphan_deadline_;
-    for (const auto& r : resumes_) {
-      if (!d || r.at < *d) d = r.at;
-    }
-    return d;
   }
 
   /// One poll() round: signals, output lines, exits, deadlines.
@@ -290,7 +191,7 @@ class node_run::impl {
     }
     int timeout = -1;
     std::optional<clock::time_point> d = sup_.deadline();
-    if (auto f = fault_deadline(); f && (!d || *f < *d)) d = f;
+    if (auto f = faults_.deadline(); f && (!d || *f < *d)) d = f;
     if (d) {
       const auto left = std::chrono::ceil<std::chrono::milliseconds>(*d - clock::now());
       timeout = static_cast<int>(std::max<int64_t>(0, left.count()));
@@ -318,13 +219,13 @@ class node_run::impl {
       }
       read_output(child, true);  // what it wrote before it ended comes first
       const int code = children_[child].reap();
-      stopped_[child] = false;
+      faults_.on_exit(child);
       tell(spdlog::level::info, role(child) + " (pid " + std::to_string(children_[child].pid()) +
                                     ") exited with code " + std::to_string(code));
       apply(sup_.on_exit(child, code, clock::now()));
       restart_due();
     }
-    on_fault_time(clock::now());
+    faults_.on_time(clock::now());
     apply(sup_.on_time(clock::now()));
   }
 
@@ -426,10 +327,12 @@ class node_run::impl {
 
   void on_scheduler_event(const child_event& event) {
     std::visit(overloaded{[&](const progress_event& e) {
-                            fire_process_faults(e.step);
+                            faults_.after_step(e.step);
                             show_progress(e);
                           },
-                          [&](const rank_lost_event& e) { on_rank_lost(e.rank, e.incarnation); },
+                          [&](const rank_lost_event& e) {
+                            faults_.on_rank_lost(e.rank, e.incarnation);
+                          },
                           [&](const listening_event& e) { on_listening(e); },
                           [&](const ready_event& e) {
                             if (!ready_at_) ready_at_ = clock::now();
@@ -489,20 +392,7 @@ class node_run::impl {
   std::string executor_;  ///< the simulated engine's executor channel (its "listening" line)
   std::optional<clock::time_point> ready_at_;
   child_reports reports_{ranks_};  ///< what the children reported
-  process_fault_schedule process_faults_;
-  uint64_t fault_seed_;
-  fault_counts process_fired_{};  ///< process faults carried out, by kind
-  std::vector<bool> stopped_;     ///< per child: SIGSTOPped and not continued
-  struct resume {
-    clock::time_point at;
-    size_t child;
-    uint32_t incarnation;
-  };
-  std::vector<resume> resumes_;  ///< hang_rank with resume=MS: SIGCONT due
-  bool scheduler_killed_ = false;
-  /// kill_scheduler: until then the workers must exit on their own; past it they are killed.
-  std::optional<clock::time_point> orphan_deadline_;
-  bool workers_killed_ = false;  ///< a worker outlived orphan_deadline_
+  process_fault_actions faults_;  ///< the config's process faults on the children
   progress_display progress_{::isatty(STDERR_FILENO) == 1,
                             std::chrono::milliseconds{config_.runtime.progress_interval_ms}};
 };

@@ -28,7 +28,8 @@ namespace kvc::launch {
 using topology_options = embed::topology_config;
 
 struct pool_options {
-  std::string instance = "default";  ///< names the segment: /kvc-<uid>-<instance>-node<node>
+  /// names the segment: /kvc-<uid>-<instance>-node<node>
+  std::string instance = defaults::instance;
   uint32_t slots = 64;               ///< CPU slots per rank
   synthetic_kv_spec kv;              ///< the shape of one offloaded block
 };
@@ -166,9 +167,9 @@ void add_network_flags(CLI::App& cmd, std::string& token, network_options& net);
 CLI::Option* add_config_flag(CLI::App& cmd, std::string& path);
 
 /// Loads the launch config at `path` (`-`: standard input) through the loader of `kvconnect
-/// launch` and derives its plan for `token`; the instance is runtime.instance, else "default".
-/// The config's errors are printed ("kvconnect <who>: ..."), the result is then
-/// errc::invalid_argument.
+/// launch` and derives its plan for `token`; the instance is runtime.instance, else
+/// defaults::instance. The config's errors are printed ("kvconnect <who>: ..."), the result
+/// is then errc::invalid_argument.
 result<config_input> load_role_config(const std::string& path, const std::string& token,
                                       const std::string& who);
 

@@ -32,6 +32,8 @@ inline constexpr uint32_t stop_timeout_ms = 5000;
 inline constexpr uint32_t gpu_block_size = 16;
 /// Where the scheduler listens and the workers reach it.
 inline constexpr const char* host = "127.0.0.1";
+/// Names a node's shm segment when nothing else does: /kvc-<uid>-<instance>-node<node>.
+inline constexpr const char* instance = "default";
 /// The copy engine's backend.
 inline constexpr const char* backend = "sim";
 

@@ -46,7 +46,7 @@ using topology_config = kvc::topology;
 /// process of the node comes first creates it and removes it when it ends; the others attach it
 /// after checking its geometry (vLLM builds its workers before its scheduler).
 struct pool_config {
-  std::string instance = "default";  ///< letters, digits, '-', '_', '.'
+  std::string instance = defaults::instance;  ///< letters, digits, '-', '_', '.'
   uint32_t slots_per_rank = 0;       ///< CPU slots = offloaded blocks the pool holds
   uint64_t slot_bytes = 0;           ///< bytes of one offloaded block on one rank
   bool prefault = false;  ///< fault the pages in up front (creator: all; worker: its rank)
