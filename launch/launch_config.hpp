@@ -10,6 +10,9 @@
 /// an empty `topology.placement` becomes "fill the nodes in order" and `offload.block_size` 0
 /// becomes `kv_cache.gpu_block_size`.
 ///
+/// The defaults that other layers share (timeouts, heartbeat, GPU block size, host, backend) are
+/// written once, in proto/defaults.hpp.
+///
 /// Plain data: no I/O, thread-safe to copy and read.
 #include <cstdint>
 #include <string>

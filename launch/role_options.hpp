@@ -5,15 +5,12 @@
 /// when the two were started with the same configuration. The options come from one launch
 /// config (--config: node_processes.hpp maps it, the way `kvconnect launch` starts its
 /// children) or from the built-in defaults; every flag given on the command line overrides
-/// what they say. Plain data, no CAF.
+/// what they say (role_flags.hpp). Plain data, no CAF.
 #include <chrono>
 #include <cstdint>
-#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "actors/embed/embed_config.hpp"
 #include "launch/launch_config.hpp"
@@ -151,36 +148,6 @@ struct worker_process_options {
   uint32_t gpu_block_size = defaults::gpu_block_size;
   trace_options trace;
 };
-
-/// --tp-size, --pp-size, --node.
-void add_topology_flags(CLI::App& cmd, topology_options& topo);
-/// --instance, --slots, --kv-layers, --kv-page-bytes, --gpu-blocks, --block-factor.
-void add_pool_flags(CLI::App& cmd, pool_options& pool);
-/// --fault (repeatable), --fault-seed.
-void add_fault_flags(CLI::App& cmd, fault_options& faults);
-/// --trace DIR, --trace-level messages|jobs.
-void add_trace_flags(CLI::App& cmd, trace_options& trace);
-/// --token (or $KVCONNECT_TOKEN), --heartbeat-ms, --connection-timeout-ms.
-void add_network_flags(CLI::App& cmd, std::string& token, network_options& net);
-/// --config FILE (`-`: standard input): the launch config (docs/config.md) the options come
-/// from; the other flags given override it.
-CLI::Option* add_config_flag(CLI::App& cmd, std::string& path);
-
-/// Loads the launch config at `path` (`-`: standard input) through the loader of `kvconnect
-/// launch` and derives its plan for `token`; the instance is runtime.instance, else
-/// defaults::instance. The config's errors are printed ("kvconnect <who>: ..."), the result
-/// is then errc::invalid_argument.
-result<config_input> load_role_config(const std::string& path, const std::string& token,
-                                      const std::string& who);
-
-/// Under --config `path` (empty: none, 0): loads it (load_role_config), lets `fill` set the
-/// command's options from it, then runs again the callbacks of every option of `cmd` given on
-/// the command line (or through its environment variable), so that the flags override the
-/// config. 0, or 2 with the error printed ("kvconnect <who>: ...") when the config or `fill`
-/// fails.
-int apply_role_config(CLI::App& cmd, const std::string& path, const std::string& token,
-                      const std::string& who,
-                      const std::function<status(const config_input&)>& fill);
 
 /// The role processes (role_processes.cpp): command-line wrappers around the embedding API's
 /// facades, the same code path an engine links. They print

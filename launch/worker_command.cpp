@@ -8,7 +8,7 @@
 
 #include "launch/commands.hpp"
 #include "launch/node_processes.hpp"
-#include "launch/role_options.hpp"
+#include "launch/role_flags.hpp"
 
 namespace kvc::launch {
 
