@@ -8,10 +8,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string num(const json& j, const char* key) {
-  return std::to_string(j.value(key, uint64_t{0}));
-}
-
 std::string plural(uint64_t n, const std::string& one, const std::string& many) {
   return std::to_string(n) + " " + (n == 1 ? one : many);
 }
@@ -26,7 +22,7 @@ std::string sim_text(const json& j) {
                                                        "the simulated run failed") +
                     " after " + count(j, "steps", "step", "steps") + ": " +
                     count(j, "requests_finished", "request", "requests") + " finished, " +
-                    num(j, "requests_aborted") + " aborted, " +
+                    std::to_string(j.value("requests_aborted", uint64_t{0})) + " aborted, " +
                     count(j, "jobs_failed", "job", "jobs") + " failed";
   const json problems = j.value("problems", json::array());
   if (problems.is_array() && !problems.empty() && problems[0].is_string()) {
@@ -35,61 +31,66 @@ std::string sim_text(const json& j) {
   return out;
 }
 
-std::string fault_report_text(const json& j) {
+std::string fault_report_text(const fault_outcome& o) {
   uint64_t fired = 0;
-  const json kinds = j.value("fired", json::object());
-  for (const auto& [kind, n] : kinds.items()) {
-    if (n.is_number_unsigned()) fired += n.get<uint64_t>();
-  }
+  for (uint64_t n : o.fired) fired += n;
   return "fault report: " + plural(fired, "fault", "faults") + " fired, " +
-         count(j, "jobs_failed", "job", "jobs") + " failed; the invariants " +
-         (j.value("invariants_ok", false) ? "hold" : "failed");
+         plural(o.jobs_failed, "job", "jobs") + " failed; the invariants " +
+         (invariants_ok(o) ? "hold" : "failed");
 }
 
 }  // namespace
 
-std::optional<std::string> child_line_text(const json& j, const std::string& line) {
-  if (!j.is_object() || !j.contains("event") || !j["event"].is_string()) return line;
-  const std::string event = j["event"].get<std::string>();
-  if (event == "progress" || event == "connector_steps" || event == "finished") {
-    return std::nullopt;
-  }
-  if (event == "listening") {
-    return "listening on port " + num(j, "port") + " for " +
-           count(j, "world_size", "rank", "ranks") + "; segment " + j.value("segment", "");
-  }
-  if (event == "ready") {
-    return "every rank registered (" + count(j, "world_size", "rank", "ranks") + "): running";
-  }
-  if (event == "registered") {
-    const uint64_t incarnation = j.value("incarnation", uint64_t{0});
-    return "registered as rank " + num(j, "rank") +
-           (incarnation > 0 ? " (incarnation " + std::to_string(incarnation) + ")" : "");
-  }
-  if (event == "runner") {
-    return "ran " + count(j, "steps", "step", "steps") + ": " +
-           count(j, "loads_verified", "load", "loads") + " verified, " +
-           count(j, "load_mismatches", "mismatch", "mismatches") + ", " +
-           count(j, "step_errors", "step error", "step errors");
-  }
-  if (event == "stopped") {
-    return j.contains("workers") ? "stopped (" + count(j, "workers", "worker", "workers") + ")"
-                                 : std::string("stopped");
-  }
-  if (event == "smoke") {
-    return "the smoke run passed: " + count(j, "steps", "step", "steps") + ", " +
-           count(j, "jobs_ok", "job", "jobs") + " completed, " + num(j, "jobs_failed") +
-           " failed";
-  }
-  if (event == "sim") return sim_text(j);
-  if (event == "fault_report") return fault_report_text(j);
-  if (event == "rank_lost") {
-    return "rank " + num(j, "rank") + " (incarnation " + num(j, "incarnation") + ") is lost";
-  }
-  if (event == "device_lost") {
-    return "rank " + num(j, "rank") + " lost its device: " + j.value("detail", "");
-  }
-  return line;
+std::optional<std::string> child_line_text(const child_event& event) {
+  using text = std::optional<std::string>;
+  return std::visit(
+      overloaded{
+          [](const progress_event&) -> text { return std::nullopt; },
+          [](const connector_steps_event&) -> text { return std::nullopt; },
+          [](const finished_event&) -> text { return std::nullopt; },
+          [](const listening_event& e) -> text {
+            return "listening on port " + std::to_string(e.port) + " for " +
+                   plural(e.world_size, "rank", "ranks") + "; segment " + e.segment;
+          },
+          [](const ready_event& e) -> text {
+            return "every rank registered (" + plural(e.world_size, "rank", "ranks") +
+                   "): running";
+          },
+          [](const registered_event& e) -> text {
+            return "registered as rank " + std::to_string(e.rank) +
+                   (e.incarnation > 0 ? " (incarnation " + std::to_string(e.incarnation) + ")"
+                                      : "");
+          },
+          [](const runner_event& e) -> text {
+            return "ran " + plural(e.steps, "step", "steps") + ": " +
+                   plural(e.loads_verified, "load", "loads") + " verified, " +
+                   plural(e.load_mismatches, "mismatch", "mismatches") + ", " +
+                   plural(e.step_errors, "step error", "step errors");
+          },
+          [](const stopped_event& e) -> text {
+            return e.workers ? "stopped (" + plural(*e.workers, "worker", "workers") + ")"
+                             : std::string("stopped");
+          },
+          [](const smoke_event& e) -> text {
+            return "the smoke run passed: " + plural(e.steps, "step", "steps") + ", " +
+                   plural(e.jobs_ok, "job", "jobs") + " completed, " +
+                   std::to_string(e.jobs_failed) + " failed";
+          },
+          [](const sim_event& e) -> text { return sim_text(e.summary); },
+          [](const fault_report_event& e) -> text { return fault_report_text(e.outcome); },
+          [](const rank_lost_event& e) -> text {
+            return "rank " + std::to_string(e.rank) + " (incarnation " +
+                   std::to_string(e.incarnation) + ") is lost";
+          },
+          [](const device_lost_event& e) -> text {
+            return "rank " + std::to_string(e.rank) + " lost its device: " + e.detail;
+          }},
+      event);
+}
+
+std::optional<std::string> child_line_text(const result<child_event>& parsed,
+                                           const std::string& line) {
+  return parsed ? child_line_text(*parsed) : line;
 }
 
 }  // namespace kvc::launch

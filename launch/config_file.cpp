@@ -42,17 +42,32 @@ std::string read_config_text(const std::string& path, std::string& text) {
   return "";
 }
 
+/// Reads standard input to its end into `text` (at most max_config_bytes).
+std::string read_stdin_text(std::string& text) {
+  text.resize(max_config_bytes + 1);
+  std::cin.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (std::cin.bad()) return "cannot read standard input";
+  text.resize(static_cast<size_t>(std::cin.gcount()));
+  if (text.size() > max_config_bytes) {
+    return "holds more than a config file may: at most " + std::to_string(max_config_bytes) +
+           " bytes (1 MiB)";
+  }
+  return "";
+}
+
 }  // namespace
 
 loaded_config load_config_file(const std::string& path, std::span<const std::string> overrides) {
   if (path.empty()) return load_config("", "<default>", overrides);
+  const bool from_stdin = path == "-";
   std::string text;
-  if (std::string problem = read_config_text(path, text); !problem.empty()) {
+  if (std::string problem = from_stdin ? read_stdin_text(text) : read_config_text(path, text);
+      !problem.empty()) {
     loaded_config out;
-    out.errors.push_back({path, 0, "", std::move(problem)});
+    out.errors.push_back({from_stdin ? "<stdin>" : path, 0, "", std::move(problem)});
     return out;
   }
-  return load_config(text, path, overrides);
+  return load_config(text, from_stdin ? "<stdin>" : path, overrides);
 }
 
 void print_config_errors(const loaded_config& loaded, const std::string& who) {

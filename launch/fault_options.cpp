@@ -34,14 +34,10 @@ std::string hint(std::string_view text) {
   return "";
 }
 
-std::vector<std::string> arguments(const fault_config& faults, const std::vector<fault_spec>& of) {
-  if (of.empty()) return {};
-  std::vector<std::string> args{"--fault-seed", std::to_string(faults.seed)};
-  for (const fault_spec& f : of) {
-    args.push_back("--fault");
-    args.push_back(format_fault_spec(f));
-  }
-  return args;
+std::vector<std::string> texts(const std::vector<fault_spec>& of) {
+  std::vector<std::string> out;
+  for (const fault_spec& f : of) out.push_back(format_fault_spec(f));
+  return out;
 }
 
 }  // namespace
@@ -62,20 +58,20 @@ result<fault_config> parse_fault_options(std::span<const std::string> texts, uin
   return c;
 }
 
-std::vector<std::string> scheduler_fault_arguments(const fault_config& faults) {
+std::vector<std::string> scheduler_fault_specs(const fault_config& faults) {
   std::vector<fault_spec> reported;
   for (const fault_spec& f : faults.specs) {
     if (site_of(f.kind) != fault_site::process) reported.push_back(f);
   }
-  return arguments(faults, reported);
+  return texts(reported);
 }
 
-std::vector<std::string> worker_fault_arguments(const fault_config& faults, rank_id rank) {
+std::vector<std::string> worker_fault_specs(const fault_config& faults, rank_id rank) {
   std::vector<fault_spec> mine;
   for (const fault_spec& f : faults.specs) {
     if (site_of(f.kind) == fault_site::copy && (!f.rank || *f.rank == rank)) mine.push_back(f);
   }
-  return arguments(faults, mine);
+  return texts(mine);
 }
 
 std::string fault_override(const std::vector<std::string>& specs) {

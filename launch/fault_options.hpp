@@ -25,12 +25,11 @@ result<fault_config> parse_fault_options(std::span<const std::string> texts, uin
 /// runtime.faults: `runtime.faults=["spec", ...]`, each a YAML double-quoted string.
 std::string fault_override(const std::vector<std::string>& specs);
 
-/// The command-line arguments (`--fault-seed N --fault SPEC ...`) that carry the faults
-/// concerning the scheduler process: the channel's, which it injects, and the copy faults,
-/// which it does not inject but which make it print the run's fault report (the coordinator's
-/// counts, the invariants); empty when there are none.
-std::vector<std::string> scheduler_fault_arguments(const fault_config& faults);
+/// The faults (as --fault specs) concerning the scheduler process: the channel's, which it
+/// injects, and the copy faults, which it does not inject but which make it print the run's
+/// fault report (the coordinator's counts, the invariants); empty when there are none.
+std::vector<std::string> scheduler_fault_specs(const fault_config& faults);
 /// The same for rank `rank`'s worker process (its copy faults: rank=`rank` or every rank).
-std::vector<std::string> worker_fault_arguments(const fault_config& faults, rank_id rank);
+std::vector<std::string> worker_fault_specs(const fault_config& faults, rank_id rank);
 
 }  // namespace kvc::launch

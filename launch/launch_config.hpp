@@ -10,16 +10,21 @@
 /// an empty `topology.placement` becomes "fill the nodes in order" and `offload.block_size` 0
 /// becomes `kv_cache.gpu_block_size`.
 ///
+/// The defaults that other layers share (timeouts, heartbeat, GPU block size, host, backend) are
+/// written once, in proto/defaults.hpp.
+///
 /// Plain data: no I/O, thread-safe to copy and read.
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "proto/defaults.hpp"
+
 namespace kvc::launch {
 
 struct node_config {
   std::string name = "node0";
-  std::string host = "127.0.0.1";
+  std::string host = defaults::host;
   uint64_t shm_bytes = 0;  ///< the node's shm budget for its segment; 0: not checked
   friend bool operator==(const node_config&, const node_config&) = default;
 };
@@ -36,7 +41,7 @@ struct topology_section {
   uint32_t pipeline_parallel = 1;
   /// Node name of every global rank (rank = pp_rank * tensor_parallel + tp_rank).
   std::vector<std::string> placement;
-  std::string backend = "sim";  ///< sim | cuda
+  std::string backend = defaults::backend;  ///< sim | cuda
   restart_config restart;
   friend bool operator==(const topology_section&, const topology_section&) = default;
 };
@@ -51,7 +56,7 @@ struct kv_cache_section {
   /// 2 * gpu_block_size * heads per rank * head_dim * dtype_bytes. An engine that embeds
   /// kvconnect sets it from its own KV tensors (kvconnect.vllm: vLLM's kv_cache_config).
   uint64_t page_bytes = 0;
-  uint32_t gpu_block_size = 16;       ///< tokens per GPU block
+  uint32_t gpu_block_size = defaults::gpu_block_size;  ///< tokens per GPU block
   /// Tokens per request block hash (vLLM's cache_config.block_size, the granularity of a
   /// request's block_hashes); 0: gpu_block_size. Must divide gpu_block_size.
   uint32_t hash_block_size = 0;
@@ -91,7 +96,7 @@ struct offload_section {
 };
 
 struct runtime_section {
-  std::string host = "127.0.0.1";  ///< where the scheduler listens
+  std::string host = defaults::host;  ///< where the scheduler listens
   uint32_t port = 0;               ///< 0: a free port
   /// The simulated engine's executor channel, bound on the scheduler's host (topology.nodes[0]
   /// .host with several nodes); 0: runtime.port + 1 when port is fixed, else a free port.
@@ -101,16 +106,18 @@ struct runtime_section {
   /// Names the shm segments (/kvc-<uid>-<instance>-node<n>); empty: chosen by the launcher.
   std::string instance;
   std::string log_level = "info";  ///< trace | debug | info | warn | error | off; every process
-  uint32_t heartbeat_ms = 100;
-  uint32_t connection_timeout_ms = 1000;
-  uint32_t register_timeout_ms = 5000;
-  uint32_t ready_timeout_ms = 30000;
+  uint32_t heartbeat_ms = defaults::heartbeat_ms;
+  uint32_t connection_timeout_ms = defaults::connection_timeout_ms;
+  uint32_t register_timeout_ms = defaults::register_timeout_ms;
+  uint32_t ready_timeout_ms = defaults::ready_timeout_ms;
   /// How long the engine of a launch waits for one step's output; above job_timeout_ms, so that
   /// a lost report fails its jobs at their deadline instead of ending the run (check_config).
-  uint32_t step_timeout_ms = 60000;
-  uint32_t stop_timeout_ms = 5000;
-  uint32_t job_timeout_ms = 30000;     ///< a job's deadline after its step; 0: none by time
-  uint32_t job_timeout_steps = 1000;  ///< a job's deadline in later steps; 0: none by steps
+  uint32_t step_timeout_ms = defaults::step_timeout_ms;
+  uint32_t stop_timeout_ms = defaults::stop_timeout_ms;
+  /// a job's deadline after its step; 0: none by time
+  uint32_t job_timeout_ms = defaults::job_timeout_ms;
+  /// a job's deadline in later steps; 0: none by steps
+  uint32_t job_timeout_steps = defaults::job_timeout_steps;
   /// The launcher's progress line off a terminal: one every this many ms; 0: none.
   uint32_t progress_interval_ms = 5000;
   /// Injected faults, one spec each (docs/faults.md); checked by the loader.

@@ -7,11 +7,14 @@
 /// one worker process per rank of the node; on any other node the node's segment (created here,
 /// removed at the end) and its workers, which register with node 0's scheduler at
 /// runtime.port and (simulated engine) subscribe to its executor channel at node 0's host and
-/// the executor port (executor_port_of). Then it carries out supervision's orders (supervision.hpp): signals forwarded,
-/// a child's unexpected exit noticed at once (pidfds), a failed worker restarted with its next
-/// incarnation under restart.policy on-failure, every child waited for. At every exit no child
-/// is left (PR_SET_PDEATHSIG covers a launcher that is killed) and no shm segment of the launch
-/// is left (the scheduler removes node 0's; the launcher removes one a killed scheduler left).
+/// the executor port (executor_port_of). The processes run in node_run (node_run.hpp: each
+/// child gets the config on its stdin, node_processes.hpp, and talks in child events,
+/// child_events.hpp), which carries out supervision's orders (supervision.hpp): signals
+/// forwarded, a child's unexpected exit noticed at once (pidfds), a failed worker restarted with
+/// its next incarnation under restart.policy on-failure, every child waited for. At every exit
+/// no child is left (PR_SET_PDEATHSIG covers a launcher that is killed) and no shm segment of
+/// the launch is left (the scheduler removes node 0's; the launcher removes one a killed
+/// scheduler left).
 ///
 /// stdout carries the launcher's JSON lines: {"event":"cleanup",...} when stale segments were
 /// removed, {"event":"started",...} once the processes run, {"event":"ready",...} once every rank

@@ -1,18 +1,22 @@
 #pragma once
 /// Options of the role processes (`kvconnect scheduler`, `kvconnect worker`) and the flags they
-/// share. Both sides derive the node's pool from the same flags (topology, --instance, --slots,
+/// share. Both sides derive the node's pool from the same options (topology, instance, slots,
 /// the KV cache shape), so the layout checksum a worker registers with equals the segment's only
-/// when the two were started with the same configuration. Plain data, no CAF.
+/// when the two were started with the same configuration. The options come from one launch
+/// config (--config: node_processes.hpp maps it, the way `kvconnect launch` starts its
+/// children) or from the built-in defaults; every flag given on the command line overrides
+/// what they say (role_flags.hpp). Plain data, no CAF.
 #include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-
 #include "actors/embed/embed_config.hpp"
+#include "launch/launch_config.hpp"
+#include "launch/launch_plan.hpp"
 #include "launch/synthetic_kv.hpp"
+#include "proto/defaults.hpp"
 #include "proto/status.hpp"
 #include "shm/pool_geometry.hpp"
 
@@ -32,6 +36,18 @@ struct tier_options {
   std::string io_engine = "auto";
   uint32_t io_depth = 4;
   std::string kv_description;  ///< part of the run digest (the KV cache's shape)
+  /// The flags that give `t` (the plan's tier, launch_plan.hpp).
+  static tier_options of(const embed::file_tier_config& t) {
+    return {.root_dir = t.root_dir,
+            .capacity_bytes = t.capacity_bytes,
+            .n_read_threads = t.n_read_threads,
+            .n_write_threads = t.n_write_threads,
+            .max_pending_cascades = t.max_pending_cascades,
+            .no_direct_io = !t.direct_io,
+            .io_engine = t.io_engine,
+            .io_depth = t.io_depth,
+            .kv_description = t.kv_description};
+  }
   /// The facades' tier; none without a root_dir.
   std::optional<embed::file_tier_config> config() const {
     if (root_dir.empty()) return std::nullopt;
@@ -48,7 +64,8 @@ struct tier_options {
 };
 
 struct pool_options {
-  std::string instance = "default";  ///< names the segment: /kvc-<uid>-<instance>-node<node>
+  /// names the segment: /kvc-<uid>-<instance>-node<node>
+  std::string instance = defaults::instance;
   uint32_t slots = 64;               ///< CPU slots per rank
   synthetic_kv_spec kv;              ///< the shape of one offloaded block
   tier_options tier;
@@ -76,8 +93,8 @@ inline std::chrono::milliseconds ready_timeout_for(uint32_t ready_timeout_ms,
 }
 
 struct network_options {
-  uint32_t heartbeat_ms = 100;
-  uint32_t connection_timeout_ms = 1000;
+  uint32_t heartbeat_ms = defaults::heartbeat_ms;
+  uint32_t connection_timeout_ms = defaults::connection_timeout_ms;
   /// The facades' network settings for `host` and `port`.
   embed::network_config facade(const std::string& host, uint16_t port) const;
 };
@@ -96,29 +113,38 @@ struct trace_options {
   embed::observe_config observe() const;
 };
 
+/// What a role process was started with under --config: the launch config and its plan.
+struct config_input {
+  launch_config config;
+  launch_plan plan;
+};
+
 struct scheduler_process_options {
   topology_options topology;
   pool_options pool;
   network_options network;
   std::string token;
-  std::string host = "127.0.0.1";  ///< the address to listen on
+  std::string host = defaults::host;  ///< the address to listen on
   uint16_t port = 0;  ///< 0: any free port (printed in the "listening" line)
   bool prefault = false;
-  uint32_t job_timeout_ms = 30000;     ///< a job's deadline after its step; 0: none by time
-  uint32_t job_timeout_steps = 1000;  ///< a job's deadline in later steps; 0: none by steps
+  /// a job's deadline after its step; 0: none by time
+  uint32_t job_timeout_ms = defaults::job_timeout_ms;
+  /// a job's deadline in later steps; 0: none by steps
+  uint32_t job_timeout_steps = defaults::job_timeout_steps;
   /// > 0: once every rank registered, drive this many steps of store/load round trips, check the
   /// pool's bytes, then stop the workers and exit (0 when every job succeeded and every check
   /// passed). 0: serve until SIGINT/SIGTERM.
   uint32_t smoke_steps = 0;
-  /// Non-empty: the launch config (YAML, docs/config.md) of the simulated engine this process
-  /// runs instead of serving (launch/sim_engine/): every rank registered and subscribed to the
-  /// executor channel, it runs the workload's steps, prints {"event":"sim",...} and stops the
-  /// workers. Exclusive with smoke_steps.
-  std::string sim_engine_config;
-  uint32_t ready_timeout_ms = 30000;  ///< smoke / sim: how long to wait for every rank
+  /// Set: the launch config and plan (--config with --engine sim) of the simulated engine this
+  /// process runs instead of serving (launch/sim_engine/): every rank registered and subscribed
+  /// to the executor channel, it runs the workload's steps, prints {"event":"sim",...} and stops
+  /// the workers. Exclusive with smoke_steps.
+  std::optional<config_input> sim_engine;
+  /// smoke / sim: how long to wait for every rank
+  uint32_t ready_timeout_ms = defaults::ready_timeout_ms;
   /// smoke / sim: how long one step's output may take; above job_timeout_ms (step_wait_problem)
-  uint32_t step_timeout_ms = 60000;
-  uint32_t stop_timeout_ms = 5000;    ///< how long stopping the workers may take
+  uint32_t step_timeout_ms = defaults::step_timeout_ms;
+  uint32_t stop_timeout_ms = defaults::stop_timeout_ms;  ///< how long stopping the workers may take
   /// Smoke: after the steps, keep serving (metrics, KV-event replay) until SIGINT/SIGTERM.
   bool serve_after_smoke = false;
   uint16_t metrics_port = 0;              ///< GET /metrics on host:metrics_port; 0: off
@@ -144,34 +170,24 @@ struct worker_process_options {
   pool_options pool;
   network_options network;
   std::string token;
-  std::string host = "127.0.0.1";
+  std::string host = defaults::host;
   uint16_t port = 0;
   uint32_t rank = 0;  ///< global rank; tp_rank = rank % tp_size, pp_rank = rank / tp_size
   uint32_t incarnation = 0;
-  std::string backend = "sim";
+  std::string backend = defaults::backend;
   int device = 0;
   bool prefault = true;
-  uint32_t register_timeout_ms = 5000;
+  uint32_t register_timeout_ms = defaults::register_timeout_ms;
   /// Injected faults: this rank's copy faults wrap its copy engine, the others are ignored.
   fault_options faults;
   /// Non-empty: run the simulated engine's model runner, taking each step's model input from
   /// the scheduler's executor channel at this endpoint; prints {"event":"runner",...} (its
   /// load checks) when it ends. Empty: the synthetic cache, no forward pass.
   std::string executor;
-  uint32_t gpu_block_size = 16;  ///< tokens per GPU block (the model runner's slots)
+  /// tokens per GPU block (the model runner's slots)
+  uint32_t gpu_block_size = defaults::gpu_block_size;
   trace_options trace;
 };
-
-/// --tp-size, --pp-size, --node.
-void add_topology_flags(CLI::App& cmd, topology_options& topo);
-/// --instance, --slots, --kv-layers, --kv-page-bytes, --gpu-blocks, --block-factor.
-void add_pool_flags(CLI::App& cmd, pool_options& pool);
-/// --fault (repeatable), --fault-seed.
-void add_fault_flags(CLI::App& cmd, fault_options& faults);
-/// --trace DIR, --trace-level messages|jobs.
-void add_trace_flags(CLI::App& cmd, trace_options& trace);
-/// --token (or $KVCONNECT_TOKEN), --heartbeat-ms, --connection-timeout-ms.
-void add_network_flags(CLI::App& cmd, std::string& token, network_options& net);
 
 /// The role processes (role_processes.cpp): command-line wrappers around the embedding API's
 /// facades, the same code path an engine links. They print

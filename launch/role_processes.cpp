@@ -26,7 +26,7 @@
 
 #include "actors/embed/scheduler_connector.hpp"
 #include "actors/embed/worker_connector.hpp"
-#include "launch/config_loader.hpp"
+#include "launch/child_events.hpp"
 #include "launch/fault_options.hpp"
 #include "launch/fault_report.hpp"
 #include "launch/launch_plan.hpp"
@@ -56,17 +56,15 @@ void use_stderr_logging(const std::string& role) {
 
 /// One machine-readable line on stdout, flushed (readers wait for it). A reader that went away
 /// is logged once; the process goes on (SIGPIPE is ignored, see main.cpp).
-void emit(const std::string& line) {
+void emit(const child_event& event) {
   static bool reported = false;
-  std::cout << line << std::endl;
+  std::cout << to_line(event) << std::endl;
   if (!std::cout && !reported) {
     reported = true;
     spdlog::warn("stdout is gone (its reader closed it): JSON lines are dropped from here on");
   }
   std::cout.clear();
 }
-
-void emit(const nlohmann::json& line) { emit(line.dump()); }
 
 /// A rank's connector time of each step, to the launcher as the run goes:
 /// {"event":"connector_steps","rank":r,"ns":[[step,ns],...]} every `batch` steps and the rest
@@ -82,7 +80,7 @@ class connector_steps_out {
   }
   void flush() {
     if (steps_.empty()) return;
-    emit({{"event", "connector_steps"}, {"rank", rank_}, {"ns", steps_}});
+    emit(connector_steps_event{rank_, steps_});
     steps_.clear();
   }
 
@@ -133,7 +131,7 @@ void report_lost_ranks(const embed::scheduler_connector& sc,
                        std::set<std::pair<rank_id, uint32_t>>& told) {
   for (const embed::lost_rank& l : sc.lost_ranks()) {
     if (!told.insert({l.rank, l.incarnation}).second) continue;
-    emit({{"event", "rank_lost"}, {"rank", l.rank}, {"incarnation", l.incarnation}});
+    emit(rank_lost_event{l.rank, l.incarnation});
   }
 }
 
@@ -145,7 +143,7 @@ int smoke(embed::scheduler_connector& sc, smoke_engine& engine, const scheduler_
                   st.to_string());
     return 1;
   }
-  emit({{"event", "ready"}, {"world_size", o.topology.world_size()}});
+  emit(ready_event{o.topology.world_size()});
   std::set<std::pair<rank_id, uint32_t>> told;
   for (uint64_t k = 0; k < o.smoke_steps; ++k) {
     if (signals.signalled()) return 1;
@@ -163,19 +161,19 @@ int smoke(embed::scheduler_connector& sc, smoke_engine& engine, const scheduler_
       spdlog::error("{}", st.to_string());
       return 1;
     }
-    emit({{"event", "progress"},
-          {"step", k + 1},
-          {"steps", o.smoke_steps},
-          {"jobs_ok", engine.jobs_ok()},
-          {"jobs_failed", engine.jobs_failed()}});
+    emit(progress_event{k + 1,
+                        {{"event", "progress"},
+                         {"step", k + 1},
+                         {"steps", o.smoke_steps},
+                         {"jobs_ok", engine.jobs_ok()},
+                         {"jobs_failed", engine.jobs_failed()}}});
   }
-  emit({{"event", "smoke"},
-        {"steps", o.smoke_steps},
-        {"jobs_ok", engine.jobs_ok()},
-        {"jobs_failed", engine.jobs_failed()},
-        {"rounds_interrupted", engine.rounds_interrupted()},
-        {"slots_checked", engine.slots_checked()},
-        {"bytes", engine.bytes_moved()}});
+  emit(smoke_event{.steps = o.smoke_steps,
+                   .jobs_ok = engine.jobs_ok(),
+                   .jobs_failed = engine.jobs_failed(),
+                   .rounds_interrupted = engine.rounds_interrupted(),
+                   .slots_checked = engine.slots_checked(),
+                   .bytes = engine.bytes_moved()});
   return 0;
 }
 
@@ -206,7 +204,7 @@ int simulate(embed::scheduler_connector& sc, const launch_config& c,
     spdlog::error("sim: {}", st.to_string());
     return 1;
   }
-  emit({{"event", "ready"}, {"world_size", o.topology.world_size()}});
+  emit(ready_event{o.topology.world_size()});
   sim::loop_options lo;
   lo.step_timeout = milliseconds{o.step_timeout_ms};
   lo.offloaded_block_bytes = offloaded_block_bytes;
@@ -237,15 +235,16 @@ int simulate(embed::scheduler_connector& sc, const launch_config& c,
   };
   lo.on_step = [&](const sim::run_report& r) {
     report_lost_ranks(sc, told);
-    emit({{"event", "progress"},
-          {"step", r.steps},
+    emit(progress_event{r.steps,
+                        {{"event", "progress"},
+                         {"step", r.steps},
           {"steps", c.workload.steps},
           {"requests_finished", r.requests_finished},
           {"requests_running", r.requests_arrived - r.requests_finished - r.requests_aborted},
           {"prefill_tokens_computed", r.prefill_tokens_computed},
           {"cpu_hit_tokens", r.cpu_hit_tokens},
           {"gpu_hit_tokens", r.gpu_hit_tokens},
-          {"jobs_failed", r.jobs_failed}});
+                         {"jobs_failed", r.jobs_failed}}});
   };
   auto rep = sim::run_engine_loop(c, &sc, lo);
   if (auto st = executor.publish({true, {}}); !st) spdlog::warn("sim: {}", st.to_string());
@@ -254,10 +253,8 @@ int simulate(embed::scheduler_connector& sc, const launch_config& c,
   rep.faults_fired = f.injected;  // the channel's; the launcher adds the workers' copy faults
   rep.late_reports_dropped = f.late_reports;
   rep.duplicates_dropped = f.duplicates;
-  emit(sim::finished_json(rep.finished));  // what `kvconnect launch --compare` pairs
-  auto line = sim::summary_json(rep);  // the launcher adds the workers' checks and prints it
-  line["event"] = "sim";
-  emit(line);
+  emit(finished_event{sim::finished_json(rep.finished)});  // what `launch --compare` pairs
+  emit(sim_event{sim::summary_json(rep)});  // the launcher adds the workers' checks, prints it
   report = rep;
   return rep.ok() ? 0 : 1;
 }
@@ -325,8 +322,8 @@ status run_model(embed::worker_connector& wc, sim::model_runner& runner,
 constexpr int device_lost_exit_code = 4;
 
 /// The copy faults a worker injected, for its last line (the launcher adds them up).
-nlohmann::json fired_copy_faults(const fault_counts& fired) {
-  nlohmann::json out;
+fired_faults fired_copy_faults(const fault_counts& fired) {
+  fired_faults out;
   for (fault_kind k : {fault_kind::fail_copy, fault_kind::delay_copy, fault_kind::lose_device}) {
     out[std::string{to_string(k)}] = fired[static_cast<size_t>(k)];
   }
@@ -338,11 +335,8 @@ nlohmann::json fired_copy_faults(const fault_counts& fired) {
 int device_lost(const worker_process_options& o, const embed::worker_connector& wc,
                 const status& why) {
   spdlog::error("worker rank {}: {}: exiting so that the rank restarts", o.rank, why.to_string());
-  emit({{"event", "device_lost"},
-        {"rank", o.rank},
-        {"incarnation", o.incarnation},
-        {"detail", why.message()},
-        {"fired", fired_copy_faults(wc.injected_faults())}});
+  emit(device_lost_event{o.rank, o.incarnation, why.message(),
+                         fired_copy_faults(wc.injected_faults())});
   return device_lost_exit_code;
 }
 
@@ -368,7 +362,7 @@ int run_scheduler_process(const scheduler_process_options& o) {
   use_stderr_logging("scheduler");
   auto faults = parse_fault_options(o.faults.specs, o.faults.seed);
   if (!faults) return fail("scheduler", 2, faults.error().message());
-  if (o.smoke_steps > 0 || !o.sim_engine_config.empty()) {  // an engine that waits for steps
+  if (o.smoke_steps > 0 || o.sim_engine) {  // an engine that waits for steps
     if (auto p = step_wait_problem(o.step_timeout_ms, o.job_timeout_ms, "--step-timeout-ms",
                                    "--job-timeout-ms", false);
         !p.empty()) {
@@ -377,22 +371,6 @@ int run_scheduler_process(const scheduler_process_options& o) {
   }
   auto plan = derive_pool(o.topology, o.pool);
   if (!plan) return fail("scheduler", 1, plan.error().to_string());
-  std::optional<launch_config> sim_config;
-  std::optional<launch_plan> sim_plan;
-  if (!o.sim_engine_config.empty()) {
-    auto loaded = load_config(o.sim_engine_config, "--sim-engine-config", {});
-    if (!loaded.ok()) {
-      return fail("scheduler", 1, "--sim-engine-config: " + loaded.errors[0].to_string());
-    }
-    auto derived = make_plan(loaded.config, o.pool.instance, o.token);
-    if (!derived) return fail("scheduler", 1, derived.error().to_string());
-    if (derived->pool.num_slots != plan->geometry.num_slots ||
-        derived->kv.slot_bytes != plan->geometry.slot_bytes) {
-      return fail("scheduler", 1, "--sim-engine-config: its pool differs from the pool flags'");
-    }
-    sim_config = loaded.config;
-    sim_plan = std::move(derived).value();
-  }
   std::optional<smoke_engine> engine;
   if (o.smoke_steps > 0) {
     auto s = smoke_engine::create(plan->geometry.world_size, o.pool.slots, o.pool.kv,
@@ -409,7 +387,7 @@ int run_scheduler_process(const scheduler_process_options& o) {
   cfg.pool = pool_of(o.pool, o.prefault);
   cfg.planner.gpu_block_size = smoke_engine::gpu_block_size;
   cfg.planner.offloaded_block_size = o.pool.kv.block_factor * smoke_engine::gpu_block_size;
-  if (sim_plan) cfg.planner = sim_plan->scheduler.planner;  // the config's block sizes, policy
+  if (o.sim_engine) cfg.planner = o.sim_engine->plan.scheduler.planner;  // block sizes, policy
   cfg.file_tier = o.pool.tier.config();
   cfg.job_timeout = milliseconds{o.job_timeout_ms};
   cfg.observe.serve_metrics = o.metrics_port != 0;
@@ -427,34 +405,34 @@ int run_scheduler_process(const scheduler_process_options& o) {
   auto sc = embed::scheduler_connector::create(cfg);
   if (!sc) return fail("scheduler", 1, "cannot start: " + sc.error().to_string());
   std::unique_ptr<sim::executor_publisher> executor;
-  if (sim_config) {
-    auto p = sim::executor_publisher::create(o.host, executor_port_of(sim_config->runtime),
-                                             o.token);
+  if (o.sim_engine) {
+    const uint16_t port = executor_port_of(o.sim_engine->config.runtime);
+    auto p = sim::executor_publisher::create(o.host, port, o.token);
     if (!p) return fail("scheduler", 1, "cannot start: " + p.error().to_string());
     executor = std::move(p).value();
   }
   // A second signal exits at once; the pool's name must not outlive the process.
   signals.on_second_signal([name = plan->segment] { ::shm_unlink(name.c_str()); });
-  emit({{"event", "listening"},
-        {"port", (*sc)->port()},
-        {"segment", plan->segment},
-        {"layout_checksum", plan->layout_checksum},
-        {"world_size", plan->geometry.world_size},
-        {"executor", executor ? executor->endpoint() : std::string{}},
-        {"pid", ::getpid()},
-        {"metrics_port", (*sc)->metrics_port()},
-        {"kv_events_endpoint", (*sc)->kv_events_endpoint()},
-        {"kv_events_replay_endpoint", (*sc)->kv_events_replay_endpoint()}});
+  emit(listening_event{.port = (*sc)->port(),
+                       .segment = plan->segment,
+                       .layout_checksum = plan->layout_checksum,
+                       .world_size = plan->geometry.world_size,
+                       .executor = executor ? executor->endpoint() : std::string{},
+                       .pid = ::getpid(),
+                       .metrics_port = (*sc)->metrics_port(),
+                       .kv_events_endpoint = (*sc)->kv_events_endpoint(),
+                       .kv_events_replay_endpoint = (*sc)->kv_events_replay_endpoint()});
   spdlog::info(
       "scheduler: listening on {}:{} for {} ranks; segment {} ({} slots of {} "
       "bytes per rank)",
       o.host, (*sc)->port(), plan->geometry.world_size, plan->segment, plan->geometry.num_slots,
       plan->geometry.slot_bytes);
   std::optional<sim::run_report> sim_report;
+  const uint64_t offloaded_block_bytes =
+      o.sim_engine ? o.sim_engine->plan.kv.slot_bytes * o.sim_engine->plan.kv.world_size : 0;
   int code = engine     ? smoke(**sc, *engine, o, signals)
-             : executor ? simulate(**sc, *sim_config, *executor, o,
-                                   sim_plan->kv.slot_bytes * sim_plan->kv.world_size, signals,
-                                   sim_report)
+             : executor ? simulate(**sc, o.sim_engine->config, *executor, o,
+                                   offloaded_block_bytes, signals, sim_report)
                         : serve(**sc, signals);
   if (engine && code == 0 && o.serve_after_smoke) code = serve(**sc, signals);
   if (int sig = signals.signalled()) spdlog::info("scheduler: signal {}: shutting down", sig);
@@ -464,12 +442,12 @@ int run_scheduler_process(const scheduler_process_options& o) {
     spdlog::error("scheduler: stopping the workers: {}", stopped.error().to_string());
     code = 1;
   } else {
-    emit({{"event", "stopped"}, {"workers", *stopped}});
+    emit(stopped_event{.workers = *stopped});
   }
   if (!faults->empty()) {  // the last line
     const fault_outcome outcome = sim_report ? sim::fault_outcome_of(*sim_report, faults->seed)
                                              : scheduler_outcome(**sc, faults->seed);
-    emit(fault_report_line(outcome));
+    emit(fault_report_event{outcome});
     code = fault_report_exit_code(outcome, code);
   }
   return code;
@@ -548,10 +526,7 @@ int run_worker_process(const worker_process_options& o) {
   }
   if (auto st = (*wc)->register_with_scheduler(); !st) return refused(st, true);
   spdlog::info("worker: registered as rank {} (incarnation {})", o.rank, o.incarnation);
-  emit({{"event", "registered"},
-        {"rank", o.rank},
-        {"incarnation", o.incarnation},
-        {"pid", ::getpid()}});
+  emit(registered_event{o.rank, o.incarnation, ::getpid()});
   if (runner) {
     if (auto st = run_model(**wc, *runner, *executor, signals); !st) {
       // Its runner line is not printed: like a killed rank's, its figures go with it.
@@ -560,28 +535,25 @@ int run_worker_process(const worker_process_options& o) {
     }
     step_times.flush();
     const auto& s = runner->stats();
-    emit({{"event", "runner"},
-          {"rank", o.rank},
-          {"steps", s.steps},
-          {"tokens_written", s.tokens_written},
-          {"loads_verified", s.loads_verified},
-          {"load_mismatches", s.load_mismatches},
-          {"blocks_load_failed", s.blocks_load_failed},
-          {"step_errors", s.step_errors},
-          {"steps_connector_only", s.steps_connector_only},
-          {"steps_skipped", s.steps_skipped},
-          {"connector_ns", static_cast<uint64_t>(s.connector_ns)},
-          {"mismatches", s.mismatches}});
+    emit(runner_event{.rank = o.rank,
+                      .steps = s.steps,
+                      .tokens_written = s.tokens_written,
+                      .loads_verified = s.loads_verified,
+                      .load_mismatches = s.load_mismatches,
+                      .blocks_load_failed = s.blocks_load_failed,
+                      .step_errors = s.step_errors,
+                      .steps_connector_only = s.steps_connector_only,
+                      .steps_skipped = s.steps_skipped,
+                      .connector_ns = static_cast<uint64_t>(s.connector_ns),
+                      .mismatches = s.mismatches});
   }
   const status st = run_steps(**wc, signals);
   if (st.code() == errc::device_unavailable) return device_lost(o, **wc, st);
   if (!signals.signalled() && !(*wc)->stopped()) {
     return fail(who, 1, rank + "stopped: " + st.to_string());
   }
-  nlohmann::json stopped_line{{"event", "stopped"}, {"rank", o.rank}};
-  if (!faults->empty()) {
-    stopped_line["fired"] = fired_copy_faults((*wc)->injected_faults());
-  }
+  stopped_event stopped_line{.rank = o.rank};
+  if (!faults->empty()) stopped_line.fired = fired_copy_faults((*wc)->injected_faults());
   emit(stopped_line);
   return 0;
 }

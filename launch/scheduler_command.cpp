@@ -1,17 +1,30 @@
 // `kvconnect scheduler`: the scheduler and the coordinator of one node, in one process. Creates
 // the node's shm segment, publishes the scheduler on --host (127.0.0.1) and prints
 // {"event":"listening","port":N,...}; serves until SIGINT/SIGTERM, or drives --smoke-steps.
+// With --config the options come from a launch config (node_processes.hpp: what `kvconnect
+// launch` starts), --engine picks what runs on it, and every other flag given overrides it.
+#include <iostream>
 #include <memory>
 
 #include "launch/commands.hpp"
-#include "launch/role_options.hpp"
+#include "launch/node_processes.hpp"
+#include "launch/role_flags.hpp"
 
 namespace kvc::launch {
 
 void add_scheduler_command(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<scheduler_process_options>();
+  auto config = std::make_shared<std::string>();
+  auto engine = std::make_shared<std::string>("serve");
   auto* cmd = app.add_subcommand(
       "scheduler", "Run the scheduler and the coordinator of one node (creates its shm pool)");
+  auto* config_flag = add_config_flag(*cmd, *config);
+  cmd->add_option("--engine", *engine,
+                  "With --config: serve; smoke (workload.steps store/load steps); sim (the "
+                  "simulated engine runs the config's workload, then stops the workers)")
+      ->check(CLI::IsMember({"serve", "smoke", "sim"}))
+      ->needs(config_flag)
+      ->capture_default_str();
   add_topology_flags(*cmd, o->topology);
   add_pool_flags(*cmd, o->pool);
   add_network_flags(*cmd, o->token, o->network);
@@ -30,10 +43,6 @@ void add_scheduler_command(CLI::App& app, int& exit_code) {
                   "Once every rank registered, drive this many store/load steps, check the "
                   "pool, stop the workers and exit (0: serve until SIGINT/SIGTERM)")
       ->capture_default_str();
-  cmd->add_option("--sim-engine-config", o->sim_engine_config,
-                  "Run the simulated engine with this launch config (YAML text) once every rank "
-                  "registered, then stop the workers and exit")
-      ->excludes("--smoke-steps");
   cmd->add_option("--ready-timeout-ms", o->ready_timeout_ms,
                   "Smoke / simulated engine: how long every rank may take to register")
       ->capture_default_str();
@@ -68,7 +77,22 @@ void add_scheduler_command(CLI::App& app, int& exit_code) {
                   "Record the run's inputs for `kvconnect replay-run` into this directory "
                   "(observe.record)");
   add_fault_flags(*cmd, o->faults);
-  cmd->callback([o, &exit_code] { exit_code = run_scheduler_process(*o); });
+  cmd->callback([o, cmd, config, engine, &exit_code] {
+    exit_code = apply_role_config(*cmd, *config, o->token, "scheduler",
+                                  [&](const config_input& in) -> status {
+                                    auto e = parse_scheduler_engine(*engine);
+                                    if (!e) return e.error();
+                                    *o = scheduler_options_of(in.config, in.plan, *e);
+                                    return status::success();
+                                  });
+    if (exit_code != 0) return;
+    if (o->sim_engine && o->smoke_steps > 0) {
+      exit_code = 2;
+      std::cerr << "kvconnect scheduler: --engine sim excludes --smoke-steps" << std::endl;
+      return;
+    }
+    exit_code = run_scheduler_process(*o);
+  });
 }
 
 }  // namespace kvc::launch

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -35,10 +36,11 @@ int wait_code(pid_t pid) {
 
 /// Between fork and exec only async-signal-safe calls: the launcher has a signal thread.
 [[noreturn]] void exec_child(char* const* argv, char* const* envp, pid_t parent, int out_w,
-                             int report_w) {
+                             int in, int report_w) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) ::_exit(127);  // the launcher is already gone
   if (::dup2(out_w, STDOUT_FILENO) < 0) ::_exit(127);
+  if (in >= 0 && ::dup2(in, STDIN_FILENO) < 0) ::_exit(127);
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -49,11 +51,47 @@ int wait_code(pid_t pid) {
   ::_exit(127);
 }
 
+/// An anonymous in-memory file holding `text`, positioned at its start (close-on-exec: the
+/// child gets it as its stdin only).
+result<int> input_file(const std::string& text) {
+  const int fd = ::memfd_create("kvconnect-input", MFD_CLOEXEC);
+  if (fd < 0) return sys_error("memfd_create", errno);
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int e = errno;
+      ::close(fd);
+      return sys_error("write", e);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::lseek(fd, 0, SEEK_SET) < 0) {
+    const int e = errno;
+    ::close(fd);
+    return sys_error("lseek", e);
+  }
+  return fd;
+}
+
 }  // namespace
 
 result<spawned_process> spawned_process::start(const std::vector<std::string>& argv,
-                                               const std::vector<std::string>& env) {
+                                               const std::vector<std::string>& env,
+                                               const std::optional<std::string>& input) {
   if (argv.empty()) return make_error(errc::invalid_argument, "spawn: empty argv");
+  int in = -1;
+  if (input) {
+    auto f = input_file(*input);
+    if (!f) return f.error();
+    in = *f;
+  }
+  // The child has its own copy of the descriptor: the launcher's closes when start returns.
+  struct closer {
+    int& fd;
+    ~closer() { close_fd(fd); }
+  } close_in{in};
   int out[2] = {-1, -1};
   int report[2] = {-1, -1};
   if (::pipe2(out, O_CLOEXEC) < 0) return sys_error("pipe", errno);
@@ -77,7 +115,7 @@ result<spawned_process> spawned_process::start(const std::vector<std::string>& a
     for (int* fd : {&out[0], &out[1], &report[0], &report[1]}) close_fd(*fd);
     return sys_error("fork", e);
   }
-  if (pid == 0) exec_child(args.data(), envp.data(), parent, out[1], report[1]);
+  if (pid == 0) exec_child(args.data(), envp.data(), parent, out[1], in, report[1]);
   close_fd(out[1]);
   close_fd(report[1]);
   int exec_errno = 0;

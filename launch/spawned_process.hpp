@@ -1,7 +1,9 @@
 #pragma once
 /// spawned_process: one child of `kvconnect launch` (fork + exec), its stdout on a pipe the
 /// launcher reads, its stderr shared with the launcher's, its end watched through a pidfd (the
-/// launcher polls both with the rest of its events). The child starts with an empty signal
+/// launcher polls both with the rest of its events), its stdin the given input (an anonymous
+/// in-memory file, read from its start: nothing on disk, nothing another user can read) or the
+/// launcher's own. The child starts with an empty signal
 /// mask (the launcher's signal_watcher blocks SIGINT / SIGTERM, and a mask survives exec), the
 /// given environment, and PR_SET_PDEATHSIG = SIGKILL, so a launcher that is killed leaves no
 /// child behind.
@@ -21,11 +23,12 @@ namespace kvc::launch {
 class spawned_process {
  public:
   spawned_process() = default;
-  /// Starts argv[0] (a path) with `argv` and the environment `env` ("NAME=value" items).
-  /// errc::io_error naming the call that failed (pipe, fork, exec, pidfd_open); then no child
-  /// is left.
+  /// Starts argv[0] (a path) with `argv`, the environment `env` ("NAME=value" items) and, when
+  /// `input` is set, that text on its stdin. errc::io_error naming the call that failed (pipe,
+  /// memfd_create, write, fork, exec, pidfd_open); then no child is left.
   static result<spawned_process> start(const std::vector<std::string>& argv,
-                                       const std::vector<std::string>& env);
+                                       const std::vector<std::string>& env,
+                                       const std::optional<std::string>& input = std::nullopt);
 
   spawned_process(spawned_process&& o) noexcept;
   spawned_process& operator=(spawned_process&& o) noexcept;

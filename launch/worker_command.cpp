@@ -2,16 +2,21 @@
 // at --host:--port, then attaches the node's shm pool, builds a synthetic KV cache on the chosen
 // copy engine and executes every step it receives. Prints {"event":"registered",...}; exits 0
 // when the scheduler stops it (or on SIGINT/SIGTERM), 2 when its registration fails, 1 otherwise.
+// With --config the options come from a launch config for --rank (node_processes.hpp: what
+// `kvconnect launch` starts), and every other flag given overrides it.
 #include <memory>
 
 #include "launch/commands.hpp"
-#include "launch/role_options.hpp"
+#include "launch/node_processes.hpp"
+#include "launch/role_flags.hpp"
 
 namespace kvc::launch {
 
 void add_worker_command(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<worker_process_options>();
+  auto config = std::make_shared<std::string>();
   auto* cmd = app.add_subcommand("worker", "Run one rank's worker (registers with the scheduler)");
+  add_config_flag(*cmd, *config);
   add_topology_flags(*cmd, o->topology);
   add_pool_flags(*cmd, o->pool);
   add_network_flags(*cmd, o->token, o->network);
@@ -35,7 +40,16 @@ void add_worker_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--gpu-block-size", o->gpu_block_size, "Tokens per GPU block (with --executor)")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1u << 20));
-  cmd->callback([o, &exit_code] { exit_code = run_worker_process(*o); });
+  cmd->callback([o, cmd, config, &exit_code] {
+    exit_code = apply_role_config(*cmd, *config, o->token, "worker",
+                                  [&](const config_input& in) -> status {
+                                    auto from = worker_options_of(in.config, in.plan, o->rank);
+                                    if (!from) return from.error();
+                                    *o = std::move(from).value();
+                                    return status::success();
+                                  });
+    if (exit_code == 0) exit_code = run_worker_process(*o);
+  });
 }
 
 }  // namespace kvc::launch

@@ -17,6 +17,8 @@
 
 #include <caf/fwd.hpp>
 
+#include "proto/defaults.hpp"
+
 namespace kvc::control {
 
 struct system_options {
@@ -26,10 +28,10 @@ struct system_options {
   /// Heartbeats to every peer and the silence after which a peer counts as lost. Must be set
   /// in every process: a timeout on one side with heartbeats off on the other drops healthy
   /// idle peers.
-  std::chrono::milliseconds heartbeat_interval{100};
-  std::chrono::milliseconds connection_timeout{1000};
+  std::chrono::milliseconds heartbeat_interval{defaults::heartbeat_ms};
+  std::chrono::milliseconds connection_timeout{defaults::connection_timeout_ms};
   /// Address that caf::io::publish binds (pass it as publish's `in` argument): loopback only.
-  std::string bind_address = "127.0.0.1";
+  std::string bind_address = defaults::host;
   /// BASP application identifier: nodes with different identifiers refuse to connect.
   std::string app_identifier = "kvconnect/1";
 };

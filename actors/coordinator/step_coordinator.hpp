@@ -30,6 +30,7 @@
 #include "actors/coordinator/step_core.hpp"
 #include "proto/completion.hpp"
 #include "proto/connector_metadata.hpp"
+#include "proto/defaults.hpp"
 #include "proto/status.hpp"
 #include "proto/step_report.hpp"
 
@@ -38,8 +39,8 @@ namespace kvc::coordinator {
 struct coordinator_options {
   /// The default deadlines: far above a healthy transfer (milliseconds) and an engine's
   /// stall, well below "forever".
-  static constexpr std::chrono::seconds default_job_timeout{30};
-  static constexpr uint64_t default_job_timeout_steps = 1000;
+  static constexpr std::chrono::milliseconds default_job_timeout{defaults::job_timeout_ms};
+  static constexpr uint64_t default_job_timeout_steps = defaults::job_timeout_steps;
 
   uint32_t world_size = 1;
   size_t finished_memory = 4096;

@@ -20,6 +20,7 @@
 #include "actors/scheduler/offload_manager.hpp"
 #include "actors/trace/trace_record.hpp"
 #include "cuda/copy_engine.hpp"
+#include "proto/defaults.hpp"
 #include "proto/fault_plan.hpp"
 #include "proto/ids.hpp"
 #include "proto/status.hpp"
@@ -46,7 +47,7 @@ using topology_config = kvc::topology;
 /// process of the node comes first creates it and removes it when it ends; the others attach it
 /// after checking its geometry (vLLM builds its workers before its scheduler).
 struct pool_config {
-  std::string instance = "default";  ///< letters, digits, '-', '_', '.'
+  std::string instance = defaults::instance;  ///< letters, digits, '-', '_', '.'
   uint32_t slots_per_rank = 0;       ///< CPU slots = offloaded blocks the pool holds
   uint64_t slot_bytes = 0;           ///< bytes of one offloaded block on one rank
   bool prefault = false;  ///< fault the pages in up front (creator: all; worker: its rank)
@@ -79,13 +80,13 @@ std::string tier_run_description(const file_tier_config& tier, const pool_config
 /// Network and actor-system settings (the CAF system preset, actors/control/system_config.hpp).
 struct network_config {
   /// Scheduler: the address to listen on. Worker (connect): the scheduler's address.
-  std::string host = "127.0.0.1";
+  std::string host = defaults::host;
   /// Scheduler: 0 picks a free port (see scheduler_connector::port()). Worker: the scheduler's;
   /// 0: the port the scheduler side published in the node's segment (it listens on any port,
   /// the workers find it there, also when they were built before it).
   uint16_t port = 0;
-  std::chrono::milliseconds heartbeat_interval{100};
-  std::chrono::milliseconds connection_timeout{1000};
+  std::chrono::milliseconds heartbeat_interval{defaults::heartbeat_ms};
+  std::chrono::milliseconds connection_timeout{defaults::connection_timeout_ms};
   size_t actor_threads = 2;  ///< CAF scheduler threads of an actor system the facade starts
 };
 
@@ -151,10 +152,10 @@ struct scheduler_connector_config {
   scheduler::connector_config planner;
   /// A job not completed this long after it was planned fails with errc::timeout; 0: no time
   /// deadline.
-  std::chrono::milliseconds job_timeout{30'000};
+  std::chrono::milliseconds job_timeout{defaults::job_timeout_ms};
   /// A job not completed once this many later steps were planned fails with errc::timeout; 0:
   /// no step deadline.
-  uint64_t job_timeout_steps = 1000;
+  uint64_t job_timeout_steps = defaults::job_timeout_steps;
   /// Injected faults (docs/faults.md): the channel's apply to the ranks' step reports at the
   /// scheduler's end of the step channel; the other kinds are ignored here. Empty: none.
   fault_config faults;
@@ -196,12 +197,13 @@ struct worker_connector_config {
   rank_id rank = 0;  ///< global rank = pp_rank * tp_size + tp_rank
   /// Bumped by the launcher each time this rank's process restarts.
   uint32_t incarnation = 0;
-  std::string backend = "sim";  ///< copy engine: "sim" or "cuda" (unless make_copy_engine)
+  /// copy engine: "sim" or "cuda" (unless make_copy_engine)
+  std::string backend = defaults::backend;
   int device = 0;               ///< CUDA device ordinal
   /// GPU blocks per offloaded block (the scheduler's offloaded_block_size / gpu_block_size).
   uint32_t block_size_factor = 1;
   /// How long the scheduler may take to accept the registration.
-  std::chrono::milliseconds register_timeout{5000};
+  std::chrono::milliseconds register_timeout{defaults::register_timeout_ms};
   /// With network.port 0: how long the registration waits for a scheduler side to publish its
   /// port in the node's segment (errc::timeout then).
   std::chrono::milliseconds join_timeout{30'000};

@@ -173,73 +173,135 @@ TEST(LaunchPlanTest, NoPlanWithoutOffloadOrForAnInvalidConfig) {
   EXPECT_THAT(invalid.error().message(), ::testing::HasSubstr("offload.block_size"));
 }
 
-TEST(LaunchPlanTest, TheNodesProcessesGetTheSameTopologyAndPoolFlags) {
+// A child of a launch gets the plan, not flags rebuilt from it: the config on its stdin and
+// what only the run knows on its command line.
+TEST(LaunchPlanTest, TheNodesProcessesGetTheConfigAndWhatOnlyTheRunKnows) {
+  EXPECT_EQ(scheduler_arguments(scheduler_engine::smoke),
+            (std::vector<std::string>{"scheduler", "--config", "-", "--engine", "smoke"}));
+  EXPECT_EQ(scheduler_arguments(scheduler_engine::sim).back(), "sim");
+  const std::vector<std::string> worker{"worker", "--config", "-",   "--rank",        "5",
+                                        "--port", "4242",     "--incarnation", "2"};
+  EXPECT_EQ(worker_arguments(5, 4242, 2), worker);
+  auto with_executor = worker;
+  with_executor.insert(with_executor.end(), {"--executor", "tcp://127.0.0.1:9"});
+  EXPECT_EQ(worker_arguments(5, 4242, 2, "tcp://127.0.0.1:9"), with_executor);
+  for (auto e : {scheduler_engine::serve, scheduler_engine::smoke, scheduler_engine::sim}) {
+    auto back = parse_scheduler_engine(to_string(e));
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(*back, e);
+  }
+  auto bad = parse_scheduler_engine("fast");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().message(), "--engine fast: serve, smoke or sim");
+
+  // The config a child reads: the instance resolved, the token left out (it travels in
+  // $KVCONNECT_TOKEN); loading it back gives the launch's config.
+  auto c = loaded(tp4pp2, {"runtime.token=secret"});
+  const std::string yaml = child_config_yaml(c, "inst");
+  EXPECT_EQ(yaml.find("secret"), std::string::npos);
+  auto expected = c;
+  expected.runtime.token.clear();
+  expected.runtime.instance = "inst";
+  auto back = load_config(yaml, "<stdin>", {});
+  ASSERT_TRUE(back.ok()) << back.errors[0].to_string();
+  EXPECT_EQ(back.config, expected);
+}
+
+// Both roles of a node map one config to the same topology and pool (the worker's layout
+// checksum matches the segment), with the values `kvconnect launch` used to pass as flags.
+TEST(LaunchPlanTest, TheRolesMapOneConfigToTheSameTopologyAndPool) {
   const auto c = loaded(tp4pp2, {"runtime.port=0", "workload.steps=30"});
   auto plan = make_plan(c, "inst", "secret");
   ASSERT_TRUE(plan.ok()) << plan.error().to_string();
-  const std::vector<std::string> shared = {"--tp-size",
-                                           "4",
-                                           "--pp-size",
-                                           "2",
-                                           "--node",
-                                           "0",
-                                           "--instance",
-                                           "inst",
-                                           "--slots",
-                                           "256",
-                                           "--kv-layers",
-                                           "8",
-                                           "--kv-page-bytes",
-                                           "16384",
-                                           "--gpu-blocks",
-                                           "32",
-                                           "--block-factor",
-                                           "2",
-                                           "--heartbeat-ms",
-                                           "100",
-                                           "--connection-timeout-ms",
-                                           "1000"};
-  std::vector<std::string> want{"scheduler"};
-  want.insert(want.end(), shared.begin(), shared.end());
-  want.insert(want.end(), {"--host", "127.0.0.1", "--port", "0", "--job-timeout-ms", "250",
-                           "--job-timeout-steps", "1000", "--ready-timeout-ms", "30000",
-                           "--step-timeout-ms", "60000", "--stop-timeout-ms", "5000"});
-  auto smoke = want;
-  smoke.insert(smoke.end(), {"--smoke-steps", "30"});
-  EXPECT_EQ(scheduler_arguments(c, *plan), smoke);
-  // The simulated engine gets the whole config, without its token.
-  auto sim = scheduler_arguments(c, *plan, true);
-  ASSERT_EQ(sim.size(), want.size() + 2);
-  EXPECT_TRUE(std::equal(want.begin(), want.end(), sim.begin()));
-  EXPECT_EQ(sim[want.size()], "--sim-engine-config");
-  auto shown = c;
-  shown.runtime.token.clear();
-  EXPECT_EQ(sim.back(), to_yaml(shown));
-  EXPECT_EQ(load_config(sim.back(), "<args>", {}).config, shown);
+  const auto s = scheduler_options_of(c, *plan, scheduler_engine::smoke);
+  EXPECT_EQ(s.topology, (topology{4, 2, 0}));
+  EXPECT_EQ(s.pool.instance, "inst");
+  EXPECT_EQ(s.pool.slots, 256u);
+  EXPECT_EQ(s.pool.kv.layers, 8u);
+  EXPECT_EQ(s.pool.kv.page_bytes, 16384u);
+  EXPECT_EQ(s.pool.kv.gpu_blocks, 32u);
+  EXPECT_EQ(s.pool.kv.block_factor, 2u);
+  EXPECT_EQ(s.network.heartbeat_ms, 100u);
+  EXPECT_EQ(s.network.connection_timeout_ms, 1000u);
+  EXPECT_EQ(s.token, "secret");
+  EXPECT_EQ(s.host, "127.0.0.1");
+  EXPECT_EQ(s.port, 0);
+  EXPECT_FALSE(s.prefault);
+  EXPECT_EQ(s.job_timeout_ms, 250u);
+  EXPECT_EQ(s.job_timeout_steps, 1000u);
+  EXPECT_EQ(s.ready_timeout_ms, 30000u);
+  EXPECT_EQ(s.step_timeout_ms, 60000u);
+  EXPECT_EQ(s.stop_timeout_ms, 5000u);
+  EXPECT_EQ(s.smoke_steps, 30u);
+  EXPECT_FALSE(s.sim_engine);
+  EXPECT_FALSE(s.rank_restarts);
+  EXPECT_TRUE(s.rank_nodes.empty());  // one node
+  EXPECT_TRUE(s.trace.dir.empty());
+  // The simulated engine runs on the config and plan themselves.
+  const auto sim = scheduler_options_of(c, *plan, scheduler_engine::sim);
+  EXPECT_EQ(sim.smoke_steps, 0u);
+  ASSERT_TRUE(sim.sim_engine);
+  EXPECT_EQ(sim.sim_engine->config, c);
+  EXPECT_EQ(sim.sim_engine->plan.kv.slot_bytes, plan->kv.slot_bytes);
+  const auto serve = scheduler_options_of(c, *plan, scheduler_engine::serve);
+  EXPECT_EQ(serve.smoke_steps, 0u);
+  EXPECT_FALSE(serve.sim_engine);
 
-  want = {"worker"};
-  want.insert(want.end(), shared.begin(), shared.end());
-  want.insert(want.end(),
-              {"--host", "127.0.0.1", "--port", "4242", "--rank", "5", "--backend", "sim",
-               "--device", "5", "--register-timeout-ms", "700", "--incarnation", "0"});
-  EXPECT_EQ(worker_arguments(c, *plan, 5, 4242), want);
-  // A restart: the same command with the rank's next incarnation.
-  want.back() = "2";
-  EXPECT_EQ(worker_arguments(c, *plan, 5, 4242, 2), want);
+  auto w = worker_options_of(c, *plan, 5);
+  ASSERT_TRUE(w.ok()) << w.error().to_string();
+  EXPECT_EQ(w->topology, s.topology);
+  EXPECT_EQ(w->pool.instance, s.pool.instance);
+  EXPECT_EQ(w->pool.slots, s.pool.slots);
+  EXPECT_EQ(w->pool.kv.slot_bytes(), s.pool.kv.slot_bytes());
+  EXPECT_EQ(w->network.heartbeat_ms, 100u);
+  EXPECT_EQ(w->token, "secret");
+  EXPECT_EQ(w->host, "127.0.0.1");
+  EXPECT_EQ(w->port, 0);  // the run's: the scheduler's "listening" line
+  EXPECT_EQ(w->rank, 5u);
+  EXPECT_EQ(w->incarnation, 0u);
+  EXPECT_EQ(w->backend, "sim");
+  EXPECT_EQ(w->device, 5);
+  EXPECT_TRUE(w->prefault);
+  EXPECT_EQ(w->register_timeout_ms, 700u);
+  EXPECT_EQ(w->gpu_block_size, 16u);
+  EXPECT_TRUE(w->executor.empty());
+  auto outside = worker_options_of(c, *plan, 8);
+  ASSERT_FALSE(outside.ok());
+  EXPECT_EQ(outside.error().message(), "--rank 8 is outside the world of 8 ranks");
+
   // on-failure: the scheduler's smoke run waits for a restarted rank.
   auto restarting = c;
   restarting.topology.restart = {"on-failure", 3};
-  EXPECT_EQ(scheduler_arguments(restarting, *plan).back(), "--rank-restarts");
+  EXPECT_TRUE(scheduler_options_of(restarting, *plan, scheduler_engine::smoke).rank_restarts);
   restarting.topology.restart = {"on-failure", 0};
-  EXPECT_EQ(scheduler_arguments(restarting, *plan).back(), "30");  // --smoke-steps
-  want.back() = "0";
-  want.insert(want.end(), {"--executor", "tcp://127.0.0.1:9", "--gpu-block-size", "16"});
-  EXPECT_EQ(worker_arguments(c, *plan, 5, 4242, 0, "tcp://127.0.0.1:9"), want);
-  // The token is never on a command line.
-  for (const auto& a : worker_arguments(c, *plan, 0, 1)) EXPECT_NE(a, "secret");
+  EXPECT_FALSE(scheduler_options_of(restarting, *plan, scheduler_engine::smoke).rank_restarts);
+  // Traces: every process writes into observe.trace_dir at the config's level.
+  auto traced = loaded(tp4pp2, {"observe.trace=jobs", "observe.trace_dir=/tmp/t"});
+  auto traced_plan = make_plan(traced, "inst", "secret");
+  ASSERT_TRUE(traced_plan.ok());
+  const auto t = scheduler_options_of(traced, *traced_plan, scheduler_engine::smoke);
+  EXPECT_EQ(t.trace.dir, "/tmp/t");
+  EXPECT_EQ(t.trace.level, "jobs");
+  EXPECT_EQ(worker_options_of(traced, *traced_plan, 1)->trace.dir, "/tmp/t");
 }
 
-TEST(LaunchPlanTest, ObserveReachesTheSchedulerConfigAndFlags) {
+TEST(LaunchPlanTest, SeveralNodesGiveTheSchedulerEveryRanksNode) {
+  const auto c = loaded(
+      "topology: {tensor_parallel: 2, pipeline_parallel: 1, nodes: [{name: a, host: 10.0.0.1}, "
+      "{name: b, host: 10.0.0.2}]}\nruntime: {port: 5710}\n");
+  auto plan = make_plan(c, "inst", "secret");
+  ASSERT_TRUE(plan.ok()) << plan.error().to_string();
+  const auto s = scheduler_options_of(c, *plan, scheduler_engine::smoke);
+  EXPECT_EQ(s.host, "10.0.0.1");
+  EXPECT_THAT(s.rank_nodes, ElementsAre(0, 1));
+  auto w = worker_options_of(c, *plan, 1);
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ(w->topology.node, 1u);
+  EXPECT_EQ(w->host, "10.0.0.1");  // where the scheduler listens
+  EXPECT_EQ(w->device, 0);         // the first device of its node
+}
+
+TEST(LaunchPlanTest, ObserveReachesTheSchedulerConfigAndOptions) {
   const auto c = loaded(
       tp4pp2, {"observe.metrics_port=9400", "observe.kv_events.endpoint=tcp://*:5557",
                "observe.kv_events.replay_endpoint=tcp://*:5558", "observe.kv_events.topic=kv"});
@@ -251,17 +313,25 @@ TEST(LaunchPlanTest, ObserveReachesTheSchedulerConfigAndFlags) {
   EXPECT_EQ(o.kv_events_endpoint, "tcp://*:5557");
   EXPECT_EQ(o.kv_events_replay_endpoint, "tcp://*:5558");
   EXPECT_EQ(o.kv_events_topic, "kv");
-  const auto args = scheduler_arguments(c, *plan);
-  const std::vector<std::string> tail(args.end() - 8, args.end());
-  EXPECT_EQ(tail, (std::vector<std::string>{"--metrics-port", "9400", "--kv-events-endpoint",
-                                            "tcp://*:5557", "--kv-events-replay-endpoint",
-                                            "tcp://*:5558", "--kv-events-topic", "kv"}));
-  // Off by default: no flag at all.
+  const auto s = scheduler_options_of(c, *plan, scheduler_engine::smoke);
+  EXPECT_EQ(s.metrics_port, 9400);
+  EXPECT_EQ(s.kv_events_endpoint, "tcp://*:5557");
+  EXPECT_EQ(s.kv_events_replay_endpoint, "tcp://*:5558");
+  EXPECT_EQ(s.kv_events_topic, "kv");
+  EXPECT_TRUE(s.record_dir.empty());
+  // Off by default.
   const auto off = loaded(tp4pp2);
   auto plain = make_plan(off, "inst", "secret");
   ASSERT_TRUE(plain.ok());
   EXPECT_FALSE(plain->scheduler.observe.serve_metrics);
-  for (const auto& a : scheduler_arguments(off, *plain)) EXPECT_FALSE(a.starts_with("--kv-events"));
+  const auto p = scheduler_options_of(off, *plain, scheduler_engine::smoke);
+  EXPECT_EQ(p.metrics_port, 0);
+  EXPECT_TRUE(p.kv_events_endpoint.empty());
+  // observe.record without record_dir: the record goes to trace_dir.
+  const auto rec = loaded(tp4pp2, {"observe.record=true", "observe.trace_dir=/tmp/r"});
+  auto rec_plan = make_plan(rec, "inst", "secret");
+  ASSERT_TRUE(rec_plan.ok());
+  EXPECT_EQ(scheduler_options_of(rec, *rec_plan, scheduler_engine::smoke).record_dir, "/tmp/r");
 }
 
 TEST(LaunchPlanTest, EachProcessGetsTheFaultsThatConcernIt) {
@@ -270,23 +340,24 @@ TEST(LaunchPlanTest, EachProcessGetsTheFaultsThatConcernIt) {
                                  "\"fail_copy:rank=5,dir=load,nth=2\", \"delay_copy:p=0.25\"]"});
   auto plan = make_plan(c, "inst", "secret");
   ASSERT_TRUE(plan.ok()) << plan.error().to_string();
-  auto tail = [](std::vector<std::string> args, size_t n) {
-    return std::vector<std::string>(args.end() - static_cast<std::ptrdiff_t>(n), args.end());
-  };
   // The scheduler injects the channel's and reports every rank's copy faults.
-  EXPECT_EQ(tail(scheduler_arguments(c, *plan), 8),
-            (std::vector<std::string>{"--fault-seed", "9", "--fault", "drop_report:rank=1,p=0.5",
-                                      "--fault", "fail_copy:rank=5,dir=load,nth=2", "--fault",
+  const auto s = scheduler_options_of(c, *plan, scheduler_engine::smoke);
+  EXPECT_EQ(s.faults.seed, 9u);
+  EXPECT_EQ(s.faults.specs,
+            (std::vector<std::string>{"drop_report:rank=1,p=0.5", "fail_copy:rank=5,dir=load,nth=2",
                                       "delay_copy:p=0.25"}));
-  EXPECT_EQ(
-      tail(worker_arguments(c, *plan, 5, 1), 6),
-      (std::vector<std::string>{"--fault-seed", "9", "--fault", "fail_copy:rank=5,dir=load,nth=2",
-                                "--fault", "delay_copy:p=0.25"}));
-  EXPECT_EQ(tail(worker_arguments(c, *plan, 4, 1), 4),
-            (std::vector<std::string>{"--fault-seed", "9", "--fault", "delay_copy:p=0.25"}));
+  auto w5 = worker_options_of(c, *plan, 5);
+  ASSERT_TRUE(w5.ok());
+  EXPECT_EQ(w5->faults.seed, 9u);
+  EXPECT_EQ(w5->faults.specs,
+            (std::vector<std::string>{"fail_copy:rank=5,dir=load,nth=2", "delay_copy:p=0.25"}));
+  EXPECT_EQ(worker_options_of(c, *plan, 4)->faults.specs,
+            (std::vector<std::string>{"delay_copy:p=0.25"}));
   const auto none = loaded(tp4pp2, {});
   auto plain = make_plan(none, "inst", "secret");
-  for (const auto& a : worker_arguments(none, *plain, 0, 1)) EXPECT_NE(a, "--fault");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_TRUE(worker_options_of(none, *plain, 0)->faults.specs.empty());
+  EXPECT_TRUE(scheduler_options_of(none, *plain, scheduler_engine::smoke).faults.specs.empty());
 }
 
 // The engine of a launch waits up to runtime.step_timeout_ms for each step's output; the
@@ -387,47 +458,41 @@ TEST(LaunchPlanTest, TwoTiersOrATierSmallerThanABlockFileAreRefused) {
   EXPECT_EQ(make_plan(c, "inst", "secret").code(), errc::invalid_argument);
 }
 
-TEST(LaunchPlanTest, TheSchedulerAndEveryWorkerGetTheTiersFlags) {
+TEST(LaunchPlanTest, TheSchedulerAndEveryWorkerGetThePlansTier) {
   const auto c = loaded(with_tiers("[{root_dir: /tmp/kv, capacity_bytes: 1GiB, "
                                    "n_read_threads: 3, direct_io: false, io_engine: threads, "
                                    "io_depth: 8}]"),
                         {"runtime.port=0"});
   auto plan = make_plan(c, "inst", "secret");
   ASSERT_TRUE(plan.ok()) << plan.error().to_string();
-  const std::string kv = plan->scheduler.file_tier->kv_description;
-  const std::vector<std::string> tier = {"--tier-root-dir",    "/tmp/kv",
-                                         "--tier-capacity-bytes", "1073741824",
-                                         "--tier-read-threads", "3",
-                                         "--tier-write-threads", "16",
-                                         "--tier-max-pending",  "1024",
-                                         "--tier-io-engine",    "threads",
-                                         "--tier-io-depth",     "8",
-                                         "--tier-kv",           kv,
-                                         "--tier-no-direct-io"};
-  for (const auto& args : {scheduler_arguments(c, *plan, true),
-                           worker_arguments(c, *plan, 5, 5710, 0, "")}) {
-    auto at = std::search(args.begin(), args.end(), tier.begin(), tier.end());
-    EXPECT_NE(at, args.end()) << args[0];
+  const embed::file_tier_config& want = *plan->scheduler.file_tier;
+  auto expect_tier = [&](const tier_options& t, const std::string& who) {
+    SCOPED_TRACE(who);
+    const auto got = t.config();
+    ASSERT_TRUE(got.has_value());
+    EXPECT_EQ(got->root_dir, "/tmp/kv");
+    EXPECT_EQ(got->capacity_bytes, 1ull << 30);
+    EXPECT_EQ(got->n_read_threads, 3u);
+    EXPECT_EQ(got->n_write_threads, 16u);
+    EXPECT_EQ(got->max_pending_cascades, 1024u);
+    EXPECT_FALSE(got->direct_io);
+    EXPECT_EQ(got->io_engine, "threads");
+    EXPECT_EQ(got->io_depth, 8u);
+    EXPECT_EQ(got->kv_description, want.kv_description);
+  };
+  expect_tier(scheduler_options_of(c, *plan, scheduler_engine::sim).pool.tier, "scheduler");
+  for (rank_id r = 0; r < plan->workers.size(); ++r) {
+    auto w = worker_options_of(c, *plan, r);
+    ASSERT_TRUE(w.ok()) << w.error().to_string();
+    expect_tier(w->pool.tier, "worker " + std::to_string(r));
   }
-  // What a role makes of the flags: the plan's tier again.
-  tier_options o{.root_dir = "/tmp/kv",
-                 .capacity_bytes = 1ull << 30,
-                 .n_read_threads = 3,
-                 .no_direct_io = true,
-                 .io_engine = "threads",
-                 .io_depth = 8,
-                 .kv_description = kv};
-  ASSERT_TRUE(o.config().has_value());
-  EXPECT_EQ(o.config()->kv_description, kv);
-  EXPECT_FALSE(o.config()->direct_io);
-  EXPECT_EQ(o.config()->n_read_threads, 3u);
-  EXPECT_EQ(o.config()->io_engine, "threads");
-  EXPECT_EQ(o.config()->io_depth, 8u);
+  // The flags a role run by hand takes give the same tier.
+  expect_tier(tier_options::of(want), "tier_options::of");
   EXPECT_FALSE(tier_options{}.config().has_value());
   const auto none = make_plan(loaded(tp4pp2, {"runtime.port=0"}), "inst", "secret");
   ASSERT_TRUE(none.ok());
-  const auto plain = scheduler_arguments(c, *none, true);
-  EXPECT_EQ(std::find(plain.begin(), plain.end(), "--tier-root-dir"), plain.end());
+  const auto c2 = loaded(tp4pp2, {"runtime.port=0"});
+  EXPECT_FALSE(scheduler_options_of(c2, *none, scheduler_engine::sim).pool.tier.config());
 }
 
 }  // namespace

@@ -426,5 +426,62 @@ TEST_F(RolesMultiprocTest, AnInterruptedStepBenchmarkStopsItsWorkersAndRemovesIt
   EXPECT_TRUE(shm::testing::shm_entries(instance + "-").empty());
 }
 
+// The role processes started from one launch config, as `kvconnect launch` starts them
+// (--config): both sides map it to the same pool, and every flag given overrides it: a worker
+// given other slots is refused as another layout, the smoke run takes --smoke-steps over
+// workload.steps. A config that does not load is one error, exit 2, before anything starts.
+TEST_F(RolesMultiprocTest, RolesStartedFromOneConfigMeetAndTheirFlagsOverrideIt) {
+  const std::filesystem::path file =
+      std::filesystem::temp_directory_path() / (instance_ + ".yaml");
+  {
+    std::ofstream out(file);
+    out << "topology: {tensor_parallel: 2}\n"
+        << "offload: {cpu_bytes_to_use: 32MiB}\n"
+        << "runtime: {instance: " << instance_ << "}\n"
+        << "workload: {steps: 50}\n";
+  }
+  const std::string config = file.string();
+  auto role = [&](const std::string& name, std::vector<std::string> more) {
+    std::vector<std::string> argv{KVC_BINARY, name, "--config", config, "--token", token_};
+    argv.insert(argv.end(), more.begin(), more.end());
+    return argv;
+  };
+  child_process& sched = start(role("scheduler", {"--engine", "smoke", "--smoke-steps", "4"}));
+  auto line = sched.find_stdout("\"listening\"", patience);
+  ASSERT_TRUE(line.ok()) << sched.stderr_text();
+  const auto listening = nlohmann::json::parse(*line);
+  EXPECT_EQ(listening.at("segment").get<std::string>(),
+            "/kvc-" + std::to_string(::getuid()) + "-" + instance_ + "-node0");
+  EXPECT_EQ(listening.at("world_size").get<int>(), 2);
+  const std::string port = std::to_string(listening.at("port").get<int>());
+
+  child_process& other = start(role("worker", {"--rank", "0", "--port", port, "--slots", "16"}));
+  EXPECT_EQ(exit_code(other), 2) << other.stderr_text();
+  EXPECT_THAT(other.stderr_text(), HasSubstr("layout_mismatch"));
+
+  child_process& w0 = start(role("worker", {"--rank", "0", "--port", port}));
+  child_process& w1 = start(role("worker", {"--rank", "1", "--port", port}));
+  auto smoke = sched.find_stdout("\"smoke\"", patience);
+  ASSERT_TRUE(smoke.ok()) << sched.stderr_text();
+  EXPECT_EQ(nlohmann::json::parse(*smoke).at("steps").get<int>(), 4);
+  EXPECT_EQ(exit_code(sched), 0) << sched.stderr_text();
+  EXPECT_EQ(exit_code(w0), 0) << w0.stderr_text();
+  EXPECT_EQ(exit_code(w1), 0) << w1.stderr_text();
+
+  child_process& outside = start(role("worker", {"--rank", "9", "--port", port}));
+  EXPECT_EQ(exit_code(outside), 2) << outside.stderr_text();
+  EXPECT_THAT(outside.stderr_text(), HasSubstr("--rank 9 is outside the world of 2 ranks"));
+
+  {
+    std::ofstream out(file);
+    out << "topology: {tensor_paralel: 2}\n";
+  }
+  child_process& bad = start(role("scheduler", {}));
+  EXPECT_EQ(exit_code(bad), 2) << bad.stderr_text();
+  EXPECT_THAT(bad.stderr_text(), HasSubstr(config + ":1: topology.tensor_paralel"));
+  std::filesystem::remove(file);
+  EXPECT_TRUE(leftover_segments().empty());
+}
+
 }  // namespace
 }  // namespace kvc::launch
