@@ -145,7 +145,7 @@ class planner_bench {
   /// Runs warm-up and timed steps; fills per-step microseconds. Throws on a connector error.
   void run(std::vector<double>& step_us, scheduler::connector_stats& timed_stats,
            double& manager_us, timed_manager::key_counts& manager_keys) {
-    scheduler::connector_config cfg;
+    scheduler::planner_config cfg;
     cfg.gpu_block_size = kBlock;
     cfg.offloaded_block_size = kBlock;
     cfg.hash_block_size = kBlock;
@@ -157,7 +157,7 @@ class planner_bench {
     if (opt_.split) m = std::make_unique<timed_manager>(std::move(m), manager_time_, manager_keys_);
     auto made = planner::create(cfg, std::move(m));
     check(made.ok() ? status{} : made.error());
-    conn_ = std::move(*made);
+    planner_ = std::move(*made);
 
     populate();
     const uint32_t warmup = n_ / kTurnover + 64;
@@ -166,14 +166,14 @@ class planner_bench {
     scheduler::connector_stats before;
     for (uint32_t s = 0; s < warmup + opt_.steps; ++s) {
       if (s == warmup) {
-        before = conn_->stats();
+        before = planner_->stats();
         manager_time_ = {};
         manager_keys_ = {};
       }
       const double us = step();
       if (s >= warmup) step_us.push_back(us);
     }
-    timed_stats = diff(conn_->stats(), before);
+    timed_stats = diff(planner_->stats(), before);
     manager_us = std::chrono::duration<double, std::micro>(manager_time_).count();
     manager_keys = manager_keys_;
   }
@@ -244,20 +244,20 @@ class planner_bench {
     std::vector<scheduled_request> fresh;
     for (uint32_t i = 0; i < n_; ++i) {
       auto r = make_request(i % kBlock);
-      (void)conn_->get_num_new_matched_tokens(r->view(), 0);
+      (void)planner_->get_num_new_matched_tokens(r->view(), 0);
       alloc_blocks(*r);
       fresh.clear();
       fresh.push_back({r->view(), r->blocks, 0, r->num_tokens, false});
-      auto meta = conn_->build_connector_meta(step_input{step_, fresh, {}, {}});
+      auto meta = planner_->build_connector_meta(step_input{step_, fresh, {}, {}});
       check(meta.ok() ? status{} : meta.error());
       ++step_;
       complete_all(*meta);
-      check(conn_->update_connector_output(pending_));
+      check(planner_->update_connector_output(pending_));
       ++r->num_tokens;  // the token sampled after the prefill
       extend_hashes(*r);
       running_.push_back(std::move(r));
     }
-    (void)conn_->take_request_completions();
+    (void)planner_->take_request_completions();
     pending_.jobs.clear();
   }
 
@@ -275,8 +275,8 @@ class planner_bench {
 
     // 1. Last step's job results.
     auto t0 = clock::now();
-    check(conn_->update_connector_output(pending_));
-    auto done = conn_->take_request_completions();
+    check(planner_->update_connector_output(pending_));
+    auto done = planner_->take_request_completions();
     spent += clock::now() - t0;
     for (const auto& id : done.finished_recving) {
       auto it = loading_.find(id);
@@ -290,7 +290,7 @@ class planner_bench {
     for (uint32_t i = 0; i < kTurnover && !running_.empty(); ++i) {
       auto& r = running_.front();
       t0 = clock::now();
-      (void)conn_->request_finished(r->id);
+      (void)planner_->request_finished(r->id);
       spent += clock::now() - t0;
       running_.pop_front();
     }
@@ -302,7 +302,7 @@ class planner_bench {
     fresh_owner_.clear();
     for (auto& r : promoted_) {
       t0 = clock::now();
-      (void)conn_->get_num_new_matched_tokens(r->view(), kShared);
+      (void)planner_->get_num_new_matched_tokens(r->view(), kShared);
       spent += clock::now() - t0;
       alloc_blocks(*r);
       fresh_.push_back({r->view(), r->blocks, kShared, r->num_tokens - kShared, false});
@@ -312,7 +312,7 @@ class planner_bench {
     still_waiting_.clear();
     for (auto& r : waiting_) {
       t0 = clock::now();
-      const auto m = conn_->get_num_new_matched_tokens(r->view(), 0);
+      const auto m = planner_->get_num_new_matched_tokens(r->view(), 0);
       spent += clock::now() - t0;
       if (!m.tokens) {
         still_waiting_.push_back(std::move(r));
@@ -321,7 +321,7 @@ class planner_bench {
       alloc_blocks(*r);
       if (*m.tokens > 0) {
         t0 = clock::now();
-        const status st = conn_->update_state_after_alloc(r->view(), r->blocks, *m.tokens);
+        const status st = planner_->update_state_after_alloc(r->view(), r->blocks, *m.tokens);
         spent += clock::now() - t0;
         check(st);
         std::string id = r->id;
@@ -344,9 +344,9 @@ class planner_bench {
 
     // 4. This step's metadata.
     t0 = clock::now();
-    auto meta = conn_->build_connector_meta(step_input{step_, fresh_, cached_, {}});
+    auto meta = planner_->build_connector_meta(step_input{step_, fresh_, cached_, {}});
     std::vector<kv_event> events;
-    if (opt_.events) events = conn_->take_events();
+    if (opt_.events) events = planner_->take_events();
     spent += clock::now() - t0;
     check(meta.ok() ? status{} : meta.error());
     ++step_;
@@ -367,7 +367,7 @@ class planner_bench {
 
   const planner_options& opt_;
   uint32_t n_;
-  std::unique_ptr<planner> conn_;
+  std::unique_ptr<planner> planner_;
   std::deque<std::unique_ptr<bench_request>> running_;
   std::vector<std::unique_ptr<bench_request>> waiting_;
   std::vector<std::unique_ptr<bench_request>> still_waiting_;

@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/scheduler/connector_config.hpp"
+#include "actors/scheduler/planner_config.hpp"
 #include "actors/scheduler/planner.hpp"
 #include "actors/scheduler/manager_config.hpp"
 #include "proto/block_key.hpp"
@@ -160,7 +160,7 @@ class connector_replay {
     obj.erase("calls");
     if (op == "config") return with_answer(config(obj));
     if (op == "step" || op == "end") return std::string{};
-    if (!conn_) return make_error(errc::precondition_failed, "no \"config\" line yet");
+    if (!planner_) return make_error(errc::precondition_failed, "no \"config\" line yet");
     if (op == "add_request") return with_answer(add_request(obj));
     if (op == "append_tokens") return with_answer(append_tokens(obj));
     ojson out;
@@ -235,7 +235,7 @@ class connector_replay {
   }
 
   status config(const json& obj) {
-    scheduler::connector_config cfg;
+    scheduler::planner_config cfg;
     uint32_t factor = 0;
     std::string policy;
     bool events = true;
@@ -262,7 +262,7 @@ class connector_replay {
     cfg.manager.enable_events = events;
     auto made = planner::create(cfg);
     if (!made) return made.error();
-    conn_ = std::move(*made);
+    planner_ = std::move(*made);
     hash_block_size_ = cfg.hash_block_size;
     reqs_.clear();
     store_jobs_.clear();
@@ -308,7 +308,7 @@ class connector_replay {
     uint32_t computed = 0;
     if (auto s = same_tokens(obj, **it); !s) return s;
     if (auto s = get_u32(obj, "num_computed_tokens", computed); !s) return s;
-    const auto m = conn_->get_num_new_matched_tokens(view(**it), computed);
+    const auto m = planner_->get_num_new_matched_tokens(view(**it), computed);
     out = ojson::array({m.tokens ? ojson(*m.tokens) : ojson(nullptr), m.is_async});
     return {};
   }
@@ -316,7 +316,7 @@ class connector_replay {
   ojson job_json(const transfer_job& j) const {
     ojson o;
     o["req"] = j.request_id;
-    o["keys"] = keys_json(conn_->job_keys(j.id));  // diagnostic
+    o["keys"] = keys_json(planner_->job_keys(j.id));  // diagnostic
     o["cpu"] = ints_json(j.slots);
     o["gpu"] = ints_json(j.gpu_blocks);
     o["group_sizes"] = ints_json(j.group_sizes);
@@ -342,10 +342,10 @@ class connector_replay {
       ids_.push_back(static_cast<gpu_block>(b[0].get<uint64_t>()));
       hashed_.push_back(static_cast<uint8_t>(b[1].get<uint64_t>()));
     }
-    if (auto s = conn_->update_state_after_alloc(view(**it), {ids_, hashed_}, external); !s)
+    if (auto s = planner_->update_state_after_alloc(view(**it), {ids_, hashed_}, external); !s)
       return s;
     out = nullptr;
-    const auto pending = conn_->pending_loads();
+    const auto pending = planner_->pending_loads();
     if (external > 0 && !pending.empty() && pending.back().request_id == (*it)->first)
       out = job_json(pending.back());
     return {};
@@ -397,7 +397,7 @@ class connector_replay {
       cached_reqs[i].block_ids = ids[k];
     }
     std::vector<std::string_view> preempted(preempted_ids.begin(), preempted_ids.end());
-    auto meta = conn_->build_connector_meta({step, new_reqs, cached_reqs, preempted});
+    auto meta = planner_->build_connector_meta({step, new_reqs, cached_reqs, preempted});
     if (!meta) return meta.error();
 
     out["load"] = ojson::array();
@@ -416,7 +416,7 @@ class connector_replay {
       if (store_jobs_.erase(id) > 0) flushed.jobs.push_back({id, transfer_kind::store, true});
     }
     if (!flushed.jobs.empty()) {
-      if (auto s = conn_->update_connector_output(flushed); !s) return s;
+      if (auto s = planner_->update_connector_output(flushed); !s) return s;
     }
     return {};
   }
@@ -424,7 +424,7 @@ class connector_replay {
   status request_finished(const json& obj, ojson& out) {
     auto it = known(obj);
     if (!it) return it.error();
-    const bool delay = conn_->request_finished((*it)->first);
+    const bool delay = planner_->request_finished((*it)->first);
     reqs_.erase(*it);
     out = ojson::array({delay, nullptr});
     return {};
@@ -437,15 +437,15 @@ class connector_replay {
     if (auto s = get_strings(obj, "finished_recving", recving); !s) return s;
     std::vector<std::string_view> sv(sending.begin(), sending.end());
     std::vector<std::string_view> rv(recving.begin(), recving.end());
-    if (auto s = conn_->update_connector_output(scheduler::request_output{sv, rv}); !s) return s;
-    (void)conn_->take_request_completions();  // the trace's lists are the engine's word
+    if (auto s = planner_->update_connector_output(scheduler::request_output{sv, rv}); !s) return s;
+    (void)planner_->take_request_completions();  // the trace's lists are the engine's word
     out = nullptr;
     return {};
   }
 
   status take_events(ojson& out) {
     out = ojson::array();
-    for (auto& ev : conn_->take_events()) {
+    for (auto& ev : planner_->take_events()) {
       ojson e;
       if (ev.kind == kv_event_kind::stored) {
         // R1 completes a set: the trace sorts these hashes, so do we.
@@ -473,7 +473,7 @@ class connector_replay {
     return {};
   }
 
-  std::unique_ptr<planner> conn_;
+  std::unique_ptr<planner> planner_;
   uint32_t hash_block_size_ = 1;
   request_table reqs_;
   std::unordered_set<job_id> store_jobs_;  ///< store jobs planned, not yet flushed

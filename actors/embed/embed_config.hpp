@@ -16,7 +16,7 @@
 #include <optional>
 #include <string>
 
-#include "actors/scheduler/connector_config.hpp"
+#include "actors/scheduler/planner_config.hpp"
 #include "actors/scheduler/offload_manager.hpp"
 #include "actors/trace/trace_record.hpp"
 #include "cuda/copy_engine.hpp"
@@ -149,7 +149,7 @@ struct scheduler_connector_config {
   pool_config pool;
   /// Block sizes and the CPU pool's ledger. planner.manager.capacity 0 means pool.slots_per_rank;
   /// any other value must equal it.
-  scheduler::connector_config planner;
+  scheduler::planner_config planner;
   /// A job not completed this long after it was planned fails with errc::timeout; 0: no time
   /// deadline.
   std::chrono::milliseconds job_timeout{defaults::job_timeout_ms};

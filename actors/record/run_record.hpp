@@ -30,7 +30,7 @@ inline constexpr uint32_t record_schema_version = 4;
 
 /// The cores' configuration, everything a replay needs to rebuild them.
 struct recorded_config {
-  scheduler::connector_config planner;
+  scheduler::planner_config planner;
   coordinator::coordinator_options coordinator;
   friend bool operator==(const recorded_config& a, const recorded_config& b);
 };

@@ -9,13 +9,13 @@ using planner_detail::quoted;
 // ---------------------------------------------------------------------------------------------
 // planner: construction and forwarding
 
-result<std::unique_ptr<planner>> planner::create(const connector_config& cfg) {
+result<std::unique_ptr<planner>> planner::create(const planner_config& cfg) {
   auto mgr = offload_manager::create(cfg.manager);
   if (!mgr) return mgr.error();
   return create(cfg, std::move(*mgr));
 }
 
-result<std::unique_ptr<planner>> planner::create(const connector_config& cfg,
+result<std::unique_ptr<planner>> planner::create(const planner_config& cfg,
                                                  std::unique_ptr<offload_manager> manager) {
   auto geo = make_geometry(cfg);
   if (!geo) return geo.error();

@@ -79,7 +79,7 @@
 /// and one holding its blocks for a store gets them freed. Running requests store again from
 /// their first block (the cursor goes back to 0, as in vLLM main).
 ///
-/// File tier (connector_config::file_tier, docs/disk_tier.md). A store job that completes ok
+/// File tier (planner_config::file_tier, docs/disk_tier.md). A store job that completes ok
 /// offers its blocks to the file_tier_ledger; those it accepts are pinned in the manager (a
 /// read reference, prepare_load) and go out as one cascade job, unpinned when it ends, so the
 /// bytes are on disk before the slot can be reused (while pinned, such a block counts as being
@@ -111,7 +111,7 @@
 #include <string_view>
 #include <vector>
 
-#include "actors/scheduler/connector_config.hpp"
+#include "actors/scheduler/planner_config.hpp"
 #include "actors/scheduler/offload_manager.hpp"
 #include "proto/block_key.hpp"
 #include "proto/completion.hpp"
@@ -264,9 +264,9 @@ struct file_tier_counters {
 class planner {
  public:
   /// Validates the config (make_geometry) and builds the manager from cfg.manager.
-  static result<std::unique_ptr<planner>> create(const connector_config& cfg);
+  static result<std::unique_ptr<planner>> create(const planner_config& cfg);
   /// Same with a given manager (tests wrap the real one); cfg.manager is then not used.
-  static result<std::unique_ptr<planner>> create(const connector_config& cfg,
+  static result<std::unique_ptr<planner>> create(const planner_config& cfg,
                                                  std::unique_ptr<offload_manager> manager);
 
   planner(const planner&) = delete;
@@ -342,7 +342,7 @@ class planner {
   /// update_state_after_alloc wait for build_connector_meta (vLLM asserts the same).
   status reset();
 
-  // --- the file tier (connector_config::file_tier; without one these change nothing) ---
+  // --- the file tier (planner_config::file_tier; without one these change nothing) ---
   bool has_file_tier() const noexcept;
   /// Blocks found in the tier's files at start (a restart), oldest first (ledger's adopt).
   void adopt_tier_blocks(std::span<const block_key> oldest_first);

@@ -148,7 +148,7 @@ status engine_model::init() {
   limits.max_batched_tokens = UINT32_MAX;  // no token budget: a prefill runs whole
   limits.enable_prefix_caching = cfg_.enable_prefix_caching;
 
-  scheduler::connector_config sc;
+  scheduler::planner_config sc;
   sc.gpu_block_size = bs;
   sc.offloaded_block_size = bs * cfg_.block_size_factor;
   sc.hash_block_size = bs;

@@ -182,7 +182,7 @@ class PlannerTest : public ::testing::Test {
   void SetUp() override { make(/*capacity=*/64, /*prefix_caching=*/true); }
 
   void make(uint32_t capacity, bool prefix_caching) {
-    connector_config cfg;
+    planner_config cfg;
     cfg.gpu_block_size = kGpu;
     cfg.offloaded_block_size = kObs;
     cfg.hash_block_size = kGpu;
@@ -195,7 +195,7 @@ class PlannerTest : public ::testing::Test {
     mgr_ = rec.get();
     auto cs = planner::create(cfg, std::move(rec));
     ASSERT_TRUE(cs.ok()) << cs.error().to_string();
-    conn_ = std::move(*cs);
+    planner_ = std::move(*cs);
   }
 
   static scheduled_request fresh(const test_request& r, uint32_t computed, uint32_t scheduled) {
@@ -210,38 +210,38 @@ class PlannerTest : public ::testing::Test {
                           std::vector<scheduled_request> cached = {},
                           std::vector<std::string_view> preempted = {}) {
     step_input in{step_++, fresh_reqs, cached, preempted};
-    auto m = conn_->build_connector_meta(in);
+    auto m = planner_->build_connector_meta(in);
     EXPECT_TRUE(m.ok()) << m.error().to_string();
     return m.ok() ? std::move(*m) : connector_metadata{};
   }
 
   void complete(const transfer_job& j, bool ok = true) {
     connector_output out{step_, {job_result{j.id, j.kind, ok}}};
-    auto s = conn_->update_connector_output(out);
+    auto s = planner_->update_connector_output(out);
     EXPECT_TRUE(s.ok()) << s.to_string();
   }
 
   /// Runs r's whole prompt as one prefill, stores every block and finishes it.
   void store_fully(test_request& r) {
-    (void)conn_->get_num_new_matched_tokens(r.view(), 0);
+    (void)planner_->get_num_new_matched_tokens(r.view(), 0);
     r.alloc(r.tokens.size(), next_block_);
     auto m = step({fresh(r, 0, static_cast<uint32_t>(r.tokens.size()))});
     for (const auto& j : m.stores) complete(j);
     // R1: a request that ever stored is held until finished_sending, which the next output
     // brings even though every store already completed.
-    EXPECT_TRUE(conn_->request_finished(r.id));
+    EXPECT_TRUE(planner_->request_finished(r.id));
     release_owed();
-    (void)conn_->take_request_completions();
+    (void)planner_->take_request_completions();
   }
 
   /// An output with no job results: releases finished requests owed finished_sending.
   void release_owed() {
-    auto s = conn_->update_connector_output(connector_output{step_, {}});
+    auto s = planner_->update_connector_output(connector_output{step_, {}});
     EXPECT_TRUE(s.ok()) << s.to_string();
   }
 
   recording_manager* mgr_ = nullptr;
-  std::unique_ptr<planner> conn_;
+  std::unique_ptr<planner> planner_;
   step_id step_ = 0;
   gpu_block next_block_ = 1;  // 0 is the null block
 };
@@ -249,7 +249,7 @@ class PlannerTest : public ::testing::Test {
 // --- geometry -----------------------------------------------------------------------------
 
 TEST(ConnectorGeometryTest, DerivesFactorsAndRejectsBadSizes) {
-  connector_config cfg;
+  planner_config cfg;
   cfg.gpu_block_size = 16;
   cfg.offloaded_block_size = 64;
   cfg.hash_block_size = 16;
@@ -279,7 +279,7 @@ TEST(ConnectorGeometryTest, DerivesFactorsAndRejectsBadSizes) {
   cfg.gpu_block_size = 0;
   EXPECT_EQ(make_geometry(cfg).code(), errc::invalid_argument);
 
-  connector_config bad;
+  planner_config bad;
   bad.gpu_block_size = 16;
   bad.offloaded_block_size = 24;
   bad.manager.capacity = 8;
@@ -337,17 +337,17 @@ TEST(ConnectorMetadataWireTest, GroupFieldsAndFlushedRequestsSurviveTheStepChann
 
 TEST_F(PlannerTest, NoLookupWhenLessThanOneOffloadedBlockIsNew) {
   test_request a{"a", prompt(12, 1)};
-  EXPECT_EQ(conn_->get_num_new_matched_tokens(a.view(), 4), (match_result{0u, false}));
+  EXPECT_EQ(planner_->get_num_new_matched_tokens(a.view(), 4), (match_result{0u, false}));
   EXPECT_EQ(mgr_->count("lookup"), 0u);
   EXPECT_EQ(mgr_->ops(), std::vector<std::string>{"touch"});
 
   mgr_->calls.clear();
   test_request b{"b", prompt(12, 100)};
-  EXPECT_EQ(conn_->get_num_new_matched_tokens(b.view(), 0), (match_result{0u, false}));
+  EXPECT_EQ(planner_->get_num_new_matched_tokens(b.view(), 0), (match_result{0u, false}));
   // touch before the lookup, then exactly one lookup (the first key misses).
   EXPECT_EQ(mgr_->ops(), (std::vector<std::string>{"touch", "lookup"}));
   EXPECT_EQ(mgr_->last("lookup"), b.keys());
-  EXPECT_EQ(conn_->stats().lookups, 1u);
+  EXPECT_EQ(planner_->stats().lookups, 1u);
 }
 
 TEST_F(PlannerTest, KeysAreTheLastHashOfEachOffloadedBlock) {
@@ -355,11 +355,11 @@ TEST_F(PlannerTest, KeysAreTheLastHashOfEachOffloadedBlock) {
   a.append(12, 99);  // 72 tokens: 6 offloaded blocks, the 6th differs from c's
   test_request c{"c", prompt(72, 1)};
   ASSERT_EQ(a.hashes.size(), 18u);
-  (void)conn_->get_num_new_matched_tokens(a.view(), 0);
+  (void)planner_->get_num_new_matched_tokens(a.view(), 0);
   auto touched = mgr_->last("touch");
   ASSERT_EQ(touched.size(), 6u);
   for (size_t i = 0; i < 6; ++i) EXPECT_EQ(touched[i], a.hashes[3 * i + 2]);
-  (void)conn_->get_num_new_matched_tokens(c.view(), 0);
+  (void)planner_->get_num_new_matched_tokens(c.view(), 0);
   auto touched_c = mgr_->last("touch");
   ASSERT_EQ(touched_c.size(), 6u);
   EXPECT_EQ(slice(touched_c, 0, 5), slice(touched, 0, 5));
@@ -370,7 +370,7 @@ TEST_F(PlannerTest, KeysAreTheLastHashOfEachOffloadedBlock) {
 
 TEST_F(PlannerTest, StoreCursorFollowsPrepareStoreOutcomes) {
   test_request a{"a", prompt(36, 1)};
-  EXPECT_EQ(conn_->get_num_new_matched_tokens(a.view(), 0), (match_result{0u, false}));
+  EXPECT_EQ(planner_->get_num_new_matched_tokens(a.view(), 0), (match_result{0u, false}));
   a.alloc(36, next_block_);  // GPU 1..9
   const auto k = [&] { return a.keys(); };
 
@@ -409,7 +409,7 @@ TEST_F(PlannerTest, StoreCursorFollowsPrepareStoreOutcomes) {
   EXPECT_EQ(mgr_->count("prepare_store"), 1u);
   EXPECT_EQ(mgr_->last("prepare_store"), slice(k(), 3, 4));
   EXPECT_TRUE(m.stores.empty());
-  EXPECT_EQ(conn_->stats().store_retries, 1u);
+  EXPECT_EQ(planner_->stats().store_retries, 1u);
   mgr_->refuse_store = false;
 
   // +13 with an empty store result: block 3 is retried with block 4, then the cursor moves.
@@ -443,7 +443,7 @@ TEST_F(PlannerTest, RunningRequestsAreMatchedByIdInAnyOrder) {
   for (uint32_t i = 0; i < 4; ++i) reqs.emplace_back("r" + std::to_string(i), prompt(12, 100 * i));
   std::vector<scheduled_request> first;
   for (auto& r : reqs) {
-    (void)conn_->get_num_new_matched_tokens(r.view(), 0);
+    (void)planner_->get_num_new_matched_tokens(r.view(), 0);
     r.alloc(12, next_block_);
   }
   for (auto& r : reqs) first.push_back(fresh(r, 0, 12));
@@ -454,9 +454,9 @@ TEST_F(PlannerTest, RunningRequestsAreMatchedByIdInAnyOrder) {
   std::vector<uint32_t> computed(reqs.size(), 12);
   for (size_t o = 0; o < orders.size(); ++o) {
     if (o == 2) {
-      EXPECT_TRUE(conn_->request_finished("r3"));  // it stored: held until finished_sending
+      EXPECT_TRUE(planner_->request_finished("r3"));  // it stored: held until finished_sending
       reqs.emplace_back("r4", prompt(12, 900));
-      (void)conn_->get_num_new_matched_tokens(reqs.back().view(), 0);
+      (void)planner_->get_num_new_matched_tokens(reqs.back().view(), 0);
       reqs.back().alloc(12, next_block_);
       computed.push_back(12);
       for (const auto& j : step({fresh(reqs.back(), 0, 12)}).stores) complete(j);
@@ -485,24 +485,24 @@ TEST_F(PlannerTest, RunningRequestsAreMatchedByIdInAnyOrder) {
   test_request ghost{"r9", prompt(12, 5)};
   const std::vector<scheduled_request> bad{running(reqs[1], {}, 48, 0), running(ghost, {}, 0, 12)};
   step_input in{step_++, {}, bad, {}};
-  EXPECT_EQ(conn_->build_connector_meta(in).code(), errc::not_found);
+  EXPECT_EQ(planner_->build_connector_meta(in).code(), errc::not_found);
 }
 
 TEST_F(PlannerTest, StoreJobCarriesTheGpuBlocksOfTheKeysActuallyStored) {
   // Keys 1 and 3 of the shared prefix are already offloaded: the new request's job stores
   // blocks 0, 2, 4, 5, with their GPU ids in that order (item 21 with a real manager).
   test_request a{"a", prompt(48, 1)};
-  (void)conn_->get_num_new_matched_tokens(a.view(), 0);
+  (void)planner_->get_num_new_matched_tokens(a.view(), 0);
   a.alloc(48, next_block_);
   mgr_->store_only = std::vector<block_key>{a.keys()[1], a.keys()[3]};
   auto m = step({fresh(a, 0, 48)});
   mgr_->store_only.reset();
   ASSERT_EQ(m.stores.size(), 1u);
   complete(m.stores[0]);
-  EXPECT_TRUE(conn_->request_finished("a"));
+  EXPECT_TRUE(planner_->request_finished("a"));
 
   test_request b{"b", prompt(72, 1)};
-  EXPECT_EQ(conn_->get_num_new_matched_tokens(b.view(), 0), (match_result{0u, false}));
+  EXPECT_EQ(planner_->get_num_new_matched_tokens(b.view(), 0), (match_result{0u, false}));
   next_block_ = 100;
   b.alloc(72, next_block_);  // GPU 100..117
   m = step({fresh(b, 0, 72)});
@@ -517,7 +517,7 @@ TEST_F(PlannerTest, StoreJobCarriesTheGpuBlocksOfTheKeysActuallyStored) {
 
 TEST_F(PlannerTest, NullBlocksAreSkippedOrBecomeTheJobsSkip) {
   test_request a{"a", prompt(48, 1)};
-  (void)conn_->get_num_new_matched_tokens(a.view(), 0);
+  (void)planner_->get_num_new_matched_tokens(a.view(), 0);
   // Block 0 all null (out of the sliding window), block 1 with one leading null, block 2
   // full, block 3 with a null in the middle (no job can express it: not stored).
   a.blocks = {0, 0, 0, 0, 5, 6, 7, 8, 9, 10, 0, 11};
@@ -545,31 +545,31 @@ TEST_F(PlannerTest, LoadsFillTheBlocksAfterTheGpuCachedPrefix) {
   // A 12-token prompt, nothing on the GPU: loads block 0 into its 3 GPU blocks.
   test_request c{"c", prompt(12, 1)};
   mgr_->calls.clear();
-  EXPECT_EQ(conn_->get_num_new_matched_tokens(c.view(), 0), (match_result{12u, true}));
+  EXPECT_EQ(planner_->get_num_new_matched_tokens(c.view(), 0), (match_result{12u, true}));
   next_block_ = 20;
   c.alloc(12, next_block_);
-  ASSERT_TRUE(conn_->update_state_after_alloc(c.view(), c.blocks, 12).ok());
+  ASSERT_TRUE(planner_->update_state_after_alloc(c.view(), c.blocks, 12).ok());
   EXPECT_EQ(mgr_->last("prepare_load"), slice(keys, 0, 1));
-  EXPECT_TRUE(conn_->load_in_flight("c"));
+  EXPECT_TRUE(planner_->load_in_flight("c"));
 
   // 24 GPU-cached + 12 new tokens: exactly one lookup, loads block 2 into GPU blocks 6..8.
   test_request d{"d", prompt(36, 1)};
   mgr_->calls.clear();
-  EXPECT_EQ(conn_->get_num_new_matched_tokens(d.view(), 24), (match_result{12u, true}));
+  EXPECT_EQ(planner_->get_num_new_matched_tokens(d.view(), 24), (match_result{12u, true}));
   EXPECT_EQ(mgr_->count("lookup"), 1u);
   next_block_ = 30;
   d.alloc(36, next_block_);
-  ASSERT_TRUE(conn_->update_state_after_alloc(d.view(), d.blocks, 12).ok());
+  ASSERT_TRUE(planner_->update_state_after_alloc(d.view(), d.blocks, 12).ok());
 
   // One GPU-cached block inside the first offloaded block: the load skips one sub-block.
   // (w2's prompt: block 0 of w is being loaded for c, which would delay e.)
   test_request e{"e", prompt(24, 1000)};
-  EXPECT_EQ(conn_->get_num_new_matched_tokens(e.view(), 4), (match_result{20u, true}));
+  EXPECT_EQ(planner_->get_num_new_matched_tokens(e.view(), 4), (match_result{20u, true}));
   next_block_ = 40;
   e.alloc(24, next_block_);
-  ASSERT_TRUE(conn_->update_state_after_alloc(e.view(), e.blocks, 20).ok());
+  ASSERT_TRUE(planner_->update_state_after_alloc(e.view(), e.blocks, 20).ok());
   // A second call with 0 external tokens does nothing.
-  ASSERT_TRUE(conn_->update_state_after_alloc(e.view(), e.blocks, 0).ok());
+  ASSERT_TRUE(planner_->update_state_after_alloc(e.view(), e.blocks, 0).ok());
 
   auto m = step({});
   ASSERT_EQ(m.loads.size(), 3u);
@@ -591,15 +591,15 @@ TEST_F(PlannerTest, LoadsFillTheBlocksAfterTheGpuCachedPrefix) {
   // Job ids come from one counter shared with the earlier store.
   EXPECT_LT(m.loads[0].id, m.loads[1].id);
   EXPECT_LT(m.loads[1].id, m.loads[2].id);
-  EXPECT_EQ(conn_->stats().loads_planned, 3u);
-  EXPECT_EQ(conn_->stats().load_blocks, 4u);
+  EXPECT_EQ(planner_->stats().loads_planned, 3u);
+  EXPECT_EQ(planner_->stats().load_blocks, 4u);
 
   // A loaded prefix is not stored again: c's cursor sits after block 0.
   for (const auto& j : m.loads) complete(j);
-  auto done = conn_->take_request_completions();
+  auto done = planner_->take_request_completions();
   EXPECT_EQ(done.finished_recving, (std::vector<std::string>{"c", "d", "e"}));
   EXPECT_TRUE(done.invalid_block_ids.empty());
-  EXPECT_FALSE(conn_->load_in_flight("c"));
+  EXPECT_FALSE(planner_->load_in_flight("c"));
   mgr_->calls.clear();
   m = step({fresh(c, 11, 1)});  // full-prompt hit: the engine recomputes the last token
   EXPECT_EQ(mgr_->count("prepare_store"), 0u);
@@ -611,44 +611,44 @@ TEST_F(PlannerTest, LoadPlanningErrorsChangeNothing) {
   test_request c{"c", prompt(24, 1)};
   mgr_->calls.clear();
   // Never looked up.
-  auto s = conn_->update_state_after_alloc(c.view(), std::span<const gpu_block>{}, 24);
+  auto s = planner_->update_state_after_alloc(c.view(), std::span<const gpu_block>{}, 24);
   EXPECT_EQ(s.code(), errc::not_found);
-  EXPECT_EQ(conn_->get_num_new_matched_tokens(c.view(), 0), (match_result{24u, true}));
+  EXPECT_EQ(planner_->get_num_new_matched_tokens(c.view(), 0), (match_result{24u, true}));
   // Too few GPU blocks for 24 tokens.
   c.alloc(12, next_block_);
-  s = conn_->update_state_after_alloc(c.view(), c.blocks, 24);
+  s = planner_->update_state_after_alloc(c.view(), c.blocks, 24);
   EXPECT_EQ(s.code(), errc::invalid_argument);
   // Not a whole number of offloaded blocks.
   c.alloc(24, next_block_);
-  EXPECT_EQ(conn_->update_state_after_alloc(c.view(), c.blocks, 20).code(), errc::invalid_argument);
+  EXPECT_EQ(planner_->update_state_after_alloc(c.view(), c.blocks, 20).code(), errc::invalid_argument);
   // More tokens than the request has keys for.
-  EXPECT_EQ(conn_->update_state_after_alloc(c.view(), c.blocks, 36).code(), errc::invalid_argument);
+  EXPECT_EQ(planner_->update_state_after_alloc(c.view(), c.blocks, 36).code(), errc::invalid_argument);
   EXPECT_EQ(mgr_->count("prepare_load"), 0u);
-  EXPECT_EQ(conn_->jobs_in_flight(), 0u);
+  EXPECT_EQ(planner_->jobs_in_flight(), 0u);
 
-  ASSERT_TRUE(conn_->update_state_after_alloc(c.view(), c.blocks, 24).ok());
-  EXPECT_EQ(conn_->update_state_after_alloc(c.view(), c.blocks, 24).code(),
+  ASSERT_TRUE(planner_->update_state_after_alloc(c.view(), c.blocks, 24).ok());
+  EXPECT_EQ(planner_->update_state_after_alloc(c.view(), c.blocks, 24).code(),
             errc::precondition_failed);
   EXPECT_EQ(mgr_->count("prepare_load"), 1u);
-  EXPECT_EQ(conn_->jobs_in_flight(), 1u);
+  EXPECT_EQ(planner_->jobs_in_flight(), 1u);
 }
 
 TEST_F(PlannerTest, UnknownScheduledRequestIsAnErrorAndKeepsRecordedLoads) {
   test_request w{"w", prompt(12, 1)};
   store_fully(w);
   test_request c{"c", prompt(12, 1)};
-  ASSERT_EQ(conn_->get_num_new_matched_tokens(c.view(), 0), (match_result{12u, true}));
+  ASSERT_EQ(planner_->get_num_new_matched_tokens(c.view(), 0), (match_result{12u, true}));
   c.alloc(12, next_block_);
-  ASSERT_TRUE(conn_->update_state_after_alloc(c.view(), c.blocks, 12).ok());
+  ASSERT_TRUE(planner_->update_state_after_alloc(c.view(), c.blocks, 12).ok());
 
   test_request ghost{"ghost", prompt(12, 50)};
   const std::vector<gpu_block> none;
   std::vector<scheduled_request> cached{running(ghost, none, 0, 12)};
-  auto bad = conn_->build_connector_meta(step_input{7, {}, cached, {}});
+  auto bad = planner_->build_connector_meta(step_input{7, {}, cached, {}});
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.code(), errc::not_found);
   EXPECT_NE(bad.error().message().find("ghost"), std::string::npos);
-  EXPECT_FALSE(conn_->load_in_flight("ghost"));
+  EXPECT_FALSE(planner_->load_in_flight("ghost"));
 
   auto m = step({});
   ASSERT_EQ(m.loads.size(), 1u);  // the recorded load survived the failed call
@@ -662,21 +662,21 @@ TEST_F(PlannerTest, SecondRequestHittingBlocksInFlightIsAskedAgain) {
   store_fully(w);
   test_request r2{"r2", prompt(12, 1)};
   test_request r3{"r3", prompt(12, 1)};
-  ASSERT_EQ(conn_->get_num_new_matched_tokens(r2.view(), 0), (match_result{12u, true}));
+  ASSERT_EQ(planner_->get_num_new_matched_tokens(r2.view(), 0), (match_result{12u, true}));
   r2.alloc(12, next_block_);
-  ASSERT_TRUE(conn_->update_state_after_alloc(r2.view(), r2.blocks, 12).ok());
+  ASSERT_TRUE(planner_->update_state_after_alloc(r2.view(), r2.blocks, 12).ok());
   auto m = step({});
   ASSERT_EQ(m.loads.size(), 1u);
 
-  EXPECT_EQ(conn_->get_num_new_matched_tokens(r3.view(), 0), (match_result{std::nullopt, false}));
-  EXPECT_EQ(conn_->stats().deferred, 1u);
+  EXPECT_EQ(planner_->get_num_new_matched_tokens(r3.view(), 0), (match_result{std::nullopt, false}));
+  EXPECT_EQ(planner_->stats().deferred, 1u);
   EXPECT_TRUE(step({}).loads.empty());
 
   complete(m.loads[0]);
-  EXPECT_EQ(conn_->take_request_completions().finished_recving, std::vector<std::string>{"r2"});
+  EXPECT_EQ(planner_->take_request_completions().finished_recving, std::vector<std::string>{"r2"});
   // r3 now finds the blocks in the GPU prefix cache (8 computed tokens): no lookup, no load.
   mgr_->calls.clear();
-  EXPECT_EQ(conn_->get_num_new_matched_tokens(r3.view(), 8), (match_result{0u, false}));
+  EXPECT_EQ(planner_->get_num_new_matched_tokens(r3.view(), 8), (match_result{0u, false}));
   EXPECT_EQ(mgr_->count("lookup"), 0u);
   EXPECT_TRUE(step({}).loads.empty());
 }
@@ -688,9 +688,9 @@ TEST_F(PlannerTest, WithoutPrefixCachingTwoRequestsMayLoadTheSameBlocks) {
   test_request r2{"r2", prompt(12, 1)};
   test_request r3{"r3", prompt(12, 1)};
   for (auto* r : {&r2, &r3}) {
-    ASSERT_EQ(conn_->get_num_new_matched_tokens(r->view(), 0), (match_result{12u, true}));
+    ASSERT_EQ(planner_->get_num_new_matched_tokens(r->view(), 0), (match_result{12u, true}));
     r->alloc(12, next_block_);
-    ASSERT_TRUE(conn_->update_state_after_alloc(r->view(), r->blocks, 12).ok());
+    ASSERT_TRUE(planner_->update_state_after_alloc(r->view(), r->blocks, 12).ok());
   }
   auto m = step({});
   ASSERT_EQ(m.loads.size(), 2u);
@@ -702,32 +702,32 @@ TEST_F(PlannerTest, AbortDuringLoadStillReportsFinishedRecving) {
   test_request w{"w", prompt(12, 1)};
   store_fully(w);
   test_request r{"r", prompt(12, 1)};
-  ASSERT_EQ(conn_->get_num_new_matched_tokens(r.view(), 0), (match_result{12u, true}));
+  ASSERT_EQ(planner_->get_num_new_matched_tokens(r.view(), 0), (match_result{12u, true}));
   r.alloc(12, next_block_);
-  ASSERT_TRUE(conn_->update_state_after_alloc(r.view(), r.blocks, 12).ok());
+  ASSERT_TRUE(planner_->update_state_after_alloc(r.view(), r.blocks, 12).ok());
   auto m = step({});
   ASSERT_EQ(m.loads.size(), 1u);
 
-  EXPECT_FALSE(conn_->request_finished("r"));  // no stores in flight
-  EXPECT_TRUE(conn_->load_in_flight("r"));     // the engine keeps the blocks until recving
-  EXPECT_EQ(conn_->tracked_requests(), 1u);
-  EXPECT_FALSE(conn_->request_finished("r"));  // a second call changes nothing
+  EXPECT_FALSE(planner_->request_finished("r"));  // no stores in flight
+  EXPECT_TRUE(planner_->load_in_flight("r"));     // the engine keeps the blocks until recving
+  EXPECT_EQ(planner_->tracked_requests(), 1u);
+  EXPECT_FALSE(planner_->request_finished("r"));  // a second call changes nothing
 
   mgr_->calls.clear();
   complete(m.loads[0]);
   EXPECT_EQ(mgr_->last("complete_load"), w.keys());
-  auto done = conn_->take_request_completions();
+  auto done = planner_->take_request_completions();
   EXPECT_EQ(done.finished_recving, std::vector<std::string>{"r"});
   EXPECT_TRUE(done.finished_sending.empty());
-  EXPECT_EQ(conn_->tracked_requests(), 0u);
-  EXPECT_EQ(conn_->jobs_in_flight(), 0u);
+  EXPECT_EQ(planner_->tracked_requests(), 0u);
+  EXPECT_EQ(planner_->jobs_in_flight(), 0u);
 }
 
 // --- preemption (§9 item 25) --------------------------------------------------------------
 
 TEST_F(PlannerTest, PreemptionFlushesStoreJobsAndResumeLoadsThem) {
   test_request p{"p", prompt(24, 1)};
-  (void)conn_->get_num_new_matched_tokens(p.view(), 0);
+  (void)planner_->get_num_new_matched_tokens(p.view(), 0);
   p.alloc(24, next_block_);  // GPU 1..6
   auto m = step({fresh(p, 0, 24)});
   ASSERT_EQ(m.stores.size(), 1u);
@@ -759,18 +759,18 @@ TEST_F(PlannerTest, PreemptionFlushesStoreJobsAndResumeLoadsThem) {
 
   // Resume: all 3 blocks hit and load into the new GPU blocks (44 tokens, 11 blocks).
   p.blocks.clear();
-  EXPECT_EQ(conn_->get_num_new_matched_tokens(p.view(), 0), (match_result{36u, true}));
+  EXPECT_EQ(planner_->get_num_new_matched_tokens(p.view(), 0), (match_result{36u, true}));
   next_block_ = 50;
   p.alloc(p.tokens.size(), next_block_);  // GPU 50..60
-  ASSERT_TRUE(conn_->update_state_after_alloc(p.view(), p.blocks, 36).ok());
+  ASSERT_TRUE(planner_->update_state_after_alloc(p.view(), p.blocks, 36).ok());
   m = step({});
   ASSERT_EQ(m.loads.size(), 1u);
   EXPECT_EQ(m.loads[0].gpu_blocks, (std::vector<gpu_block>{50, 51, 52, 53, 54, 55, 56, 57, 58}));
   complete(m.loads[0]);
-  EXPECT_EQ(conn_->take_request_completions().finished_recving, std::vector<std::string>{"p"});
+  EXPECT_EQ(planner_->take_request_completions().finished_recving, std::vector<std::string>{"p"});
 
   // Scheduled again: the rest of the prompt, then 4 more tokens store block 3 (GPU 59..61).
-  EXPECT_EQ(conn_->get_num_new_matched_tokens(p.view(), 36), (match_result{0u, false}));
+  EXPECT_EQ(planner_->get_num_new_matched_tokens(p.view(), 36), (match_result{0u, false}));
   mgr_->calls.clear();
   m = step({fresh(p, 36, 8)});
   EXPECT_EQ(mgr_->count("prepare_store"), 0u);
@@ -784,14 +784,14 @@ TEST_F(PlannerTest, PreemptionFlushesStoreJobsAndResumeLoadsThem) {
   }
   ASSERT_EQ(stores.size(), 1u);
   EXPECT_EQ(stores[0].gpu_blocks, (std::vector<gpu_block>{59, 60, 61}));
-  EXPECT_TRUE(conn_->request_finished("p"));  // EOS with the store in flight
+  EXPECT_TRUE(planner_->request_finished("p"));  // EOS with the store in flight
   complete(stores[0]);
-  EXPECT_EQ(conn_->take_request_completions().finished_sending, std::vector<std::string>{"p"});
+  EXPECT_EQ(planner_->take_request_completions().finished_sending, std::vector<std::string>{"p"});
 }
 
 TEST_F(PlannerTest, ResumedRequestReplacesItsBlockIds) {
   test_request p{"p", prompt(12, 1)};
-  (void)conn_->get_num_new_matched_tokens(p.view(), 0);
+  (void)planner_->get_num_new_matched_tokens(p.view(), 0);
   p.alloc(8, next_block_);  // 2 GPU blocks for the first 8 tokens (chunked prefill)
   auto m = step({fresh(p, 0, 8)});
   EXPECT_TRUE(m.stores.empty());
@@ -815,13 +815,13 @@ TEST_F(PlannerTest, RemoteDecodeStoresTheLoadedPrefixAgain) {
     for (uint32_t t : prompt(12, remote ? 200 : 300)) tokens.push_back(t);
     test_request r{remote ? "rd" : "local", tokens};
     r.remote_decode = remote;
-    ASSERT_EQ(conn_->get_num_new_matched_tokens(r.view(), 0), (match_result{12u, true}));
+    ASSERT_EQ(planner_->get_num_new_matched_tokens(r.view(), 0), (match_result{12u, true}));
     r.alloc(24, next_block_);
-    ASSERT_TRUE(conn_->update_state_after_alloc(r.view(), r.blocks, 12).ok());
+    ASSERT_TRUE(planner_->update_state_after_alloc(r.view(), r.blocks, 12).ok());
     auto m = step({});
     ASSERT_EQ(m.loads.size(), 1u);
     complete(m.loads[0]);
-    EXPECT_EQ(conn_->get_num_new_matched_tokens(r.view(), 12), (match_result{0u, false}));
+    EXPECT_EQ(planner_->get_num_new_matched_tokens(r.view(), 12), (match_result{0u, false}));
     mgr_->calls.clear();
     m = step({fresh(r, 12, 12)});
     const auto keys = r.keys();
@@ -831,7 +831,7 @@ TEST_F(PlannerTest, RemoteDecodeStoresTheLoadedPrefixAgain) {
       // Block 0 is already offloaded; only block 1 (GPU blocks 4..6 of r) is moved.
       EXPECT_EQ(m.stores[0].gpu_blocks, slice_ids(r.blocks, 3, 6));
       for (const auto& j : m.stores) complete(j);
-      (void)conn_->request_finished(r.id);
+      (void)planner_->request_finished(r.id);
     }
   }
 }
@@ -840,7 +840,7 @@ TEST_F(PlannerTest, RemoteDecodeStoresTheLoadedPrefixAgain) {
 
 TEST_F(PlannerTest, EachJobCompletesOnceAndFinishedSendingWaitsForTheLast) {
   test_request a{"a", prompt(24, 1)};
-  (void)conn_->get_num_new_matched_tokens(a.view(), 0);
+  (void)planner_->get_num_new_matched_tokens(a.view(), 0);
   a.alloc(12, next_block_);
   auto m1 = step({fresh(a, 0, 12)});  // chunked prefill: block 0
   auto ids = a.alloc(24, next_block_);
@@ -853,44 +853,44 @@ TEST_F(PlannerTest, EachJobCompletesOnceAndFinishedSendingWaitsForTheLast) {
   complete(m1.stores[0]);
   EXPECT_EQ(mgr_->calls.size(), 1u);
   EXPECT_EQ(mgr_->last("complete_store"), slice(a.keys(), 0, 1));
-  EXPECT_TRUE(conn_->take_request_completions().empty());
+  EXPECT_TRUE(planner_->take_request_completions().empty());
 
-  EXPECT_TRUE(conn_->request_finished("a"));  // block 1 still in flight
+  EXPECT_TRUE(planner_->request_finished("a"));  // block 1 still in flight
   mgr_->calls.clear();
   complete(m2.stores[0]);
   EXPECT_EQ(mgr_->calls.size(), 1u);
   EXPECT_EQ(mgr_->last("complete_store"), slice(a.keys(), 1, 2));
-  auto done = conn_->take_request_completions();
+  auto done = planner_->take_request_completions();
   EXPECT_EQ(done.finished_sending, std::vector<std::string>{"a"});
   EXPECT_TRUE(done.finished_recving.empty());
-  EXPECT_EQ(conn_->tracked_requests(), 0u);
+  EXPECT_EQ(planner_->tracked_requests(), 0u);
 
   // A request whose stores all finished: still delay_free (R1: it stored), no manager call at
   // finish, and finished_sending comes with the next output, job results or not.
   test_request b{"b", prompt(12, 500)};
-  (void)conn_->get_num_new_matched_tokens(b.view(), 0);
+  (void)planner_->get_num_new_matched_tokens(b.view(), 0);
   b.alloc(12, next_block_);
   auto m3 = step({fresh(b, 0, 12)});
   ASSERT_EQ(m3.stores.size(), 1u);
   complete(m3.stores[0]);
   mgr_->calls.clear();
-  EXPECT_TRUE(conn_->request_finished("b"));
+  EXPECT_TRUE(planner_->request_finished("b"));
   EXPECT_TRUE(mgr_->calls.empty());
-  EXPECT_TRUE(conn_->take_request_completions().empty());
-  EXPECT_EQ(conn_->tracked_requests(), 1u);
+  EXPECT_TRUE(planner_->take_request_completions().empty());
+  EXPECT_EQ(planner_->tracked_requests(), 1u);
   release_owed();
   EXPECT_TRUE(mgr_->calls.empty());
-  EXPECT_EQ(conn_->take_request_completions().finished_sending, std::vector<std::string>{"b"});
-  EXPECT_EQ(conn_->tracked_requests(), 0u);
-  EXPECT_EQ(conn_->stats().stores_ok, 3u);
+  EXPECT_EQ(planner_->take_request_completions().finished_sending, std::vector<std::string>{"b"});
+  EXPECT_EQ(planner_->tracked_requests(), 0u);
+  EXPECT_EQ(planner_->stats().stores_ok, 3u);
 
   // A request that never stored is not delayed.
   test_request c{"c", prompt(8, 700)};
-  (void)conn_->get_num_new_matched_tokens(c.view(), 0);
+  (void)planner_->get_num_new_matched_tokens(c.view(), 0);
   c.alloc(8, next_block_);
   EXPECT_TRUE(step({fresh(c, 0, 8)}).stores.empty());
-  EXPECT_FALSE(conn_->request_finished("c"));
-  EXPECT_EQ(conn_->tracked_requests(), 0u);
+  EXPECT_FALSE(planner_->request_finished("c"));
+  EXPECT_EQ(planner_->tracked_requests(), 0u);
 }
 
 // --- reset (vLLM main's reset_cache) --------------------------------------------------------
@@ -900,42 +900,42 @@ TEST_F(PlannerTest, ResetFlushesJobsInFlightAndKeepsTheirResultsFromTheManager) 
   test_request w{"w", prompt(24, 1)};
   store_fully(w);  // slots 0, 1
   test_request a{"a", prompt(12, 300)};
-  (void)conn_->get_num_new_matched_tokens(a.view(), 0);
+  (void)planner_->get_num_new_matched_tokens(a.view(), 0);
   a.alloc(12, next_block_);
   auto m = step({fresh(a, 0, 12)});
   ASSERT_EQ(m.stores.size(), 1u);
   const transfer_job store = m.stores[0];  // slot 2, in flight at the reset
   test_request r{"r", prompt(24, 1)};
-  ASSERT_EQ(conn_->get_num_new_matched_tokens(r.view(), 0), (match_result{24u, true}));
+  ASSERT_EQ(planner_->get_num_new_matched_tokens(r.view(), 0), (match_result{24u, true}));
   next_block_ = 20;
   r.alloc(24, next_block_);
-  ASSERT_TRUE(conn_->update_state_after_alloc(r.view(), r.blocks, 24).ok());
+  ASSERT_TRUE(planner_->update_state_after_alloc(r.view(), r.blocks, 24).ok());
 
   // Mid-step (a load recorded for the next metadata): refused, nothing changed.
-  const planner_tables before = conn_->tables();
-  const auto refused = conn_->reset();
+  const planner_tables before = planner_->tables();
+  const auto refused = planner_->reset();
   EXPECT_EQ(refused.code(), errc::precondition_failed);
   EXPECT_NE(refused.message().find("between steps"), std::string::npos);
-  EXPECT_EQ(conn_->tables(), before);
-  EXPECT_EQ(conn_->manager().size(), 3u);
+  EXPECT_EQ(planner_->tables(), before);
+  EXPECT_EQ(planner_->manager().size(), 3u);
 
   m = step({}, {running(a, {}, 12, 0)});
   ASSERT_EQ(m.loads.size(), 1u);
   const transfer_job load = m.loads[0];  // reads slots 0, 1
-  ASSERT_TRUE(conn_->reset().ok());
+  ASSERT_TRUE(planner_->reset().ok());
   EXPECT_EQ(mgr_->count("reset"), 1u);
-  EXPECT_EQ(conn_->stats().resets, 1u);
-  EXPECT_EQ(conn_->manager().size(), 0u);
+  EXPECT_EQ(planner_->stats().resets, 1u);
+  EXPECT_EQ(planner_->manager().size(), 0u);
   EXPECT_FALSE(mgr_->hits(w.keys()[0]));
-  EXPECT_EQ(conn_->jobs_in_flight(), 2u);  // kept until their results: the requests need them
-  EXPECT_TRUE(conn_->load_in_flight("r"));
-  EXPECT_EQ(conn_->tables().reset_flush, 2u);
+  EXPECT_EQ(planner_->jobs_in_flight(), 2u);  // kept until their results: the requests need them
+  EXPECT_TRUE(planner_->load_in_flight("r"));
+  EXPECT_EQ(planner_->tables().reset_flush, 2u);
 
   // The next step flushes both jobs, stores the new request b in the freed slots 0 and 1 (the
   // load is still reading them: the workers finish it first), and a stores its block again
   // (its cursor went back to 0).
   test_request b{"b", prompt(24, 600)};
-  (void)conn_->get_num_new_matched_tokens(b.view(), 0);
+  (void)planner_->get_num_new_matched_tokens(b.view(), 0);
   b.alloc(24, next_block_);
   m = step({fresh(b, 0, 24)}, {running(a, {}, 12, 0)});
   EXPECT_EQ(m.flush, (std::vector<job_id>{store.id, load.id}));
@@ -945,33 +945,33 @@ TEST_F(PlannerTest, ResetFlushesJobsInFlightAndKeepsTheirResultsFromTheManager) 
   EXPECT_EQ(m.stores[1].request_id, "a");
   EXPECT_EQ(m.stores[1].slots, (std::vector<cpu_slot>{2}));
   EXPECT_GT(m.stores[0].id, load.id);
-  EXPECT_EQ(conn_->tables().reset_flush, 0u);
+  EXPECT_EQ(planner_->tables().reset_flush, 0u);
   EXPECT_EQ(step({}).flush, std::vector<job_id>{});  // flushed once
 
   // The stale results arrive: the requests get their outcomes, the manager hears nothing (b's
   // and a's new blocks stay pending in those slots).
   mgr_->calls.clear();
-  ASSERT_EQ(conn_->manager().busy(), 3u);
+  ASSERT_EQ(planner_->manager().busy(), 3u);
   complete(load);
   complete(store);
   EXPECT_TRUE(mgr_->calls.empty());
-  EXPECT_EQ(conn_->manager().busy(), 3u);
-  auto done = conn_->take_request_completions();
+  EXPECT_EQ(planner_->manager().busy(), 3u);
+  auto done = planner_->take_request_completions();
   EXPECT_EQ(done.finished_recving, std::vector<std::string>{"r"});
   EXPECT_TRUE(done.invalid_block_ids.empty());
-  EXPECT_FALSE(conn_->load_in_flight("r"));
-  EXPECT_EQ(conn_->stats().stale_results, 2u);
-  EXPECT_EQ(conn_->stats().loads_ok, 0u);
-  EXPECT_EQ(conn_->stats().stores_ok, 1u);  // w's, before the reset
-  EXPECT_EQ(conn_->stats().rejected_results, 0u);
+  EXPECT_FALSE(planner_->load_in_flight("r"));
+  EXPECT_EQ(planner_->stats().stale_results, 2u);
+  EXPECT_EQ(planner_->stats().loads_ok, 0u);
+  EXPECT_EQ(planner_->stats().stores_ok, 1u);  // w's, before the reset
+  EXPECT_EQ(planner_->stats().rejected_results, 0u);
 
   // The new jobs complete with the manager as usual; w's blocks miss, b's hit.
   for (const auto& j : m.stores) complete(j);
-  EXPECT_EQ(conn_->manager().busy(), 0u);
+  EXPECT_EQ(planner_->manager().busy(), 0u);
   test_request w2{"w2", prompt(24, 1)};
-  EXPECT_EQ(conn_->get_num_new_matched_tokens(w2.view(), 0), (match_result{0u, false}));
+  EXPECT_EQ(planner_->get_num_new_matched_tokens(w2.view(), 0), (match_result{0u, false}));
   test_request b2{"b2", prompt(24, 600)};
-  EXPECT_EQ(conn_->get_num_new_matched_tokens(b2.view(), 0), (match_result{24u, true}));
+  EXPECT_EQ(planner_->get_num_new_matched_tokens(b2.view(), 0), (match_result{24u, true}));
 }
 
 TEST_F(PlannerTest, StaleJobsStillReleaseTheirRequests) {
@@ -979,38 +979,38 @@ TEST_F(PlannerTest, StaleJobsStillReleaseTheirRequests) {
   store_fully(w);
   // a finishes with its store in flight (delay_free); r waits for a load that will fail.
   test_request a{"a", prompt(12, 300)};
-  (void)conn_->get_num_new_matched_tokens(a.view(), 0);
+  (void)planner_->get_num_new_matched_tokens(a.view(), 0);
   a.alloc(12, next_block_);
   auto m = step({fresh(a, 0, 12)});
   ASSERT_EQ(m.stores.size(), 1u);
   const transfer_job store = m.stores[0];
-  EXPECT_TRUE(conn_->request_finished("a"));
+  EXPECT_TRUE(planner_->request_finished("a"));
   test_request r{"r", prompt(12, 1)};
-  ASSERT_EQ(conn_->get_num_new_matched_tokens(r.view(), 0), (match_result{12u, true}));
+  ASSERT_EQ(planner_->get_num_new_matched_tokens(r.view(), 0), (match_result{12u, true}));
   next_block_ = 30;
   r.alloc(12, next_block_);
-  ASSERT_TRUE(conn_->update_state_after_alloc(r.view(), r.blocks, 12).ok());
+  ASSERT_TRUE(planner_->update_state_after_alloc(r.view(), r.blocks, 12).ok());
   m = step({});
   ASSERT_EQ(m.loads.size(), 1u);
   const transfer_job load = m.loads[0];
 
-  ASSERT_TRUE(conn_->reset().ok());
+  ASSERT_TRUE(planner_->reset().ok());
   complete(store);
   complete(load, /*ok=*/false);
-  auto done = conn_->take_request_completions();
+  auto done = planner_->take_request_completions();
   EXPECT_EQ(done.finished_sending, std::vector<std::string>{"a"});
   EXPECT_EQ(done.finished_recving, std::vector<std::string>{"r"});
   EXPECT_EQ(done.invalid_block_ids, (std::vector<gpu_block>{30, 31, 32}));  // r's own blocks
-  EXPECT_FALSE(conn_->request_finished("r"));
+  EXPECT_FALSE(planner_->request_finished("r"));
   (void)step({});  // delivers the flush
-  EXPECT_EQ(conn_->tables(), planner_tables{});
-  EXPECT_EQ(conn_->manager().busy(), 0u);
+  EXPECT_EQ(planner_->tables(), planner_tables{});
+  EXPECT_EQ(planner_->manager().busy(), 0u);
 
   // A second reset with nothing in flight flushes nothing.
-  ASSERT_TRUE(conn_->reset().ok());
-  EXPECT_EQ(conn_->tables(), planner_tables{});
+  ASSERT_TRUE(planner_->reset().ok());
+  EXPECT_EQ(planner_->tables(), planner_tables{});
   EXPECT_EQ(step({}).flush, std::vector<job_id>{});
-  EXPECT_EQ(conn_->stats().resets, 2u);
+  EXPECT_EQ(planner_->stats().resets, 2u);
 }
 
 TEST_F(PlannerTest, VllmsSetsCompleteStaleJobsWithoutTheManager) {
@@ -1019,40 +1019,40 @@ TEST_F(PlannerTest, VllmsSetsCompleteStaleJobsWithoutTheManager) {
   test_request w{"w", prompt(12, 1)};
   store_fully(w);
   test_request a{"a", prompt(12, 300)};
-  (void)conn_->get_num_new_matched_tokens(a.view(), 0);
+  (void)planner_->get_num_new_matched_tokens(a.view(), 0);
   a.alloc(12, next_block_);
   auto m = step({fresh(a, 0, 12)});
   ASSERT_EQ(m.stores.size(), 1u);
-  EXPECT_TRUE(conn_->request_finished("a"));
+  EXPECT_TRUE(planner_->request_finished("a"));
   test_request r{"r", prompt(12, 1)};
-  ASSERT_EQ(conn_->get_num_new_matched_tokens(r.view(), 0), (match_result{12u, true}));
+  ASSERT_EQ(planner_->get_num_new_matched_tokens(r.view(), 0), (match_result{12u, true}));
   r.alloc(12, next_block_);
-  ASSERT_TRUE(conn_->update_state_after_alloc(r.view(), r.blocks, 12).ok());
+  ASSERT_TRUE(planner_->update_state_after_alloc(r.view(), r.blocks, 12).ok());
   ASSERT_EQ(step({}).loads.size(), 1u);
-  ASSERT_TRUE(conn_->reset().ok());
+  ASSERT_TRUE(planner_->reset().ok());
   mgr_->calls.clear();
   const std::vector<std::string_view> sending{"a"}, recving{"r"};
-  ASSERT_TRUE(conn_->update_connector_output(request_output{sending, recving}).ok());
+  ASSERT_TRUE(planner_->update_connector_output(request_output{sending, recving}).ok());
   EXPECT_TRUE(mgr_->calls.empty());
-  EXPECT_EQ(conn_->jobs_in_flight(), 0u);
-  EXPECT_EQ(conn_->tracked_requests(), 1u);  // r, running now
-  EXPECT_EQ(conn_->stats().stale_results, 2u);
+  EXPECT_EQ(planner_->jobs_in_flight(), 0u);
+  EXPECT_EQ(planner_->tracked_requests(), 1u);  // r, running now
+  EXPECT_EQ(planner_->stats().stale_results, 2u);
 }
 
 TEST_F(PlannerTest, StoredAndRemovedEventsComeFromTheManager) {
   make(/*capacity=*/2, /*prefix_caching=*/true);
   test_request a{"a", prompt(24, 1)};
   store_fully(a);
-  auto ev = conn_->take_events();
+  auto ev = planner_->take_events();
   ASSERT_EQ(ev.size(), 1u);
   EXPECT_EQ(ev[0].kind, kv_event_kind::stored);
   EXPECT_EQ(ev[0].where, medium::cpu);
   EXPECT_EQ(ev[0].keys, a.keys());
-  EXPECT_TRUE(conn_->take_events().empty());
+  EXPECT_TRUE(planner_->take_events().empty());
 
   test_request b{"b", prompt(12, 300)};
   store_fully(b);  // evicts one of a's blocks
-  ev = conn_->take_events();
+  ev = planner_->take_events();
   ASSERT_EQ(ev.size(), 2u);
   EXPECT_EQ(ev[0].kind, kv_event_kind::removed);
   EXPECT_EQ(ev[0].keys.size(), 1u);
@@ -1062,25 +1062,25 @@ TEST_F(PlannerTest, StoredAndRemovedEventsComeFromTheManager) {
 
 TEST_F(PlannerTest, FailedStoreFreesSlotsWithoutEventAndDoesNotHit) {
   test_request a{"a", prompt(24, 1)};
-  (void)conn_->get_num_new_matched_tokens(a.view(), 0);
+  (void)planner_->get_num_new_matched_tokens(a.view(), 0);
   a.alloc(24, next_block_);
   auto m = step({fresh(a, 0, 24)});
   ASSERT_EQ(m.stores.size(), 1u);
-  EXPECT_EQ(conn_->manager().size(), 2u);
-  EXPECT_TRUE(conn_->request_finished("a"));
+  EXPECT_EQ(planner_->manager().size(), 2u);
+  EXPECT_TRUE(planner_->request_finished("a"));
 
   mgr_->calls.clear();
   complete(m.stores[0], /*ok=*/false);
   EXPECT_EQ(mgr_->last("complete_store_failed"), a.keys());
   EXPECT_EQ(mgr_->count("complete_store"), 0u);
-  EXPECT_EQ(conn_->manager().size(), 0u);
-  EXPECT_TRUE(conn_->take_events().empty());
-  EXPECT_EQ(conn_->stats().stores_failed, 1u);
+  EXPECT_EQ(planner_->manager().size(), 0u);
+  EXPECT_TRUE(planner_->take_events().empty());
+  EXPECT_EQ(planner_->stats().stores_failed, 1u);
   // The blocks are freed once the job is over, failed or not.
-  EXPECT_EQ(conn_->take_request_completions().finished_sending, std::vector<std::string>{"a"});
+  EXPECT_EQ(planner_->take_request_completions().finished_sending, std::vector<std::string>{"a"});
 
   test_request b{"b", prompt(24, 1)};
-  EXPECT_EQ(conn_->get_num_new_matched_tokens(b.view(), 0), (match_result{0u, false}));
+  EXPECT_EQ(planner_->get_num_new_matched_tokens(b.view(), 0), (match_result{0u, false}));
 }
 
 TEST_F(PlannerTest, FailedLoadUnpinsAndReportsInvalidBlocks) {
@@ -1088,27 +1088,27 @@ TEST_F(PlannerTest, FailedLoadUnpinsAndReportsInvalidBlocks) {
   test_request w{"w", prompt(24, 1)};
   store_fully(w);
   test_request r{"r", prompt(24, 1)};
-  ASSERT_EQ(conn_->get_num_new_matched_tokens(r.view(), 0), (match_result{24u, true}));
+  ASSERT_EQ(planner_->get_num_new_matched_tokens(r.view(), 0), (match_result{24u, true}));
   next_block_ = 10;
   r.alloc(24, next_block_);
-  ASSERT_TRUE(conn_->update_state_after_alloc(r.view(), r.blocks, 24).ok());
+  ASSERT_TRUE(planner_->update_state_after_alloc(r.view(), r.blocks, 24).ok());
   auto m = step({});
   ASSERT_EQ(m.loads.size(), 1u);
 
   // While pinned, the pool (2 slots, both read) has no room for another block.
   test_request x{"x", prompt(12, 900)};
-  (void)conn_->get_num_new_matched_tokens(x.view(), 0);
+  (void)planner_->get_num_new_matched_tokens(x.view(), 0);
   x.alloc(12, next_block_);
   EXPECT_TRUE(step({fresh(x, 0, 12)}).stores.empty());
-  EXPECT_EQ(conn_->stats().store_retries, 1u);
+  EXPECT_EQ(planner_->stats().store_retries, 1u);
 
   complete(m.loads[0], /*ok=*/false);
   EXPECT_EQ(mgr_->last("complete_load"), w.keys());
-  auto done = conn_->take_request_completions();
+  auto done = planner_->take_request_completions();
   EXPECT_EQ(done.finished_recving, std::vector<std::string>{"r"});
   EXPECT_EQ(done.invalid_block_ids, (std::vector<gpu_block>{10, 11, 12, 13, 14, 15}));
-  EXPECT_EQ(conn_->stats().loads_failed, 1u);
-  EXPECT_FALSE(conn_->load_in_flight("r"));
+  EXPECT_EQ(planner_->stats().loads_failed, 1u);
+  EXPECT_FALSE(planner_->load_in_flight("r"));
 
   // Unpinned: x's retried store can now evict one of them.
   auto m2 = step({}, {running(x, {}, 12, 0)});
@@ -1119,7 +1119,7 @@ TEST_F(PlannerTest, UnknownDuplicateOrMismatchedResultsAreRejected) {
   test_request a{"a", prompt(12, 1)};
   test_request b{"b", prompt(12, 100)};
   for (auto* r : {&a, &b}) {
-    (void)conn_->get_num_new_matched_tokens(r->view(), 0);
+    (void)planner_->get_num_new_matched_tokens(r->view(), 0);
     r->alloc(12, next_block_);
   }
   auto m = step({fresh(a, 0, 12), fresh(b, 0, 12)});
@@ -1129,13 +1129,13 @@ TEST_F(PlannerTest, UnknownDuplicateOrMismatchedResultsAreRejected) {
 
   // Wrong kind: rejected, the job stays in flight.
   mgr_->calls.clear();
-  auto s = conn_->update_connector_output({1, {job_result{ja.id, transfer_kind::load, true}}});
+  auto s = planner_->update_connector_output({1, {job_result{ja.id, transfer_kind::load, true}}});
   EXPECT_EQ(s.code(), errc::invalid_argument);
   EXPECT_TRUE(mgr_->calls.empty());
-  EXPECT_EQ(conn_->jobs_in_flight(), 2u);
+  EXPECT_EQ(planner_->jobs_in_flight(), 2u);
 
   // A batch with a valid result and an unknown id: the valid one is applied.
-  s = conn_->update_connector_output({2,
+  s = planner_->update_connector_output({2,
                                       {job_result{ja.id, transfer_kind::store, true},
                                        job_result{999, transfer_kind::store, true}}});
   EXPECT_EQ(s.code(), errc::not_found);
@@ -1143,19 +1143,19 @@ TEST_F(PlannerTest, UnknownDuplicateOrMismatchedResultsAreRejected) {
   EXPECT_EQ(mgr_->count("complete_store"), 1u);
 
   // The same job again: rejected, no second completion.
-  s = conn_->update_connector_output({3, {job_result{ja.id, transfer_kind::store, true}}});
+  s = planner_->update_connector_output({3, {job_result{ja.id, transfer_kind::store, true}}});
   EXPECT_EQ(s.code(), errc::not_found);
   EXPECT_EQ(mgr_->count("complete_store"), 1u);
 
   // Two results for b in one batch: the first completes it, the second is rejected.
-  s = conn_->update_connector_output({4,
+  s = planner_->update_connector_output({4,
                                       {job_result{jb.id, transfer_kind::store, true},
                                        job_result{jb.id, transfer_kind::store, false}}});
   EXPECT_EQ(s.code(), errc::not_found);
   EXPECT_EQ(mgr_->count("complete_store"), 2u);
   EXPECT_EQ(mgr_->count("complete_store_failed"), 0u);
-  EXPECT_EQ(conn_->stats().rejected_results, 4u);
-  EXPECT_EQ(conn_->jobs_in_flight(), 0u);
+  EXPECT_EQ(planner_->stats().rejected_results, 4u);
+  EXPECT_EQ(planner_->jobs_in_flight(), 0u);
 }
 
 // --- inputs as vLLM gives them: hashed flags, request-level outcomes
@@ -1167,22 +1167,22 @@ TEST_F(PlannerTest, LoadStartsAtTheFirstBlockWithoutAHash) {
   // 12 tokens computed locally, but the GPU prefix cache also holds block 3 (past num_computed):
   // R1 starts the load at the first unhashed block, 4, skipping one sub-block of key 1.
   test_request d{"d", prompt(36, 1)};
-  ASSERT_EQ(conn_->get_num_new_matched_tokens(d.view(), 12), (match_result{24u, true}));
+  ASSERT_EQ(planner_->get_num_new_matched_tokens(d.view(), 12), (match_result{24u, true}));
   next_block_ = 10;
   d.alloc(36, next_block_);  // GPU 10..18
   const std::vector<uint8_t> hashed{1, 1, 1, 1, 0, 0, 0, 0, 0};
   const std::vector<uint8_t> too_few{1, 1, 1};
-  EXPECT_EQ(conn_->update_state_after_alloc(d.view(), {d.blocks, too_few}, 24).code(),
+  EXPECT_EQ(planner_->update_state_after_alloc(d.view(), {d.blocks, too_few}, 24).code(),
             errc::invalid_argument);
-  ASSERT_TRUE(conn_->update_state_after_alloc(d.view(), {d.blocks, hashed}, 24).ok());
-  ASSERT_EQ(conn_->pending_loads().size(), 1u);
-  const transfer_job job = conn_->pending_loads()[0];
+  ASSERT_TRUE(planner_->update_state_after_alloc(d.view(), {d.blocks, hashed}, 24).ok());
+  ASSERT_EQ(planner_->pending_loads().size(), 1u);
+  const transfer_job job = planner_->pending_loads()[0];
   EXPECT_EQ(job.gpu_blocks, (std::vector<gpu_block>{14, 15, 16, 17, 18}));
   EXPECT_EQ(job.block_indices, per_group{4});
   EXPECT_EQ(job.group_sizes, per_group{5});
   EXPECT_EQ(job.skip, 1u);
   EXPECT_EQ(job.slots.size(), 2u);
-  EXPECT_EQ(std::vector<block_key>(conn_->job_keys(job.id).begin(), conn_->job_keys(job.id).end()),
+  EXPECT_EQ(std::vector<block_key>(planner_->job_keys(job.id).begin(), planner_->job_keys(job.id).end()),
             slice(w.keys(), 1, 3));
   auto m = step({});
   ASSERT_EQ(m.loads.size(), 1u);
@@ -1191,10 +1191,10 @@ TEST_F(PlannerTest, LoadStartsAtTheFirstBlockWithoutAHash) {
   // Every block up to the hit already hashed: an empty load job (R1 records one), which still
   // ends the request's wait through finished_recving.
   test_request e{"e", prompt(24, 1)};
-  ASSERT_EQ(conn_->get_num_new_matched_tokens(e.view(), 0), (match_result{24u, true}));
+  ASSERT_EQ(planner_->get_num_new_matched_tokens(e.view(), 0), (match_result{24u, true}));
   e.alloc(24, next_block_);
   const std::vector<uint8_t> all(e.blocks.size(), 1);
-  ASSERT_TRUE(conn_->update_state_after_alloc(e.view(), {e.blocks, all}, 24).ok());
+  ASSERT_TRUE(planner_->update_state_after_alloc(e.view(), {e.blocks, all}, 24).ok());
   m = step({});
   ASSERT_EQ(m.loads.size(), 1u);
   EXPECT_TRUE(m.loads[0].slots.empty());
@@ -1202,9 +1202,9 @@ TEST_F(PlannerTest, LoadStartsAtTheFirstBlockWithoutAHash) {
   EXPECT_TRUE(m.loads[0].group_sizes.empty());
   EXPECT_TRUE(m.loads[0].block_indices.empty());
   const std::vector<std::string_view> recving{"e"};
-  ASSERT_TRUE(conn_->update_connector_output(request_output{{}, recving}).ok());
-  EXPECT_FALSE(conn_->load_in_flight("e"));
-  EXPECT_EQ(conn_->jobs_in_flight(), 0u);
+  ASSERT_TRUE(planner_->update_connector_output(request_output{{}, recving}).ok());
+  EXPECT_FALSE(planner_->load_in_flight("e"));
+  EXPECT_EQ(planner_->jobs_in_flight(), 0u);
 }
 
 TEST_F(PlannerTest, RequestLevelOutputsCompleteTheRequestsJobs) {
@@ -1212,7 +1212,7 @@ TEST_F(PlannerTest, RequestLevelOutputsCompleteTheRequestsJobs) {
   store_fully(w);
   // a: two store jobs (chunked prefill); b: a load of w's block; c: deferred behind b.
   test_request a{"a", prompt(24, 500)};
-  (void)conn_->get_num_new_matched_tokens(a.view(), 0);
+  (void)planner_->get_num_new_matched_tokens(a.view(), 0);
   a.alloc(12, next_block_);
   auto m1 = step({fresh(a, 0, 12)});
   auto ids = a.alloc(24, next_block_);
@@ -1220,11 +1220,11 @@ TEST_F(PlannerTest, RequestLevelOutputsCompleteTheRequestsJobs) {
   ASSERT_EQ(m1.stores.size() + m2.stores.size(), 2u);
   test_request b{"b", prompt(12, 1)};
   test_request c{"c", prompt(12, 1)};
-  ASSERT_EQ(conn_->get_num_new_matched_tokens(b.view(), 0), (match_result{12u, true}));
+  ASSERT_EQ(planner_->get_num_new_matched_tokens(b.view(), 0), (match_result{12u, true}));
   b.alloc(12, next_block_);
-  ASSERT_TRUE(conn_->update_state_after_alloc(b.view(), b.blocks, 12).ok());
+  ASSERT_TRUE(planner_->update_state_after_alloc(b.view(), b.blocks, 12).ok());
   ASSERT_EQ(step({}).loads.size(), 1u);
-  EXPECT_EQ(conn_->get_num_new_matched_tokens(c.view(), 0), (match_result{std::nullopt, false}));
+  EXPECT_EQ(planner_->get_num_new_matched_tokens(c.view(), 0), (match_result{std::nullopt, false}));
 
   // A preemption naming a request without jobs and one the planner never saw: both are
   // flushed by name (R1's reqs_to_flush), without job ids.
@@ -1234,23 +1234,23 @@ TEST_F(PlannerTest, RequestLevelOutputsCompleteTheRequestsJobs) {
 
   // finished_sending completes every store job of a (one stored event per job); finished_recving
   // b's load; ids with nothing to complete are ignored. The sets reach the engine as given.
-  (void)conn_->take_events();
+  (void)planner_->take_events();
   mgr_->calls.clear();
   const std::vector<std::string_view> sending{"a", "nobody"};
   const std::vector<std::string_view> recving{"b", "c"};
-  ASSERT_TRUE(conn_->update_connector_output(request_output{sending, recving}).ok());
+  ASSERT_TRUE(planner_->update_connector_output(request_output{sending, recving}).ok());
   EXPECT_EQ(mgr_->ops(),
             (std::vector<std::string>{"complete_store", "complete_store", "complete_load"}));
-  EXPECT_EQ(conn_->take_request_completions(),
+  EXPECT_EQ(planner_->take_request_completions(),
             (request_completions{{"a", "nobody"}, {"b", "c"}, {}}));
-  EXPECT_EQ(conn_->jobs_in_flight(), 0u);
-  const auto ev = conn_->take_events();
+  EXPECT_EQ(planner_->jobs_in_flight(), 0u);
+  const auto ev = planner_->take_events();
   ASSERT_EQ(ev.size(), 2u);
   EXPECT_EQ(ev[0].keys, slice(a.keys(), 0, 1));
   EXPECT_EQ(ev[1].keys, slice(a.keys(), 1, 2));
   // c is no longer held back; a's finished_sending dropped its store entry (R1 pops it).
-  EXPECT_EQ(conn_->get_num_new_matched_tokens(c.view(), 0), (match_result{12u, true}));
-  EXPECT_FALSE(conn_->request_finished("a"));
+  EXPECT_EQ(planner_->get_num_new_matched_tokens(c.view(), 0), (match_result{12u, true}));
+  EXPECT_FALSE(planner_->request_finished("a"));
 }
 
 // With kvconnect's workers the coordinator's job results decide every outcome; vLLM's sets only
@@ -1261,63 +1261,63 @@ TEST_F(PlannerTest, WithWorkersVllmsSetsReleaseRequestsAndTheJobResultsDecide) {
   store_fully(w);
   // a: one store job in flight, finished (delay_free); b: a load of w's block in flight.
   test_request a{"a", prompt(12, 500)};
-  (void)conn_->get_num_new_matched_tokens(a.view(), 0);
+  (void)planner_->get_num_new_matched_tokens(a.view(), 0);
   a.alloc(12, next_block_);
   const auto store = step({fresh(a, 0, 12)}).stores;
   ASSERT_EQ(store.size(), 1u);
-  EXPECT_TRUE(conn_->request_finished("a"));
+  EXPECT_TRUE(planner_->request_finished("a"));
   test_request b{"b", prompt(16, 1)};
-  ASSERT_EQ(conn_->get_num_new_matched_tokens(b.view(), 0), (match_result{12u, true}));
+  ASSERT_EQ(planner_->get_num_new_matched_tokens(b.view(), 0), (match_result{12u, true}));
   b.alloc(16, next_block_);
-  ASSERT_TRUE(conn_->update_state_after_alloc(b.view(), b.blocks, 12).ok());
+  ASSERT_TRUE(planner_->update_state_after_alloc(b.view(), b.blocks, 12).ok());
   const auto load = step({}).loads;
   ASSERT_EQ(load.size(), 1u);
 
   mgr_->calls.clear();
   const std::vector<std::string_view> sending{"a", "w", "nobody"};
   const std::vector<std::string_view> recving{"b", "nobody"};
-  ASSERT_TRUE(conn_->update_connector_output(request_output{sending, recving, live}).ok());
+  ASSERT_TRUE(planner_->update_connector_output(request_output{sending, recving, live}).ok());
   EXPECT_TRUE(mgr_->ops().empty());  // no job completes
-  EXPECT_EQ(conn_->jobs_in_flight(), 2u);
-  EXPECT_TRUE(conn_->load_in_flight("b"));
-  EXPECT_EQ(conn_->take_request_completions(), (request_completions{{"a"}, {"b"}, {}}));
+  EXPECT_EQ(planner_->jobs_in_flight(), 2u);
+  EXPECT_TRUE(planner_->load_in_flight("b"));
+  EXPECT_EQ(planner_->take_request_completions(), (request_completions{{"a"}, {"b"}, {}}));
   // Named again (a duplicate): nothing more reaches the engine.
-  ASSERT_TRUE(conn_->update_connector_output(request_output{sending, recving, live}).ok());
-  EXPECT_TRUE(conn_->take_request_completions().empty());
+  ASSERT_TRUE(planner_->update_connector_output(request_output{sending, recving, live}).ok());
+  EXPECT_TRUE(planner_->take_request_completions().empty());
 
   // The coordinator fails both: a's blocks are dropped, b's GPU blocks are invalid; neither
   // request is reported a second time, and a is released with its last job.
-  (void)conn_->take_events();
+  (void)planner_->take_events();
   complete(store[0], /*ok=*/false);
   complete(load[0], /*ok=*/false);
   EXPECT_EQ(mgr_->ops(), (std::vector<std::string>{"complete_store_failed", "complete_load"}));
-  EXPECT_EQ(conn_->take_request_completions(),
+  EXPECT_EQ(planner_->take_request_completions(),
             (request_completions{{}, {}, slice_ids(b.blocks, 0, 3)}));
-  EXPECT_TRUE(conn_->take_events().empty());  // no stored event
-  EXPECT_EQ(conn_->stats().stores_failed, 1u);
-  EXPECT_EQ(conn_->stats().loads_failed, 1u);
-  EXPECT_EQ(conn_->jobs_in_flight(), 0u);
-  EXPECT_EQ(conn_->tracked_requests(), 1u);  // b, running
-  EXPECT_FALSE(conn_->request_finished("b"));
-  EXPECT_EQ(conn_->tracked_requests(), 0u);
+  EXPECT_TRUE(planner_->take_events().empty());  // no stored event
+  EXPECT_EQ(planner_->stats().stores_failed, 1u);
+  EXPECT_EQ(planner_->stats().loads_failed, 1u);
+  EXPECT_EQ(planner_->jobs_in_flight(), 0u);
+  EXPECT_EQ(planner_->tracked_requests(), 1u);  // b, running
+  EXPECT_FALSE(planner_->request_finished("b"));
+  EXPECT_EQ(planner_->tracked_requests(), 0u);
   test_request again{"again", prompt(12, 500)};  // a's tokens
-  EXPECT_EQ(conn_->get_num_new_matched_tokens(again.view(), 0), (match_result{0u, false}));
-  EXPECT_FALSE(conn_->request_finished("again"));
+  EXPECT_EQ(planner_->get_num_new_matched_tokens(again.view(), 0), (match_result{0u, false}));
+  EXPECT_FALSE(planner_->request_finished("again"));
 
   // Job results first: the request is reported with them, and vLLM's later set is dropped.
   test_request c{"c", prompt(12, 900)};
-  (void)conn_->get_num_new_matched_tokens(c.view(), 0);
+  (void)planner_->get_num_new_matched_tokens(c.view(), 0);
   c.alloc(12, next_block_);
   const auto stores_c = step({fresh(c, 0, 12)}).stores;
   ASSERT_EQ(stores_c.size(), 1u);
-  EXPECT_TRUE(conn_->request_finished("c"));
+  EXPECT_TRUE(planner_->request_finished("c"));
   complete(stores_c[0]);
-  EXPECT_EQ(conn_->take_request_completions().finished_sending, (std::vector<std::string>{"c"}));
+  EXPECT_EQ(planner_->take_request_completions().finished_sending, (std::vector<std::string>{"c"}));
   const std::vector<std::string_view> late{"c"};
-  ASSERT_TRUE(conn_->update_connector_output(request_output{late, {}, live}).ok());
-  EXPECT_TRUE(conn_->take_request_completions().empty());
+  ASSERT_TRUE(planner_->update_connector_output(request_output{late, {}, live}).ok());
+  EXPECT_TRUE(planner_->take_request_completions().empty());
   (void)step({});  // the finished ids go to the workers
-  EXPECT_EQ(conn_->tables(), planner_tables{});
+  EXPECT_EQ(planner_->tables(), planner_tables{});
 }
 
 // --- vLLM R1 reproductions (tests/scheduler/connector_traces/repro-*.jsonl)
@@ -1335,14 +1335,14 @@ class ConnectorR1ReproTest : public ::testing::Test {
   };
 
   void SetUp() override {
-    connector_config cfg;
+    planner_config cfg;
     cfg.gpu_block_size = 4;
     cfg.offloaded_block_size = 4;
     cfg.hash_block_size = 4;
     cfg.manager.capacity = 2;
     auto cs = planner::create(cfg);
     ASSERT_TRUE(cs.ok()) << cs.error().to_string();
-    conn_ = std::move(*cs);
+    planner_ = std::move(*cs);
   }
 
   static std::vector<block_key> keys(std::initializer_list<uint64_t> ints) {
@@ -1357,7 +1357,7 @@ class ConnectorR1ReproTest : public ::testing::Test {
   connector_metadata step(std::vector<scheduled_request> fresh,
                           std::vector<scheduled_request> cached,
                           std::vector<std::string_view> preempted = {}) {
-    auto m = conn_->build_connector_meta({step_++, fresh, cached, preempted});
+    auto m = planner_->build_connector_meta({step_++, fresh, cached, preempted});
     EXPECT_TRUE(m.ok()) << m.error().to_string();
     return m.ok() ? std::move(*m) : connector_metadata{};
   }
@@ -1365,22 +1365,22 @@ class ConnectorR1ReproTest : public ::testing::Test {
   void complete_flushed(const connector_metadata& m) {
     connector_output out{m.step, {}};
     for (job_id id : m.flush) out.jobs.push_back({id, transfer_kind::store, true});
-    auto s = conn_->update_connector_output(out);
+    auto s = planner_->update_connector_output(out);
     EXPECT_TRUE(s.ok()) << s.to_string();
   }
   void finished_sending(std::vector<std::string_view> ids) {
-    auto s = conn_->update_connector_output(request_output{ids, {}});
+    auto s = planner_->update_connector_output(request_output{ids, {}});
     EXPECT_TRUE(s.ok()) << s.to_string();
   }
   /// take_events as (kind, keys) pairs.
   std::vector<std::pair<kv_event_kind, std::vector<block_key>>> events() {
     std::vector<std::pair<kv_event_kind, std::vector<block_key>>> out;
-    for (auto& e : conn_->take_events()) out.emplace_back(e.kind, std::move(e.keys));
+    for (auto& e : planner_->take_events()) out.emplace_back(e.kind, std::move(e.keys));
     return out;
   }
   using ev = std::pair<kv_event_kind, std::vector<block_key>>;
 
-  std::unique_ptr<planner> conn_;
+  std::unique_ptr<planner> planner_;
   step_id step_ = 0;
 };
 
@@ -1390,7 +1390,7 @@ class ConnectorR1ReproTest : public ::testing::Test {
 // the cursor stayed at 2 and block 1 was never stored again.
 TEST_F(ConnectorR1ReproTest, StoreCursorMovesBackAfterPreemption) {
   const auto a = request("rA", {101, 102});
-  EXPECT_EQ(conn_->get_num_new_matched_tokens(a.view(), 0), (match_result{0u, false}));
+  EXPECT_EQ(planner_->get_num_new_matched_tokens(a.view(), 0), (match_result{0u, false}));
   const std::vector<gpu_block> a_blocks{1, 2};
   auto m = step({{a.view(), a_blocks, 0, 8}}, {});
   ASSERT_EQ(m.stores.size(), 1u);
@@ -1402,18 +1402,18 @@ TEST_F(ConnectorR1ReproTest, StoreCursorMovesBackAfterPreemption) {
   EXPECT_EQ(events(), (std::vector<ev>{{kv_event_kind::stored, keys({101, 102})}}));
 
   const auto b = request("rB", {201, 202});
-  EXPECT_EQ(conn_->get_num_new_matched_tokens(b.view(), 0), (match_result{0u, false}));
+  EXPECT_EQ(planner_->get_num_new_matched_tokens(b.view(), 0), (match_result{0u, false}));
   const std::vector<gpu_block> b_blocks{3, 4};
   m = step({{b.view(), b_blocks, 0, 8}}, {});
   ASSERT_EQ(m.stores.size(), 1u);
   EXPECT_EQ(m.stores[0].slots, (std::vector<cpu_slot>{0, 1}));
-  EXPECT_TRUE(conn_->request_finished("rB"));
+  EXPECT_TRUE(planner_->request_finished("rB"));
   finished_sending({"rB"});
   EXPECT_EQ(events(), (std::vector<ev>{{kv_event_kind::removed, keys({102, 101})},
                                        {kv_event_kind::stored, keys({201, 202})}}));
 
   // Resumed: blocks 5, 6; 4 tokens recomputed this step, 4 the next.
-  EXPECT_EQ(conn_->get_num_new_matched_tokens(a.view(), 0), (match_result{0u, false}));
+  EXPECT_EQ(planner_->get_num_new_matched_tokens(a.view(), 0), (match_result{0u, false}));
   const std::vector<gpu_block> a_new{5, 6};
   m = step({}, {{a.view(), a_new, 0, 4, /*resumed=*/true}});
   EXPECT_TRUE(m.stores.empty());
@@ -1425,8 +1425,8 @@ TEST_F(ConnectorR1ReproTest, StoreCursorMovesBackAfterPreemption) {
   EXPECT_EQ(m.stores[0].gpu_blocks, std::vector<gpu_block>{6});
   EXPECT_EQ(m.stores[0].group_sizes, per_group{1});
   EXPECT_EQ(m.stores[0].block_indices, per_group{1});
-  EXPECT_EQ(std::vector<block_key>(conn_->job_keys(m.stores[0].id).begin(),
-                                   conn_->job_keys(m.stores[0].id).end()),
+  EXPECT_EQ(std::vector<block_key>(planner_->job_keys(m.stores[0].id).begin(),
+                                   planner_->job_keys(m.stores[0].id).end()),
             keys({102}));
   EXPECT_EQ(events(), (std::vector<ev>{{kv_event_kind::removed, keys({202})}}));
 }
@@ -1436,32 +1436,32 @@ TEST_F(ConnectorR1ReproTest, StoreCursorMovesBackAfterPreemption) {
 // finished_sending for it follows.
 TEST_F(ConnectorR1ReproTest, DelayFreeAfterPreemptionFlush) {
   const auto a = request("rA", {101, 102});
-  (void)conn_->get_num_new_matched_tokens(a.view(), 0);
+  (void)planner_->get_num_new_matched_tokens(a.view(), 0);
   const std::vector<gpu_block> a_blocks{1, 2};
   ASSERT_EQ(step({{a.view(), a_blocks, 0, 8}}, {}).stores.size(), 1u);
   auto m = step({}, {}, {"rA"});
   complete_flushed(m);
   EXPECT_EQ(events(), (std::vector<ev>{{kv_event_kind::stored, keys({101, 102})}}));
-  EXPECT_EQ(conn_->jobs_in_flight(), 0u);
+  EXPECT_EQ(planner_->jobs_in_flight(), 0u);
 
-  EXPECT_TRUE(conn_->request_finished("rA"));
-  EXPECT_EQ(conn_->tracked_requests(), 1u);  // held for finished_sending
+  EXPECT_TRUE(planner_->request_finished("rA"));
+  EXPECT_EQ(planner_->tracked_requests(), 1u);  // held for finished_sending
   finished_sending({"rA"});                  // the engine's worker reports it (vLLM)
-  EXPECT_EQ(conn_->tracked_requests(), 0u);
-  EXPECT_EQ(conn_->take_request_completions().finished_sending,
+  EXPECT_EQ(planner_->tracked_requests(), 0u);
+  EXPECT_EQ(planner_->take_request_completions().finished_sending,
             (std::vector<std::string>{"rA"}));  // the engine's word, as given
   EXPECT_TRUE(events().empty());
 
   // With job results instead (kvconnect's workers), the planner reports it itself.
   const auto c = request("rC", {301});
-  (void)conn_->get_num_new_matched_tokens(c.view(), 0);
+  (void)planner_->get_num_new_matched_tokens(c.view(), 0);
   const std::vector<gpu_block> c_blocks{7};
   ASSERT_EQ(step({{c.view(), c_blocks, 0, 4}}, {}).stores.size(), 1u);
   complete_flushed(step({}, {}, {"rC"}));
-  EXPECT_TRUE(conn_->request_finished("rC"));
-  EXPECT_TRUE(conn_->update_connector_output(connector_output{step_, {}}).ok());
-  EXPECT_EQ(conn_->take_request_completions().finished_sending, std::vector<std::string>{"rC"});
-  EXPECT_EQ(conn_->tracked_requests(), 0u);
+  EXPECT_TRUE(planner_->request_finished("rC"));
+  EXPECT_TRUE(planner_->update_connector_output(connector_output{step_, {}}).ok());
+  EXPECT_EQ(planner_->take_request_completions().finished_sending, std::vector<std::string>{"rC"});
+  EXPECT_EQ(planner_->tracked_requests(), 0u);
 }
 
 // repro-event-grouping: rA stores one block per step; at finished_sending R1 completes both in
@@ -1469,7 +1469,7 @@ TEST_F(ConnectorR1ReproTest, DelayFreeAfterPreemptionFlush) {
 // [102]): the same blocks, and equal once consecutive events of one type are merged.
 TEST_F(ConnectorR1ReproTest, OneStoredEventPerJob) {
   const auto a = request("rA", {101, 102});
-  (void)conn_->get_num_new_matched_tokens(a.view(), 0);
+  (void)planner_->get_num_new_matched_tokens(a.view(), 0);
   const std::vector<gpu_block> a_blocks{1, 2};
   auto m = step({{a.view(), a_blocks, 0, 4}}, {});
   ASSERT_EQ(m.stores.size(), 1u);
@@ -1480,11 +1480,11 @@ TEST_F(ConnectorR1ReproTest, OneStoredEventPerJob) {
   EXPECT_EQ(m.stores[0].gpu_blocks, std::vector<gpu_block>{2});
   EXPECT_EQ(m.stores[0].block_indices, per_group{1});
   EXPECT_TRUE(step({}, {}).stores.empty());
-  EXPECT_TRUE(conn_->request_finished("rA"));
+  EXPECT_TRUE(planner_->request_finished("rA"));
   finished_sending({"rA"});
   EXPECT_EQ(events(), (std::vector<ev>{{kv_event_kind::stored, keys({101})},
                                        {kv_event_kind::stored, keys({102})}}));
-  EXPECT_EQ(conn_->tracked_requests(), 0u);
+  EXPECT_EQ(planner_->tracked_requests(), 0u);
 }
 
 // --- a seeded random workload: global invariants ---------------------------------------------
@@ -1515,7 +1515,7 @@ TEST_F(PlannerTest, RandomWorkloadCompletesEveryJobOnceAndLeavesNothingPinned) {
   uint32_t serial = 0;
 
   auto finish = [&](const std::string& id) {
-    if (conn_->request_finished(id)) owe_sending.insert(id);
+    if (planner_->request_finished(id)) owe_sending.insert(id);
     reqs.erase(id);
   };
 
@@ -1532,8 +1532,8 @@ TEST_F(PlannerTest, RandomWorkloadCompletesEveryJobOnceAndLeavesNothingPinned) {
       ASSERT_EQ(outstanding.erase(it->res.job), 1u);
       it = results.erase(it);
     }
-    ASSERT_TRUE(conn_->update_connector_output(out).ok());
-    auto done = conn_->take_request_completions();
+    ASSERT_TRUE(planner_->update_connector_output(out).ok());
+    auto done = planner_->take_request_completions();
     for (const auto& id : done.finished_sending) ASSERT_EQ(owe_sending.erase(id), 1u) << id;
     for (const auto& id : done.finished_recving) {
       ASSERT_EQ(owe_recving.erase(id), 1u) << id;
@@ -1586,13 +1586,13 @@ TEST_F(PlannerTest, RandomWorkloadCompletesEveryJobOnceAndLeavesNothingPinned) {
       if (std::find(preempted_ids.begin(), preempted_ids.end(), id) != preempted_ids.end())
         continue;  // not rescheduled in the step that preempted it
       if (l.at == phase::waiting) {
-        const auto m = conn_->get_num_new_matched_tokens(l.r.view(), l.computed);
+        const auto m = planner_->get_num_new_matched_tokens(l.r.view(), l.computed);
         ASSERT_EQ(m.is_async, m.tokens.value_or(0) > 0);
         if (!m.tokens) continue;  // being loaded for another request: ask again
         l.r.blocks.clear();
         l.r.alloc(n, next_block_);
         if (*m.tokens > 0) {
-          ASSERT_TRUE(conn_->update_state_after_alloc(l.r.view(), l.r.blocks, *m.tokens).ok());
+          ASSERT_TRUE(planner_->update_state_after_alloc(l.r.view(), l.r.blocks, *m.tokens).ok());
           l.at = phase::loading;
           l.loading = *m.tokens;
           owe_recving.insert(id);
@@ -1606,7 +1606,7 @@ TEST_F(PlannerTest, RandomWorkloadCompletesEveryJobOnceAndLeavesNothingPinned) {
       }
     }
     std::vector<std::string_view> preempted(preempted_ids.begin(), preempted_ids.end());
-    auto meta = conn_->build_connector_meta(step_input{step_, fresh_reqs, cached, preempted});
+    auto meta = planner_->build_connector_meta(step_input{step_, fresh_reqs, cached, preempted});
     ASSERT_TRUE(meta.ok()) << meta.error().to_string();
     for (job_id j : meta->flush) {
       ASSERT_TRUE(outstanding.contains(j)) << j;
@@ -1640,17 +1640,17 @@ TEST_F(PlannerTest, RandomWorkloadCompletesEveryJobOnceAndLeavesNothingPinned) {
   // Drain the remaining results.
   connector_output out{step_, {}};
   for (const auto& r : results) out.jobs.push_back(r.res);
-  ASSERT_TRUE(conn_->update_connector_output(out).ok());
-  auto done = conn_->take_request_completions();
+  ASSERT_TRUE(planner_->update_connector_output(out).ok());
+  auto done = planner_->take_request_completions();
   for (const auto& id : done.finished_sending) ASSERT_EQ(owe_sending.erase(id), 1u) << id;
   for (const auto& id : done.finished_recving) ASSERT_EQ(owe_recving.erase(id), 1u) << id;
 
   EXPECT_TRUE(reqs.empty());
   EXPECT_TRUE(owe_sending.empty());
   EXPECT_TRUE(owe_recving.empty());
-  EXPECT_EQ(conn_->jobs_in_flight(), 0u);
-  EXPECT_EQ(conn_->tracked_requests(), 0u);
-  const auto& st = conn_->stats();
+  EXPECT_EQ(planner_->jobs_in_flight(), 0u);
+  EXPECT_EQ(planner_->tracked_requests(), 0u);
+  const auto& st = planner_->stats();
   EXPECT_EQ(st.loads_ok + st.loads_failed, st.loads_planned);
   EXPECT_EQ(st.stores_ok + st.stores_failed, st.stores_planned);
   // The run exercised what it is meant to.

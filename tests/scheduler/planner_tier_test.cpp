@@ -37,7 +37,7 @@ class PlannerTierTest : public ::testing::Test {
  protected:
   void make(uint32_t pool_blocks, uint32_t tier_blocks, uint32_t max_pending = 8,
             bool with_tier = true, bool events = true) {
-    connector_config cfg;
+    planner_config cfg;
     cfg.gpu_block_size = kBlock;
     cfg.manager.capacity = pool_blocks;
     cfg.manager.enable_events = events;

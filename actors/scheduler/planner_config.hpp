@@ -1,6 +1,7 @@
 #pragma once
-/// Configuration of the scheduler side of the connector (vLLM OffloadingSpec geometry plus the
-/// manager's kv_connector_extra_config). Plain data; validate() checks it.
+/// planner_config: the planner's configuration, the scheduler side of the connector (vLLM
+/// OffloadingSpec geometry plus the manager's kv_connector_extra_config). Plain data; validate()
+/// checks it.
 ///
 /// Geometry (reference §5): `factor = offloaded_block_size / gpu_block_size` GPU blocks per
 /// offloaded block; `hash_factor = offloaded_block_size / hash_block_size` request block hashes
@@ -15,7 +16,7 @@
 
 namespace kvc::scheduler {
 
-struct connector_config {
+struct planner_config {
   uint32_t gpu_block_size = 16;       ///< tokens per GPU block, >= 1
   uint32_t offloaded_block_size = 0;  ///< tokens per CPU block; 0 = gpu_block_size
   uint32_t hash_block_size = 0;       ///< tokens per request block hash; 0 = gpu_block_size
@@ -36,6 +37,6 @@ struct connector_geometry {
 /// Checks gpu_block_size >= 1, offloaded_block_size a multiple of gpu_block_size and of
 /// hash_block_size; errc::invalid_argument naming the offending values otherwise. (The manager
 /// config is checked when the manager is built.)
-result<connector_geometry> make_geometry(const connector_config& cfg);
+result<connector_geometry> make_geometry(const planner_config& cfg);
 
 }  // namespace kvc::scheduler

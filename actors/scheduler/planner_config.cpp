@@ -1,10 +1,10 @@
-#include "actors/scheduler/connector_config.hpp"
+#include "actors/scheduler/planner_config.hpp"
 
 #include <string>
 
 namespace kvc::scheduler {
 
-result<connector_geometry> make_geometry(const connector_config& cfg) {
+result<connector_geometry> make_geometry(const planner_config& cfg) {
   if (cfg.gpu_block_size == 0)
     return make_error(errc::invalid_argument, "connector: gpu_block_size must be >= 1");
   const uint32_t gpu = cfg.gpu_block_size;
