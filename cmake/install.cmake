@@ -46,6 +46,7 @@ set(KVC_PUBLIC_HEADERS
   proto/block_key.hpp
   proto/completion.hpp
   proto/connector_metadata.hpp
+  proto/defaults.hpp
   proto/errc.hpp
   proto/exact_double.hpp
   proto/fault_plan.hpp
