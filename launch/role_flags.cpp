@@ -25,7 +25,7 @@ void add_pool_flags(CLI::App& cmd, pool_options& pool) {
       ->capture_default_str();
   cmd.add_option("--block-factor", pool.kv.block_factor, "GPU blocks per offloaded block")
       ->capture_default_str();
-  tier_options& t = pool.tier;
+  embed::file_tier_config& t = pool.tier.tier;
   cmd.add_option("--tier-root-dir", t.root_dir, "The file tier's directory; none: no tier");
   cmd.add_option("--tier-capacity-bytes", t.capacity_bytes, "Bytes the tier's files may take");
   cmd.add_option("--tier-read-threads", t.n_read_threads, "The tier's read threads")
@@ -34,7 +34,8 @@ void add_pool_flags(CLI::App& cmd, pool_options& pool) {
       ->capture_default_str();
   cmd.add_option("--tier-max-pending", t.max_pending_cascades, "Cascades in flight at most")
       ->capture_default_str();
-  cmd.add_flag("--tier-no-direct-io", t.no_direct_io, "Buffered I/O for the tier's files");
+  cmd.add_flag("--tier-no-direct-io", pool.tier.no_direct_io,
+               "Buffered I/O for the tier's files");
   cmd.add_option("--tier-io-engine", t.io_engine, "auto | io_uring | threads")
       ->check(CLI::IsMember({"auto", "io_uring", "threads"}))
       ->capture_default_str();

@@ -27,39 +27,18 @@ using topology_options = embed::topology_config;
 /// The file tier behind the pool (offload.secondary_tiers[0], docs/disk_tier.md) as flags both
 /// roles take alike; without --tier-root-dir: no tier.
 struct tier_options {
-  std::string root_dir;
-  uint64_t capacity_bytes = 0;
-  uint32_t n_read_threads = 16;
-  uint32_t n_write_threads = 16;
-  uint32_t max_pending_cascades = 1024;
+  /// The flags bind to these fields; no root_dir: no tier. direct_io follows no_direct_io.
+  embed::file_tier_config tier;
   bool no_direct_io = false;
-  std::string io_engine = "auto";
-  uint32_t io_depth = 4;
-  std::string kv_description;  ///< part of the run digest (the KV cache's shape)
+
   /// The flags that give `t` (the plan's tier, launch_plan.hpp).
-  static tier_options of(const embed::file_tier_config& t) {
-    return {.root_dir = t.root_dir,
-            .capacity_bytes = t.capacity_bytes,
-            .n_read_threads = t.n_read_threads,
-            .n_write_threads = t.n_write_threads,
-            .max_pending_cascades = t.max_pending_cascades,
-            .no_direct_io = !t.direct_io,
-            .io_engine = t.io_engine,
-            .io_depth = t.io_depth,
-            .kv_description = t.kv_description};
-  }
+  static tier_options of(const embed::file_tier_config& t) { return {t, !t.direct_io}; }
   /// The facades' tier; none without a root_dir.
   std::optional<embed::file_tier_config> config() const {
-    if (root_dir.empty()) return std::nullopt;
-    return embed::file_tier_config{.root_dir = root_dir,
-                                   .capacity_bytes = capacity_bytes,
-                                   .n_read_threads = n_read_threads,
-                                   .n_write_threads = n_write_threads,
-                                   .max_pending_cascades = max_pending_cascades,
-                                   .direct_io = !no_direct_io,
-                                   .io_engine = io_engine,
-                                   .io_depth = io_depth,
-                                   .kv_description = kv_description};
+    if (tier.root_dir.empty()) return std::nullopt;
+    embed::file_tier_config c = tier;
+    c.direct_io = !no_direct_io;
+    return c;
   }
 };
 
