@@ -343,8 +343,9 @@ void bind_metadata(py::module_& m) {
       .def_readonly("flush_requests", &connector_metadata::flush_requests)
       .def_readonly("finished_requests", &connector_metadata::finished_requests)
       .def_readonly("tier_jobs", &connector_metadata::tier_jobs)
-      .def_property_readonly("tier_removed",
-                             [](const connector_metadata& md) { return int_list(md.tier_removed); });
+      .def_property_readonly("tier_removed", [](const connector_metadata& md) {
+        return int_list(md.tier_removed);
+      });
   py::class_<job_result>(m, "JobResult", "A job's aggregated outcome.")
       .def_readonly("job", &job_result::job)
       .def_property_readonly("kind",
