@@ -9,7 +9,8 @@
 
 namespace kvc {
 
-/// Where a block lives: the GPU's KV cache, the CPU pool, the file tier (vLLM's medium names).
+/// Where a block lives: the GPU's KV cache, the CPU pool, the file tier. to_string gives vLLM's
+/// medium strings (vllm/distributed/kv_events.py: "CPU"; "STORAGE" for vLLM main's fs tier).
 enum class medium : uint8_t { gpu = 0, cpu = 1, fs = 2 };
 enum class kv_event_kind : uint8_t { stored = 0, removed = 1 };
 
@@ -28,7 +29,7 @@ constexpr std::string_view to_string(medium m) noexcept {
   switch (m) {
     case medium::gpu: return "GPU";
     case medium::cpu: return "CPU";
-    case medium::fs: return "FS";
+    case medium::fs: return "STORAGE";
   }
   return "UNKNOWN";
 }

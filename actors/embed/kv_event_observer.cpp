@@ -33,7 +33,7 @@ void kv_event_observer::on_reset(bool ok, step_id /*last_step*/) {
 }
 
 void kv_event_observer::publish() {
-  auto evs = planner_.take_all_events();  // the pool's, then the file tier's (medium FS)
+  auto evs = planner_.take_all_events();  // the pool's, then the file tier's (medium STORAGE)
   if (evs.empty()) return;
   publisher_->publish(kv_events::encode_batch(wall_seconds(), evs, batch_));
 }

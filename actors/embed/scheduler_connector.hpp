@@ -150,7 +150,7 @@ class scheduler_connector {
   /// delay_free: the blocks are freed when the id comes back in finished_sending.
   bool request_finished(std::string_view req_id);
   /// Stored / removed block events since the last call (vLLM take_events): the CPU pool's,
-  /// then the file tier's (medium FS, docs/disk_tier.md). Empty when
+  /// then the file tier's (medium STORAGE, docs/disk_tier.md). Empty when
   /// observe.kv_events_endpoint is set: the connector publishes them itself, each step.
   std::vector<kv_event> take_events();
   /// vLLM main's reset_cache, between steps (scheduler::planner::reset): empties the CPU pool;

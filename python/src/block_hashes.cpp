@@ -61,4 +61,10 @@ py::object int_of(const block_key& key) {
   return hi.attr("__lshift__")(64).attr("__or__")(lo);
 }
 
+py::list int_list(std::span<const block_key> keys) {
+  py::list out;
+  for (const block_key& k : keys) out.append(int_of(k));
+  return out;
+}
+
 }  // namespace kvc::python

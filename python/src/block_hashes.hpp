@@ -5,6 +5,8 @@
 /// h comes back as int.from_bytes(h, "big") (vLLM's integer form of a hash) and an int as itself.
 #include <pybind11/pybind11.h>
 
+#include <span>
+
 #include "proto/block_key.hpp"
 
 namespace kvc::python {
@@ -15,5 +17,8 @@ block_key key_of(pybind11::handle hash);
 
 /// The Python int of a key.
 pybind11::object int_of(const block_key& key);
+
+/// The Python ints of keys, in order.
+pybind11::list int_list(std::span<const block_key> keys);
 
 }  // namespace kvc::python

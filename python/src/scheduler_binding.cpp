@@ -184,10 +184,8 @@ class py_scheduler {
   py::list events() {
     py::list out;
     for (const kv_event& e : sc().take_events()) {
-      py::list hashes;
-      for (const block_key& k : e.keys) hashes.append(int_of(k));
-      out.append(
-          py::make_tuple(std::string(to_string(e.kind)), hashes, std::string(to_string(e.where))));
+      out.append(py::make_tuple(std::string(to_string(e.kind)), int_list(e.keys),
+                                std::string(to_string(e.where))));
     }
     return out;
   }
@@ -302,6 +300,8 @@ py::dict tables_dict(const scheduler_connector::table_sizes& t, size_t cached) {
   d["completions"] = t.planner.completions;
   d["finished_for_meta"] = t.planner.finished_for_meta;
   d["reset_flush"] = t.planner.reset_flush;
+  d["tier_jobs"] = t.planner.tier_jobs;
+  d["promoting"] = t.planner.promoting;
   d["coordinator_jobs"] = t.coordinator_jobs;
   d["coordinator_deadlines"] = t.coordinator_deadlines;
   d["coordinator_ready_steps"] = t.coordinator_ready_steps;
@@ -328,13 +328,24 @@ void bind_metadata(py::module_& m) {
       .def_property_readonly("block_indices", [](const transfer_job& j) {
         return std::vector<uint32_t>(j.block_indices.begin(), j.block_indices.end());
       });
+  py::class_<tier_job>(m, "TierJob",
+                       "One job of the file tier (cascade, promotion, check; docs/disk_tier.md).")
+      .def_readonly("id", &tier_job::id)
+      .def_property_readonly("kind",
+                             [](const tier_job& j) { return std::string(to_string(j.kind)); })
+      .def_readonly("slots", &tier_job::slots)
+      .def_property_readonly("keys", [](const tier_job& j) { return int_list(j.keys); });
   py::class_<connector_metadata>(m, "ConnectorMetadata", "What the workers get for one step.")
       .def_readonly("step", &connector_metadata::step)
       .def_readonly("loads", &connector_metadata::loads)
       .def_readonly("stores", &connector_metadata::stores)
       .def_readonly("flush", &connector_metadata::flush)
       .def_readonly("flush_requests", &connector_metadata::flush_requests)
-      .def_readonly("finished_requests", &connector_metadata::finished_requests);
+      .def_readonly("finished_requests", &connector_metadata::finished_requests)
+      .def_readonly("tier_jobs", &connector_metadata::tier_jobs)
+      .def_property_readonly("tier_removed", [](const connector_metadata& md) {
+        return int_list(md.tier_removed);
+      });
   py::class_<job_result>(m, "JobResult", "A job's aggregated outcome.")
       .def_readonly("job", &job_result::job)
       .def_property_readonly("kind",

@@ -182,8 +182,12 @@ void read_job_results(py::handle results, std::vector<job_result>& out) {
     } else if (kind == "store") {
       r.kind = transfer_kind::store;
     } else {
+      const bool tier = kind == "cascade" || kind == "promotion" || kind == "check";
       throw py::value_error("a job kind is \"load\" or \"store\", not \"" + std::string(kind) +
-                            "\"");
+                            "\"" +
+                            (tier ? " (the file tier's jobs are reported by kvconnect's workers "
+                                    "on the step channel)"
+                                  : ""));
     }
     r.ok = truth_of(t.at[2]);
     if (!r.ok) {

@@ -38,6 +38,17 @@ TEST(BatchEncoderTest, StoredAndRemovedAsVllmLaysThemOut) {
             expected);
 }
 
+TEST(BatchEncoderTest, TheFileTiersMediumIsVllmMainsStorage) {
+  // vLLM main's fs tier publishes MEDIUM_STORAGE ("STORAGE", vllm/distributed/kv_events.py).
+  const std::vector<kv_event> evs{{kv_event_kind::removed, medium::fs, {block_key{1, 2}}}};
+  const std::string expected = bytes({0x92}) + ts_1_5 + bytes({0x91}) +
+                               // ["BlockRemoved", [h], "STORAGE"]
+                               bytes({0x93}) + str("BlockRemoved") + bytes({0x91}) + hash_1_2 +
+                               str("STORAGE");
+  EXPECT_EQ(encode_batch(1.5, evs, {.block_size = 16, .data_parallel_rank = std::nullopt}),
+            expected);
+}
+
 TEST(BatchEncoderTest, DataParallelRankIsTheThirdFieldWhenSet) {
   const std::string expected = bytes({0x93}) + ts_1_5 + bytes({0x90, 0x05});
   EXPECT_EQ(encode_batch(1.5, {}, {.block_size = 16, .data_parallel_rank = 5}), expected);

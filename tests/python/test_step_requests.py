@@ -268,6 +268,9 @@ def test_job_results_of_another_shape_are_an_error_naming_it():
             sc.apply_job_results(1, [("0", "store", True)])
         with pytest.raises(ValueError, match='a job kind is "load" or "store", not "copy"'):
             sc.apply_job_results(1, [(0, "copy", True)])
+        with pytest.raises(ValueError, match='not "cascade" \\(the file tier\'s jobs are reported '
+                                             "by kvconnect's workers on the step channel\\)"):
+            sc.apply_job_results(1, [(0, "cascade", True)])
         with pytest.raises(TypeError, match="results must be a list"):
             sc.apply_job_results(1, 7)
         assert sc.stats()["rejected_results"] == 0  # nothing reached the planner

@@ -42,6 +42,16 @@ def extra_config(**runtime) -> dict:
             "runtime": {"job_timeout_ms": 0, **runtime}}
 
 
+def tier_extra_config(root_dir: Path, pool_blocks: int) -> dict:
+    """A CPU pool of `pool_blocks` blocks and a file tier under `root_dir` (1 MiB per rank), as a
+    deployment writes them in kv_connector_extra_config: vLLM's key beside kvconnect's offload
+    section."""
+    tier = {"type": "fs", "root_dir": str(root_dir), "capacity_bytes": 1 << 20}
+    return {"cpu_bytes_to_use": pool_blocks * TP * LAYERS * page_bytes(),
+            "offload": {"secondary_tiers": [tier]},
+            "runtime": {"job_timeout_ms": 0}}
+
+
 def vllm_config(extra: dict, engine_id: str, rank: int | None = None) -> v.VllmConfig:
     config = v.vllm_config(extra, engine_id, BLOCK, tp=TP)
     if rank is not None:
@@ -205,25 +215,33 @@ def prefix_hashes(n: int = 4) -> list[bytes]:
     return [(100 + i).to_bytes(8, "big") for i in range(n)]
 
 
+def store_request(sched: KvconnectConnector, workers: Workers, req_id: str, hashes: list[bytes],
+                  tag: int, wait: bool = True) -> tuple[list[int], list]:
+    """Two steps: the request (one GPU block per hash) is computed into GPU blocks 1.. with
+    content `tag` and its blocks stored; once every rank reported the stores vLLM frees its
+    blocks and the GPU cache reuses them (overwritten). Returns its blocks and their bytes on
+    each rank as computed. `wait`: engine_step's, for the second step."""
+    r = v.Request(req_id, hashes, BLOCK * len(hashes), 0, None)
+    assert sched.get_num_new_matched_tokens(r, 0) == (0, False)
+    blocks = list(range(1, len(hashes) + 1))
+    sched.update_state_after_alloc(r, blocks_of(blocks), 0)
+    workers.all("write", (blocks, tag))
+    engine_step(sched, workers, output(new=[(r, blocks)]))
+    assert [j.gpu_blocks for j in sched.planned.stores] == [blocks]
+    stored = workers.all("read", blocks)
+    r.num_computed_tokens = r.num_tokens
+    assert sched.request_finished(r, blocks) == (True, None)
+    assert engine_step(sched, workers, output(finished=[req_id]), wait).finished_sending == \
+        {req_id}
+    workers.all("write", (blocks, 99))
+    return blocks, stored
+
+
 def store_a(sched: KvconnectConnector, workers: Workers,
             wait: bool = True) -> tuple[list[int], list]:
-    """Steps 1-2: request a (16 tokens) is computed into GPU blocks 1-4 and its blocks stored;
-    once every rank reported the stores vLLM frees a's blocks and the GPU cache reuses them.
-    Returns a's blocks and their bytes on each rank as computed. `wait`: engine_step's, for
-    step 2."""
-    a = v.Request("a", prefix_hashes(), 16, 0, None)
-    assert sched.get_num_new_matched_tokens(a, 0) == (0, False)
-    blocks_a = [1, 2, 3, 4]
-    sched.update_state_after_alloc(a, blocks_of(blocks_a), 0)
-    workers.all("write", (blocks_a, 1))
-    engine_step(sched, workers, output(new=[(a, blocks_a)]))
-    assert [j.gpu_blocks for j in sched.planned.stores] == [blocks_a]
-    stored = workers.all("read", blocks_a)
-    a.num_computed_tokens = 16
-    assert sched.request_finished(a, blocks_a) == (True, None)
-    assert engine_step(sched, workers, output(finished=["a"]), wait).finished_sending == {"a"}
-    workers.all("write", (blocks_a, 99))
-    return blocks_a, stored
+    """Steps 1-2: request a (16 tokens) is computed into GPU blocks 1-4 and its blocks stored
+    (store_request)."""
+    return store_request(sched, workers, "a", prefix_hashes(), 1, wait)
 
 
 def load_b(sched: KvconnectConnector, workers: Workers) -> tuple[v.KVConnectorOutput, list[int]]:
@@ -247,10 +265,10 @@ def check_nothing_left(sched: KvconnectConnector, workers: Workers,
     assert workers.remaining == {"sending": {}, "recving": {}}
     assert sched.scheduler.jobs_in_flight == 0
     tables = sched.scheduler.tables()
-    assert {k: tables[k] for k in ("requests", "jobs", "loads", "coordinator_jobs",
-                                   "channel_queued_steps")} == \
-        {"requests": 0, "jobs": 0, "loads": 0, "coordinator_jobs": straggling,
-         "channel_queued_steps": 0}
+    assert {k: tables[k] for k in ("requests", "jobs", "loads", "tier_jobs", "promoting",
+                                   "coordinator_jobs", "channel_queued_steps")} == \
+        {"requests": 0, "jobs": 0, "loads": 0, "tier_jobs": 0, "promoting": 0,
+         "coordinator_jobs": straggling, "channel_queued_steps": 0}
     assert workers.all("tables") == [(0, 0, 0)] * TP
 
 
