@@ -164,8 +164,8 @@ json to_chrome_trace(const trace_set& set) {
       job_open[key] = begin;
       int64_t& in_flight = track_jobs[{tr.process, r.track}];
       in_flight += begin ? 1 : -1;
-      const std::string id =
-          (copy_job ? "r" + std::to_string(r.rank) : std::string{"t"}) + "j" + std::to_string(r.job);
+      const std::string id = (copy_job ? "r" + std::to_string(r.rank) : std::string{"t"}) + "j" +
+                             std::to_string(r.job);
       add(tr.process, r.track, r.mono_ns + offset[tr.process], 0,
           {{"ph", begin ? "b" : "e"},
            {"cat", copy_job ? "job" : "tier"},

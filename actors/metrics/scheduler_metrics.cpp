@@ -160,8 +160,9 @@ void render_file_tier(builder& b, const scheduler::file_tier_counters& c,
   b.value("kvconnect_tier_jobs_submitted", with("kind", "promotion"), d(c.promotion_jobs));
   b.value("kvconnect_tier_jobs_submitted", with("kind", "cascade"), d(c.cascade_jobs));
   b.value("kvconnect_tier_jobs_submitted", with("kind", "check"), d(c.check_jobs));
-  b.family("kvconnect_tier_cascades_skipped", mt::counter,
-           "Blocks not cascaded, by reason (queue_full: back-pressure, no_room: nothing to evict).");
+  b.family(
+      "kvconnect_tier_cascades_skipped", mt::counter,
+      "Blocks not cascaded, by reason (queue_full: back-pressure, no_room: nothing to evict).");
   b.value("kvconnect_tier_cascades_skipped", with("reason", "queue_full"),
           d(c.ledger.cascades_skipped_queue_full));
   b.value("kvconnect_tier_cascades_skipped", with("reason", "no_room"),

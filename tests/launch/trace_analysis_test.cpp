@@ -203,8 +203,8 @@ TEST(ChromeTrace, TheFileTiersJobsAreAsyncSlicesOnTheirOwnTracks) {
   for (const auto& e : doc["traceEvents"]) {
     if (e["ph"] != "b" && e["ph"] != "e") continue;
     EXPECT_EQ(e["cat"], "tier");
-    tier_slices[thread_names.at(e["tid"].get<int>())].push_back(
-        e["ph"].get<std::string>() + " " + e["name"].get<std::string>());
+    tier_slices[thread_names.at(e["tid"].get<int>())].push_back(e["ph"].get<std::string>() + " " +
+                                                                e["name"].get<std::string>());
   }
   EXPECT_EQ(tier_slices["tier cascade"],
             (std::vector<std::string>{"b tier job 7", "e tier job 7"}));
