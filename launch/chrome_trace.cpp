@@ -8,6 +8,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "actors/trace/traced_transport.hpp"
+
 namespace kvc::launch {
 
 namespace {
@@ -131,7 +133,7 @@ json to_chrome_trace(const trace_set& set) {
   };
 
   // Slices: one per record (spans with their length, the rest of zero length).
-  std::map<std::pair<uint32_t, int64_t>, int64_t> rank_jobs;  // (process, rank) -> in flight
+  std::map<std::pair<uint32_t, std::string>, int64_t> track_jobs;  // (process, track) -> in flight
   std::map<std::tuple<uint32_t, int64_t, int64_t>, bool> job_open;
   for (const auto& tr : set.records) {
     const auto& r = tr.record;
@@ -150,19 +152,24 @@ json to_chrome_trace(const trace_set& set) {
            {"name", pool ? "pool slots used" : "jobs in flight"},
            {"args", {{pool ? "slots" : "planner", r.value}}}});
     }
-    // Copy jobs: async slices from taken on to complete, and each rank's jobs in flight.
-    if (r.job >= 0 && (r.type == "job_submit" || r.type == "job_complete")) {
-      const bool begin = r.type == "job_submit";
+    // Jobs: async slices, a rank's copy jobs from taken on to complete, the file tier's jobs
+    // from planned to applied (on their own tracks), and each track's jobs in flight.
+    const bool copy_job = r.type == "job_submit" || r.type == "job_complete";
+    const bool tier_job =
+        trace::is_tier_track(r.track) && (r.type == "job_planned" || r.type == "job_applied");
+    if (r.job >= 0 && (copy_job || tier_job)) {
+      const bool begin = r.type == "job_submit" || r.type == "job_planned";
       const auto key = std::make_tuple(tr.process, r.rank, r.job);
       if (begin == job_open[key]) continue;  // an end without a begin, or a repeated begin
       job_open[key] = begin;
-      int64_t& in_flight = rank_jobs[{tr.process, r.rank}];
+      int64_t& in_flight = track_jobs[{tr.process, r.track}];
       in_flight += begin ? 1 : -1;
-      const std::string id = "r" + std::to_string(r.rank) + "j" + std::to_string(r.job);
+      const std::string id = (copy_job ? "r" + std::to_string(r.rank) : std::string{"t"}) + "j" +
+                             std::to_string(r.job);
       add(tr.process, r.track, r.mono_ns + offset[tr.process], 0,
           {{"ph", begin ? "b" : "e"},
-           {"cat", "job"},
-           {"name", "job " + std::to_string(r.job)},
+           {"cat", copy_job ? "job" : "tier"},
+           {"name", (copy_job ? "job " : "tier job ") + std::to_string(r.job)},
            {"id", id},
            {"args", args_of(r)}});
       add(tr.process, r.track, r.mono_ns + offset[tr.process], 0,

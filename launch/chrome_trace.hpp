@@ -4,13 +4,16 @@
 /// export`.
 ///
 /// Every process is a `pid` (named "<role> pid <pid> node <node>"), every track of it a `tid`
-/// ("scheduler", "rank 3"). On each track: a complete slice (`ph: X`) per handler span
+/// ("scheduler", "rank 3", the file tier's "tier promotion", "tier cascade", "tier check"). On
+/// each track: a complete slice (`ph: X`) per handler span
 /// (build_connector_meta, output_applied, a rank's step from bind to report) and a zero-length
 /// slice per message sent or received or control event; a flow (`ph: s` at the send, `ph: f`
 /// with `bp: e` at the receive, one id) from each send to its receive, for messages seen at both
 /// ends only; per copy job an async slice (`ph: b` / `e`, category "job") from the rank taking
-/// it on to its completion; counters (`ph: C`): the planner's jobs in flight, the CPU pool's slots
-/// used (records "pool_slots", at trace level jobs), each rank's jobs in flight. Times are microseconds from the run's first record, on the reference process's clock
+/// it on to its completion, per file tier job one (category "tier", on its kind's track) from
+/// planned to applied; counters (`ph: C`): the planner's jobs in flight, the CPU pool's slots
+/// used (records "pool_slots", at trace level jobs), each rank's and each tier track's jobs in
+/// flight. Times are microseconds from the run's first record, on the reference process's clock
 /// (clock_offsets.hpp). Events are sorted per track by time, enclosing slices first.
 ///
 /// Pure; thread-safe.

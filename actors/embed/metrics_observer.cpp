@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -65,6 +66,8 @@ metrics::scheduler_sample metrics_observer::sample() {
     if (counts[k] != 0) fired.emplace_back(to_string(static_cast<fault_kind>(k)), counts[k]);
   }
   const scheduler::offload_manager& mgr = planner_.manager();
+  const std::optional<scheduler::file_tier_counters> tier =
+      planner_.has_file_tier() ? std::optional{planner_.tier_counters()} : std::nullopt;
   return metrics_.sample({.planner = &planner_.stats(),
                           .coordinator = &coordinator_stats_,
                           .stores_skipped = mgr.stores_skipped(),
@@ -74,7 +77,8 @@ metrics::scheduler_sample metrics_observer::sample() {
                           .world_size = world_size_,
                           .ranks_alive = ranks_alive_,
                           .frames_dropped = frames_dropped_,
-                          .faults_fired = std::move(fired)});
+                          .faults_fired = std::move(fired),
+                          .file_tier = tier ? &*tier : nullptr});
 }
 
 }  // namespace kvc::embed

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "actors/trace/traced_transport.hpp"
+
 namespace kvc::embed {
 
 void trace_observer::on_step_built(const scheduler::step_input& in,
@@ -15,6 +17,11 @@ void trace_observer::on_step_built(const scheduler::step_input& in,
           std::string{to_string(j.kind)});
     }
   }
+  for (const tier_job& j : meta->tier_jobs) {
+    const uint64_t blocks = j.kind == transfer_kind::check ? 0 : j.keys.size();
+    job("job_planned", in.step, j.id, {}, blocks * slot_bytes_, std::string{to_string(j.kind)},
+        trace::tier_track(j.kind));
+  }
 }
 
 void trace_observer::on_step_sent(const connector_metadata& meta, int64_t started) {
@@ -26,7 +33,8 @@ void trace_observer::on_output_applied(const connector_output& out, int64_t star
   const int64_t end = trace::tracer::mono_now();
   if (tracer_->jobs()) {
     for (const job_result& j : out.jobs) {
-      job("job_applied", out.step, j.job, {}, j.bytes, outcome_text(j));
+      job("job_applied", out.step, j.job, {}, j.bytes, outcome_text(j),
+          is_gpu_transfer(j.kind) ? std::string{"scheduler"} : trace::tier_track(j.kind));
     }
   }
   span("output_applied", out.step, started, end);
@@ -59,9 +67,9 @@ void trace_observer::span(const char* type, step_id step, int64_t started, int64
 }
 
 void trace_observer::job(const char* type, step_id step, job_id id, const std::string& request,
-                         uint64_t bytes, std::string note) {
+                         uint64_t bytes, std::string note, std::string track) {
   trace::trace_record r;
-  r.track = "scheduler";
+  r.track = std::move(track);
   r.type = type;
   r.step = static_cast<int64_t>(step);
   r.job = static_cast<int64_t>(id);

@@ -3,7 +3,9 @@
 /// off; docs/observability.md). At level messages and above: one span per build_connector_meta
 /// and per step output applied (`value`: the planner's jobs in flight). At level jobs also a
 /// "pool_slots" record beside each span (`value`: the CPU pool's slots in use, `bytes`: its
-/// capacity) and one record per job planned (with its request) and per job result applied.
+/// capacity) and one record per job planned (with its request) and per job result applied: a
+/// GPU transfer's on the "scheduler" track, a file tier job's on its kind's own track
+/// (trace::tier_track: "tier promotion", "tier cascade", "tier check").
 ///
 /// Shares the process's tracer with the scheduler host; gives its share up at on_stopped (the
 /// last owner completes the trace file). Not thread-safe: the engine's scheduler thread.
@@ -36,7 +38,7 @@ class trace_observer final : public step_observer {
   /// beside it.
   void span(const char* type, step_id step, int64_t started, int64_t end);
   void job(const char* type, step_id step, job_id id, const std::string& request, uint64_t bytes,
-           std::string note);
+           std::string note, std::string track = "scheduler");
 
   std::shared_ptr<trace::tracer> tracer_;  // null after on_stopped
   const scheduler::planner& planner_;

@@ -68,6 +68,7 @@ void scheduler_metrics::on_step_sent(const connector_metadata& meta, uint64_t no
 
 void scheduler_metrics::on_output_applied(const connector_output& out, uint64_t now) {
   for (const job_result& r : out.jobs) {
+    count_tier_job(r);
     if (!r.ok) {
       const auto code = static_cast<size_t>(r.error);
       if (code < errc_count) ++failures_by_error_[code];
@@ -85,6 +86,17 @@ void scheduler_metrics::on_output_applied(const connector_output& out, uint64_t 
     ++steps_applied_;
     open_steps_.pop_front();
   }
+}
+
+void scheduler_metrics::count_tier_job(const job_result& r) {
+  const bool read = r.kind == transfer_kind::promotion;
+  if (!read && r.kind != transfer_kind::cascade) return;  // a check moves no KV
+  if (!r.ok) {
+    ++(read ? tier_jobs_.promotion_failures : tier_jobs_.cascade_failures);
+    return;
+  }
+  (read ? tier_jobs_.read_bytes : tier_jobs_.write_bytes) += r.bytes;
+  (read ? tier_jobs_.read_seconds : tier_jobs_.write_seconds) += r.seconds;
 }
 
 scheduler_sample scheduler_metrics::sample(const scheduler_sources& src) const {
@@ -106,8 +118,66 @@ scheduler_sample scheduler_metrics::sample(const scheduler_sources& src) const {
   s.steps_sent = steps_sent_;
   s.steps_applied = steps_applied_;
   s.failures_by_error = failures_by_error_;
+  if (src.file_tier != nullptr) s.file_tier = *src.file_tier;
+  s.tier_jobs = tier_jobs_;
   return s;
 }
+
+namespace {
+
+/// vLLM's tiering series (vllm/v1/kv_offload/tiering, TieringOffloadingMetrics) that the file
+/// tier's counters feed, then kvconnect's own about the tier.
+void render_file_tier(builder& b, const scheduler::file_tier_counters& c,
+                      const tier_job_totals& j) {
+  using mt = metric_type;
+  const labels t{{"tier", std::string{file_tier_label}}};
+  auto counter = [&](std::string_view name, std::string_view help, double v) {
+    b.family(name, mt::counter, help);
+    b.value(name, t, v);
+  };
+  counter("vllm:kv_offload_tiering_read_bytes",
+          "Bytes read from the tier into the CPU pool (promotions), summed over the ranks.",
+          d(j.read_bytes));
+  counter("vllm:kv_offload_tiering_read_time",
+          "Seconds spent in promotions (the slowest rank's, summed over jobs).", j.read_seconds);
+  counter("vllm:kv_offload_tiering_write_bytes",
+          "Bytes written from the CPU pool to the tier (cascades), summed over the ranks.",
+          d(j.write_bytes));
+  counter("vllm:kv_offload_tiering_write_time",
+          "Seconds spent in cascades (the slowest rank's, summed over jobs).", j.write_seconds);
+  counter("vllm:kv_offload_tiering_promotion_job_failures", "Failed promotion jobs.",
+          d(j.promotion_failures));
+  counter("vllm:kv_offload_tiering_cascade_job_failures", "Failed cascade jobs.",
+          d(j.cascade_failures));
+  counter("vllm:kv_offload_tiering_block_queries", "Block lookups that consulted the tier.",
+          d(c.ledger.queries));
+  counter("vllm:kv_offload_tiering_block_hits", "Tier lookups answered hit.", d(c.ledger.hits));
+
+  auto with = [&](std::string_view key, std::string_view value) {
+    return labels{t[0], {std::string{key}, std::string{value}}};
+  };
+  b.family("kvconnect_tier_jobs_submitted", mt::counter, "File tier jobs planned, by kind.");
+  b.value("kvconnect_tier_jobs_submitted", with("kind", "promotion"), d(c.promotion_jobs));
+  b.value("kvconnect_tier_jobs_submitted", with("kind", "cascade"), d(c.cascade_jobs));
+  b.value("kvconnect_tier_jobs_submitted", with("kind", "check"), d(c.check_jobs));
+  b.family(
+      "kvconnect_tier_cascades_skipped", mt::counter,
+      "Blocks not cascaded, by reason (queue_full: back-pressure, no_room: nothing to evict).");
+  b.value("kvconnect_tier_cascades_skipped", with("reason", "queue_full"),
+          d(c.ledger.cascades_skipped_queue_full));
+  b.value("kvconnect_tier_cascades_skipped", with("reason", "no_room"),
+          d(c.ledger.cascades_skipped_no_room));
+  counter("kvconnect_tier_promotions_no_room",
+          "Tier hits the CPU pool had no room to promote (answered as misses), in blocks.",
+          d(c.promotions_no_room));
+  counter("kvconnect_tier_evictions", "Blocks evicted from the tier for capacity.",
+          d(c.ledger.evictions));
+  counter("kvconnect_tier_bad_files",
+          "Blocks dropped because their file check found the file gone or bad.",
+          d(c.ledger.dropped_bad_file));
+}
+
+}  // namespace
 
 std::string render(const scheduler_sample& s) {
   using mt = metric_type;
@@ -154,6 +224,7 @@ std::string render(const scheduler_sample& s) {
   b.family("vllm:kv_offload_stores_skipped", mt::counter,
            "Blocks the reuse filter kept out of the pool (store_threshold >= 2).");
   b.value("vllm:kv_offload_stores_skipped", none, d(s.stores_skipped));
+  if (s.file_tier) render_file_tier(b, *s.file_tier, s.tier_jobs);
 
   // kvconnect's own.
   b.family("kvconnect_lookup_blocks", mt::counter, "Offloaded blocks looked up in the CPU pool.");

@@ -4,7 +4,8 @@
 /// aggregator_stats, the manager's reuse-filter count); this class adds what only the step's
 /// flow shows: per-direction transfer bytes, time and sizes from the applied job results, the
 /// blocks per store allocation, and each step's round trip (metadata sent -> its output applied,
-/// times passed in by the caller). sample() copies all of it into a scheduler_sample, a plain
+/// times passed in by the caller), and the file tier's job results (bytes, time, failures).
+/// sample() copies all of it into a scheduler_sample, a plain
 /// value the engine thread publishes for the /metrics thread; render() turns a sample into
 /// Prometheus text (docs/observability.md lists the series).
 ///
@@ -13,6 +14,7 @@
 #include <cstdint>
 #include <array>
 #include <deque>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -31,6 +33,17 @@ struct transfer_totals {
   uint64_t bytes = 0;
   double seconds = 0.0;  ///< sum over jobs of the slowest rank's copy time
   histogram size;        ///< bytes per job
+};
+
+/// The file tier's promotions (reads) and cascades (writes) as their job results tell: bytes
+/// summed over the ranks (each rank's KV payload, no file header), the slowest rank's seconds.
+struct tier_job_totals {
+  uint64_t read_bytes = 0;  ///< successful promotions
+  double read_seconds = 0.0;
+  uint64_t write_bytes = 0;  ///< successful cascades
+  double write_seconds = 0.0;
+  uint64_t promotion_failures = 0;  ///< failed promotion jobs (vLLM counts jobs, not blocks)
+  uint64_t cascade_failures = 0;    ///< failed cascade jobs
 };
 
 /// What the scheduler process knows at one instant.
@@ -54,6 +67,9 @@ struct scheduler_sample {
   std::vector<std::pair<std::string, uint64_t>> faults_fired;
   /// Failed jobs applied, by their errc (index: the code's value).
   std::array<uint64_t, errc_count> failures_by_error{};
+  /// The file tier's counters; std::nullopt without a tier (its series are then left out).
+  std::optional<scheduler::file_tier_counters> file_tier;
+  tier_job_totals tier_jobs;
 };
 
 /// The sources sample() reads, borrowed for the call.
@@ -69,6 +85,8 @@ struct scheduler_sources {
   uint64_t frames_dropped = 0;
   /// Faults fired in this process, by kind (fault_kind's names); kinds that never fired are left out.
   std::vector<std::pair<std::string, uint64_t>> faults_fired;
+  /// The planner's file tier counters; null without a tier.
+  const scheduler::file_tier_counters* file_tier = nullptr;
 };
 
 class scheduler_metrics {
@@ -87,8 +105,11 @@ class scheduler_metrics {
   scheduler_sample sample(const scheduler_sources& src) const;
 
  private:
+  void count_tier_job(const job_result& r);
+
   transfer_totals load_;
   transfer_totals store_;
+  tier_job_totals tier_jobs_;
   histogram allocation_size_;
   histogram round_trip_;
   std::deque<std::pair<step_id, uint64_t>> open_steps_;  // step, sent at
@@ -103,8 +124,12 @@ std::vector<double> transfer_size_bounds();
 std::vector<double> allocation_size_bounds();
 std::vector<double> round_trip_bounds();
 
+/// The tier label of the file tier's series: vLLM's "<index>:<type>", the pool being tier 0.
+inline constexpr std::string_view file_tier_label = "1:fs";
+
 /// The sample as Prometheus text: vLLM's offload series (both the deprecated transfer_type
-/// ones and the store/load ones), then kvconnect_* series.
+/// ones and the store/load ones), with a file tier vLLM's tiering series (label tier), then
+/// kvconnect_* series.
 std::string render(const scheduler_sample& s);
 
 }  // namespace kvc::metrics

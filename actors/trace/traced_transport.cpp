@@ -66,6 +66,18 @@ std::string rank_track(int64_t rank) {
   return "rank " + std::to_string(rank);
 }
 
+namespace {
+constexpr std::string_view tier_track_prefix = "tier ";
+}  // namespace
+
+std::string tier_track(transfer_kind kind) {
+  return std::string{tier_track_prefix} + std::string{to_string(kind)};
+}
+
+bool is_tier_track(std::string_view track) noexcept {
+  return track.starts_with(tier_track_prefix);
+}
+
 traced_server_transport::traced_server_transport(std::unique_ptr<channel::server_transport> inner,
                                                  std::shared_ptr<tracer> t)
     : inner_(std::move(inner)), tracer_(std::move(t)) {}

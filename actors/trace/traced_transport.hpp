@@ -11,9 +11,11 @@
 /// Own the wrapped transport. Used by one thread at a time, like the transport they wrap.
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "actors/channel/transport.hpp"
 #include "actors/trace/tracer.hpp"
+#include "proto/connector_metadata.hpp"
 
 namespace kvc::trace {
 
@@ -57,5 +59,10 @@ int64_t rank_of_peer(std::string_view peer) noexcept;
 int64_t incarnation_of_peer(std::string_view peer) noexcept;
 /// The track of a rank's records: "rank <r>".
 std::string rank_track(int64_t rank);
+/// The track of the scheduler's records about the file tier's jobs of one kind: "tier
+/// promotion", "tier cascade", "tier check" (each apart from the GPU transfers' "scheduler").
+std::string tier_track(transfer_kind kind);
+/// Whether `track` is one of tier_track's.
+bool is_tier_track(std::string_view track) noexcept;
 
 }  // namespace kvc::trace

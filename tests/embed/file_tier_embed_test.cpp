@@ -9,8 +9,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "actors/embed/scheduler_connector.hpp"
@@ -88,6 +90,7 @@ class FileTierEmbedTest : public shm::testing::ShmTest {
     c.pool = pool();
     c.planner.gpu_block_size = bs;
     c.file_tier = tier();
+    c.observe = observe_;
     auto sc = scheduler_connector::create(c);
     ASSERT_TRUE(sc.ok()) << sc.error().to_string();
     sc_ = std::move(*sc);
@@ -191,6 +194,7 @@ class FileTierEmbedTest : public shm::testing::ShmTest {
   }
 
   disk::testing::scratch_dir dir_{"/tmp"};
+  observe_config observe_;  // the scheduler side's observers (none by default)
   const std::string instance_ = shm::testing::test_instance_prefix() + "tier";
   std::unique_ptr<scheduler_connector> sc_;
   std::vector<rank_kv> ranks_;
@@ -234,8 +238,61 @@ TEST_F(FileTierEmbedTest, EvictedBlocksArePromotedBackAndLoadByteForByte) {
   const auto t = sc_->planner().tier_counters();
   EXPECT_EQ(t.ledger.promotions_ok, 2u);
   EXPECT_EQ(t.ledger.cascades_ok, 4u);
+  // The tiering series: each job's bytes summed over both ranks.
+  const std::string text = sc_->metrics_text();
+  for (const std::string& line : {
+           "vllm:kv_offload_tiering_write_bytes_total{tier=\"1:fs\"} " + std::to_string(8 * page),
+           "vllm:kv_offload_tiering_read_bytes_total{tier=\"1:fs\"} " + std::to_string(4 * page),
+           "vllm:kv_offload_tiering_block_hits_total{tier=\"1:fs\"} " +
+               std::to_string(t.ledger.hits),
+           std::string{"vllm:kv_offload_tiering_promotion_job_failures_total{tier=\"1:fs\"} 0"},
+       }) {
+    EXPECT_NE(text.find("\n" + line + "\n"), std::string::npos) << line;
+  }
+  EXPECT_GT(t.ledger.hits, 0u);
   EXPECT_FALSE(sc_->request_finished("b"));
   stop();
+}
+
+TEST_F(FileTierEmbedTest, TheTraceShowsTheTiersJobsOnTheirOwnTracks) {
+  ASSERT_FALSE(dir_.path().empty());
+  disk::testing::scratch_dir trace_dir{"/tmp"};
+  ASSERT_FALSE(trace_dir.path().empty());
+  observe_.trace = trace::trace_level::jobs;
+  observe_.trace_dir = trace_dir.path();
+  start();
+  store_and_cascade("a", keys({11, 12}), {1, 2}, 100);
+  store_and_cascade("c", keys({21, 22}), {3, 4}, 200);  // a is evicted from the pool
+  const auto answers = ask_until_answered({"b", keys({11, 12}), 9}, 4);
+  EXPECT_EQ(answers.back(), (scheduler::match_result{8u, true}));  // checked, promoted, a hit
+  stop();
+
+  // (track, type) -> records, from the scheduler's trace file
+  std::map<std::pair<std::string, std::string>, int> seen;
+  for (const auto& e : std::filesystem::directory_iterator(trace_dir.path())) {
+    if (!e.path().filename().string().starts_with("scheduler-")) continue;
+    std::ifstream in(e.path());
+    for (std::string line; std::getline(in, line);) {
+      for (const char* track : {"scheduler", "tier cascade", "tier promotion", "tier check"}) {
+        if (line.find("\"track\":\"" + std::string{track} + "\"") == std::string::npos) continue;
+        for (const char* type : {"job_planned", "job_applied"}) {
+          if (line.find("\"type\":\"" + std::string{type} + "\"") != std::string::npos) {
+            ++seen[{track, type}];
+          }
+        }
+      }
+    }
+  }
+  const std::map<std::pair<std::string, std::string>, int> want{
+      {{"scheduler", "job_planned"}, 2},  // the two stores
+      {{"scheduler", "job_applied"}, 2},
+      {{"tier cascade", "job_planned"}, 2},
+      {{"tier cascade", "job_applied"}, 2},
+      {{"tier check", "job_planned"}, 2},  // one per block file
+      {{"tier check", "job_applied"}, 2},
+      {{"tier promotion", "job_planned"}, 1},
+      {{"tier promotion", "job_applied"}, 1}};
+  EXPECT_EQ(seen, want);
 }
 
 TEST_F(FileTierEmbedTest, ACorruptFileIsAMissAndIsNeverLoaded) {

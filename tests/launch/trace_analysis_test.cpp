@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,6 +19,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "actors/trace/traced_transport.hpp"
 #include "launch/chrome_trace.hpp"
 #include "launch/clock_offsets.hpp"
 #include "launch/trace_file.hpp"
@@ -170,6 +172,45 @@ TEST(ChromeTrace, PoolSlotRecordsBecomeTheirOwnCounterSeriesInTimeOrder) {
     }
   }
   EXPECT_EQ(jobs_in_flight, 3u * 2);  // the spans' counter is not mixed with the pool's
+}
+
+TEST(ChromeTrace, TheFileTiersJobsAreAsyncSlicesOnTheirOwnTracks) {
+  synthetic_run run{2};
+  auto tier_record = [&](const char* type, transfer_kind kind, int64_t job, int64_t t) {
+    trace::trace_record r;
+    r.type = type;
+    r.job = job;
+    r.track = trace::tier_track(kind);
+    run.add(0, r, t);
+  };
+  tier_record("job_planned", transfer_kind::cascade, 7, 10 * ms + 200 * us);
+  tier_record("job_planned", transfer_kind::promotion, 8, 10 * ms + 200 * us);
+  tier_record("job_applied", transfer_kind::cascade, 7, 20 * ms + 2700 * us);
+  tier_record("job_applied", transfer_kind::promotion, 8, 20 * ms + 2700 * us);
+  trace::trace_record gpu;  // a GPU transfer's planned record stays on the scheduler's track
+  gpu.type = "job_planned";
+  gpu.job = 9;
+  run.add(0, gpu, 10 * ms + 200 * us);
+  const auto doc = to_chrome_trace(run.set);
+  EXPECT_THAT(testing::check_chrome_trace(doc), ::testing::IsEmpty());
+  std::map<int, std::string> thread_names;
+  for (const auto& e : doc["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "thread_name" && e["pid"] == 1) {
+      thread_names[e["tid"].get<int>()] = e["args"]["name"];
+    }
+  }
+  std::map<std::string, std::vector<std::string>> tier_slices;  // track -> "b 7", "e 7"
+  for (const auto& e : doc["traceEvents"]) {
+    if (e["ph"] != "b" && e["ph"] != "e") continue;
+    EXPECT_EQ(e["cat"], "tier");
+    tier_slices[thread_names.at(e["tid"].get<int>())].push_back(e["ph"].get<std::string>() + " " +
+                                                                e["name"].get<std::string>());
+  }
+  EXPECT_EQ(tier_slices["tier cascade"],
+            (std::vector<std::string>{"b tier job 7", "e tier job 7"}));
+  EXPECT_EQ(tier_slices["tier promotion"],
+            (std::vector<std::string>{"b tier job 8", "e tier job 8"}));
+  EXPECT_EQ(tier_slices.size(), 2u);  // job 9 (GPU) has no tier slice
 }
 
 TEST(ChromeTrace, FlowsArePairedAndCausalSlicesNestAndTracksGoForward) {

@@ -170,6 +170,55 @@ TEST(SchedulerMetricsTest, CountersComeFromThePureClassesStats) {
   }
 }
 
+TEST(SchedulerMetricsTest, TheFileTiersSeriesCarryItsLabelAndOnlyExistWithATier) {
+  scheduler_metrics m;
+  connector_output out;
+  out.step = 1;
+  out.jobs = {
+      {.job = 1, .kind = transfer_kind::cascade, .ok = true, .bytes = 4096, .seconds = 0.5},
+      {.job = 2, .kind = transfer_kind::cascade, .ok = true, .bytes = 2048, .seconds = 0.25},
+      {.job = 3, .kind = transfer_kind::promotion, .ok = true, .bytes = 1024, .seconds = 0.125},
+      {.job = 4, .kind = transfer_kind::promotion, .ok = false, .error = errc::io_error},
+      {.job = 5, .kind = transfer_kind::cascade, .ok = false, .error = errc::io_error},
+      {.job = 6, .kind = transfer_kind::promotion, .ok = false, .error = errc::not_found},
+      {.job = 7, .kind = transfer_kind::check, .ok = false, .error = errc::not_found}};
+  m.on_output_applied(out, 0);
+  EXPECT_EQ(render(m.sample({})).find("kv_offload_tiering"), std::string::npos);
+
+  scheduler::file_tier_counters c;
+  c.ledger.queries = 9;
+  c.ledger.hits = 4;
+  c.ledger.cascades_skipped_queue_full = 3;
+  c.ledger.cascades_skipped_no_room = 1;
+  c.ledger.evictions = 5;
+  c.ledger.dropped_bad_file = 2;
+  c.promotion_jobs = 6;
+  c.cascade_jobs = 7;
+  c.check_jobs = 8;
+  c.promotions_no_room = 10;
+  const std::string text = render(m.sample({.file_tier = &c}));
+  for (const char* line : {
+           "vllm:kv_offload_tiering_write_bytes_total{tier=\"1:fs\"} 6144",
+           "vllm:kv_offload_tiering_write_time_total{tier=\"1:fs\"} 0.75",
+           "vllm:kv_offload_tiering_read_bytes_total{tier=\"1:fs\"} 1024",
+           "vllm:kv_offload_tiering_read_time_total{tier=\"1:fs\"} 0.125",
+           "vllm:kv_offload_tiering_promotion_job_failures_total{tier=\"1:fs\"} 2",
+           "vllm:kv_offload_tiering_cascade_job_failures_total{tier=\"1:fs\"} 1",
+           "vllm:kv_offload_tiering_block_queries_total{tier=\"1:fs\"} 9",
+           "vllm:kv_offload_tiering_block_hits_total{tier=\"1:fs\"} 4",
+           "kvconnect_tier_jobs_submitted_total{tier=\"1:fs\",kind=\"promotion\"} 6",
+           "kvconnect_tier_jobs_submitted_total{tier=\"1:fs\",kind=\"cascade\"} 7",
+           "kvconnect_tier_jobs_submitted_total{tier=\"1:fs\",kind=\"check\"} 8",
+           "kvconnect_tier_cascades_skipped_total{tier=\"1:fs\",reason=\"queue_full\"} 3",
+           "kvconnect_tier_cascades_skipped_total{tier=\"1:fs\",reason=\"no_room\"} 1",
+           "kvconnect_tier_promotions_no_room_total{tier=\"1:fs\"} 10",
+           "kvconnect_tier_evictions_total{tier=\"1:fs\"} 5",
+           "kvconnect_tier_bad_files_total{tier=\"1:fs\"} 2",
+       }) {
+    EXPECT_TRUE(has_line(text, line)) << line;
+  }
+}
+
 TEST(SchedulerMetricsTest, EveryFamilyHasHelpThenTypeOnce) {
   const std::string text = render(scheduler_metrics{}.sample({}));
   size_t pos = 0;
