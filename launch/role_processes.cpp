@@ -321,10 +321,12 @@ status run_model(embed::worker_connector& wc, sim::model_runner& runner,
 /// `kvconnect worker`'s exit code when its device became unusable (docs/protocol.md).
 constexpr int device_lost_exit_code = 4;
 
-/// The copy faults a worker injected, for its last line (the launcher adds them up).
+/// The copy and file tier faults a worker injected, for its last line (the launcher adds them
+/// up).
 fired_faults fired_copy_faults(const fault_counts& fired) {
   fired_faults out;
-  for (fault_kind k : {fault_kind::fail_copy, fault_kind::delay_copy, fault_kind::lose_device}) {
+  for (fault_kind k : {fault_kind::fail_copy, fault_kind::delay_copy, fault_kind::lose_device,
+                       fault_kind::fail_io}) {
     out[std::string{to_string(k)}] = fired[static_cast<size_t>(k)];
   }
   return out;
