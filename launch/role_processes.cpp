@@ -483,7 +483,7 @@ int run_worker_process(const worker_process_options& o) {
   cfg.block_size_factor = o.pool.kv.block_factor;
   cfg.register_timeout = milliseconds{o.register_timeout_ms};
   cfg.file_tier = o.pool.tier.config();
-  cfg.faults = faults_at(*faults, fault_site::copy);
+  cfg.faults = rank_faults(*faults);
   if (o.incarnation > 0) {
     // A lost device is lost once: the restarted process has a new one.
     std::erase_if(cfg.faults.specs,

@@ -173,6 +173,15 @@ fault_config faults_at(const fault_config& config, fault_site site) {
   return out;
 }
 
+fault_config rank_faults(const fault_config& config) {
+  fault_config out{config.seed, {}};
+  for (const fault_spec& f : config.specs) {
+    const fault_site site = site_of(f.kind);
+    if (site == fault_site::copy || site == fault_site::tier) out.specs.push_back(f);
+  }
+  return out;
+}
+
 std::string_view to_string(fault_kind k) noexcept {
   switch (k) {
     case fault_kind::drop_report:

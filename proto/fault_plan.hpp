@@ -152,6 +152,9 @@ fault_plan copy_fault_plan(const fault_config& config, rank_id rank);
 
 /// The specs of `config` acting at `site`.
 fault_config faults_at(const fault_config& config, fault_site site);
+/// The specs of `config` a rank's worker applies: its copy faults and its file tier's (fail_io),
+/// in order.
+fault_config rank_faults(const fault_config& config);
 
 std::string_view to_string(fault_kind k) noexcept;
 std::string_view to_string(fault_site s) noexcept;

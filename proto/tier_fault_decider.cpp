@@ -23,8 +23,9 @@ bool tier_fault_decider::next(fault_io_op op) {
     if (f.op != fault_io_op::any && f.op != op) continue;
     const uint64_t ordinal = seen_[i]++;
     if (failed || (f.max_fires != 0 && fires_[i] >= f.max_fires)) continue;
-    const bool fire = f.trigger == fault_trigger::nth ? ordinal == f.nth
-                                                      : fault_draw(seed_, i, ordinal) < f.probability;
+    const bool fire = f.trigger == fault_trigger::nth
+                          ? ordinal == f.nth
+                          : fault_draw(seed_, i, ordinal) < f.probability;
     if (!fire) continue;
     ++fires_[i];
     ++fired_;
