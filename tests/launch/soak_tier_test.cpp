@@ -11,8 +11,8 @@
 #include <string>
 
 #include "launch/config_loader.hpp"
-#include "proto/fault_spec_parser.hpp"
 #include "launch/sim_engine/run_comparison.hpp"
+#include "proto/fault_spec_parser.hpp"
 #include "tests/disk/scratch_dirs.hpp"
 #include "tests/shm/shm_fixture.hpp"
 
