@@ -69,7 +69,10 @@ std::vector<std::string> scheduler_fault_specs(const fault_config& faults) {
 std::vector<std::string> worker_fault_specs(const fault_config& faults, rank_id rank) {
   std::vector<fault_spec> mine;
   for (const fault_spec& f : faults.specs) {
-    if (site_of(f.kind) == fault_site::copy && (!f.rank || *f.rank == rank)) mine.push_back(f);
+    const fault_site site = site_of(f.kind);
+    if ((site == fault_site::copy || site == fault_site::tier) && (!f.rank || *f.rank == rank)) {
+      mine.push_back(f);
+    }
   }
   return texts(mine);
 }

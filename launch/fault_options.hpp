@@ -29,7 +29,8 @@ std::string fault_override(const std::vector<std::string>& specs);
 /// injects, and the copy faults, which it does not inject but which make it print the run's
 /// fault report (the coordinator's counts, the invariants); empty when there are none.
 std::vector<std::string> scheduler_fault_specs(const fault_config& faults);
-/// The same for rank `rank`'s worker process (its copy faults: rank=`rank` or every rank).
+/// The same for rank `rank`'s worker process (its copy and fail_io faults: rank=`rank` or every
+/// rank).
 std::vector<std::string> worker_fault_specs(const fault_config& faults, rank_id rank);
 
 }  // namespace kvc::launch

@@ -321,10 +321,12 @@ status run_model(embed::worker_connector& wc, sim::model_runner& runner,
 /// `kvconnect worker`'s exit code when its device became unusable (docs/protocol.md).
 constexpr int device_lost_exit_code = 4;
 
-/// The copy faults a worker injected, for its last line (the launcher adds them up).
+/// The copy and file tier faults a worker injected, for its last line (the launcher adds them
+/// up).
 fired_faults fired_copy_faults(const fault_counts& fired) {
   fired_faults out;
-  for (fault_kind k : {fault_kind::fail_copy, fault_kind::delay_copy, fault_kind::lose_device}) {
+  for (fault_kind k : {fault_kind::fail_copy, fault_kind::delay_copy, fault_kind::lose_device,
+                       fault_kind::fail_io}) {
     out[std::string{to_string(k)}] = fired[static_cast<size_t>(k)];
   }
   return out;
@@ -481,7 +483,7 @@ int run_worker_process(const worker_process_options& o) {
   cfg.block_size_factor = o.pool.kv.block_factor;
   cfg.register_timeout = milliseconds{o.register_timeout_ms};
   cfg.file_tier = o.pool.tier.config();
-  cfg.faults = faults_at(*faults, fault_site::copy);
+  cfg.faults = rank_faults(*faults);
   if (o.incarnation > 0) {
     // A lost device is lost once: the restarted process has a new one.
     std::erase_if(cfg.faults.specs,

@@ -76,6 +76,8 @@ fault_site site_of(fault_kind k) noexcept {
     case fault_kind::hang_rank:
     case fault_kind::kill_scheduler:
       return fault_site::process;
+    case fault_kind::fail_io:
+      return fault_site::tier;
     default:
       return fault_site::channel;
   }
@@ -117,6 +119,9 @@ status validate(const fault_spec& f) {
   }
   if (site != fault_site::copy && f.dir != fault_target::any) {
     return bad("dir= is for copy faults only");
+  }
+  if (f.kind != fault_kind::fail_io && f.op != fault_io_op::any) {
+    return bad("op= is for fail_io only");
   }
   if (f.kind != fault_kind::delay_copy && f.release_after != 0) {
     return bad("after= is for delay_copy only");
@@ -168,6 +173,15 @@ fault_config faults_at(const fault_config& config, fault_site site) {
   return out;
 }
 
+fault_config rank_faults(const fault_config& config) {
+  fault_config out{config.seed, {}};
+  for (const fault_spec& f : config.specs) {
+    const fault_site site = site_of(f.kind);
+    if (site == fault_site::copy || site == fault_site::tier) out.specs.push_back(f);
+  }
+  return out;
+}
+
 std::string_view to_string(fault_kind k) noexcept {
   switch (k) {
     case fault_kind::drop_report:
@@ -192,6 +206,8 @@ std::string_view to_string(fault_kind k) noexcept {
       return "kill_scheduler";
     case fault_kind::lose_device:
       return "lose_device";
+    case fault_kind::fail_io:
+      return "fail_io";
   }
   return "unknown_fault_kind";
 }
@@ -204,8 +220,22 @@ std::string_view to_string(fault_site s) noexcept {
       return "copy";
     case fault_site::process:
       return "process";
+    case fault_site::tier:
+      return "tier";
   }
   return "unknown_fault_site";
+}
+
+std::string_view to_string(fault_io_op op) noexcept {
+  switch (op) {
+    case fault_io_op::any:
+      return "any";
+    case fault_io_op::read:
+      return "read";
+    case fault_io_op::write:
+      return "write";
+  }
+  return "unknown_fault_io_op";
 }
 
 }  // namespace kvc

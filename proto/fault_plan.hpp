@@ -83,11 +83,18 @@ enum class fault_kind : uint8_t {
   hang_rank = 8,         ///< process: SIGSTOP to a rank's worker at a step, SIGCONT later or never
   kill_scheduler = 9,    ///< process: SIGKILL to the scheduler at a step
   lose_device = 10,      ///< copy engine: a sticky device error at a transfer (the rank restarts)
+  fail_io = 11,          ///< file tier: a rank's tier job fails as on an I/O error, undone
 };
-inline constexpr size_t fault_kind_count = 11;
+inline constexpr size_t fault_kind_count = 12;
 
-/// Where a kind acts: the step channel's seam, the copy engine, or the launcher.
-enum class fault_site : uint8_t { channel = 0, copy = 1, process = 2 };
+/// Where a kind acts: the step channel's seam, the copy engine, the launcher, or a rank's file
+/// tier I/O.
+enum class fault_site : uint8_t { channel = 0, copy = 1, process = 2, tier = 3 };
+
+/// Which file tier I/O a fail_io spec watches: read = promotions and file checks (the read
+/// queue), write = cascades.
+enum class fault_io_op : uint8_t { any = 0, read = 1, write = 2 };
+std::string_view to_string(fault_io_op op) noexcept;
 fault_site site_of(fault_kind k) noexcept;
 
 /// How often each kind fired, indexed by fault_kind.
@@ -102,6 +109,8 @@ struct fault_spec {
   std::optional<rank_id> rank;  ///< none: every rank (kill_scheduler: none)
   /// Copy faults: which transfers (store = GPU->CPU, load = CPU->GPU, any).
   fault_target dir = fault_target::any;
+  /// fail_io: which tier jobs (read = promotions and checks, write = cascades, any).
+  fault_io_op op = fault_io_op::any;
   /// fail_copy: fail_at_submit or fail_at_completion.
   fault_action at = fault_action::fail_at_submit;
   /// Channel faults: the steps in scope (inclusive). Process faults: the step = first_step.
@@ -133,7 +142,7 @@ struct fault_config {
 
 /// errc::invalid_argument naming the spec (its index) and the bad field: a probability outside
 /// [0, 1], an empty step range, delay_steps 0, bits outside 1..64, a process fault without a
-/// rank (kill_scheduler: with one), copy-only fields on other kinds.
+/// rank (kill_scheduler: with one), copy-only fields on other kinds, op= on a kind not fail_io.
 status validate(const fault_spec& spec);
 status validate(const fault_config& config);
 
@@ -143,6 +152,9 @@ fault_plan copy_fault_plan(const fault_config& config, rank_id rank);
 
 /// The specs of `config` acting at `site`.
 fault_config faults_at(const fault_config& config, fault_site site);
+/// The specs of `config` a rank's worker applies: its copy faults and its file tier's (fail_io),
+/// in order.
+fault_config rank_faults(const fault_config& config);
 
 std::string_view to_string(fault_kind k) noexcept;
 std::string_view to_string(fault_site s) noexcept;

@@ -13,7 +13,7 @@ namespace {
 constexpr std::array<std::string_view, fault_kind_count> kind_names{
     "drop_report", "duplicate_report", "delay_report", "reorder_reports", "corrupt_frame",
     "fail_copy",   "delay_copy",       "kill_rank",    "hang_rank",       "kill_scheduler",
-    "lose_device"};
+    "lose_device", "fail_io"};
 
 constexpr std::array<std::string_view, 6> channel_keys{"rank", "step", "steps", "p", "nth", "max"};
 constexpr std::array<std::string_view, 8> delay_report_keys{"rank", "step", "steps", "p",
@@ -24,6 +24,7 @@ constexpr std::array<std::string_view, 6> fail_copy_keys{"rank", "dir", "at", "p
 constexpr std::array<std::string_view, 6> delay_copy_keys{"rank", "dir", "after",
                                                           "p",    "nth", "max"};
 constexpr std::array<std::string_view, 4> lose_device_keys{"rank", "dir", "p", "nth"};
+constexpr std::array<std::string_view, 5> fail_io_keys{"rank", "op", "p", "nth", "max"};
 constexpr std::array<std::string_view, 2> kill_rank_keys{"rank", "step"};
 constexpr std::array<std::string_view, 3> hang_rank_keys{"rank", "step", "resume"};
 constexpr std::array<std::string_view, 1> kill_scheduler_keys{"step"};
@@ -83,6 +84,8 @@ std::span<const std::string_view> fault_spec_keys(fault_kind kind) noexcept {
       return kill_scheduler_keys;
     case fault_kind::lose_device:
       return lose_device_keys;
+    case fault_kind::fail_io:
+      return fail_io_keys;
   }
   return {};
 }
@@ -142,6 +145,16 @@ result<fault_spec> parse_fault_spec(std::string_view text) {
         f.dir = fault_target::any;
       } else {
         return bad("dir=" + v + ": expected store, load or any");
+      }
+    } else if (key == "op") {
+      if (value == "read") {
+        f.op = fault_io_op::read;
+      } else if (value == "write") {
+        f.op = fault_io_op::write;
+      } else if (value == "any") {
+        f.op = fault_io_op::any;
+      } else {
+        return bad("op=" + v + ": expected read, write or any");
       }
     } else if (key == "at") {
       if (value == "submit") {
@@ -228,6 +241,9 @@ std::string format_fault_spec(const fault_spec& f) {
   if (f.rank) add("rank", std::to_string(*f.rank));
   if (site == fault_site::copy && f.dir != fault_target::any) {
     add("dir", std::string(to_string(f.dir)));
+  }
+  if (f.kind == fault_kind::fail_io && f.op != fault_io_op::any) {
+    add("op", std::string(to_string(f.op)));
   }
   if (f.kind == fault_kind::fail_copy && f.at == fault_action::fail_at_completion) {
     add("at", "completion");

@@ -4,10 +4,10 @@
 /// `fail_copy:dir=load,at=completion,nth=3`. parse_fault_spec reads one; format_fault_spec
 /// writes the canonical text that parses back to the same spec (what a launcher forwards).
 ///
-/// Keys: rank=N; dir=store|load|any; at=submit|completion; step=N; steps=A-B (or A- : open);
-/// p=X or nth=N (exactly one, channel and copy faults); max=N (fires at most); by=N or ms=N
-/// (delay_report, exactly one: steps or milliseconds held); after=N (delay_copy, transfers); bits=N (corrupt_frame);
-/// resume=MS|never (hang_rank). Each kind takes only its keys (fault_spec_keys).
+/// Keys: rank=N; dir=store|load|any; at=submit|completion; op=read|write|any (fail_io);
+/// step=N; steps=A-B (or A- : open); p=X or nth=N (exactly one, channel, copy and tier faults);
+/// max=N (fires at most); by=N or ms=N (delay_report, exactly one: steps or milliseconds held);
+/// after=N (delay_copy, transfers); bits=N (corrupt_frame); resume=MS|never (hang_rank). Each kind takes only its keys (fault_spec_keys).
 /// Pure functions; thread-safe.
 #include <span>
 #include <string>

@@ -210,7 +210,8 @@ struct worker_connector_config {
   observe_config observe;
   copy_engine_factory make_copy_engine;
   /// Injected faults (docs/faults.md): the copy faults concerning this rank wrap its copy engine
-  /// (cuda::faulty_copy_engine); the other kinds are ignored here. Empty: none.
+  /// (cuda::faulty_copy_engine), its fail_io faults fail its file tier jobs
+  /// (worker::tier_executor); the other kinds are ignored here. Empty: none.
   fault_config faults;
   /// The file tier behind the pool: this rank's files and I/O threads; the scheduler side's
   /// must be the same.

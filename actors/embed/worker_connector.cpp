@@ -110,7 +110,11 @@ struct worker_connector::impl {
       spdlog::info("worker rank {}: file tier I/O: {}", cfg.rank, (*io)->engine_note());
     }
     tier_io = std::move(*io);
-    tier.emplace(*tier_io, host->region(), cfg.pool.slot_bytes);
+    auto faults = tier_fault_decider::make(cfg.faults, cfg.rank);
+    if (!faults) return faults.error();
+    std::optional<tier_fault_decider> injected;
+    if (!faults->empty()) injected.emplace(std::move(faults).value());
+    tier.emplace(*tier_io, host->region(), cfg.pool.slot_bytes, std::move(injected));
     return {};
   }
 
@@ -259,7 +263,11 @@ result<std::unique_ptr<worker_connector>> worker_connector::prepare(
 }
 
 fault_counts worker_connector::injected_faults() const noexcept {
-  return impl_->host->injected_faults();
+  fault_counts counts = impl_->host->injected_faults();
+  if (impl_->tier) {
+    counts[static_cast<size_t>(fault_kind::fail_io)] += impl_->tier->injected_failures();
+  }
+  return counts;
 }
 
 cuda::copy_engine& worker_connector::copy_engine() noexcept {

@@ -165,7 +165,7 @@ class worker_connector {
   /// The registered KV layout; nullptr before register_kv_caches.
   const cuda::kv_layout* layout() const noexcept;
   size_t transfers_in_flight() const noexcept;
-  /// Copy faults injected on this rank (config.faults), by kind.
+  /// Copy and file tier (fail_io) faults injected on this rank (config.faults), by kind.
   fault_counts injected_faults() const noexcept;
   size_t queued_stores() const noexcept;
   /// Jobs bound and not yet reported.

@@ -4,8 +4,9 @@
 
 namespace kvc::worker {
 
-tier_executor::tier_executor(disk::file_io& io, cpu_pool_region pool, uint64_t payload_bytes)
-    : io_(&io), pool_(pool), payload_bytes_(payload_bytes) {}
+tier_executor::tier_executor(disk::file_io& io, cpu_pool_region pool, uint64_t payload_bytes,
+                             std::optional<tier_fault_decider> faults)
+    : io_(&io), pool_(pool), payload_bytes_(payload_bytes), faults_(std::move(faults)) {}
 
 void tier_executor::start(const connector_metadata& meta) {
   for (const block_key& k : meta.tier_removed) {
@@ -40,6 +41,14 @@ void tier_executor::start_job(const tier_job& j) {
       finished_.push_back(std::move(failed));
       return;
     }
+  }
+  const fault_io_op op = j.kind == transfer_kind::cascade ? fault_io_op::write : fault_io_op::read;
+  if (faults_ && faults_->next(op)) {
+    failed.error = errc::injected_fault;
+    failed.detail = "injected fail_io: file tier " + std::string{to_string(j.kind)} + " job " +
+                    std::to_string(j.id) + " failed, no I/O done";
+    finished_.push_back(std::move(failed));
+    return;
   }
   job_state& js = jobs_[j.id];
   js.kind = j.kind;

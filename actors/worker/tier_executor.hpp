@@ -8,6 +8,9 @@
 /// block's error and reason are the job's. The metadata's `tier_removed` files are removed
 /// first (their outcomes are counted, they belong to no job).
 ///
+/// Injected faults (fail_io, docs/faults.md): a job the tier_fault_decider picks fails at once
+/// with errc::injected_fault, none of its I/O done, as a job whose I/O failed is reported.
+///
 /// Nothing here waits for the disk except wait_all (a worker without a forward pass, tests):
 /// start() submits and returns, take_finished() collects what is done.
 ///
@@ -17,6 +20,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -26,13 +30,16 @@
 #include "disk/file_io.hpp"
 #include "proto/completion.hpp"
 #include "proto/connector_metadata.hpp"
+#include "proto/tier_fault_decider.hpp"
 
 namespace kvc::worker {
 
 class tier_executor {
  public:
   /// payload_bytes: this rank's bytes of one block (its slot's bytes), at most pool.slot_stride.
-  tier_executor(disk::file_io& io, cpu_pool_region pool, uint64_t payload_bytes);
+  /// faults: the rank's fail_io decisions (none: no injected faults).
+  tier_executor(disk::file_io& io, cpu_pool_region pool, uint64_t payload_bytes,
+                std::optional<tier_fault_decider> faults = std::nullopt);
 
   /// Starts the removals of `meta.tier_removed`, then every job of `meta.tier_jobs`. A job
   /// whose id is in flight here already, or with a slot outside the region, fails at once
@@ -46,6 +53,8 @@ class tier_executor {
 
   size_t jobs_in_flight() const noexcept { return jobs_.size(); }
   const tier_io_stats& stats() const noexcept { return stats_; }
+  /// Jobs failed by an injected fail_io.
+  uint64_t injected_failures() const noexcept { return faults_ ? faults_->fired() : 0; }
 
  private:
   using clock = std::chrono::steady_clock;
@@ -69,6 +78,7 @@ class tier_executor {
   disk::file_io* io_;
   cpu_pool_region pool_;
   uint64_t payload_bytes_;
+  std::optional<tier_fault_decider> faults_;
   uint64_t next_ticket_ = 0;
   std::unordered_map<uint64_t, ticket_of> tickets_;  ///< I/Os in flight
   std::unordered_map<job_id, job_state> jobs_;       ///< jobs in flight

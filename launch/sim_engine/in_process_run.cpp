@@ -55,7 +55,7 @@ result<rig> build(const in_process_options& o, const launch::launch_plan& plan) 
       w_cfg.mode = embed::connection_mode::in_process;
       w_cfg.pool.prefault = false;
       w_cfg.make_copy_engine = [factory, rank] { return factory(rank); };
-      w_cfg.faults = faults_at(o.faults, fault_site::copy);
+      w_cfg.faults = rank_faults(o.faults);
       auto w = embed::worker_connector::create(w_cfg, r.sc.get());
       if (!w) return w.error();
       r.workers.push_back(std::move(w).value());

@@ -13,7 +13,8 @@
 /// Injection points: the copy-engine factory (default: the deterministic manual copy engine,
 /// every transfer completing in its step), a decorator of the step channel's server transport,
 /// and a fault config (docs/faults.md): its channel faults act at the scheduler's end of the
-/// step channel, its copy faults wrap each rank's copy engine, as in separate processes.
+/// step channel, its copy faults wrap each rank's copy engine and its fail_io faults fail each
+/// rank's file tier jobs, as in separate processes.
 ///
 /// Not thread-safe; run() blocks the caller until the run ended.
 #include <cstdint>
@@ -40,7 +41,8 @@ struct in_process_options {
   std::string instance = "soak";
   rank_engine_factory make_copy_engine;  ///< unset: cuda::manual_copy_engine
   embed::transport_decorator wrap_transport;
-  fault_config faults;  ///< channel and copy faults; process faults are not for one process
+  /// Channel, copy and fail_io faults; process faults are not for one process.
+  fault_config faults;
   /// Every step's transfers complete in it (model_runner's finish_transfers).
   bool finish_transfers = true;
   uint32_t drain_limit = 1000;  ///< steps after the drain's aborts (loop_options::drain_limit)

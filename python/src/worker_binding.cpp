@@ -79,6 +79,9 @@ class py_worker {
     c.incarnation = incarnation;
     c.pool.create_or_attach = create_or_attach;
     c.faults = faults_at_site(cfg, fault_site::copy);
+    for (const fault_spec& f : faults_at_site(cfg, fault_site::tier).specs) {
+      c.faults.specs.push_back(f);
+    }
     result<std::unique_ptr<worker_connector>> made = make_error(errc::internal, "");
     {
       py::gil_scoped_release unlocked;

@@ -51,7 +51,8 @@ TEST(FaultReportTest, OneLineWithEveryKindAndTheInvariants) {
             "{\"event\":\"fault_report\",\"seed\":42,\"fired\":{\"drop_report\":3,"
             "\"duplicate_report\":0,\"delay_report\":0,\"reorder_reports\":0,\"corrupt_frame\":0,"
             "\"fail_copy\":2,\"delay_copy\":0,\"kill_rank\":0,\"hang_rank\":0,"
-            "\"kill_scheduler\":0,\"lose_device\":0},\"jobs_failed\":5,\"jobs_recovered\":0,"
+            "\"kill_scheduler\":0,\"lose_device\":0,\"fail_io\":0},\"jobs_failed\":5,"
+            "\"jobs_recovered\":0,"
             "\"requests_recomputed\":0,\"late_reports_dropped\":1,\"duplicates_dropped\":0,"
             "\"hung_requests\":0,\"leaked_slots\":0,\"pending_jobs\":0,\"load_mismatches\":0,"
             "\"double_completions\":0,\"invariants_ok\":true}");

@@ -3,7 +3,8 @@
 # and a fault report whose invariants hold, each of those kinds fired at least once, and the
 # same seeds give the same report twice (the wall-clock fields aside). delay_report comes in both
 # forms, by steps and by ms (spec 3, logged as it fires: the ms form fired too). A bad spec and a
-# process fault (it needs processes) are exit 2 with one clear line, before any run.
+# process fault (it needs processes) and fail_io without a file tier are exit 2 with one clear
+# line, before any run.
 set -eu
 bin=$1
 refused() {
@@ -19,6 +20,8 @@ refused() {
 refused 'did you mean "drop_report"' --fault 'drop_reprot:p=1'
 refused 'process faults' --fault 'kill_rank:rank=0,step=3'
 refused 'exactly one of by=N' --fault 'delay_report:rank=1,by=2,ms=50,p=0.1'
+refused 'it needs a file tier' --fault 'fail_io:op=read,p=0.1'
+refused 'op=both: expected read, write or any' --fault 'fail_io:op=both,p=0.1'
 log=$(mktemp /tmp/kvc-soak-faults.XXXXXX)
 trap 'rm -f "$log"' EXIT
 run() {

@@ -1,13 +1,18 @@
 // The simulated engine with a file tier (offload.secondary_tiers) in one process: a CPU pool
 // far smaller than the workload's documents, a tier directory under /tmp. Every load is verified
 // byte for byte, the tier saves prefill tokens beyond the pool alone (the same seed, the same
-// workload), its counters reach the summary, and the same seed gives the same counts.
+// workload), its counters reach the summary, and the same seed gives the same counts. With
+// injected fail_io faults every invariant still holds.
 #include "launch/sim_engine/in_process_run.hpp"
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <string>
+
 #include "launch/config_loader.hpp"
 #include "launch/sim_engine/run_comparison.hpp"
+#include "proto/fault_spec_parser.hpp"
 #include "tests/disk/scratch_dirs.hpp"
 #include "tests/shm/shm_fixture.hpp"
 
@@ -93,6 +98,62 @@ TEST_F(SoakTierTest, TheSameSeedGivesTheSameCountsWithATier) {
   auto b = run_in_process(options(second.path()));
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(counts_json(*a), counts_json(*b));
+}
+
+/// Files under `dir` (recursively) whose name holds a write's temp suffix (`.kvb.tmp.`).
+size_t temp_files_under(const std::string& dir) {
+  size_t n = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    if (e.path().filename().string().find(".kvb.tmp.") != std::string::npos) ++n;
+  }
+  return n;
+}
+
+TEST_F(SoakTierTest, FailIoFaultsAreMissesAndDropsAndEveryInvariantHolds) {
+  disk::testing::scratch_dir dir{"/tmp"};
+  ASSERT_FALSE(dir.path().empty());
+  auto opts = options(dir.path());
+  // Rank 0's promotions and checks (read) and cascades (write) fail: a failed job of rank 0 is
+  // one failed job, whatever the other ranks did, so failed jobs and injected faults match.
+  opts.faults.seed = 17;
+  for (const char* text : {"fail_io:rank=0,op=read,p=0.25", "fail_io:rank=0,op=write,p=0.25"}) {
+    auto spec = parse_fault_spec(text);
+    ASSERT_TRUE(spec.ok()) << spec.error().to_string();
+    opts.faults.specs.push_back(*spec);
+  }
+  auto run = run_in_process(opts);
+  ASSERT_TRUE(run.ok()) << run.error().to_string();
+  // Nothing hung, pending, leaked (pool slots) or completed twice; no protocol error.
+  EXPECT_TRUE(run->ok()) << summary_json(*run).dump();
+  EXPECT_EQ(run->hung_requests, 0u);
+  EXPECT_EQ(run->late_reports_dropped, 0u);  // no job waited past its deadline
+  EXPECT_EQ(run->busy_slots, 0u);
+  // Every load verified byte for byte: no byte of a failed promotion reached the GPU.
+  EXPECT_GT(run->loads_verified, 0u);
+  EXPECT_EQ(run->load_mismatches, 0u);
+  const uint64_t injected = run->faults_fired[static_cast<size_t>(fault_kind::fail_io)];
+  EXPECT_GT(injected, 0u);
+  EXPECT_EQ(run->jobs_failed, injected);  // each injected fault failed its job, nothing else did
+  ASSERT_TRUE(run->file_tier.has_value());
+  const tier_figures& t = *run->file_tier;
+  EXPECT_GT(t.promotions_failed, 0u);  // misses: their blocks were recomputed
+  EXPECT_GT(t.cascades_failed, 0u);    // dropped blocks
+  EXPECT_GT(t.promoted_blocks, t.promotions_failed);  // the tier still served hits
+  const launch::fault_outcome outcome = fault_outcome_of(*run, opts.faults.seed);
+  EXPECT_TRUE(launch::invariants_ok(outcome));
+  EXPECT_NE(launch::fault_report_line(outcome).find("\"fail_io\":" + std::to_string(injected)),
+            std::string::npos);
+  // No write's temp file is left behind.
+  EXPECT_EQ(temp_files_under(dir.path()), 0u);
+
+  // The same seed gives the same faults and the same counts.
+  disk::testing::scratch_dir again_dir{"/tmp"};
+  auto again_opts = options(again_dir.path());
+  again_opts.faults = opts.faults;
+  auto again = run_in_process(again_opts);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(counts_json(*again), counts_json(*run));
+  EXPECT_EQ(again->faults_fired, run->faults_fired);
 }
 
 }  // namespace

@@ -3,9 +3,11 @@
 #include "proto/fault_decider.hpp"
 #include "proto/fault_plan.hpp"
 #include "proto/fault_spec_parser.hpp"
+#include "proto/tier_fault_decider.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -120,7 +122,8 @@ TEST(FaultSpecParserTest, TheCanonicalTextParsesBackToTheSameSpec) {
         "fail_copy:dir=store,p=0.5", "delay_copy:after=2,p=0.125,max=4",
         "kill_rank:rank=2,step=300", "hang_rank:rank=1,step=5,resume=1500",
         "hang_rank:rank=1,step=5,resume=never", "kill_scheduler:step=12",
-        "lose_device:rank=2,dir=store,nth=4", "lose_device:p=0.01"}) {
+        "lose_device:rank=2,dir=store,nth=4", "lose_device:p=0.01",
+        "fail_io:rank=1,op=read,p=0.25,max=3", "fail_io:op=write,nth=2", "fail_io:p=1"}) {
     const fault_spec f = parse(text);
     const std::string canonical = format_fault_spec(f);
     EXPECT_EQ(parse(canonical), f) << text << " -> " << canonical;
@@ -252,6 +255,83 @@ TEST(FaultConfigTest, CopyFaultsBecomeTheRanksCopyEngineRules) {
   EXPECT_EQ(l0.rules[0].target, fault_target::load);
   EXPECT_EQ(l0.rules[0].nth, 2u);
   EXPECT_TRUE(copy_fault_plan(lost, 1).rules.empty());
+}
+
+TEST(FaultSpecParserTest, FailIoTakesAnOpAndActsAtTheTier) {
+  const fault_spec f = parse("fail_io:rank=1,op=write,p=0.5,max=2");
+  EXPECT_EQ(f.kind, fault_kind::fail_io);
+  EXPECT_EQ(site_of(f.kind), fault_site::tier);
+  EXPECT_EQ(f.rank, rank_id{1});
+  EXPECT_EQ(f.op, fault_io_op::write);
+  EXPECT_DOUBLE_EQ(f.probability, 0.5);
+  EXPECT_EQ(f.max_fires, 2u);
+  EXPECT_EQ(parse("fail_io:nth=0").op, fault_io_op::any);
+  EXPECT_NE(error_of("fail_io:op=both,p=1").find("op=both: expected read, write or any"),
+            std::string::npos);
+  EXPECT_NE(error_of("fail_io:op=read").find("needs p=X"), std::string::npos);
+  EXPECT_NE(error_of("fail_io:dir=load,p=1").find("unknown key \"dir\""), std::string::npos);
+  EXPECT_NE(error_of("fail_io:p=1.5").find("p must be in [0, 1]"), std::string::npos);
+  EXPECT_NE(error_of("fail_copy:op=read,p=1").find("unknown key \"op\""), std::string::npos);
+  fault_spec other = parse("fail_copy:p=1");
+  other.op = fault_io_op::read;
+  EXPECT_NE(validate(other).message().find("op= is for fail_io only"), std::string::npos);
+  // Not a copy or channel fault: neither the copy engine's rules nor the channel's decider see it.
+  const fault_config c{.seed = 3, .specs = {f}};
+  EXPECT_TRUE(copy_fault_plan(c, 1).rules.empty());
+  EXPECT_TRUE(faults_at(c, fault_site::channel).empty());
+  EXPECT_EQ(faults_at(c, fault_site::tier).specs.size(), 1u);
+}
+
+/// Which of `n` jobs of direction `op` the decider fails.
+std::vector<bool> tier_failures(tier_fault_decider& d, fault_io_op op, size_t n) {
+  std::vector<bool> out;
+  for (size_t i = 0; i < n; ++i) out.push_back(d.next(op));
+  return out;
+}
+
+TEST(TierFaultDeciderTest, TheSameSeedAndRankGiveTheSameFailures) {
+  const fault_config c{.seed = 11, .specs = {parse("fail_io:p=0.3")}};
+  auto a = tier_fault_decider::make(c, 0);
+  auto b = tier_fault_decider::make(c, 0);
+  auto other_rank = tier_fault_decider::make(c, 1);
+  ASSERT_TRUE(a.ok() && b.ok() && other_rank.ok());
+  const auto fa = tier_failures(*a, fault_io_op::read, 200);
+  EXPECT_EQ(fa, tier_failures(*b, fault_io_op::read, 200));
+  EXPECT_NE(fa, tier_failures(*other_rank, fault_io_op::read, 200));
+  const auto fired = static_cast<uint64_t>(std::count(fa.begin(), fa.end(), true));
+  EXPECT_EQ(a->fired(), fired);
+  EXPECT_GT(fired, 20u);
+  EXPECT_LT(fired, 100u);
+}
+
+TEST(TierFaultDeciderTest, OpRankNthAndMaxScopeTheFailures) {
+  const fault_config c{.seed = 2,
+                       .specs = {parse("fail_io:rank=1,op=write,nth=1"),
+                                 parse("fail_io:op=read,p=1,max=2")}};
+  auto r1 = tier_fault_decider::make(c, 1);
+  ASSERT_TRUE(r1.ok());
+  // write #0, write #1 (nth=1 fires), read #0, #1 (p=1, max 2), read #2 (max reached).
+  EXPECT_FALSE(r1->next(fault_io_op::write));
+  EXPECT_TRUE(r1->next(fault_io_op::write));
+  EXPECT_TRUE(r1->next(fault_io_op::read));
+  EXPECT_TRUE(r1->next(fault_io_op::read));
+  EXPECT_FALSE(r1->next(fault_io_op::read));
+  EXPECT_FALSE(r1->next(fault_io_op::write));
+  EXPECT_EQ(r1->fired(), 3u);
+  auto r0 = tier_fault_decider::make(c, 0);  // the write spec is rank 1's
+  ASSERT_TRUE(r0.ok());
+  EXPECT_FALSE(r0->next(fault_io_op::write));
+  EXPECT_FALSE(r0->next(fault_io_op::write));
+  EXPECT_TRUE(r0->next(fault_io_op::read));
+  EXPECT_EQ(r0->fired(), 1u);
+  // Other kinds are no tier faults; an invalid config is refused.
+  auto none = tier_fault_decider::make({.seed = 2, .specs = {parse("fail_copy:p=1")}}, 0);
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+  EXPECT_FALSE(none->next(fault_io_op::read));
+  fault_spec bad = parse("fail_io:p=1");
+  bad.probability = 2;
+  EXPECT_EQ(tier_fault_decider::make({.specs = {bad}}, 0).error().code(), errc::invalid_argument);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "tests/disk/scratch_dirs.hpp"
@@ -120,6 +121,50 @@ TEST_F(TierExecutorTest, ABadJobFailsAtOnceAndTheOthersRun) {
   EXPECT_EQ(done[2].error, errc::invalid_argument);  // id 3 in flight already
   EXPECT_TRUE(done[3].ok);                           // the first job 3 ran
   EXPECT_TRUE(exec_->take_finished().empty());       // each reported once
+}
+
+TEST_F(TierExecutorTest, AnInjectedFailIoFailsTheJobWithoutDoingItsIo) {
+  fault_config faults{.seed = 5};
+  fault_spec write0{.kind = fault_kind::fail_io, .op = fault_io_op::write,
+                    .trigger = fault_trigger::nth, .nth = 1};
+  fault_spec read0{.kind = fault_kind::fail_io, .op = fault_io_op::read,
+                   .trigger = fault_trigger::nth, .nth = 0};
+  faults.specs = {write0, read0};
+  auto decider = tier_fault_decider::make(faults, 0);
+  ASSERT_TRUE(decider.ok()) << decider.error().to_string();
+  exec_ = std::make_unique<tier_executor>(
+      *io_, cpu_pool_region{.base = pool_.data(), .slot_stride = kSlot, .num_slots = kSlots},
+      kSlot, std::move(*decider));
+  fill(0, 0x44);
+  fill(1, 0x55);
+  // Cascade #0 runs, cascade #1 is failed by the fault: its block's file is never written.
+  auto done = run({{.id = 1, .kind = transfer_kind::cascade, .slots = {0}, .keys = {k1_}},
+                   {.id = 2, .kind = transfer_kind::cascade, .slots = {1}, .keys = {k2_}}});
+  ASSERT_EQ(done.size(), 2u);
+  std::sort(done.begin(), done.end(), [](const auto& a, const auto& b) { return a.job < b.job; });
+  EXPECT_TRUE(done[0].ok) << done[0].detail;
+  EXPECT_FALSE(done[1].ok);
+  EXPECT_EQ(done[1].error, errc::injected_fault);
+  EXPECT_NE(done[1].detail.find("injected fail_io"), std::string::npos) << done[1].detail;
+  EXPECT_EQ(done[1].bytes, 0u);
+  EXPECT_EQ(exec_->injected_failures(), 1u);
+  // Read #0 (this promotion) fails: its slot keeps its bytes, nothing was read into it.
+  fill(2, 0x66);
+  done = run({{.id = 3, .kind = transfer_kind::promotion, .slots = {2}, .keys = {k1_}}});
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].error, errc::injected_fault);
+  EXPECT_EQ(std::to_integer<uint8_t>(*slot(2)), 0x66);
+  EXPECT_EQ(exec_->stats().bytes_read, 0u);
+  EXPECT_EQ(exec_->stats().blocks_failed, 0u);  // no block I/O failed: none was done
+  // Read #1 and #2 run: k1's file is there and reads back, k2's was never written.
+  done = run({{.id = 4, .kind = transfer_kind::promotion, .slots = {2}, .keys = {k1_}},
+              {.id = 5, .kind = transfer_kind::check, .slots = {}, .keys = {k2_}}});
+  ASSERT_EQ(done.size(), 2u);
+  std::sort(done.begin(), done.end(), [](const auto& a, const auto& b) { return a.job < b.job; });
+  EXPECT_TRUE(done[0].ok) << done[0].detail;
+  EXPECT_EQ(std::memcmp(slot(2), slot(0), kSlot), 0);
+  EXPECT_EQ(done[1].error, errc::not_found);
+  EXPECT_EQ(exec_->injected_failures(), 2u);
 }
 
 }  // namespace
