@@ -34,6 +34,7 @@ set(KVC_PUBLIC_HEADERS
   actors/embed/embed_config.hpp
   actors/embed/scheduler_connector.hpp
   actors/embed/worker_connector.hpp
+  actors/embed/worker_step.hpp
   actors/scheduler/planner_config.hpp
   actors/scheduler/file_tier_ledger.hpp
   actors/trace/trace_record.hpp

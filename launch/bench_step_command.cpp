@@ -39,6 +39,7 @@
 
 #include "actors/embed/scheduler_connector.hpp"
 #include "actors/embed/worker_connector.hpp"
+#include "actors/embed/worker_step.hpp"
 #include "launch/commands.hpp"
 #include "launch/signal_watcher.hpp"
 
@@ -171,16 +172,12 @@ int run_kvc_worker(const worker_options& o) {
                                   1,
                                   0};
   if (auto st = w.register_kv_caches({&desc, 1}); !st) return 1;
+  const std::vector<std::string> no_finished;
   for (step_id s = 1;; ++s) {
-    if (auto st = w.bind_connector_metadata(s, 1h); !st) {
-      return st.code() == errc::io_error ? 0 : 1;  // io_error: the scheduler stopped us
-    }
-    (void)w.handle_preemptions();
-    (void)w.start_load_kv();
-    (void)w.wait_for_save();
-    w.get_finished({});
-    (void)w.get_block_ids_with_load_errors();
-    w.clear_connector_metadata();
+    // No forward, no jobs: only the calls' cost (their errors are not the benchmark's).
+    const auto out = embed::run_worker_step(w, s, 1h, {.finished_ids = &no_finished});
+    // io_error: the scheduler stopped us.
+    if (!out.bound) return out.first_error.code() == errc::io_error ? 0 : 1;
   }
 }
 

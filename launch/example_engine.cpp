@@ -27,6 +27,7 @@
 
 #include "actors/embed/scheduler_connector.hpp"
 #include "actors/embed/worker_connector.hpp"
+#include "actors/embed/worker_step.hpp"
 
 namespace {
 
@@ -170,24 +171,28 @@ class toy_engine {
                   static_cast<unsigned long long>(s), meta->loads.size(), meta->stores.size());
     }
 
-    // 2. Every worker, in vLLM's order around the forward.
+    // 2. Every worker, in vLLM's order around the forward (embed::run_worker_step: bind,
+    //    handle_preemptions, start_load_kv, the forward, wait_for_save, get_finished,
+    //    get_block_ids_with_load_errors, clear).
     for (auto& w : workers_) {
-      if (auto st = w->bind_connector_metadata(s, 5s); !st) return fail("bind", st);
-      if (auto st = w->handle_preemptions(); !st) return fail("handle_preemptions", st);
-      if (auto st = w->start_load_kv(); !st) return fail("start_load_kv", st);
-      for (auto& [r, n] : compute) forward(*w, *r, r->computed, n);
-      if (auto st = w->wait_for_save(); !st) return fail("wait_for_save", st);
+      embed::worker_step_hooks hooks{.finished_ids = &finished_prev_};
+      hooks.forward = [&](const kvc::status&) {
+        for (auto& [r, n] : compute) forward(*w, *r, r->computed, n);
+        return kvc::status::success();
+      };
       // A step that computes nothing has no forward to overlap the copies with: the worker
       // finishes them now, so an idle engine drains in a known number of steps.
-      if (compute.empty()) {
-        if (auto st = w->finish_transfers(); !st) return fail("finish_transfers", st);
+      if (compute.empty()) hooks.after_save = [&] { return w->finish_transfers(); };
+      const auto out = embed::run_worker_step(*w, s, 5s, hooks);
+      if (!out.first_error) {
+        const std::string what{out.failed_call == "after_save" ? "finish_transfers"
+                                                                : out.failed_call};
+        return fail(what.c_str(), out.first_error);
       }
-      w->get_finished(finished_prev_);
-      if (auto bad = w->get_block_ids_with_load_errors(); !bad.empty()) {
-        std::printf("rank %u: %zu blocks failed to load\n", w->rank(), bad.size());
+      if (!out.load_errors.empty()) {
+        std::printf("rank %u: %zu blocks failed to load\n", w->rank(), out.load_errors.size());
         return false;
       }
-      w->clear_connector_metadata();
     }
     finished_prev_.clear();
 

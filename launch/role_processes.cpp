@@ -26,6 +26,7 @@
 
 #include "actors/embed/scheduler_connector.hpp"
 #include "actors/embed/worker_connector.hpp"
+#include "actors/embed/worker_step.hpp"
 #include "launch/child_events.hpp"
 #include "launch/fault_options.hpp"
 #include "launch/fault_report.hpp"
@@ -275,22 +276,25 @@ int serve(embed::scheduler_connector& sc, signal_watcher& signals) {
 /// before the report (no forward pass to overlap them with).
 status run_steps(embed::worker_connector& wc, signal_watcher& signals) {
   while (!signals.signalled()) {
-    auto step = wc.bind_next_connector_metadata(idle_slice);
+    auto step = wc.next_metadata_step(idle_slice);
     if (!step) {
       if (step.error().code() == errc::timeout) continue;
       return step.error();
     }
     // No forward pass, no compute stream: the copies depend on nothing (cuda::submit_options).
+    // No engine tells this worker which requests finished: the metadata does (finished_ids
+    // null); the job results say which loads failed.
     const cuda::submit_options no_compute{.no_dependency = true};
-    status first = wc.handle_preemptions(no_compute);
-    if (auto st = wc.start_load_kv(no_compute); first && !st) first = st;
-    if (auto st = wc.wait_for_save(); first && !st) first = st;
-    if (auto st = wc.finish_transfers(no_compute); first && !st) first = st;
-    // No engine tells this worker which requests finished: the metadata does.
-    wc.get_finished(wc.metadata()->finished_requests);
-    wc.get_block_ids_with_load_errors();  // the job results say which loads failed
-    wc.clear_connector_metadata();
-    if (!first) spdlog::error("worker {}: step {}: {}", wc.rank(), *step, first.to_string());
+    const auto out = embed::run_worker_step(
+        wc, *step, idle_slice,
+        {.submit = no_compute, .after_save = [&] { return wc.finish_transfers(no_compute); }});
+    if (!out.bound) {
+      if (out.first_error.code() == errc::timeout) continue;
+      return out.first_error;
+    }
+    if (!out.first_error) {
+      spdlog::error("worker {}: step {}: {}", wc.rank(), *step, out.first_error.to_string());
+    }
     if (auto health = wc.device_health(); !health) return health;  // the step was reported
   }
   return status::success();

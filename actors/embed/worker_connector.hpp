@@ -20,7 +20,8 @@
 ///                                   job results to the coordinator
 ///   get_block_ids_with_load_errors()
 ///   clear_connector_metadata()
-/// Every step the scheduler planned must be bound and cleared, in order: the coordinator
+/// embed::run_worker_step (worker_step.hpp) makes these calls, with the engine's forward as a
+/// hook. Every step the scheduler planned must be bound and cleared, in order: the coordinator
 /// releases a step's output once every rank reported that step.
 ///
 /// Thread-safety: not thread-safe, with one exception: register_in_background's thread, which

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "actors/embed/worker_step.hpp"
 #include "launch/sim_engine/elapsed.hpp"
 #include "launch/sim_engine/kv_content.hpp"
 
@@ -154,44 +155,37 @@ status model_runner::run_step(const model_input& in, std::chrono::nanoseconds bi
 
 status model_runner::connector_step(step_id step, const model_input* in,
                                     std::chrono::nanoseconds bind_timeout) {
-  if (auto st = wc_->bind_connector_metadata(step, bind_timeout); !st) {
-    ++stats_.step_errors;
-    if (wc_->metadata() == nullptr) return st;  // nothing bound: nothing to clear
-  }
-  status first = status::success();
-  auto keep = [&](status st) {
-    if (!st) {
-      ++stats_.step_errors;
-      if (first) first = std::move(st);
-    }
-  };
-  keep(wc_->handle_preemptions());
-  keep(wc_->start_load_kv());
-  auto t0 = steady::now();
+  embed::worker_step_hooks hooks;
   if (in != nullptr) {
-    for (const auto& c : in->loads) loading_[c.request_id] = c;
-    keep(forward(*in));
+    hooks.forward = [&](const status&) {
+      const auto t0 = steady::now();
+      for (const auto& c : in->loads) loading_[c.request_id] = c;
+      auto st = forward(*in);
+      stats_.model_ns += ns_since(t0);
+      return st;
+    };
   }
-  stats_.model_ns += ns_since(t0);
-  keep(wc_->wait_for_save());
   if (g_.finish_transfers) {
-    const auto t1 = steady::now();
-    keep(wc_->finish_transfers());
-    stats_.copy_ns += ns_since(t1);
+    hooks.after_save = [&] {
+      const auto t1 = steady::now();
+      auto st = wc_->finish_transfers();
+      stats_.copy_ns += ns_since(t1);
+      return st;
+    };
   }
-  const auto done = wc_->get_finished(wc_->metadata()->finished_requests);
-  const auto failed = wc_->get_block_ids_with_load_errors();
-  t0 = steady::now();
-  for (const auto& id : done.finished_recving) {
+  const auto out = embed::run_worker_step(*wc_, step, bind_timeout, hooks);
+  stats_.step_errors += out.failures;
+  if (!out.bound) return out.first_error;
+  const auto t0 = steady::now();
+  for (const auto& id : out.finished.finished_recving) {
     auto it = loading_.find(id);
     if (it == loading_.end()) continue;  // a load this runner was not told about
-    verify(it->second, failed);
+    verify(it->second, out.load_errors);
     loading_.erase(it);
   }
   stats_.model_ns += ns_since(t0);
-  wc_->clear_connector_metadata();
   if (in != nullptr) ++stats_.steps;
-  return first;
+  return out.first_error;
 }
 
 }  // namespace kvc::sim

@@ -2,13 +2,13 @@
 /// model_runner: one rank's simulated model around the embedding API's worker_connector, in
 /// vLLM's worker order. It owns the rank's KV cache (one tensor per layer of shape (gpu_blocks,
 /// page_bytes), kv_content.hpp, in the rank's copy engine, registered with the connector) and
-/// runs each step:
+/// runs each step through embed::run_worker_step (vLLM's order; actors/embed/worker_step.hpp):
 ///   bind_connector_metadata(step) -> handle_preemptions -> start_load_kv -> the forward (writes
 ///   the KV of model_input.writes) -> wait_for_save -> [finish_transfers] -> get_finished(the
 ///   metadata's finished requests) -> get_block_ids_with_load_errors -> clear_connector_metadata
-/// and checks loads: a load planned in model_input.loads is verified byte for byte, on this rank,
-/// once get_finished reports its request in finished_recving, except the blocks reported with
-/// load errors (the engine recomputes those).
+/// and then checks loads: a load planned in model_input.loads is verified byte for byte, on
+/// this rank, once get_finished reports its request in finished_recving, except the blocks
+/// reported with load errors (the engine recomputes those).
 ///
 /// A rank that joined mid-run (a restarted process) aligns each model input with the metadata
 /// stream first (worker_connector::next_metadata_step): metadata of an earlier step is run

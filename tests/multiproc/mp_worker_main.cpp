@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "actors/embed/worker_connector.hpp"
+#include "actors/embed/worker_step.hpp"
 #include "tests/multiproc/mp_protocol.hpp"
 
 namespace {
@@ -46,19 +47,30 @@ class rank_process {
 
   /// One engine step; an empty string when everything was right, else the first problem.
   std::string run(const kvc::mp::step_command& c) {
-    if (auto st = wc_->bind_connector_metadata(c.step, 30s); !st) return "bind: " + st.to_string();
-    for (const auto& j : wc_->metadata()->stores) stores_[j.id] = j;
-    std::string err;
-    auto check = [&err](const char* what, const kvc::status& st) {
-      if (!st && err.empty()) err = std::string(what) + ": " + st.to_string();
+    // The forward: the stores to check are the bound metadata's; the loads are verified and
+    // the tokens written only while every call so far succeeded.
+    std::string forward_err;
+    kvc::embed::worker_step_hooks hooks{.finished_ids = &c.finished};
+    hooks.forward = [&](const kvc::status& so_far) {
+      for (const auto& j : wc_->metadata()->stores) stores_[j.id] = j;
+      if (!so_far) return kvc::status::success();
+      forward_err = verify(c.verifies);
+      if (forward_err.empty()) forward_err = forward(c.writes);
+      return forward_err.empty() ? kvc::status::success()
+                                 : kvc::make_error(kvc::errc::internal, forward_err);
     };
-    check("handle_preemptions", wc_->handle_preemptions());
-    check("start_load_kv", wc_->start_load_kv());
-    if (err.empty()) err = verify(c.verifies);
-    if (err.empty()) err = forward(c.writes);
-    check("wait_for_save", wc_->wait_for_save());
-    if (c.drain) check("finish_transfers", wc_->finish_transfers());
-    const auto fin = wc_->get_finished(c.finished);
+    if (c.drain) hooks.after_save = [&] { return wc_->finish_transfers(); };
+    const auto out = kvc::embed::run_worker_step(*wc_, c.step, 30s, hooks);
+    if (!out.bound) return "bind: " + out.first_error.to_string();
+    std::string err;
+    if (out.failed_call == "forward") {
+      err = forward_err;
+    } else if (!out.first_error) {
+      const std::string_view call =
+          out.failed_call == "after_save" ? "finish_transfers" : out.failed_call;
+      err = std::string(call) + ": " + out.first_error.to_string();
+    }
+    const auto& fin = out.finished;
     for (const auto& j : fin.jobs) {
       if (!j.ok && err.empty()) {
         err = "job " + std::to_string(j.job) + " failed: " + std::string(kvc::to_string(j.error));
@@ -76,10 +88,9 @@ class rank_process {
       if (j.ok && err.empty()) err = check_store(it->second);
       stores_.erase(it);
     }
-    if (auto bad = wc_->get_block_ids_with_load_errors(); !bad.empty() && err.empty()) {
-      err = std::to_string(bad.size()) + " GPU blocks failed to load";
+    if (!out.load_errors.empty() && err.empty()) {
+      err = std::to_string(out.load_errors.size()) + " GPU blocks failed to load";
     }
-    wc_->clear_connector_metadata();
     return err;
   }
 
