@@ -6,6 +6,7 @@
 
 #include "actors/scheduler/manager_config.hpp"
 #include "disk/block_file.hpp"
+#include "proto/fault_spec_parser.hpp"
 
 namespace kvc::launch {
 
@@ -266,6 +267,17 @@ embed::file_tier_config file_tier_of(const launch_config& c) {
 
 status check_tier_config(const launch_config& c) {
   const auto& tiers = c.offload.secondary_tiers;
+  if (tiers.empty()) {
+    for (const std::string& text : c.runtime.faults) {
+      auto spec = parse_fault_spec(text);  // the loader checked it; a bad one is not ours
+      if (spec.ok() && spec->kind == fault_kind::fail_io) {
+        return make_error(errc::invalid_argument,
+                          "runtime.faults: " + text +
+                              ": fail_io fails file tier jobs, and there is no file tier "
+                              "(offload.secondary_tiers)");
+      }
+    }
+  }
   if (tiers.size() > 1) {
     return make_error(errc::invalid_argument, "offload.secondary_tiers: " +
                                                   std::to_string(tiers.size()) +

@@ -80,11 +80,6 @@ int run_soak(const soak_options& o) {
                    "kvconnect launch with restart.policy on-failure\n";
       return 2;
     }
-    if (f.kind == fault_kind::fail_io && loaded.config.offload.secondary_tiers.empty()) {
-      std::cerr << "kvconnect soak: fail_io fails file tier jobs: it needs a file tier "
-                   "(offload.secondary_tiers)\n";
-      return 2;
-    }
   }
   sim::in_process_options run;
   run.config = loaded.config;

@@ -458,6 +458,21 @@ TEST(LaunchPlanTest, TwoTiersOrATierSmallerThanABlockFileAreRefused) {
   EXPECT_EQ(make_plan(c, "inst", "secret").code(), errc::invalid_argument);
 }
 
+TEST(LaunchPlanTest, FailIoWithoutAFileTierIsRefusedNamingTheFault) {
+  launch_config c = loaded(tp4pp2);
+  c.runtime.faults = {"fail_copy:p=0.1", "fail_io:op=read,p=0.5"};
+  const status s = check_tier_config(c);
+  EXPECT_EQ(s.code(), errc::invalid_argument);
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("runtime.faults: fail_io:op=read,p=0.5: fail_io "
+                                                "fails file tier jobs, and there is no file tier"));
+  EXPECT_EQ(make_plan(c, "inst", "secret").code(), errc::invalid_argument);
+  c.runtime.faults = {"fail_copy:p=0.1"};
+  EXPECT_TRUE(check_tier_config(c).ok());
+  c.runtime.faults = {"fail_io:op=read,p=0.5"};
+  c.offload.secondary_tiers = {{.root_dir = "/a", .capacity_bytes = 1ull << 30}};
+  EXPECT_TRUE(check_tier_config(c).ok());
+}
+
 TEST(LaunchPlanTest, TheSchedulerAndEveryWorkerGetThePlansTier) {
   const auto c = loaded(with_tiers("[{root_dir: /tmp/kv, capacity_bytes: 1GiB, "
                                    "n_read_threads: 3, direct_io: false, io_engine: threads, "

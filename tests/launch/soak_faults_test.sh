@@ -20,7 +20,7 @@ refused() {
 refused 'did you mean "drop_report"' --fault 'drop_reprot:p=1'
 refused 'process faults' --fault 'kill_rank:rank=0,step=3'
 refused 'exactly one of by=N' --fault 'delay_report:rank=1,by=2,ms=50,p=0.1'
-refused 'it needs a file tier' --fault 'fail_io:op=read,p=0.1'
+refused 'fail_io fails file tier jobs, and there is no file tier' --fault 'fail_io:op=read,p=0.1'
 refused 'op=both: expected read, write or any' --fault 'fail_io:op=both,p=0.1'
 log=$(mktemp /tmp/kvc-soak-faults.XXXXXX)
 trap 'rm -f "$log"' EXIT
