@@ -31,6 +31,7 @@
 #include "actors/record/replayer.hpp"
 #include "cuda/faulty_copy_engine.hpp"
 #include "cuda/manual_copy_engine.hpp"
+#include "tests/embed/kv_pattern.hpp"
 #include "proto/fault_spec_parser.hpp"
 #include "shm/segment.hpp"
 #include "tests/shm/shm_fixture.hpp"
@@ -48,12 +49,7 @@ constexpr uint32_t slots = 8;
 
 /// The bytes the test's "forward" writes into GPU block b of rank r for request tag t.
 std::vector<std::byte> pattern(uint64_t t, rank_id r, gpu_block b) {
-  std::vector<std::byte> out(page);
-  for (size_t i = 0; i < page; i += 8) {
-    const uint64_t v = block_key::mix(t * 1000003 + r * 7919 + b * 31 + i);
-    std::memcpy(out.data() + i, &v, 8);
-  }
-  return out;
+  return test::kv_pattern(t, r, b, page);
 }
 
 struct rank_kv {

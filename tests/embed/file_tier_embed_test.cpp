@@ -18,6 +18,7 @@
 #include "actors/embed/scheduler_connector.hpp"
 #include "actors/embed/worker_connector.hpp"
 #include "cuda/manual_copy_engine.hpp"
+#include "tests/embed/kv_pattern.hpp"
 #include "disk/block_file.hpp"
 #include "tests/disk/scratch_dirs.hpp"
 #include "tests/shm/shm_fixture.hpp"
@@ -34,14 +35,9 @@ constexpr uint32_t num_blocks = 16;
 constexpr uint32_t pool_slots = 2;
 constexpr uint32_t tp = 2;
 
-/// The bytes the "forward" writes into GPU block b of rank r for request tag t.
+/// The bytes the test's "forward" writes into GPU block b of rank r for request tag t.
 std::vector<std::byte> pattern(uint64_t t, rank_id r, gpu_block b) {
-  std::vector<std::byte> out(page);
-  for (size_t i = 0; i < page; i += 8) {
-    const uint64_t v = block_key::mix(t * 1000003 + r * 7919 + b * 31 + i);
-    std::memcpy(out.data() + i, &v, 8);
-  }
-  return out;
+  return test::kv_pattern(t, r, b, page);
 }
 
 std::vector<block_key> keys(std::initializer_list<uint64_t> ids) {
