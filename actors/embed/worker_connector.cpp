@@ -74,7 +74,7 @@ struct worker_connector::impl {
   // The file tier (none without cfg.file_tier): its I/O threads finish their queued work before
   // the pool they read and write is unmapped (declared after host).
   std::unique_ptr<disk::file_io> tier_io;
-  std::optional<worker::file_tier_io> tier_seam;  // the executor's view of tier_io
+  std::unique_ptr<worker::tier_io> tier_seam;  // the executor's view of tier_io (wrapped?)
   std::optional<worker::tier_executor> tier;
   /// Without a tier: the results of tier jobs the scheduler side sent anyway (failed at once, so
   /// they fail now rather than at their deadline), for the next get_finished.
@@ -116,7 +116,8 @@ struct worker_connector::impl {
     if (!faults) return faults.error();
     std::optional<tier_fault_decider> injected;
     if (!faults->empty()) injected.emplace(std::move(faults).value());
-    tier_seam.emplace(*tier_io);
+    tier_seam = std::make_unique<worker::file_tier_io>(*tier_io);
+    if (cfg.wrap_tier_io) tier_seam = cfg.wrap_tier_io(std::move(tier_seam));
     tier.emplace(*tier_seam, host->region(), cfg.pool.slot_bytes, std::move(injected));
     return {};
   }
