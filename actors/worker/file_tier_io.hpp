@@ -14,8 +14,7 @@ class file_tier_io final : public tier_io {
  public:
   explicit file_tier_io(disk::file_io& io) : io_(&io) {}
 
-  void submit_write(uint64_t ticket, const block_key& key,
-                    std::span<const char> payload) override {
+  void submit_write(uint64_t ticket, const block_key& key, std::span<const char> payload) override {
     io_->submit_write(ticket, key, payload);
   }
   void submit_read(uint64_t ticket, const block_key& key, std::span<char> into) override {
@@ -30,12 +29,8 @@ class file_tier_io final : public tier_io {
   std::vector<uint64_t> cancel(std::span<const uint64_t> tickets) override {
     return io_->cancel(tickets);
   }
-  std::vector<disk::io_completion> take_completions() override {
-    return io_->take_completions();
-  }
-  std::vector<disk::io_completion> wait_completions() override {
-    return io_->wait_completions();
-  }
+  std::vector<disk::io_completion> take_completions() override { return io_->take_completions(); }
+  std::vector<disk::io_completion> wait_completions() override { return io_->wait_completions(); }
 
  private:
   disk::file_io* io_;

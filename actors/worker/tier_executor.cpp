@@ -59,8 +59,8 @@ void tier_executor::flush(std::span<const job_id> ids) {
     finish_if_done(id);
   }
   // What is running writes or reads its slots until it completes.
-  while (std::any_of(flushed.begin(), flushed.end(),
-                     [&](job_id id) { return jobs_.contains(id); })) {
+  while (
+      std::any_of(flushed.begin(), flushed.end(), [&](job_id id) { return jobs_.contains(id); })) {
     apply(io_->wait_completions());
   }
 }

@@ -1,7 +1,7 @@
 #pragma once
 /// tier_io: the block I/O a worker::tier_executor drives, the calls of disk::file_io it needs
-/// (worker::file_tier_io forwards them to one). A seam in leveldb's EnvWrapper manner: a test wraps or
-/// replaces it to hold a request queued or running until the test says so, and keeps the
+/// (worker::file_tier_io forwards them to one). A seam in leveldb's EnvWrapper manner: a test wraps
+/// or replaces it to hold a request queued or running until the test says so, and keeps the
 /// executor itself real.
 ///
 /// Contract (disk::file_io's): submits return at once; every submitted request completes once,

@@ -21,9 +21,9 @@
 #include "actors/embed/worker_connector.hpp"
 #include "actors/worker/tier_io.hpp"
 #include "cuda/manual_copy_engine.hpp"
-#include "tests/embed/kv_pattern.hpp"
 #include "disk/block_file.hpp"
 #include "tests/disk/scratch_dirs.hpp"
+#include "tests/embed/kv_pattern.hpp"
 #include "tests/shm/shm_fixture.hpp"
 
 namespace kvc::embed {
@@ -84,9 +84,7 @@ class holding_tier_io final : public worker::tier_io {
     });
     return out;
   }
-  std::vector<disk::io_completion> take_completions() override {
-    return real_->take_completions();
-  }
+  std::vector<disk::io_completion> take_completions() override { return real_->take_completions(); }
   std::vector<disk::io_completion> wait_completions() override {
     release();
     return real_->wait_completions();
@@ -94,7 +92,8 @@ class holding_tier_io final : public worker::tier_io {
 
   void release() {
     for (const held_io& r : std::exchange(held_, {})) real_->submit_read(r.ticket, r.key, r.into);
-    for (const held_io& r : std::exchange(held_removals_, {})) real_->submit_remove(r.ticket, r.key);
+    for (const held_io& r : std::exchange(held_removals_, {}))
+      real_->submit_remove(r.ticket, r.key);
   }
   size_t held() const noexcept { return held_.size(); }
 
@@ -514,7 +513,7 @@ TEST_F(FileTierEmbedTest, APromotionFailedOnOneRankIsFlushedOnTheOtherBeforeItsS
   step();  // d's store runs
   rank1_io_->holding = false;
   rank1_io_->release();  // anything still held lands now, after d's store
-  step();                      // d's cascade; every rank finishes its tier I/O
+  step();                // d's cascade; every rank finishes its tier I/O
 
   // e shares d's prefix: a pool hit, loaded byte for byte on both ranks.
   const scheduler::request_view e{"e", kd, 9};

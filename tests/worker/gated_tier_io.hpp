@@ -26,9 +26,9 @@ class gated_tier_io final : public tier_io {
  public:
   explicit gated_tier_io(std::unique_ptr<disk::file_store> store) : store_(std::move(store)) {}
 
-  void submit_write(uint64_t ticket, const block_key& key,
-                    std::span<const char> payload) override {
-    submit({ticket, disk::io_kind::write, key, {const_cast<char*>(payload.data()), payload.size()}});
+  void submit_write(uint64_t ticket, const block_key& key, std::span<const char> payload) override {
+    submit(
+        {ticket, disk::io_kind::write, key, {const_cast<char*>(payload.data()), payload.size()}});
   }
   void submit_read(uint64_t ticket, const block_key& key, std::span<char> into) override {
     submit({ticket, disk::io_kind::read, key, into});
@@ -71,9 +71,13 @@ class gated_tier_io final : public tier_io {
     for (request& r : outstanding_) r.running = true;
   }
   /// Does the queued requests (not the running ones), oldest first.
-  void run_queued() { run_where([](const request& r) { return !r.running; }); }
+  void run_queued() {
+    run_where([](const request& r) { return !r.running; });
+  }
   /// Does every outstanding request, oldest first.
-  void run_all() { run_where([](const request&) { return true; }); }
+  void run_all() {
+    run_where([](const request&) { return true; });
+  }
 
   size_t outstanding() const noexcept { return outstanding_.size(); }
   const std::vector<std::string>& conflicts() const noexcept { return conflicts_; }

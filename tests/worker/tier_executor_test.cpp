@@ -252,8 +252,9 @@ TEST_F(TierFlushTest, AFlushedJobsQueuedIoIsCancelledAndNeverTouchesItsSlots) {
   file_of(k2_, 0xB2);
   std::memset(slot(0), 0x0C, kSlot);
   // Step 1: a cascade of slot 0 and a promotion into slot 2, both still queued.
-  start({{.id = 1, .kind = transfer_kind::cascade, .slots = {0}, .keys = {block_key::from_index(7)}},
-         {.id = 2, .kind = transfer_kind::promotion, .slots = {2}, .keys = {k1_}}});
+  start(
+      {{.id = 1, .kind = transfer_kind::cascade, .slots = {0}, .keys = {block_key::from_index(7)}},
+       {.id = 2, .kind = transfer_kind::promotion, .slots = {2}, .keys = {k1_}}});
   // Both failed on rank 0: step 2 flushes them and reuses their slots.
   std::memset(slot(0), 0x0D, kSlot);  // a store wrote slot 0 for another block
   start({{.id = 3, .kind = transfer_kind::promotion, .slots = {2}, .keys = {k2_}}}, {1, 2});
