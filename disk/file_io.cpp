@@ -1,5 +1,6 @@
 #include "disk/file_io.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <utility>
 
@@ -316,6 +317,19 @@ void file_io::submit_check(uint64_t ticket, const block_key& key) {
 
 void file_io::submit_remove(uint64_t ticket, const block_key& key) {
   submit(writes_, {ticket, io_kind::remove, key, {}});
+}
+
+std::vector<uint64_t> file_io::cancel(std::span<const uint64_t> tickets) {
+  std::vector<uint64_t> cancelled;
+  std::lock_guard lock{mu_};
+  for (queue* q : {&reads_, &writes_}) {
+    std::erase_if(q->jobs, [&](const request& r) {
+      if (std::find(tickets.begin(), tickets.end(), r.ticket) == tickets.end()) return false;
+      cancelled.push_back(r.ticket);
+      return true;
+    });
+  }
+  return cancelled;
 }
 
 std::vector<io_completion> file_io::take_completions() {

@@ -80,6 +80,10 @@ class file_io {
   void submit_read(uint64_t ticket, const block_key& key, std::span<char> into);
   void submit_check(uint64_t ticket, const block_key& key);
   void submit_remove(uint64_t ticket, const block_key& key);
+  /// Withdraws the requests among `tickets` that are still queued (no thread has taken them);
+  /// returns their tickets, which never complete. The others (running, done, unknown) are left
+  /// as they are: a running one completes as usual. Never blocks on I/O.
+  std::vector<uint64_t> cancel(std::span<const uint64_t> tickets);
 
   /// The completions so far, in the order they finished; never blocks.
   std::vector<io_completion> take_completions();

@@ -22,7 +22,10 @@ namespace kvc {
 /// 6: a completion event (and a job result) carries its failure's detail in words.
 /// 7: connector_metadata carries the file tier's jobs (cascade, promotion, check: new
 ///    transfer kinds) and the blocks whose files to remove.
-inline constexpr uint32_t protocol_version = 7;
+/// 8: connector_metadata's `flush` also names the jobs that failed since the previous step
+///    (transfers and tier jobs), and a rank ends its I/O of a flushed tier job before the
+///    step's removals and tier jobs start (docs/disk_tier.md, "Failed jobs").
+inline constexpr uint32_t protocol_version = 8;
 
 struct worker_registration {
   uint32_t protocol_version = 0;

@@ -30,6 +30,10 @@ namespace kvc::channel {
 class server_transport;  // actors/channel/transport.hpp
 }  // namespace kvc::channel
 
+namespace kvc::worker {
+class tier_io;
+}  // namespace kvc::worker
+
 namespace kvc::embed {
 
 /// Where a worker_connector's scheduler lives: in_process registers with a
@@ -188,6 +192,12 @@ struct fault_stats {
 /// from `backend` and `device`.
 using copy_engine_factory = std::function<result<std::unique_ptr<cuda::copy_engine>>()>;
 
+/// Wraps a rank's file tier I/O, given the real one (worker::file_tier_io over the rank's
+/// disk::file_io): a test holds a block I/O until it says so, leveldb's EnvWrapper. The wrapper
+/// may keep the real one inside and must forward what it does not hold.
+using tier_io_wrapper =
+    std::function<std::unique_ptr<worker::tier_io>(std::unique_ptr<worker::tier_io>)>;
+
 struct worker_connector_config {
   connection_mode mode = connection_mode::connect;
   network_config network;  ///< connect: the scheduler's host and port
@@ -216,6 +226,8 @@ struct worker_connector_config {
   /// The file tier behind the pool: this rank's files and I/O threads; the scheduler side's
   /// must be the same.
   std::optional<file_tier_config> file_tier;
+  /// Tests: wraps the file tier's I/O (unset: none).
+  tier_io_wrapper wrap_tier_io;
 };
 
 /// Checks a config before anything starts: a token; tp/pp >= 1 within the handshake's world

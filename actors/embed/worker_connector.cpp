@@ -13,6 +13,7 @@
 #include "actors/embed/rank_host.hpp"
 #include "actors/embed/scheduler_connector.hpp"
 #include "actors/trace/traced_transport.hpp"
+#include "actors/worker/file_tier_io.hpp"
 #include "actors/worker/report_sequencer.hpp"
 #include "actors/worker/tier_executor.hpp"
 #include "disk/file_io.hpp"
@@ -73,6 +74,7 @@ struct worker_connector::impl {
   // The file tier (none without cfg.file_tier): its I/O threads finish their queued work before
   // the pool they read and write is unmapped (declared after host).
   std::unique_ptr<disk::file_io> tier_io;
+  std::unique_ptr<worker::tier_io> tier_seam;  // the executor's view of tier_io (wrapped?)
   std::optional<worker::tier_executor> tier;
   /// Without a tier: the results of tier jobs the scheduler side sent anyway (failed at once, so
   /// they fail now rather than at their deadline), for the next get_finished.
@@ -114,7 +116,9 @@ struct worker_connector::impl {
     if (!faults) return faults.error();
     std::optional<tier_fault_decider> injected;
     if (!faults->empty()) injected.emplace(std::move(faults).value());
-    tier.emplace(*tier_io, host->region(), cfg.pool.slot_bytes, std::move(injected));
+    tier_seam = std::make_unique<worker::file_tier_io>(*tier_io);
+    if (cfg.wrap_tier_io) tier_seam = cfg.wrap_tier_io(std::move(tier_seam));
+    tier.emplace(*tier_seam, host->region(), cfg.pool.slot_bytes, std::move(injected));
     return {};
   }
 
@@ -332,12 +336,18 @@ status worker_connector::bind_connector_metadata(step_id step, std::chrono::nano
   m.bound = std::move(m.next);
   m.next.reset();
   if (m.tracer) m.trace_bind(*m.bound);
+  status waited;
   if (m.tier) {
+    // The flush names failed jobs whose slots the pool gave back: their transfers here end
+    // before a promotion of this step may write one (the tier's own flushed jobs end inside
+    // start(), before its removals and jobs).
+    if (!m.bound->tier_jobs.empty()) waited = m.worker->wait_transfers(m.bound->flush);
     m.tier->start(*m.bound);
   } else {
     m.refuse_tier_jobs(*m.bound);
   }
-  return m.worker->bind_connector_metadata(*m.bound);
+  if (auto st = m.worker->bind_connector_metadata(*m.bound); !st) return st;
+  return waited;
 }
 
 const connector_metadata* worker_connector::metadata() const noexcept {

@@ -113,7 +113,11 @@ class worker_connector {
   /// it did not; errc::io_error when the scheduler is gone; errc::invalid_argument when the next
   /// metadata is for another step (it stays queued); errc::precondition_failed while a step is
   /// bound. A metadata the connector refuses (a repeated job id) still binds the step, so it is
-  /// reported, and its error is returned.
+  /// reported, and its error is returned. With a file tier it starts the step's tier jobs, after
+  /// ending this rank's I/O of the jobs its `flush` names (failed elsewhere: their slots may be
+  /// reused now; docs/disk_tier.md, "Failed jobs"): their tier I/O not started is cancelled,
+  /// running tier I/O and, when the step has tier jobs, transfers in flight are waited for (the
+  /// copy engine's error if that wait fails, the step bound all the same).
   status bind_connector_metadata(step_id step, std::chrono::nanoseconds timeout);
   /// Binds whichever step's metadata comes next (a worker that does not drive the step
   /// numbers itself, like the standalone `kvconnect worker`). The step bound, or
@@ -127,7 +131,7 @@ class worker_connector {
   /// The bound metadata; nullptr between steps.
   const connector_metadata* metadata() const noexcept;
   /// Submits the stores deferred from the previous step, then waits for the bound metadata's
-  /// flush jobs (preempted requests) to finish.
+  /// flush jobs (preempted requests, failed jobs) to finish.
   status handle_preemptions(const cuda::submit_options& opts = {});
   /// Starts this step's loads (and the deferred stores, if handle_preemptions did not).
   status start_load_kv(const cuda::submit_options& opts = {});

@@ -119,6 +119,7 @@ planner_tables planner::tables() const noexcept {
                          c.invalid_block_ids.size(),
           .finished_for_meta = m.finished_since_meta_.size(),
           .reset_flush = m.reset_flush_.size(),
+          .failed_flush = m.failed_flush_.size(),
           .tier_jobs = m.tier_jobs_.size(),
           .promoting = m.promoting_.size()};
 }

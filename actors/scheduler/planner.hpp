@@ -28,6 +28,13 @@
 /// overwritten, and their results arrive as usual. Each completed store job gives its own
 /// stored event (R1 gives one per request); the blocks are the same.
 ///
+/// Failed jobs. A job fails as soon as one rank reports a failure, or at its deadline, while
+/// another rank may still be copying into or out of its slots; completing it gives those slots
+/// back (a store's or a promotion's are freed, a load's or a cascade's unpinned) and they may be
+/// reused by the next step's jobs. So the id of every job that failed (not a stale one: the
+/// reset's flush lists it) goes into the next metadata's `flush`, once, and each rank ends its
+/// own I/O of it before that step writes a slot (docs/disk_tier.md, "Failed jobs").
+///
 /// Results come in two forms: job results (connector_output, what kvconnect's workers report
 /// through the coordinator; the planner then derives the request-level outcomes,
 /// take_request_completions), and request-level outcomes as vLLM's engine aggregates them from
@@ -220,6 +227,7 @@ struct planner_tables {
   size_t completions = 0;          ///< request outcomes not taken yet
   size_t finished_for_meta = 0;    ///< finished request ids for the next metadata
   size_t reset_flush = 0;          ///< stale job ids for the next metadata's flush
+  size_t failed_flush = 0;         ///< failed job ids for the next metadata's flush
   size_t tier_jobs = 0;            ///< file tier jobs recorded or in flight
   size_t promoting = 0;            ///< blocks with a promotion in flight
   friend bool operator==(const planner_tables&, const planner_tables&) = default;
@@ -297,8 +305,9 @@ class planner {
                                   uint32_t num_external);
 
   /// This step's metadata: the recorded loads, then the stores of the scheduled requests (new
-  /// ones first, then cached ones, in input order), in `flush` the in-flight job ids of the
-  /// preempted requests and in `flush_requests` the preempted requests themselves (all of them,
+  /// ones first, then cached ones, in input order), in `flush` the stale jobs of a reset, the
+  /// jobs that failed since the last metadata (in result order) and the in-flight job ids of the
+  /// preempted requests, and in `flush_requests` the preempted requests themselves (all of them,
   /// in input order). Error, nothing changed, when a cached (non-new) request is unknown.
   result<connector_metadata> build_connector_meta(const step_input& in);
 

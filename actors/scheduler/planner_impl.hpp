@@ -250,6 +250,10 @@ class planner::impl {
   job_id stale_below_ = 0;
   /// The stale jobs still in flight at the last reset, ascending, for the next metadata's flush.
   std::vector<job_id> reset_flush_;
+  /// Jobs failed since the last metadata (a failure on one rank, or a deadline), in the order
+  /// their results came, for the next metadata's flush: another rank may still be copying into
+  /// or out of their slots, which the failure gave back to the pool.
+  std::vector<job_id> failed_flush_;
   uint32_t first_cached_ = npos;       ///< the first running request of the last step (a hint)
   std::vector<uint32_t> next_cached_;  ///< by slot: the request after it in the last step
   size_t last_store_jobs_ = 0;         ///< store jobs of the last step (reserve hint)

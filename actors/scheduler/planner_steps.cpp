@@ -70,10 +70,12 @@ result<connector_metadata> planner::impl::build_connector_meta(const step_input&
   last_store_jobs_ = meta.stores.size();
   if (tier_) emit_tier_jobs(meta);
   meta.finished_requests = std::exchange(finished_since_meta_, {});
-  // After a reset: first every job that was in flight then (each listed once), then the
-  // preempted requests' other jobs.
+  // After a reset: first every job that was in flight then (each listed once); then the jobs
+  // that failed since the last metadata; then the preempted requests' other jobs.
   const bool after_reset = !reset_flush_.empty();
   if (after_reset) meta.flush.swap(reset_flush_);
+  meta.flush.insert(meta.flush.end(), failed_flush_.begin(), failed_flush_.end());
+  failed_flush_.clear();
   for (const auto& id : in.preempted) {
     meta.flush_requests.emplace_back(id);
     const uint32_t slot = find(id);
@@ -326,6 +328,8 @@ void planner::impl::complete_job(job_map::iterator jit, bool ok, bool report, st
   // now), so only the request-level outcome remains.
   const bool stale = id < stale_below_;
   if (stale) ++stats_.stale_results;
+  // A stale job is in the reset's flush already.
+  if (!ok && !stale) failed_flush_.push_back(id);
   if (js.kind == transfer_kind::store) {
     if (!stale) {
       manager_->complete_store(keys_of(js), ok);

@@ -95,6 +95,7 @@ bool planner::impl::complete_tier_job(const job_result& r, std::string& rejected
   }
   const tier_job_state js = std::move(it->second);
   tier_jobs_.erase(it);
+  if (!r.ok) failed_flush_.push_back(r.job);  // its slots go back to the pool (see below)
   switch (js.kind) {
     case transfer_kind::cascade:
       if (auto s = manager_->complete_load(js.keys); !s.ok()) {

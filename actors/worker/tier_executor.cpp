@@ -1,20 +1,76 @@
 #include "actors/worker/tier_executor.hpp"
 
+#include <algorithm>
 #include <utility>
 
 namespace kvc::worker {
 
-tier_executor::tier_executor(disk::file_io& io, cpu_pool_region pool, uint64_t payload_bytes,
+tier_executor::tier_executor(tier_io& io, cpu_pool_region pool, uint64_t payload_bytes,
                              std::optional<tier_fault_decider> faults)
     : io_(&io), pool_(pool), payload_bytes_(payload_bytes), faults_(std::move(faults)) {}
 
 void tier_executor::start(const connector_metadata& meta) {
+  flush(meta.flush);
   for (const block_key& k : meta.tier_removed) {
     const uint64_t t = next_ticket_++;
-    tickets_.emplace(t, ticket_of{.removal = true});
+    tickets_.emplace(t, ticket_of{.removal = true, .key = k});
+    ++removing_[k];
     io_->submit_remove(t, k);
   }
   for (const tier_job& j : meta.tier_jobs) start_job(j);
+}
+
+void tier_executor::flush(std::span<const job_id> ids) {
+  std::vector<job_id> flushed;
+  for (job_id id : ids) {
+    if (jobs_.contains(id)) flushed.push_back(id);
+  }
+  if (flushed.empty()) return;
+  const auto is_flushed = [&](job_id id) {
+    return std::find(flushed.begin(), flushed.end(), id) != flushed.end();
+  };
+  std::vector<uint64_t> tickets;
+  for (const auto& [t, of] : tickets_) {
+    if (!of.removal && is_flushed(of.job)) tickets.push_back(t);
+  }
+  // Writes held behind a removal never reached the I/O; the others are withdrawn there if no
+  // thread has taken them yet.
+  std::vector<uint64_t> withdrawn;
+  for (auto h = held_.begin(); h != held_.end();) {
+    std::erase_if(h->second, [&](const held_write& w) {
+      if (!is_flushed(tickets_.at(w.ticket).job)) return false;
+      withdrawn.push_back(w.ticket);
+      return true;
+    });
+    h = h->second.empty() ? held_.erase(h) : std::next(h);
+  }
+  const std::vector<uint64_t> cancelled = io_->cancel(tickets);
+  withdrawn.insert(withdrawn.end(), cancelled.begin(), cancelled.end());
+  for (uint64_t t : withdrawn) {
+    const job_id id = tickets_.at(t).job;
+    tickets_.erase(t);
+    job_state& js = jobs_.at(id);
+    --js.pending;
+    ++stats_.blocks_cancelled;
+    fail_block(js, errc::precondition_failed,
+               "cancelled by the flush: job " + std::to_string(id) +
+                   " failed on another rank or at its deadline before this rank's I/O of "
+                   "the block started");
+    finish_if_done(id);
+  }
+  // What is running writes or reads its slots until it completes.
+  while (
+      std::any_of(flushed.begin(), flushed.end(), [&](job_id id) { return jobs_.contains(id); })) {
+    apply(io_->wait_completions());
+  }
+}
+
+void tier_executor::release_held(const block_key& key) {
+  const auto h = held_.find(key);
+  if (h == held_.end()) return;
+  const std::vector<held_write> writes = std::move(h->second);
+  held_.erase(h);
+  for (const held_write& w : writes) io_->submit_write(w.ticket, key, w.payload);
 }
 
 void tier_executor::start_job(const tier_job& j) {
@@ -65,7 +121,11 @@ void tier_executor::start_job(const tier_job& j) {
     std::byte* slot = pool_.base + uint64_t{j.slots[i]} * pool_.slot_stride;
     char* p = reinterpret_cast<char*>(slot);
     if (j.kind == transfer_kind::cascade) {
-      io_->submit_write(t, j.keys[i], {p, payload_bytes_});
+      if (removing_.contains(j.keys[i])) {  // written once the old file is gone
+        held_[j.keys[i]].push_back({t, {p, payload_bytes_}});
+      } else {
+        io_->submit_write(t, j.keys[i], {p, payload_bytes_});
+      }
     } else {
       io_->submit_read(t, j.keys[i], {p, payload_bytes_});
     }
@@ -81,6 +141,11 @@ void tier_executor::apply(std::vector<disk::io_completion> done) {
     tickets_.erase(t);
     if (of.removal) {
       ++(c.outcome.ok() ? stats_.removals : stats_.removals_failed);
+      const auto r = removing_.find(of.key);
+      if (--r->second == 0) {
+        removing_.erase(r);
+        release_held(of.key);
+      }
       continue;
     }
     job_state& js = jobs_.at(of.job);

@@ -137,8 +137,12 @@ status transfer_executor::handle_preemptions(const cuda::submit_options& opts) {
     return make_error(errc::precondition_failed, "transfer_executor: no metadata bound");
   }
   flush_deferred(opts);
+  return wait_transfers(meta_->flush);
+}
+
+status transfer_executor::wait_transfers(std::span<const job_id> jobs) {
   std::vector<cuda::transfer_id> ids;
-  for (job_id id : meta_->flush) {
+  for (job_id id : jobs) {
     if (auto it = transfer_of_.find(id); it != transfer_of_.end()) ids.push_back(it->second);
   }
   if (ids.empty()) return {};

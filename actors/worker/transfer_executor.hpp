@@ -137,6 +137,11 @@ class transfer_executor {
   /// GPU block ids of the loads that failed since the last call (in job order).
   std::vector<gpu_block> get_block_ids_with_load_errors();
 
+  /// Blocks until the transfers of `jobs` that are in flight here finished (ids never
+  /// submitted here, or finished, are skipped; queued stores stay queued). A rank with a file
+  /// tier calls it with the flush before it starts the step's tier jobs (a promotion may reuse
+  /// the slots of a failed store still copying here). The engine's error if the wait fails.
+  status wait_transfers(std::span<const job_id> jobs);
   /// Blocks until every submitted transfer finished (shutdown, deterministic tests). Queued
   /// stores stay queued. Returns the engine's error if the wait fails.
   status wait_in_flight();

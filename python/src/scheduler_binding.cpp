@@ -300,6 +300,7 @@ py::dict tables_dict(const scheduler_connector::table_sizes& t, size_t cached) {
   d["completions"] = t.planner.completions;
   d["finished_for_meta"] = t.planner.finished_for_meta;
   d["reset_flush"] = t.planner.reset_flush;
+  d["failed_flush"] = t.planner.failed_flush;
   d["tier_jobs"] = t.planner.tier_jobs;
   d["promoting"] = t.planner.promoting;
   d["coordinator_jobs"] = t.coordinator_jobs;

@@ -278,6 +278,31 @@ TEST_P(FileIoEngineTest, ARemovalThenAReadIsAMiss) {
   EXPECT_EQ(c.bytes, 0u);
 }
 
+/// Whatever a thread has taken runs on; the rest is withdrawn: each ticket either comes back
+/// from cancel() (never completes, its file never written) or completes, never both.
+TEST_P(FileIoEngineTest, ACancelledRequestNeverCompletesAndTheOthersDo) {
+  scratch_dir dir{"/tmp"};
+  auto io = make_io(dir.path(), options(1, 1, 1));
+  ASSERT_TRUE(io);
+  constexpr uint64_t n = 16;
+  std::vector<std::vector<char>> blocks(n, std::vector<char>(payload, 'c'));
+  std::vector<uint64_t> tickets;
+  for (uint64_t i = 0; i < n; ++i) {
+    io->submit_write(i, key(i), blocks[i]);
+    tickets.push_back(i);
+  }
+  const std::vector<uint64_t> cancelled = io->cancel(tickets);
+  const auto done = collect(*io, n - cancelled.size());
+  EXPECT_EQ(done.size() + cancelled.size(), n);
+  for (uint64_t t : cancelled) {
+    EXPECT_FALSE(done.contains(t)) << t;
+    EXPECT_EQ(io->store().check(key(t)).code(), errc::not_found) << t;
+  }
+  for (const auto& [t, c] : done) EXPECT_TRUE(c.outcome.ok()) << c.outcome.to_string();
+  EXPECT_TRUE(io->take_completions().empty());
+  EXPECT_TRUE(io->cancel(tickets).empty());  // done or withdrawn: nothing left to cancel
+}
+
 TEST_P(FileIoEngineTest, DestructionFinishesQueuedWrites) {
   scratch_dir dir{"/tmp"};
   std::string path;

@@ -5,22 +5,25 @@
 // each step (finish_tier_jobs), so each step's outcome is deterministic.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "actors/embed/scheduler_connector.hpp"
 #include "actors/embed/worker_connector.hpp"
+#include "actors/worker/tier_io.hpp"
 #include "cuda/manual_copy_engine.hpp"
-#include "tests/embed/kv_pattern.hpp"
 #include "disk/block_file.hpp"
 #include "tests/disk/scratch_dirs.hpp"
+#include "tests/embed/kv_pattern.hpp"
 #include "tests/shm/shm_fixture.hpp"
 
 namespace kvc::embed {
@@ -45,6 +48,67 @@ std::vector<block_key> keys(std::initializer_list<uint64_t> ids) {
   for (uint64_t i : ids) out.push_back(block_key::from_index(i));
   return out;
 }
+
+/// A rank's tier_io that holds every read (a promotion's) and every removal submitted while
+/// `holding`, as a slow disk would, until release(): the reads first, then the removals.
+/// cancel() withdraws held ones (not started). The rest goes to the real I/O. wait_completions
+/// releases what it holds first (held I/O is on its way).
+class holding_tier_io final : public worker::tier_io {
+ public:
+  explicit holding_tier_io(std::unique_ptr<worker::tier_io> real) : real_(std::move(real)) {}
+
+  void submit_write(uint64_t t, const block_key& k, std::span<const char> payload) override {
+    real_->submit_write(t, k, payload);
+  }
+  void submit_read(uint64_t t, const block_key& k, std::span<char> into) override {
+    if (holding) {
+      held_.push_back({t, k, into});
+      return;
+    }
+    real_->submit_read(t, k, into);
+  }
+  void submit_check(uint64_t t, const block_key& k) override { real_->submit_check(t, k); }
+  void submit_remove(uint64_t t, const block_key& k) override {
+    if (holding) {
+      held_removals_.push_back({t, k, {}});
+      return;
+    }
+    real_->submit_remove(t, k);
+  }
+  std::vector<uint64_t> cancel(std::span<const uint64_t> tickets) override {
+    std::vector<uint64_t> out = real_->cancel(tickets);
+    std::erase_if(held_, [&](const held_io& r) {
+      if (std::find(tickets.begin(), tickets.end(), r.ticket) == tickets.end()) return false;
+      out.push_back(r.ticket);
+      return true;
+    });
+    return out;
+  }
+  std::vector<disk::io_completion> take_completions() override { return real_->take_completions(); }
+  std::vector<disk::io_completion> wait_completions() override {
+    release();
+    return real_->wait_completions();
+  }
+
+  void release() {
+    for (const held_io& r : std::exchange(held_, {})) real_->submit_read(r.ticket, r.key, r.into);
+    for (const held_io& r : std::exchange(held_removals_, {}))
+      real_->submit_remove(r.ticket, r.key);
+  }
+  size_t held() const noexcept { return held_.size(); }
+
+  bool holding = false;
+
+ private:
+  struct held_io {
+    uint64_t ticket = 0;
+    block_key key;
+    std::span<char> into;
+  };
+  std::unique_ptr<worker::tier_io> real_;
+  std::vector<held_io> held_;  ///< reads
+  std::vector<held_io> held_removals_;
+};
 
 struct rank_kv {
   std::unique_ptr<worker_connector> wc;
@@ -98,6 +162,14 @@ class FileTierEmbedTest : public shm::testing::ShmTest {
       w.pool = pool();
       w.rank = r;
       if (ranks_have_tier) w.file_tier = tier();
+      w.faults = faults_;
+      if (r == 1) {
+        w.wrap_tier_io = [this](std::unique_ptr<worker::tier_io> real) {
+          auto held = std::make_unique<holding_tier_io>(std::move(real));
+          rank1_io_ = held.get();
+          return std::unique_ptr<worker::tier_io>{std::move(held)};
+        };
+      }
       w.make_copy_engine = []() -> result<std::unique_ptr<cuda::copy_engine>> {
         return std::unique_ptr<cuda::copy_engine>{new cuda::manual_copy_engine()};
       };
@@ -142,7 +214,8 @@ class FileTierEmbedTest : public shm::testing::ShmTest {
         EXPECT_TRUE(w.copy_engine().upload(rk.block(b), bytes.data(), page).ok());
       }
       EXPECT_TRUE(w.wait_for_save().ok());
-      w.finish_tier_jobs();
+      // A rank whose reads are held cannot finish them: it reports what is done.
+      if (!(w.rank() == 1 && rank1_io_ != nullptr && rank1_io_->holding)) w.finish_tier_jobs();
       w.get_finished({});
       EXPECT_TRUE(w.get_block_ids_with_load_errors().empty());
       w.clear_connector_metadata();
@@ -191,6 +264,8 @@ class FileTierEmbedTest : public shm::testing::ShmTest {
 
   disk::testing::scratch_dir dir_{"/tmp"};
   observe_config observe_;  // the scheduler side's observers (none by default)
+  fault_config faults_;     // every rank's injected faults (none by default)
+  holding_tier_io* rank1_io_ = nullptr;  // rank 1's tier I/O, owned by its worker_connector
   const std::string instance_ = shm::testing::test_instance_prefix() + "tier";
   std::unique_ptr<scheduler_connector> sc_;
   std::vector<rank_kv> ranks_;
@@ -383,6 +458,73 @@ TEST_F(FileTierEmbedTest, RanksWithoutATierFailItsJobsAtOnce) {
   EXPECT_NE(out.jobs[0].detail.find("has no file tier"), std::string::npos);
   EXPECT_EQ(sc_->planner().tier_counters().ledger.cascades_failed, 2u);
   EXPECT_EQ(sc_->planner().manager().busy(), 0u);  // unpinned: the pool goes on
+  stop();
+}
+
+// A job fails at the first rank that reports a failure while another rank's I/O of it may still
+// run (docs/disk_tier.md, "Failed jobs"). Here rank 0 fails a promotion at once (fail_io) while
+// rank 1's reads of it are held, as a slow disk would hold them; its slots are freed and the
+// next step stores another request there (and removes the promotion's files, a removal that
+// rank 1's slow disk holds too). Rank 1 must end its reads when it binds that step (cancelled:
+// not started), so the late bytes of the promotion never land on the new blocks, which load
+// byte for byte on both ranks.
+TEST_F(FileTierEmbedTest, APromotionFailedOnOneRankIsFlushedOnTheOtherBeforeItsSlotsAreReused) {
+  ASSERT_FALSE(dir_.path().empty());
+  // Rank 0's reads: the two file checks (0, 1), then the promotion (2), which fails.
+  faults_.specs = {{.kind = fault_kind::fail_io,
+                    .rank = 0,
+                    .op = fault_io_op::read,
+                    .trigger = fault_trigger::nth,
+                    .nth = 2}};
+  start();
+  ASSERT_NE(rank1_io_, nullptr);
+  const auto ka = keys({11, 12});
+  store_and_cascade("a", ka, {1, 2}, 100);
+  store_and_cascade("c", keys({21, 22}), {3, 4}, 200);  // a is evicted from the pool
+  const scheduler::request_view b{"b", ka, 9};
+  EXPECT_EQ(sc_->get_num_new_matched_tokens(b, 0), (scheduler::match_result{std::nullopt, false}));
+  step();  // the file checks
+  EXPECT_EQ(sc_->get_num_new_matched_tokens(b, 0), (scheduler::match_result{std::nullopt, false}));
+  rank1_io_->holding = true;
+  step();  // the promotion into both slots: failed on rank 0, rank 1's reads held
+  ASSERT_EQ(last_meta_.tier_jobs.size(), 1u);
+  const tier_job promotion = last_meta_.tier_jobs[0];
+  ASSERT_EQ(promotion.kind, transfer_kind::promotion);
+  EXPECT_EQ(rank1_io_->held(), 2u);
+  EXPECT_EQ(sc_->planner().tier_counters().ledger.promotions_failed, 2u);
+  EXPECT_EQ(sc_->planner().manager().size(), 0u);  // its slots are free
+
+  // d is computed and stored into those slots; its metadata flushes the promotion.
+  const auto kd = keys({31, 32});
+  const scheduler::request_view d{"d", kd, 8};
+  EXPECT_EQ(sc_->get_num_new_matched_tokens(d, 0), (scheduler::match_result{0u, false}));
+  const std::vector<gpu_block> d_blocks{7, 8};
+  step({{d, d_blocks, 0, d.num_tokens}}, {{7, 300}, {8, 300}});
+  EXPECT_EQ(last_meta_.flush, std::vector<job_id>{promotion.id});
+  ASSERT_EQ(last_meta_.stores.size(), 1u);
+  auto sorted = [](std::vector<cpu_slot> v) {
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  EXPECT_EQ(sorted(last_meta_.stores[0].slots), sorted(promotion.slots));  // reused
+  EXPECT_EQ(rank1_io_->held(), 0u);  // withdrawn when rank 1 bound the step
+  EXPECT_EQ(ranks_[1].wc->tier_stats().blocks_cancelled, 2u);
+  EXPECT_TRUE(sc_->request_finished("d"));
+  step();  // d's store runs
+  rank1_io_->holding = false;
+  rank1_io_->release();  // anything still held lands now, after d's store
+  step();                // d's cascade; every rank finishes its tier I/O
+
+  // e shares d's prefix: a pool hit, loaded byte for byte on both ranks.
+  const scheduler::request_view e{"e", kd, 9};
+  EXPECT_EQ(sc_->get_num_new_matched_tokens(e, 0), (scheduler::match_result{8u, true}));
+  ASSERT_TRUE(sc_->update_state_after_alloc(e, std::vector<gpu_block>{9, 10, 11}, 8).ok());
+  step();
+  ASSERT_EQ(last_meta_.loads.size(), 1u);
+  for (const auto& rk : ranks_) {
+    EXPECT_EQ(rk.read(9), pattern(300, rk.wc->rank(), 7)) << "rank " << rk.wc->rank();
+    EXPECT_EQ(rk.read(10), pattern(300, rk.wc->rank(), 8)) << "rank " << rk.wc->rank();
+  }
   stop();
 }
 

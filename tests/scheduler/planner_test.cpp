@@ -1081,6 +1081,10 @@ TEST_F(PlannerTest, FailedStoreFreesSlotsWithoutEventAndDoesNotHit) {
 
   test_request b{"b", prompt(24, 1)};
   EXPECT_EQ(planner_->get_num_new_matched_tokens(b.view(), 0), (match_result{0u, false}));
+  // Its slots are free for the next step's jobs while another rank may still write them: the
+  // next metadata flushes it, once.
+  EXPECT_EQ(step({}).flush, std::vector<job_id>{m.stores[0].id});
+  EXPECT_TRUE(step({}).flush.empty());
 }
 
 TEST_F(PlannerTest, FailedLoadUnpinsAndReportsInvalidBlocks) {
@@ -1110,9 +1114,14 @@ TEST_F(PlannerTest, FailedLoadUnpinsAndReportsInvalidBlocks) {
   EXPECT_EQ(planner_->stats().loads_failed, 1u);
   EXPECT_FALSE(planner_->load_in_flight("r"));
 
-  // Unpinned: x's retried store can now evict one of them.
+  // Unpinned: x's retried store can now evict one of them; the failed load is flushed by that
+  // metadata (another rank may still be reading its slots, or writing r's GPU blocks that r
+  // recomputes), once.
   auto m2 = step({}, {running(x, {}, 12, 0)});
   EXPECT_EQ(m2.stores.size(), 1u);
+  EXPECT_EQ(m2.flush, std::vector<job_id>{m.loads[0].id});
+  EXPECT_TRUE(m2.flush_requests.empty());
+  EXPECT_TRUE(step({}).flush.empty());
 }
 
 TEST_F(PlannerTest, UnknownDuplicateOrMismatchedResultsAreRejected) {
@@ -1519,6 +1528,7 @@ TEST_F(PlannerTest, RandomWorkloadCompletesEveryJobOnceAndLeavesNothingPinned) {
     reqs.erase(id);
   };
 
+  std::vector<job_id> failed_unflushed;  // in result order
   for (int t = 0; t < 600; ++t) {
     const bool draining = t >= 500;
     // Results due now (a flushed job's result always arrives the step after its flush).
@@ -1530,6 +1540,7 @@ TEST_F(PlannerTest, RandomWorkloadCompletesEveryJobOnceAndLeavesNothingPinned) {
       }
       out.jobs.push_back(it->res);
       ASSERT_EQ(outstanding.erase(it->res.job), 1u);
+      if (!it->res.ok) failed_unflushed.push_back(it->res.job);
       it = results.erase(it);
     }
     ASSERT_TRUE(planner_->update_connector_output(out).ok());
@@ -1608,6 +1619,13 @@ TEST_F(PlannerTest, RandomWorkloadCompletesEveryJobOnceAndLeavesNothingPinned) {
     std::vector<std::string_view> preempted(preempted_ids.begin(), preempted_ids.end());
     auto meta = planner_->build_connector_meta(step_input{step_, fresh_reqs, cached, preempted});
     ASSERT_TRUE(meta.ok()) << meta.error().to_string();
+    // First the jobs failed since the last metadata (another rank may still be moving their
+    // bytes), each once, then the preempted requests' jobs in flight.
+    ASSERT_GE(meta->flush.size(), failed_unflushed.size());
+    ASSERT_TRUE(std::equal(failed_unflushed.begin(), failed_unflushed.end(), meta->flush.begin()));
+    meta->flush.erase(meta->flush.begin(),
+                      meta->flush.begin() + static_cast<ptrdiff_t>(failed_unflushed.size()));
+    failed_unflushed.clear();
     for (job_id j : meta->flush) {
       ASSERT_TRUE(outstanding.contains(j)) << j;
       for (auto& r : results) {

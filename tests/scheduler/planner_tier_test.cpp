@@ -248,12 +248,15 @@ TEST_F(PlannerTierTest, AFailedPromotionIsAMissAndItsFilesAreRemoved) {
   EXPECT_EQ(p_->get_num_new_matched_tokens(a2.view(), 0), (match_result{0u, false}));
   EXPECT_EQ(p_->manager().size(), 0u);  // the promotion's slots are free again
   EXPECT_FALSE(p_->tier()->ready(a.keys[0]));
+  // Another rank may still be reading a's files into those slots: the next metadata flushes
+  // the promotion, once.
   const auto m = step();
   EXPECT_TRUE(m.tier_jobs.empty());
   EXPECT_EQ(m.tier_removed, a.keys);
+  EXPECT_EQ(m.flush, std::vector<job_id>{pr.id});
   EXPECT_EQ(p_->tier_counters().ledger.promotions_failed, 2u);
   EXPECT_FALSE(p_->request_finished("a2"));
-  (void)step();
+  EXPECT_TRUE(step().flush.empty());
   EXPECT_EQ(p_->tables(), planner_tables{});
 }
 
@@ -263,9 +266,12 @@ TEST_F(PlannerTierTest, AFileCheckThatFailsDropsTheBlock) {
   store_and_cascade(a);
   store_and_cascade(request("b", 10, 1));
   EXPECT_EQ(p_->get_num_new_matched_tokens(a.view(), 0), (match_result{std::nullopt, false}));
-  complete(next_tier_job(transfer_kind::check), /*ok=*/false);  // the file is gone
+  const tier_job check = next_tier_job(transfer_kind::check);
+  complete(check, /*ok=*/false);  // the file is gone
   EXPECT_EQ(p_->get_num_new_matched_tokens(a.view(), 0), (match_result{0u, false}));
-  EXPECT_EQ(step().tier_removed, a.keys);
+  const auto m = step();
+  EXPECT_EQ(m.tier_removed, a.keys);
+  EXPECT_EQ(m.flush, std::vector<job_id>{check.id});  // before the removals run
   EXPECT_EQ(p_->tier_counters().ledger.dropped_bad_file, 1u);
 }
 
@@ -273,10 +279,16 @@ TEST_F(PlannerTierTest, AFailedCascadeDropsTheBlockAndUnpinsIt) {
   make(/*pool_blocks=*/2, /*tier_blocks=*/8);
   const auto a = request("a", 0, 2);
   store(a);
-  complete(next_tier_job(transfer_kind::cascade), /*ok=*/false);  // e.g. ENOSPC
+  const tier_job c = next_tier_job(transfer_kind::cascade);
+  complete(c, /*ok=*/false);  // e.g. ENOSPC
   EXPECT_EQ(p_->manager().busy(), 0u);
   EXPECT_EQ(p_->tier()->size(), 0u);
-  EXPECT_EQ(step().tier_removed, a.keys);  // a partial file, if any, goes
+  // Another rank may still be writing the unpinned slots to files: flushed (before the removals
+  // and the step's stores and tier jobs start), once.
+  const auto m = step();
+  EXPECT_EQ(m.tier_removed, a.keys);  // a partial file, if any, goes
+  EXPECT_EQ(m.flush, std::vector<job_id>{c.id});
+  EXPECT_TRUE(step().flush.empty());
   EXPECT_EQ(p_->tier_counters().ledger.cascades_failed, 2u);
   // Still in the pool: a pool hit.
   EXPECT_EQ(p_->get_num_new_matched_tokens(request("a2", 0, 2).view(), 0),

@@ -377,6 +377,26 @@ TEST(TransferExecutorTest, HandlePreemptionsWaitsOnlyForFlushJobs) {
   f.worker->clear_connector_metadata();
 }
 
+// A rank with a file tier waits for the flush's transfers before it starts a step's tier jobs
+// (a promotion may reuse a failed store's slot): only those, queued stores stay queued.
+TEST(TransferExecutorTest, WaitTransfersWaitsOnlyForTheNamedJobsInFlight) {
+  // Every transfer's completion is held back until it is waited on (or released).
+  fault_plan plan{
+      1, {{fault_target::any, fault_trigger::probability, 0, 1.0, fault_action::delay, 0, 0}}};
+  rank_fixture f{1, plan};
+  f.step(meta(1, {}, {store_job(1, "a", {0}, {1})}, {}));
+  // Step 2 submits the store and loads slot 1: both in flight; its store 3 is queued.
+  f.step(meta(2, {load_job(2, "b", {1}, {2})}, {store_job(3, "c", {2}, {3})}, {}), {},
+         /*wait=*/false);
+  EXPECT_EQ(f.worker->phase(1), job_phase::in_flight);
+  EXPECT_EQ(f.worker->phase(2), job_phase::in_flight);
+  ASSERT_TRUE(f.worker->wait_transfers(std::vector<job_id>{1, 3, 99}).ok());
+  EXPECT_EQ(f.worker->phase(1), job_phase::finished);
+  EXPECT_EQ(f.worker->phase(2), job_phase::in_flight);  // not named
+  EXPECT_EQ(f.worker->phase(3), job_phase::queued);     // not submitted by a wait
+  ASSERT_TRUE(f.worker->wait_in_flight().ok());
+}
+
 TEST(TransferExecutorTest, HandlePreemptionsSubmitsDeferredStoresBeforeFlushing) {
   rank_fixture f{1};
   f.sim->pause(cuda::direction::gpu_to_cpu);
