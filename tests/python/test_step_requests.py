@@ -292,3 +292,65 @@ def test_int_hashes_of_any_width_below_2_to_the_128_come_back_as_themselves():
         assert stored == hashes
     finally:
         sc.shutdown()
+
+
+def test_without_a_requests_dict_the_requests_kept_since_the_match_plan_the_same():
+    """vllm_build_connector_meta(step, out) reads each scheduled request's Request from the
+    binding (the one last passed to a vllm_* call, until request_finished): the same plan as the
+    dict gives, whether num_scheduled_tokens lists the running requests in req_ids' order (vLLM's
+    scheduler) or not, and whether the ids are the Requests' own strs or equal ones."""
+    kept, by_dict = connector("kept"), connector("dict")
+    try:
+        reqs = {rid: request(rid, 2) for rid in ("ra", "rb", "rc")}
+        for r in reqs.values():
+            for sc in (kept, by_dict):
+                assert sc.vllm_get_num_new_matched_tokens(r, 0) == (0, False)
+        new = [("ra", [1, 2]), ("rb", [3, 4]), ("rc", [5, 6])]
+
+        def step_output(step: int):
+            if step == 1:
+                return v.SchedulerOutput([v.NewRequestData(rid, (ids,)) for rid, ids in new],
+                                         v.CachedRequestData([], set(), []),
+                                         {rid: 32 for rid in reqs}, set(), [])
+            for r in reqs.values():  # decoding: one token a step, a block every 16
+                r.num_computed_tokens = r.num_tokens
+                r.num_tokens += 1
+                if r.num_tokens % BLOCK == 0:
+                    r.block_hashes.append(f"{r.request_id}{len(r.block_hashes)}".encode())
+            ids = [r.request_id for r in reqs.values()]
+            if step % 3 == 0:  # equal strs, not the Requests' own
+                ids = ["".join(list(rid)) for rid in ids]
+                assert all(i is not r.request_id for i, r in zip(ids, reqs.values()))
+            order = ids if step % 2 else list(reversed(ids))
+            new_blocks = [([7 + step],) if step % 16 == 0 else None for _ in ids]
+            return v.SchedulerOutput([], v.CachedRequestData(ids, set(), new_blocks),
+                                     {rid: 1 for rid in order}, set(), [])
+
+        for step in range(1, 40):
+            out = step_output(step)
+            got = kept.vllm_build_connector_meta(step, out)
+            want = by_dict.vllm_build_connector_meta(step, out, reqs)
+            assert jobs(got) == jobs(want)
+            done = [(j.id, j.kind, True) for j in list(want.loads) + list(want.stores)]
+            for sc in (kept, by_dict):
+                sc.apply_job_results(step, done)
+                sc.update_connector_output()
+        assert kept.stats() == by_dict.stats()
+        assert kept.stats()["store_blocks"] > 6
+
+        # A request finished, or only ever passed as a str, has no Request here.
+        kept.request_finished("rc")
+        kept.get_num_new_matched_tokens("rd", [b"rd0"], BLOCK, 0)
+        for rid in ("rc", "rd"):
+            out = v.SchedulerOutput([], v.CachedRequestData([rid], set(), [None]), {rid: 1},
+                                    set(), [])
+            with pytest.raises(KeyError, match=f"request {rid} is scheduled but was never "
+                                               "passed to get_num_new_matched_tokens"):
+                kept.vllm_build_connector_meta(40, out)
+        with pytest.raises(TypeError, match="req_id must be a str, got int"):
+            kept.vllm_build_connector_meta(
+                40, v.SchedulerOutput([], v.CachedRequestData([7], set(), [None]), {7: 1}, set(),
+                                      []))
+    finally:
+        kept.shutdown()
+        by_dict.shutdown()
