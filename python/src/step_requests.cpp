@@ -11,6 +11,15 @@ namespace py = pybind11;
 namespace {
 
 uint32_t u32_of(PyObject* o, const char* what) {
+#if PY_VERSION_HEX < 0x030C0000
+  // Before 3.12 an int below 2**30 has one 30-bit digit (ob_size 1), 0 none: read it directly
+  // (token counts, block ids; PyLong_AsUnsignedLong costs a call and its checks per field).
+  if (PyLong_CheckExact(o)) {
+    const Py_ssize_t digits = Py_SIZE(o);
+    if (digits == 0) return 0;
+    if (digits == 1) return static_cast<uint32_t>(reinterpret_cast<PyLongObject*>(o)->ob_digit[0]);
+  }
+#endif
   if (!PyLong_Check(o)) wrong_type(what, "an int", o);
   const unsigned long v = PyLong_AsUnsignedLong(o);
   if ((v == static_cast<unsigned long>(-1) && PyErr_Occurred()) ||

@@ -354,3 +354,24 @@ def test_without_a_requests_dict_the_requests_kept_since_the_match_plan_the_same
     finally:
         kept.shutdown()
         by_dict.shutdown()
+
+
+def test_ints_are_read_as_themselves_whatever_their_size_in_digits():
+    """0, one 30-bit digit, two and three digits (CPython's int layout), a bool and an int
+    subclass: each block id comes back in the store job as the same int; 2**32 is refused."""
+    sc = connector("ints")
+    try:
+        class Id(int):
+            pass
+
+        ids = [0, 7, 2**30 - 1, 2**30, 2**32 - 1, True, Id(12)]
+        hashes = [f"h{b}".encode() for b in range(len(ids))]
+        sc.get_num_new_matched_tokens("a", hashes, len(ids) * BLOCK, 0)
+        t = ("a", hashes, len(ids) * BLOCK, 0, len(ids) * BLOCK, ids, False, False)
+        with pytest.raises(ValueError, match=r"block_ids must be in \[0, 2\*\*32\)"):
+            sc.build_connector_meta(1, [t[:5] + ([1, 2**32],) + t[6:]], [], [])
+        meta = sc.build_connector_meta(1, [t], [], [])
+        stored = [b for j in meta.stores for b in j.gpu_blocks]
+        assert stored == [int(b) for b in ids if b != 0]
+    finally:
+        sc.shutdown()
