@@ -34,13 +34,13 @@ class request_cache {
   /// What a step reads of each scheduled request fills its first cache line (and `keys` the
   /// second): the guess check, the id's str and text, the Request's identity, its list.
   struct alignas(64) entry {
-    uint32_t next = npos;        ///< the entry looked up after this one last time (a hint)
-    bool live = false;           ///< false: free, for a later request
-    bool remote_decode = false;  ///< the Request's kv_transfer_params["do_remote_decode"]
-    pybind11::object id_object;  ///< the first str seen for this id; empty until one is
-    std::string_view id_text;    ///< id_object's UTF-8 (valid while id_object lives)
-    pybind11::object request;    ///< vLLM's Request last seen for this id; empty on the tuples
-    pybind11::object hashes;     ///< that Request's block_hashes
+    uint32_t next = npos;         ///< the entry looked up after this one last time (a hint)
+    bool live = false;            ///< false: free, for a later request
+    bool remote_decode = false;   ///< the Request's kv_transfer_params["do_remote_decode"]
+    pybind11::object id_object;   ///< the first str seen for this id; empty until one is
+    std::string_view id_text;     ///< id_object's UTF-8 (valid while id_object lives)
+    pybind11::object request;     ///< vLLM's Request last seen for this id; empty on the tuples
+    pybind11::object hashes;      ///< that Request's block_hashes
     std::vector<block_key> keys;  ///< of the block hashes seen so far
     std::string id;
   };
