@@ -175,7 +175,9 @@ class py_scheduler {
     check(sc().apply_job_results(results_));
   }
 
-  bool finished(const std::string& id) {
+  /// The id's text is read in place (vLLM's ids are longer than a std::string holds inline).
+  bool finished(py::handle id_str) {
+    const std::string_view id = text_of(id_str, "req_id");
     cache_.forget(id);
     return sc().request_finished(id);
   }

@@ -375,3 +375,24 @@ def test_ints_are_read_as_themselves_whatever_their_size_in_digits():
         assert stored == [int(b) for b in ids if b != 0]
     finally:
         sc.shutdown()
+
+
+def test_request_finished_reads_the_id_as_a_str_of_any_length():
+    """vLLM's ids are long ("cmpl-<uuid>-0"): such a request, its store in flight, is finished
+    with its blocks held; a second finish is no longer known; an id that is not a str is a
+    TypeError naming req_id."""
+    sc = connector("finish")
+    try:
+        rid = "cmpl-" + "0123456789abcdef" * 2 + "-0"
+        hashes = [f"{rid}{b}".encode() for b in range(2)]
+        sc.get_num_new_matched_tokens(rid, hashes, 2 * BLOCK, 0)
+        meta = sc.build_connector_meta(
+            1, [(rid, hashes, 2 * BLOCK, 0, 2 * BLOCK, [1, 2], False, False)], [], [])
+        assert [j.request_id for j in meta.stores] == [rid]
+        assert sc.tables()["binding_requests"] == 1
+        assert sc.request_finished(rid) is True  # its store is in flight: blocks held
+        assert sc.tables()["binding_requests"] == 0
+        with pytest.raises(TypeError, match="req_id must be a str, got int"):
+            sc.request_finished(7)
+    finally:
+        sc.shutdown()
