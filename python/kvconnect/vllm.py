@@ -181,7 +181,6 @@ class KvconnectConnector(_BASE):  # type: ignore[misc, valid-type]
         events = getattr(vllm_config, "kv_events_config", None)
         self._events_on = bool(events is not None and events.enable_kv_cache_events)
         self._scheduler = kvconnect.SchedulerConnector(self.config, create_or_attach=True)
-        self._requests: dict[str, Any] = {}  # vLLM's Request objects, as vLLM's connector keeps
         self._step = 0
         self.planned: kvconnect.ConnectorMetadata | None = None  # the last step's jobs
 
@@ -202,21 +201,23 @@ class KvconnectConnector(_BASE):  # type: ignore[misc, valid-type]
     # --- scheduler side --------------------------------------------------------------------
 
     # The binding reads vLLM's objects itself (SchedulerConnector.vllm_*), the fields vLLM's
-    # OffloadingConnectorScheduler reads: no per-request or per-block Python work here.
+    # OffloadingConnectorScheduler reads: no per-request or per-block Python work here. It also
+    # keeps each request's Request object, from get_num_new_matched_tokens to request_finished
+    # (as vLLM's connector does in a dict), for build_connector_meta. The scheduler role's
+    # methods call self._scheduler directly: the `scheduler` property would be a Python call
+    # more on every call.
 
     def get_num_new_matched_tokens(self, request: Any,
                                    num_computed_tokens: int) -> tuple[int | None, bool]:
-        self._requests[request.request_id] = request
-        return self.scheduler.vllm_get_num_new_matched_tokens(request, num_computed_tokens)
+        return self._scheduler.vllm_get_num_new_matched_tokens(request, num_computed_tokens)
 
     def update_state_after_alloc(self, request: Any, blocks: Any,
                                  num_external_tokens: int) -> None:
-        self.scheduler.vllm_update_state_after_alloc(request, blocks, num_external_tokens)
+        self._scheduler.vllm_update_state_after_alloc(request, blocks, num_external_tokens)
 
     def build_connector_meta(self, scheduler_output: Any) -> KvconnectConnectorMetadata:
         self._step += 1
-        self.planned = self.scheduler.vllm_build_connector_meta(self._step, scheduler_output,
-                                                                self._requests)
+        self.planned = self._scheduler.vllm_build_connector_meta(self._step, scheduler_output)
         return KvconnectConnectorMetadata(self._step)
 
     def update_connector_output(self, connector_output: Any) -> None:
@@ -224,11 +225,10 @@ class KvconnectConnector(_BASE):  # type: ignore[misc, valid-type]
         deadlines, lost ranks), go through kvconnect's planner, whose answer replaces vLLM's
         sets for vLLM's scheduler to read after this call: each request once, and with
         kvconnect's workers a job's outcome is the coordinator's, not vLLM's (docs/python.md)."""
-        self.scheduler.vllm_update_connector_output(connector_output)
+        self._scheduler.vllm_update_connector_output(connector_output)
 
     def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, dict | None]:
-        self._requests.pop(request.request_id, None)
-        return self.scheduler.request_finished(request.request_id), None
+        return self._scheduler.request_finished(request.request_id), None
 
     def take_events(self) -> list:
         events = self.scheduler.take_events()

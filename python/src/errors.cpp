@@ -81,4 +81,16 @@ void type_error(const std::string& message) {
   throw py::type_error(message);
 }
 
+void wrong_type(const char* what, const char* expected, PyObject* got) {
+  type_error(std::string(what) + " must be " + expected + ", got " + Py_TYPE(got)->tp_name);
+}
+
+std::string_view text_of(py::handle s, const char* what) {
+  if (!PyUnicode_Check(s.ptr())) wrong_type(what, "a str", s.ptr());
+  Py_ssize_t n = 0;
+  const char* p = PyUnicode_AsUTF8AndSize(s.ptr(), &n);
+  if (p == nullptr) throw py::error_already_set();
+  return {p, static_cast<size_t>(n)};
+}
+
 }  // namespace kvc::python

@@ -27,6 +27,12 @@ void register_errors(pybind11::module_& m);
 /// Raises TypeError with `message`.
 [[noreturn]] void type_error(const std::string& message);
 
+/// Raises TypeError "`what` must be `expected`, got <got's type>".
+[[noreturn]] void wrong_type(const char* what, const char* expected, PyObject* got);
+
+/// The UTF-8 text of the str `s`, valid while `s` lives; TypeError naming `what` for another type.
+std::string_view text_of(pybind11::handle s, const char* what);
+
 /// The value of `r`, or raise(r.error()).
 template <class T>
 T take(result<T>&& r) {

@@ -6,12 +6,55 @@
 namespace kvc::python {
 namespace py = pybind11;
 
-uint32_t request_cache::find_or_create(std::string_view id) {
-  uint32_t found = npos;
-  if (last_ != npos) {
-    const uint32_t guess = entries_[last_].next;
-    if (guess != npos && entries_[guess].live && entries_[guess].id == id) found = guess;
+uint32_t request_cache::guess() const noexcept {
+  if (last_ == npos) return npos;
+  const uint32_t g = entries_[last_].next;
+  return g != npos && entries_[g].live ? g : npos;
+}
+
+void request_cache::follow(uint32_t found) noexcept {
+  if (last_ != npos) entries_[last_].next = found;
+  last_ = found;
+}
+
+uint32_t request_cache::find(py::handle id, std::string_view& text, const char* what) {
+  const uint32_t g = guess();
+  if (g != npos && entries_[g].id_object.ptr() == id.ptr()) {  // the str of last step
+    text = entries_[g].id_text;
+    follow(g);
+    return g;
   }
+  text = text_of(id, what);
+  uint32_t found = npos;
+  if (g != npos && entries_[g].id == text) {
+    found = g;
+  } else {
+    const auto it = index_.find(text);
+    if (it == index_.end()) return npos;
+    found = it->second;
+  }
+  entry& e = entries_[found];
+  if (!e.id_object) {
+    e.id_object = py::reinterpret_borrow<py::object>(id);
+    e.id_text = text;
+  }
+  follow(found);
+  return found;
+}
+
+uint32_t request_cache::find_or_create(py::handle id, std::string_view& text, const char* what) {
+  const uint32_t found = find(id, text, what);
+  if (found != npos) return found;
+  const uint32_t made = find_or_create(text);
+  entry& e = entries_[made];
+  e.id_object = py::reinterpret_borrow<py::object>(id);
+  e.id_text = text;
+  return made;
+}
+
+uint32_t request_cache::find_or_create(std::string_view id) {
+  uint32_t found = guess();
+  if (found != npos && entries_[found].id != id) found = npos;
   if (found == npos) {
     auto [it, fresh] = index_.try_emplace(std::string(id), npos);
     if (fresh) {
@@ -28,8 +71,7 @@ uint32_t request_cache::find_or_create(std::string_view id) {
     }
     found = it->second;
   }
-  if (last_ != npos) entries_[last_].next = found;
-  last_ = found;
+  follow(found);
   return found;
 }
 
@@ -54,6 +96,8 @@ void request_cache::forget(std::string_view id) {
   index_.erase(it);
   entry& e = entries_[at];
   e.id.clear();
+  e.id_object = py::object();
+  e.id_text = {};
   e.keys.clear();
   e.request = py::object();
   e.hashes = py::object();

@@ -10,7 +10,10 @@
 /// Requests live in a dense array of entries found through an id map; as the planner does, each
 /// lookup first tries the entry that followed the previous lookup's entry last time (an engine
 /// schedules its running requests in the same order step after step), checked by its id, so a
-/// steady step costs no map lookup. Not thread-safe; the GIL must be held.
+/// steady step costs no map lookup. An id passed as a str object is checked by identity first:
+/// vLLM passes a request's one `request_id` str every step, so the entry keeps the first str
+/// object it saw for its id (until forget) and a steady step compares no text. Not thread-safe;
+/// the GIL must be held.
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -29,19 +32,26 @@ class request_cache {
   static constexpr uint32_t npos = UINT32_MAX;
 
   /// What a step reads of each scheduled request fills its first cache line (and `keys` the
-  /// second): the guess check, the Request's identity, its list.
+  /// second): the guess check, the id's str and text, the Request's identity, its list.
   struct alignas(64) entry {
-    uint32_t next = npos;        ///< the entry looked up after this one last time (a hint)
-    bool live = false;           ///< false: free, for a later request
-    bool remote_decode = false;  ///< the Request's kv_transfer_params["do_remote_decode"]
-    pybind11::object request;    ///< vLLM's Request last seen for this id; empty on the tuples
-    pybind11::object hashes;     ///< that Request's block_hashes
-    std::string id;
+    uint32_t next = npos;         ///< the entry looked up after this one last time (a hint)
+    bool live = false;            ///< false: free, for a later request
+    bool remote_decode = false;   ///< the Request's kv_transfer_params["do_remote_decode"]
+    pybind11::object id_object;   ///< the first str seen for this id; empty until one is
+    std::string_view id_text;     ///< id_object's UTF-8 (valid while id_object lives)
+    pybind11::object request;     ///< vLLM's Request last seen for this id; empty on the tuples
+    pybind11::object hashes;      ///< that Request's block_hashes
     std::vector<block_key> keys;  ///< of the block hashes seen so far
+    std::string id;
   };
 
   /// The entry of `id`, created when there is none. Entries may move when one is created.
   uint32_t find_or_create(std::string_view id);
+  /// The same for the str `id` (TypeError naming `what` for another type); `text` is set to its
+  /// text, valid while `id` lives.
+  uint32_t find_or_create(pybind11::handle id, std::string_view& text, const char* what);
+  /// The entry of the str `id`, npos when there is none; `text` as find_or_create sets it.
+  uint32_t find(pybind11::handle id, std::string_view& text, const char* what);
   entry& at(uint32_t index) noexcept { return entries_[index]; }
 
   /// The keys of `hashes` (a list or tuple) for the entry, converting only those beyond the
@@ -60,6 +70,11 @@ class request_cache {
       return std::hash<std::string_view>{}(s);
     }
   };
+  /// The entry that followed the last lookup's last time, if it is live; npos otherwise.
+  uint32_t guess() const noexcept;
+  /// Records `found` as the entry after the last lookup's, and as the last lookup's.
+  void follow(uint32_t found) noexcept;
+
   std::unordered_map<std::string, uint32_t, id_hash, std::equal_to<>> index_;
   std::vector<entry> entries_;
   std::vector<uint32_t> free_;

@@ -77,7 +77,8 @@ class py_scheduler {
 
   /// The view of vLLM's Request, read now (read_vllm_request); the request's entry keeps it.
   scheduler::request_view vllm_view(py::handle request, const vllm_request& r) {
-    const uint32_t at = cache_.find_or_create(r.id);
+    std::string_view id;
+    const uint32_t at = cache_.find_or_create(r.id_object, id, "Request.request_id");
     request_cache::entry& e = cache_.at(at);
     e.request = py::reinterpret_borrow<py::object>(request);
     e.hashes = r.hashes;
@@ -174,7 +175,9 @@ class py_scheduler {
     check(sc().apply_job_results(results_));
   }
 
-  bool finished(const std::string& id) {
+  /// The id's text is read in place (vLLM's ids are longer than a std::string holds inline).
+  bool finished(py::handle id_str) {
+    const std::string_view id = text_of(id_str, "req_id");
     cache_.forget(id);
     return sc().request_finished(id);
   }
@@ -418,9 +421,10 @@ void bind_scheduler(py::module_& m) {
            py::arg("blocks"), py::arg("num_external_tokens"),
            "update_state_after_alloc of vLLM's Request and KVCacheBlocks (kvconnect.vllm).")
       .def("vllm_build_connector_meta", &py_scheduler::build_vllm, py::arg("step"),
-           py::arg("scheduler_output"), py::arg("requests"),
-           "build_connector_meta of vLLM's SchedulerOutput and {req_id: Request} of the "
-           "scheduled requests, read in one call (kvconnect.vllm).")
+           py::arg("scheduler_output"), py::arg("requests") = py::none(),
+           "build_connector_meta of vLLM's SchedulerOutput and the scheduled requests' Request "
+           "objects, read in one call (kvconnect.vllm): from `requests`, {req_id: Request}, or "
+           "when None the Request last passed to a vllm_* call for each id.")
       .def("vllm_update_connector_output", &py_scheduler::vllm_output, py::arg("connector_output"),
            "vLLM's KVConnectorOutput: its finished sets through apply_request_output, then "
            "update_connector_output's sets (None when empty) written back over them and its "

@@ -10,11 +10,16 @@ namespace py = pybind11;
 
 namespace {
 
-[[noreturn]] void wrong_type(const char* what, const char* expected, PyObject* got) {
-  type_error(std::string(what) + " must be " + expected + ", got " + Py_TYPE(got)->tp_name);
-}
-
 uint32_t u32_of(PyObject* o, const char* what) {
+#if PY_VERSION_HEX < 0x030C0000
+  // Before 3.12 an int below 2**30 has one 30-bit digit (ob_size 1), 0 none: read it directly
+  // (token counts, block ids; PyLong_AsUnsignedLong costs a call and its checks per field).
+  if (PyLong_CheckExact(o)) {
+    const Py_ssize_t digits = Py_SIZE(o);
+    if (digits == 0) return 0;
+    if (digits == 1) return static_cast<uint32_t>(reinterpret_cast<PyLongObject*>(o)->ob_digit[0]);
+  }
+#endif
   if (!PyLong_Check(o)) wrong_type(what, "an int", o);
   const unsigned long v = PyLong_AsUnsignedLong(o);
   if ((v == static_cast<unsigned long>(-1) && PyErr_Occurred()) ||
@@ -77,14 +82,6 @@ struct vllm_names {
 const vllm_names& names() {
   static const vllm_names* n = new vllm_names;  // built under the GIL on first use
   return *n;
-}
-
-std::string_view text_of(py::handle s, const char* what) {
-  if (!PyUnicode_Check(s.ptr())) wrong_type(what, "a str", s.ptr());
-  Py_ssize_t n = 0;
-  const char* p = PyUnicode_AsUTF8AndSize(s.ptr(), &n);
-  if (p == nullptr) throw py::error_already_set();
-  return {p, static_cast<size_t>(n)};
 }
 
 /// Request.kv_transfer_params.get("do_remote_decode") (vLLM's P/D prefill instance).
@@ -252,31 +249,45 @@ void step_requests::read_tuples(py::handle fresh, py::handle cached, py::handle 
 void step_requests::read_vllm(py::handle out, py::handle requests_by_id, request_cache& cache) {
   clear();
   const vllm_names& n = names();
-  if (!PyDict_Check(requests_by_id.ptr())) {
-    wrong_type("requests", "a dict", requests_by_id.ptr());
+  const bool by_dict = !requests_by_id.is_none();
+  if (by_dict && !PyDict_Check(requests_by_id.ptr())) {
+    wrong_type("requests", "a dict or None", requests_by_id.ptr());
   }
   const py::object scheduled = attr(out, n.num_scheduled_tokens);
   if (!PyDict_Check(scheduled.ptr())) {
     wrong_type("num_scheduled_tokens", "a dict", scheduled.ptr());
   }
-  // The fields of vLLM's Request that the connector reads, and num_scheduled_tokens[id].
-  auto add = [&](py::handle id, py::handle block_ids, bool resumed) {
+  // The fields of vLLM's Request that the connector reads, and num_scheduled_tokens[id]
+  // (`tokens`, when the caller found it already, held: reading the Request may run Python code;
+  // else looked up here).
+  auto add = [&](py::handle id, py::handle block_ids, bool resumed, py::object tokens) {
     scheduled_fields f;
-    f.id = hold_id(id, "req_id");
-    PyObject* req = PyDict_GetItemWithError(requests_by_id.ptr(), id.ptr());
+    uint32_t at = request_cache::npos;
+    PyObject* req = nullptr;
+    if (by_dict) {
+      f.id = text_of(id, "req_id");
+      req = PyDict_GetItemWithError(requests_by_id.ptr(), id.ptr());
+      if (req == nullptr && PyErr_Occurred()) throw py::error_already_set();
+    } else {
+      at = cache.find(id, f.id, "req_id");
+      if (at != request_cache::npos) req = cache.at(at).request.ptr();
+    }
     if (req == nullptr) {
-      if (PyErr_Occurred()) throw py::error_already_set();
       throw py::key_error("request " + std::string(f.id) +
                           " is scheduled but was never passed to get_num_new_matched_tokens");
     }
-    PyObject* tokens = PyDict_GetItemWithError(scheduled.ptr(), id.ptr());
-    if (tokens == nullptr) {
-      if (PyErr_Occurred()) throw py::error_already_set();
-      throw py::key_error("num_scheduled_tokens has no entry for request " + std::string(f.id));
+    held.push_back(py::reinterpret_borrow<py::object>(id));  // f.id's str, while unlocked
+    if (!tokens) {
+      PyObject* t = PyDict_GetItemWithError(scheduled.ptr(), id.ptr());
+      if (t == nullptr) {
+        if (PyErr_Occurred()) throw py::error_already_set();
+        throw py::key_error("num_scheduled_tokens has no entry for request " + std::string(f.id));
+      }
+      tokens = py::reinterpret_borrow<py::object>(t);
     }
-    f.num_scheduled = u32_of(tokens, "num_scheduled_tokens[req_id]");
+    f.num_scheduled = u32_of(tokens.ptr(), "num_scheduled_tokens[req_id]");
     const py::handle r(req);
-    const uint32_t at = cache.find_or_create(f.id);
+    if (by_dict) at = cache.find_or_create(id, f.id, "req_id");
     request_cache::entry& e = cache.at(at);
     if (e.request.ptr() != req) {  // a Request object not seen before
       py::object hashes = attr(r, n.block_hashes);
@@ -304,7 +315,7 @@ void step_requests::read_vllm(py::handle out, py::handle requests_by_id, request
   const items news = items_of(fresh, "scheduled_new_reqs");
   for (Py_ssize_t i = 0; i < news.size; ++i) {
     const py::handle r(news.at[i]);
-    add(attr(r, n.req_id), attr(r, n.block_ids), false);
+    add(attr(r, n.req_id), attr(r, n.block_ids), false, py::object());
   }
   num_new = requests.size();
 
@@ -319,6 +330,11 @@ void step_requests::read_vllm(py::handle out, py::handle requests_by_id, request
   }
   const bool any_resumed = !resumed_ids.is_none() && PyObject_Length(resumed_ids.ptr()) != 0;
   if (PyErr_Occurred()) throw py::error_already_set();
+  // vLLM's scheduler fills num_scheduled_tokens with the running requests first, in the order
+  // of scheduled_cached_reqs: walk it beside req_ids while its keys are the same strs, and look
+  // up from the first one that is not.
+  Py_ssize_t pos = 0;
+  bool in_order = true;
   for (Py_ssize_t i = 0; i < ids.size; ++i) {
     bool resumed = false;
     if (any_resumed) {
@@ -326,7 +342,11 @@ void step_requests::read_vllm(py::handle out, py::handle requests_by_id, request
       if (in < 0) throw py::error_already_set();
       resumed = in == 1;
     }
-    add(ids.at[i], new_blocks.at[i], resumed);
+    PyObject* key = nullptr;
+    PyObject* tokens = nullptr;
+    in_order = in_order && PyDict_Next(scheduled.ptr(), &pos, &key, &tokens) && key == ids.at[i];
+    add(ids.at[i], new_blocks.at[i], resumed,
+        in_order ? py::reinterpret_borrow<py::object>(tokens) : py::object());
   }
 
   add_texts(attr(out, n.preempted_req_ids), "preempted_req_ids", preempted, held);

@@ -82,9 +82,11 @@ struct step_requests {
                    request_cache& cache);
 
   /// vLLM's SchedulerOutput (scheduled_new_reqs, scheduled_cached_reqs, num_scheduled_tokens,
-  /// preempted_req_ids) and `requests`, a dict {req_id: vLLM Request} holding every scheduled
-  /// request (request_id, block_hashes, num_tokens, num_computed_tokens, kv_transfer_params).
-  /// A scheduled id missing from `requests` raises KeyError. A Request's block_hashes and
+  /// preempted_req_ids) and the Request of each scheduled request (request_id, block_hashes,
+  /// num_tokens, num_computed_tokens, kv_transfer_params): from `requests`, a dict {req_id:
+  /// Request}, or, when it is None, the Request last passed to vllm_get_num_new_matched_tokens
+  /// or vllm_update_state_after_alloc for the id (kept in `cache` until request_finished). A
+  /// scheduled id missing there raises KeyError. A Request's block_hashes and
   /// kv_transfer_params are read once per Request object and kept in `cache`
   /// (request_cache.hpp).
   void read_vllm(pybind11::handle scheduler_output, pybind11::handle requests,

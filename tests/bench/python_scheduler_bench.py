@@ -169,7 +169,7 @@ class VllmCalls(Calls):
             [v.NewRequestData(rid, (blocks,)) for rid, _, blocks in fresh],
             v.CachedRequestData([rid for rid, _, _ in cached], set(),
                                 [None if b is None else (b,) for _, _, b in cached]),
-            {rid: n for rid, n, _ in fresh + cached}, set(), [])
+            {rid: n for rid, n, _ in cached + fresh}, set(), [])
         self.timed(self.connector.build_connector_meta, out)
         return self.connector.planned
 

@@ -292,3 +292,107 @@ def test_int_hashes_of_any_width_below_2_to_the_128_come_back_as_themselves():
         assert stored == hashes
     finally:
         sc.shutdown()
+
+
+def test_without_a_requests_dict_the_requests_kept_since_the_match_plan_the_same():
+    """vllm_build_connector_meta(step, out) reads each scheduled request's Request from the
+    binding (the one last passed to a vllm_* call, until request_finished): the same plan as the
+    dict gives, whether num_scheduled_tokens lists the running requests in req_ids' order (vLLM's
+    scheduler) or not, and whether the ids are the Requests' own strs or equal ones."""
+    kept, by_dict = connector("kept"), connector("dict")
+    try:
+        reqs = {rid: request(rid, 2) for rid in ("ra", "rb", "rc")}
+        for r in reqs.values():
+            for sc in (kept, by_dict):
+                assert sc.vllm_get_num_new_matched_tokens(r, 0) == (0, False)
+        new = [("ra", [1, 2]), ("rb", [3, 4]), ("rc", [5, 6])]
+
+        def step_output(step: int):
+            if step == 1:
+                return v.SchedulerOutput([v.NewRequestData(rid, (ids,)) for rid, ids in new],
+                                         v.CachedRequestData([], set(), []),
+                                         {rid: 32 for rid in reqs}, set(), [])
+            for r in reqs.values():  # decoding: one token a step, a block every 16
+                r.num_computed_tokens = r.num_tokens
+                r.num_tokens += 1
+                if r.num_tokens % BLOCK == 0:
+                    r.block_hashes.append(f"{r.request_id}{len(r.block_hashes)}".encode())
+            ids = [r.request_id for r in reqs.values()]
+            if step % 3 == 0:  # equal strs, not the Requests' own
+                ids = ["".join(list(rid)) for rid in ids]
+                assert all(i is not r.request_id for i, r in zip(ids, reqs.values()))
+            order = ids if step % 2 else list(reversed(ids))
+            new_blocks = [([7 + step],) if step % 16 == 0 else None for _ in ids]
+            return v.SchedulerOutput([], v.CachedRequestData(ids, set(), new_blocks),
+                                     {rid: 1 for rid in order}, set(), [])
+
+        for step in range(1, 40):
+            out = step_output(step)
+            got = kept.vllm_build_connector_meta(step, out)
+            want = by_dict.vllm_build_connector_meta(step, out, reqs)
+            assert jobs(got) == jobs(want)
+            done = [(j.id, j.kind, True) for j in list(want.loads) + list(want.stores)]
+            for sc in (kept, by_dict):
+                sc.apply_job_results(step, done)
+                sc.update_connector_output()
+        assert kept.stats() == by_dict.stats()
+        assert kept.stats()["store_blocks"] > 6
+
+        # A request finished, or only ever passed as a str, has no Request here.
+        kept.request_finished("rc")
+        kept.get_num_new_matched_tokens("rd", [b"rd0"], BLOCK, 0)
+        for rid in ("rc", "rd"):
+            out = v.SchedulerOutput([], v.CachedRequestData([rid], set(), [None]), {rid: 1},
+                                    set(), [])
+            with pytest.raises(KeyError, match=f"request {rid} is scheduled but was never "
+                                               "passed to get_num_new_matched_tokens"):
+                kept.vllm_build_connector_meta(40, out)
+        with pytest.raises(TypeError, match="req_id must be a str, got int"):
+            kept.vllm_build_connector_meta(
+                40, v.SchedulerOutput([], v.CachedRequestData([7], set(), [None]), {7: 1}, set(),
+                                      []))
+    finally:
+        kept.shutdown()
+        by_dict.shutdown()
+
+
+def test_ints_are_read_as_themselves_whatever_their_size_in_digits():
+    """0, one 30-bit digit, two and three digits (CPython's int layout), a bool and an int
+    subclass: each block id comes back in the store job as the same int; 2**32 is refused."""
+    sc = connector("ints")
+    try:
+        class Id(int):
+            pass
+
+        ids = [0, 7, 2**30 - 1, 2**30, 2**32 - 1, True, Id(12)]
+        hashes = [f"h{b}".encode() for b in range(len(ids))]
+        sc.get_num_new_matched_tokens("a", hashes, len(ids) * BLOCK, 0)
+        t = ("a", hashes, len(ids) * BLOCK, 0, len(ids) * BLOCK, ids, False, False)
+        with pytest.raises(ValueError, match=r"block_ids must be in \[0, 2\*\*32\)"):
+            sc.build_connector_meta(1, [t[:5] + ([1, 2**32],) + t[6:]], [], [])
+        meta = sc.build_connector_meta(1, [t], [], [])
+        stored = [b for j in meta.stores for b in j.gpu_blocks]
+        assert stored == [int(b) for b in ids if b != 0]
+    finally:
+        sc.shutdown()
+
+
+def test_request_finished_reads_the_id_as_a_str_of_any_length():
+    """vLLM's ids are long ("cmpl-<uuid>-0"): such a request, its store in flight, is finished
+    with its blocks held; a second finish is no longer known; an id that is not a str is a
+    TypeError naming req_id."""
+    sc = connector("finish")
+    try:
+        rid = "cmpl-" + "0123456789abcdef" * 2 + "-0"
+        hashes = [f"{rid}{b}".encode() for b in range(2)]
+        sc.get_num_new_matched_tokens(rid, hashes, 2 * BLOCK, 0)
+        meta = sc.build_connector_meta(
+            1, [(rid, hashes, 2 * BLOCK, 0, 2 * BLOCK, [1, 2], False, False)], [], [])
+        assert [j.request_id for j in meta.stores] == [rid]
+        assert sc.tables()["binding_requests"] == 1
+        assert sc.request_finished(rid) is True  # its store is in flight: blocks held
+        assert sc.tables()["binding_requests"] == 0
+        with pytest.raises(TypeError, match="req_id must be a str, got int"):
+            sc.request_finished(7)
+    finally:
+        sc.shutdown()
