@@ -1,7 +1,7 @@
 #pragma once
 /// One trace record: something one process saw happen to a message or a job, written as one
 /// JSON object per line into the process's trace file (tracer.hpp). `kvconnect trace export` /
-/// `summary` read these files back (launch/trace_file.hpp).
+/// `summary` read these files back (launch/trace/trace_file.hpp).
 ///
 /// A record is an event at one time (`mono_ns`, with `wall_ns` beside it) or, with `dur_ns`
 /// > 0, a span that began `dur_ns` before it (a handler, a copy job). `msg` links a send to its

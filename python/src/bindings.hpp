@@ -4,7 +4,7 @@
 /// API (launch/config_loader, actors/embed): no decision of its own.
 #include <pybind11/pybind11.h>
 
-#include "launch/launch_config.hpp"
+#include "launch/config/launch_config.hpp"
 #include "proto/fault_plan.hpp"
 
 namespace kvc::python {

@@ -11,9 +11,9 @@
 #include <pybind11/stl.h>
 #include <yaml-cpp/yaml.h>
 
-#include "launch/config_loader.hpp"
-#include "launch/fault_options.hpp"
-#include "launch/launch_config.hpp"
+#include "launch/config/config_loader.hpp"
+#include "launch/config/fault_options.hpp"
+#include "launch/config/launch_config.hpp"
 #include "python/src/bindings.hpp"
 #include "python/src/errors.hpp"
 

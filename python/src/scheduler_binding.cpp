@@ -12,7 +12,7 @@
 #include <pybind11/stl.h>
 
 #include "actors/embed/scheduler_connector.hpp"
-#include "launch/launch_plan.hpp"
+#include "launch/config/launch_plan.hpp"
 #include "python/src/bindings.hpp"
 #include "python/src/block_hashes.hpp"
 #include "python/src/errors.hpp"

@@ -9,7 +9,7 @@
 #include <unordered_map>
 
 #include "cuda/engine_factory.hpp"
-#include "launch/sim_engine/kv_content.hpp"
+#include "launch/engines/sim/kv_content.hpp"
 
 namespace kvc::testing {
 

@@ -41,8 +41,8 @@
 #include "actors/scheduler/planner.hpp"
 #include "actors/worker/transfer_executor.hpp"
 #include "cuda/copy_engine.hpp"
-#include "launch/sim_engine/gpu_block_pool.hpp"
-#include "launch/sim_engine/sim_scheduler.hpp"
+#include "launch/engines/sim/gpu_block_pool.hpp"
+#include "launch/engines/sim/sim_scheduler.hpp"
 #include "tests/connector/recording_manager.hpp"
 
 namespace kvc::testing {

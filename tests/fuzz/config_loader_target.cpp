@@ -1,12 +1,12 @@
-// Fuzz target: the launch config loader (launch/config_loader.hpp). The bytes before the first
-// NUL are the YAML file, each line after it one --set item. The loader must answer with a config
-// or errors, never throw; every error names its place and says what is wrong.
+// Fuzz target: the launch config loader (launch/config/config_loader.hpp). The bytes before the
+// first NUL are the YAML file, each line after it one --set item. The loader must answer with a
+// config or errors, never throw; every error names its place and says what is wrong.
 #include <cstring>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "launch/config_loader.hpp"
+#include "launch/config/config_loader.hpp"
 #include "tests/fuzz/fuzz_targets.hpp"
 
 namespace kvc::fuzz {

@@ -1,5 +1,5 @@
-// Fuzz target: the replay's line protocol (launch/replay_session.hpp). Whatever the bytes, every
-// line that is not blank gets exactly one answer line, and each answer is valid JSON.
+// Fuzz target: the replay's line protocol (launch/replay/replay_session.hpp). Whatever the bytes,
+// every line that is not blank gets exactly one answer line, and each answer is valid JSON.
 #include <algorithm>
 #include <cstring>
 #include <sstream>
@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "launch/replay_session.hpp"
+#include "launch/replay/replay_session.hpp"
 #include "tests/fuzz/fuzz_targets.hpp"
 
 namespace kvc::fuzz {

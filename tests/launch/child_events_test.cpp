@@ -1,6 +1,6 @@
-// The launcher's child protocol (launch/child_events.hpp): every event a role process prints
+// The launcher's child protocol (launch/roles/child_events.hpp): every event a role process prints
 // reads back as the same event, and a line that is none is one clear error.
-#include "launch/child_events.hpp"
+#include "launch/roles/child_events.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

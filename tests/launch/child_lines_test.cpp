@@ -1,7 +1,7 @@
 // What a launch shows on stderr of its children's JSON lines: one short sentence each at log
 // level info (issue 23: the relayed lines were a wall of numbers, a worker's runner line alone
 // 5.7 MB at 400,000 steps), per-step lines never, anything that is no event as it came.
-#include "launch/child_lines.hpp"
+#include "launch/supervisor/child_lines.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
-// What a launch keeps of its children's lines (launch/child_reports.hpp): the fault report is
-// the scheduler's with the workers' copy faults and the launcher's process faults added, and
-// after kill_scheduler it says whether the workers ended on their own.
-#include "launch/child_reports.hpp"
+// What a launch keeps of its children's lines (launch/supervisor/child_reports.hpp): the fault
+// report is the scheduler's with the workers' copy faults and the launcher's process faults added,
+// and after kill_scheduler it says whether the workers ended on their own.
+#include "launch/supervisor/child_reports.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 #pragma once
-/// Structure checks of a Chrome trace-event document (launch/chrome_trace.hpp), shared by the
+/// Structure checks of a Chrome trace-event document (launch/trace/chrome_trace.hpp), shared by the
 /// unit and multi-process tests: every flow start has exactly one end with its id, no flow ends
 /// before it starts, complete slices nest on each track, timestamps never go back on a track.
 /// Each returns the problems found (empty: none).

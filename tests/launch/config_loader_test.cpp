@@ -1,7 +1,7 @@
 // The launch config loader: defaults, precedence (--set > file > defaults), every error class
 // with its file, line and key path, "did you mean", all errors reported at once, the YAML
 // printed by to_yaml reading back as the same config, and the example files.
-#include "launch/config_loader.hpp"
+#include "launch/config/config_loader.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

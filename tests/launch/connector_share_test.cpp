@@ -6,13 +6,10 @@
 #include <algorithm>
 #include <utility>
 
-#include "launch/sim_engine/run_report.hpp"
-#include "launch/slowest_rank_sum.hpp"
+#include "launch/supervisor/slowest_rank_sum.hpp"
 
-namespace kvc::sim {
+namespace kvc::launch {
 namespace {
-
-using launch::slowest_rank_sum;
 
 TEST(ConnectorShareTest, EachStepCountsItsSlowestRankOnce) {
   // Step 1: rank 1 is slower; step 2: rank 0; step 3 only rank 0 ran it (a rank that joined late).
@@ -71,4 +68,4 @@ TEST(ConnectorShareTest, ARankThatJoinedLateOrStoppedHoldsNoStepForever) {
 }
 
 }  // namespace
-}  // namespace kvc::sim
+}  // namespace kvc::launch

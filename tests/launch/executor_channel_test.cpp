@@ -2,7 +2,7 @@
 // is refused, and a subscriber gets what the publisher sends once it is counted as subscribed
 // (waits are on messages, with deadlines); a subscriber without the token is refused in
 // ZeroMQ's handshake: not counted, no model input.
-#include "launch/sim_engine/executor_channel.hpp"
+#include "launch/engines/sim/executor_channel.hpp"
 
 #include <cstring>
 

@@ -1,7 +1,7 @@
 // The launch side of fault injection: --fault options with "did you mean", and the fault
 // report's JSON line and exit code.
-#include "launch/fault_report.hpp"
-#include "launch/fault_options.hpp"
+#include "launch/config/fault_options.hpp"
+#include "launch/config/fault_report.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

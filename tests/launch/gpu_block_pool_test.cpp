@@ -1,4 +1,4 @@
-#include "launch/sim_engine/gpu_block_pool.hpp"
+#include "launch/engines/sim/gpu_block_pool.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,16 +1,16 @@
 // The plan derived from a launch config: KV geometry per rank, vLLM's pool sizing
 // (cpu_bytes_to_use over all ranks), the rank → node placement, and the facade configs the
 // scheduler and every rank get (checked by embed::validate).
-#include "launch/launch_plan.hpp"
+#include "launch/config/launch_plan.hpp"
 
 #include <algorithm>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "launch/config_loader.hpp"
-#include "launch/node_processes.hpp"
-#include "launch/role_options.hpp"
+#include "launch/config/config_loader.hpp"
+#include "launch/roles/node_processes.hpp"
+#include "launch/roles/role_options.hpp"
 
 namespace kvc::launch {
 namespace {

@@ -2,15 +2,15 @@
 // model input with the metadata stream of its worker_connector. Metadata of an earlier step is
 // run connector-only and its report reaches the coordinator; a model input whose metadata is of
 // a later step is skipped. In-process facades: memory step transport, manual copy engine.
-#include "launch/sim_engine/model_runner.hpp"
+#include "launch/engines/sim/model_runner.hpp"
 
 #include <gtest/gtest.h>
 
 #include "actors/embed/scheduler_connector.hpp"
 #include "actors/embed/worker_connector.hpp"
 #include "cuda/manual_copy_engine.hpp"
-#include "launch/config_loader.hpp"
-#include "launch/launch_plan.hpp"
+#include "launch/config/config_loader.hpp"
+#include "launch/config/launch_plan.hpp"
 #include "tests/shm/shm_fixture.hpp"
 
 namespace kvc::sim {

@@ -7,7 +7,7 @@
 // request must be identical; the observers on must have written their outputs.
 // (The /metrics server needs a fixed port in a launch config; its observer is the same object
 // with and without a server, and the embed tests serve it on a free port.)
-#include "launch/sim_engine/in_process_run.hpp"
+#include "launch/engines/sim/in_process_run.hpp"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "actors/channel/transport.hpp"
-#include "launch/config_loader.hpp"
+#include "launch/config/config_loader.hpp"
 #include "proto/fault_spec_parser.hpp"
 #include "tests/shm/shm_fixture.hpp"
 

@@ -1,10 +1,10 @@
-#include "launch/process_faults.hpp"
+#include "launch/supervisor/process_faults.hpp"
 
 #include <gtest/gtest.h>
 
 #include <vector>
 
-#include "launch/fault_options.hpp"
+#include "launch/config/fault_options.hpp"
 
 namespace kvc::launch {
 namespace {

@@ -1,6 +1,6 @@
 // The launch's progress line (progress_display, pure): its text from the scheduler's progress
 // lines, a plain line per interval off a terminal, one rewritten line on a terminal.
-#include "launch/progress_display.hpp"
+#include "launch/supervisor/progress_display.hpp"
 
 #include <gtest/gtest.h>
 

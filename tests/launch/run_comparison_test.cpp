@@ -1,7 +1,7 @@
-// A run with offloading against one without (launch/sim_engine/run_comparison.hpp): only the
+// A run with offloading against one without (launch/engines/sim/run_comparison.hpp): only the
 // requests finished in both runs count, and the scheduler process's list of finished requests
 // travels as a JSON line and comes back the same, or is refused with one clear error.
-#include "launch/sim_engine/run_comparison.hpp"
+#include "launch/engines/sim/run_comparison.hpp"
 
 #include <gtest/gtest.h>
 

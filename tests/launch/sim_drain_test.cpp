@@ -1,12 +1,12 @@
-// The simulated engine's phases (launch/sim_engine/engine_loop.hpp) without offloading, so
+// The simulated engine's phases (launch/engines/sim/engine_loop.hpp) without offloading, so
 // without processes or shm: after the steps with arrivals the drain lets what arrived finish;
 // only at the drain's bound is what is left aborted, and an aborted request is counted apart,
 // outside TTFT and throughput.
-#include "launch/sim_engine/engine_loop.hpp"
+#include "launch/engines/sim/engine_loop.hpp"
 
 #include <gtest/gtest.h>
 
-#include "launch/config_loader.hpp"
+#include "launch/config/config_loader.hpp"
 
 namespace kvc::sim {
 namespace {

@@ -1,13 +1,13 @@
 // The simulated engine's pure parts: the workload generator (seeded, Zipf documents, follow-ups)
 // and sim_scheduler (batching under a token budget, prefix caching, preemption, loads through
 // the connector calls), driven step by step with a scripted connector.
-#include "launch/sim_engine/sim_scheduler.hpp"
+#include "launch/engines/sim/sim_scheduler.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "launch/sim_engine/kv_content.hpp"
-#include "launch/sim_engine/workload_generator.hpp"
+#include "launch/engines/sim/kv_content.hpp"
+#include "launch/engines/sim/workload_generator.hpp"
 
 namespace kvc::sim {
 namespace {

@@ -1,16 +1,16 @@
-// The simulated engine with every rank in one process (launch/sim_engine/in_process_run.hpp):
+// The simulated engine with every rank in one process (launch/engines/sim/in_process_run.hpp):
 // a short soak of a fixed seed over the embedding API on the deterministic manual copy engine
 // and the memory step transport, and its checks: requests finish, the CPU pool serves hits,
 // every load is verified byte for byte without a mismatch, nothing hangs or stays pending at the
 // end, and the same seed gives the same report.
-#include "launch/sim_engine/in_process_run.hpp"
+#include "launch/engines/sim/in_process_run.hpp"
 
 #include <gtest/gtest.h>
 
 #include <set>
 
-#include "launch/config_loader.hpp"
-#include "launch/sim_engine/run_comparison.hpp"
+#include "launch/config/config_loader.hpp"
+#include "launch/engines/sim/run_comparison.hpp"
 #include "tests/shm/shm_fixture.hpp"
 
 namespace kvc::sim {

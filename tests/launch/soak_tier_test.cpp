@@ -3,15 +3,15 @@
 // byte for byte, the tier saves prefill tokens beyond the pool alone (the same seed, the same
 // workload), its counters reach the summary, and the same seed gives the same counts. With
 // injected fail_io faults every invariant still holds.
-#include "launch/sim_engine/in_process_run.hpp"
+#include "launch/engines/sim/in_process_run.hpp"
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <string>
 
-#include "launch/config_loader.hpp"
-#include "launch/sim_engine/run_comparison.hpp"
+#include "launch/config/config_loader.hpp"
+#include "launch/engines/sim/run_comparison.hpp"
 #include "proto/fault_spec_parser.hpp"
 #include "tests/disk/scratch_dirs.hpp"
 #include "tests/shm/shm_fixture.hpp"

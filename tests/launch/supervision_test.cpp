@@ -1,7 +1,7 @@
-// The launch supervisor's decisions (launch/supervision.hpp), driven by hand with a manual
-// time: the normal end, a worker's or the scheduler's unexpected exit, a forwarded signal, and
-// the escalation SIGTERM → SIGKILL when children do not exit.
-#include "launch/supervision.hpp"
+// The launch supervisor's decisions (launch/supervisor/supervision.hpp), driven by hand with a
+// manual time: the normal end, a worker's or the scheduler's unexpected exit, a forwarded signal,
+// and the escalation SIGTERM → SIGKILL when children do not exit.
+#include "launch/supervisor/supervision.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-#include "launch/tier_bench.hpp"
+#include "launch/bench/tier_bench.hpp"
 
 #include <sys/stat.h>
 

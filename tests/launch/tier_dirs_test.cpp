@@ -1,7 +1,7 @@
 // The launcher's check of the file tiers' directories before anything starts: a missing
 // root_dir, a file in its place, a read-only file system, a file system smaller than
 // capacity_bytes; each named by its key.
-#include "launch/tier_dirs.hpp"
+#include "launch/config/tier_dirs.hpp"
 
 #include <gtest/gtest.h>
 

@@ -20,10 +20,10 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/trace/traced_transport.hpp"
-#include "launch/chrome_trace.hpp"
-#include "launch/clock_offsets.hpp"
-#include "launch/trace_file.hpp"
-#include "launch/trace_summary.hpp"
+#include "launch/trace/chrome_trace.hpp"
+#include "launch/trace/clock_offsets.hpp"
+#include "launch/trace/trace_file.hpp"
+#include "launch/trace/trace_summary.hpp"
 #include "tests/launch/chrome_trace_checks.hpp"
 
 namespace kvc::launch {

@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "launch/sim_engine/kv_content.hpp"
+#include "launch/engines/sim/kv_content.hpp"
 #include "proto/block_key.hpp"
 #include "proto/ids.hpp"
 
@@ -44,7 +44,7 @@ inline constexpr uint32_t cpu_slots = 40;  ///< per rank
 inline constexpr uint64_t slot_bytes = uint64_t{block_factor} * num_layers * page_bytes;
 inline constexpr const char* token = "mp-test-token";
 
-/// The model's hashes and KV bytes are the simulated engine's (launch/sim_engine/kv_content.hpp):
+/// The model's hashes and KV bytes are the simulated engine's (launch/engines/sim/kv_content.hpp):
 /// sim::chain, sim::block_hash_of, sim::token_kv.
 using sim::block_hash_of;
 using sim::chain;

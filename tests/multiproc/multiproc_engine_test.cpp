@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "actors/embed/scheduler_connector.hpp"
-#include "launch/sim_engine/gpu_block_pool.hpp"
+#include "launch/engines/sim/gpu_block_pool.hpp"
 #include "tests/connector/recording_manager.hpp"
 #include "tests/multiproc/mp_protocol.hpp"
 #include "tests/shm/shm_entries.hpp"
