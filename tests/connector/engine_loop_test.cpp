@@ -637,7 +637,7 @@ TEST_F(EngineLoopTest, AsyncTransfersWithPreemptionsAndEvictionsStayExact) {
         step_ok(*m);
         // Some transfers complete between steps: one store or one load, alternately.
         m->engine(0).advance(s % 2 == 0 ? cuda::direction::gpu_to_cpu
-                                         : cuda::direction::cpu_to_gpu);
+                                        : cuda::direction::cpu_to_gpu);
       }
     }
   }

@@ -115,7 +115,7 @@ status engine_model::init() {
   sim::engine_limits limits;
   limits.gpu_blocks = cfg_.num_gpu_blocks;
   limits.gpu_block_size = bs;
-  limits.max_running = UINT32_MAX;        // no running limit
+  limits.max_running = UINT32_MAX;         // no running limit
   limits.max_batched_tokens = UINT32_MAX;  // no token budget: a prefill runs whole
   limits.enable_prefix_caching = cfg_.enable_prefix_caching;
   calls_ = std::make_unique<connector_calls>(*sc_);
@@ -349,8 +349,7 @@ std::vector<std::string> engine_model::verify_tokens(const std::vector<uint32_t>
       for (uint32_t l = 0; l < cfg_.num_layers; ++l) {
         for (uint32_t kv = 0; kv < 2; ++kv) {
           token_kv(h, l, kv, r, want);
-          if (auto st = worker(r).copy_engine().download(got.data(),
-                                                         token_ptr(r, l, kv, b, p % bs),
+          if (auto st = worker(r).copy_engine().download(got.data(), token_ptr(r, l, kv, b, p % bs),
                                                          got.size());
               !st) {
             out.push_back("download failed: " + st.to_string());
