@@ -1,11 +1,11 @@
-// End-to-end tests of the offloading connector: the real planner and one real
-// transfer_executor per rank, driven step by step by the deterministic engine model over sim copy
-// engines. Every step checks, byte for byte, the KV of every running request on every rank.
+// End-to-end tests of the offloading connector: the embedding facades (one scheduler_connector,
+// one worker_connector per rank, the memory step channel, the real coordinator) driven step by
+// step by the deterministic engine model over manual copy engines, whose transfers complete when
+// the model or the test says so. Every step checks, byte for byte, the KV of every running
+// request on every rank.
 // Geometry unless stated: GPU block 4 tokens, factor 3 (offloaded block 12 tokens), 2 layers.
 // Scenario numbers refer to shared/reference/vllm_offload.md §9.
 #include <gtest/gtest.h>
-
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -14,12 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "cuda/engine_factory.hpp"
-#include "cuda/faulty_copy_engine.hpp"
-#include "cuda/sim_copy_engine.hpp"
+#include "cuda/manual_copy_engine.hpp"
 #include "proto/fault_plan.hpp"
 #include "shm/segment.hpp"
 #include "tests/connector/engine_model.hpp"
+#include "tests/shm/shm_fixture.hpp"
 
 namespace kvc::testing {
 namespace {
@@ -50,11 +49,29 @@ std::string join(const strings& lines) {
   return s;
 }
 
-std::unique_ptr<engine_model> make_model(engine_config cfg = {}) {
-  auto m = engine_model::create(std::move(cfg));
-  EXPECT_TRUE(m.ok()) << m.error().to_string();
-  return m.ok() ? std::move(m).value() : nullptr;
+fault_plan one_fault(fault_target t, fault_action a, uint64_t nth = 0) {
+  return {7, {{t, fault_trigger::nth, nth, 0.0, a, 0, 0}}};
 }
+
+/// Every test's pool segment is named after this process and must be gone when the test ends.
+class EngineLoopTest : public shm::testing::ShmTest {
+ protected:
+  std::unique_ptr<engine_model> make_model(engine_config cfg = {}) {
+    cfg.instance = shm::testing::test_instance_prefix() + "engine" + std::to_string(models_++);
+    auto m = engine_model::create(std::move(cfg));
+    EXPECT_TRUE(m.ok()) << m.error().to_string();
+    return m.ok() ? std::move(m).value() : nullptr;
+  }
+
+  /// Every rank's copy engine fails as `plan` says.
+  std::unique_ptr<engine_model> make_faulty_model(fault_plan plan, engine_config cfg = {}) {
+    cfg.faults = [plan](rank_id) { return plan; };
+    return make_model(std::move(cfg));
+  }
+
+ private:
+  int models_ = 0;
+};
 
 step_report step_ok(engine_model& m) {
   auto rep = m.step();
@@ -86,9 +103,11 @@ void expect_drained(engine_model& m) {
   EXPECT_EQ(m.scheduler().tracked_requests(), 0u);
   EXPECT_EQ(m.scheduler().jobs_in_flight(), 0u);
   EXPECT_EQ(m.scheduler().stats().rejected_results, 0u);  // every job reported exactly once
+  // No duplicate, late, rejected or timed-out report at the coordinator.
+  EXPECT_EQ(m.scheduler().fault_statistics(), embed::fault_stats{});
   for (rank_id r = 0; r < m.config().world_size; ++r) {
     EXPECT_EQ(m.worker(r).jobs_known(), 0u);
-    EXPECT_EQ(m.worker(r).foreign_reports(), 0u);
+    EXPECT_EQ(m.worker(r).tracked_requests(), 0u);
   }
 }
 
@@ -105,7 +124,7 @@ constexpr uint64_t k_block_bytes = 2 * 2 * 4 * 8;
 
 // §9.19 (first half): a store planned in step n is submitted in step n+1; a finished request
 // with a store in flight keeps its blocks until finished_sending; reloading is byte-exact.
-TEST(EngineLoopTest, StoreRunsOneStepLaterAndReloadIsByteExact) {
+TEST_F(EngineLoopTest, StoreRunsOneStepLaterAndReloadIsByteExact) {
   auto m = make_model();
   ASSERT_NE(m, nullptr);
   const tokens p = seq(36, 1000);
@@ -151,7 +170,7 @@ TEST(EngineLoopTest, StoreRunsOneStepLaterAndReloadIsByteExact) {
 }
 
 // §9.19: prepare_store only gets slots for the keys not stored yet.
-TEST(EngineLoopTest, StoreSkipsKeysAlreadyOffloaded) {
+TEST_F(EngineLoopTest, StoreSkipsKeysAlreadyOffloaded) {
   auto m = make_model();
   ASSERT_NE(m, nullptr);
   const tokens a = seq(36, 1000);
@@ -177,7 +196,7 @@ TEST(EngineLoopTest, StoreSkipsKeysAlreadyOffloaded) {
 }
 
 // §9.20: decoding stores each newly completed offloaded block once, when it completes.
-TEST(EngineLoopTest, DecodeStoresEachCompletedOffloadedBlockOnce) {
+TEST_F(EngineLoopTest, DecodeStoresEachCompletedOffloadedBlockOnce) {
   auto m = make_model();
   ASSERT_NE(m, nullptr);
   m->add_request({"a", seq(36, 1000), 14});  // computes 36 + 13 = 49 tokens
@@ -205,26 +224,19 @@ TEST(EngineLoopTest, DecodeStoresEachCompletedOffloadedBlockOnce) {
 
 // §9.20: no room in the CPU pool (every slot has a store in flight) -> the store is retried
 // in later steps with the cursor kept, and goes through once room appears.
-TEST(EngineLoopTest, StoreWithoutRoomIsRetriedUntilItFits) {
-  cuda::sim_copy_engine* sim = nullptr;
+TEST_F(EngineLoopTest, StoreWithoutRoomIsRetriedUntilItFits) {
   engine_config cfg;
   cfg.cpu_slots = 3;
-  cfg.wait_at_step_end = false;  // stores are paused below; nothing completes meanwhile
-  cfg.make_engine = [&sim](rank_id) {
-    auto e = std::make_unique<cuda::sim_copy_engine>();
-    sim = e.get();
-    return e;
-  };
+  cfg.wait_at_step_end = false;  // the stores stay in flight: nothing completes meanwhile
   auto m = make_model(cfg);
   ASSERT_NE(m, nullptr);
-  sim->pause(cuda::direction::gpu_to_cpu);
   const tokens a = seq(36, 1000);
   m->add_request({"a", a, 20});
   for (int i = 0; i < 15; ++i) step_ok(*m);  // token 47 computed in step 13
   EXPECT_EQ(m->scheduler().stats().stores_planned, 1u);
   EXPECT_GE(m->scheduler().stats().store_retries, 3u);  // steps 13, 14, 15
-  sim->resume(cuda::direction::gpu_to_cpu);
-  m->set_wait_at_step_end(true);
+  EXPECT_EQ(m->engine(0).pending(cuda::direction::gpu_to_cpu), 1u);
+  m->set_wait_at_step_end(true);  // the store completes, its slots become evictable
   auto reps = run_clean(*m);
   EXPECT_EQ(m->scheduler().stats().stores_planned, 2u);
   EXPECT_EQ(m->scheduler().stats().stores_ok, 2u);
@@ -234,7 +246,7 @@ TEST(EngineLoopTest, StoreWithoutRoomIsRetriedUntilItFits) {
 }
 
 // §9.21: a prompt sharing 5 offloaded blocks touches 6 keys (5 equal) and stores only the 6th.
-TEST(EngineLoopTest, SharedPrefixTouchesAllKeysAndStoresOnlyTheNewBlock) {
+TEST_F(EngineLoopTest, SharedPrefixTouchesAllKeysAndStoresOnlyTheNewBlock) {
   engine_config cfg;
   cfg.num_gpu_blocks = 48;
   auto m = make_model(cfg);
@@ -264,7 +276,7 @@ TEST(EngineLoopTest, SharedPrefixTouchesAllKeysAndStoresOnlyTheNewBlock) {
 }
 
 // §9.22: no lookup when less than one offloaded block lies beyond the GPU hit; one otherwise.
-TEST(EngineLoopTest, LookupOnlyWhenAWholeOffloadedBlockIsMissing) {
+TEST_F(EngineLoopTest, LookupOnlyWhenAWholeOffloadedBlockIsMissing) {
   auto m = make_model();
   ASSERT_NE(m, nullptr);
   const tokens a = seq(5, 1000);
@@ -285,7 +297,7 @@ TEST(EngineLoopTest, LookupOnlyWhenAWholeOffloadedBlockIsMissing) {
 
 // §9.23: after a GPU prefix-cache reset, a 12-token prompt loads GPU blocks 0-2; a longer one
 // with those 12 tokens GPU-cached again loads only the blocks after them.
-TEST(EngineLoopTest, LoadsFillOnlyTheBlocksAfterTheGpuCachedPrefix) {
+TEST_F(EngineLoopTest, LoadsFillOnlyTheBlocksAfterTheGpuCachedPrefix) {
   auto m = make_model();
   ASSERT_NE(m, nullptr);
   const tokens a = seq(36, 1000);
@@ -313,7 +325,7 @@ TEST(EngineLoopTest, LoadsFillOnlyTheBlocksAfterTheGpuCachedPrefix) {
 
 // A GPU-cached prefix that ends inside an offloaded block: the load skips the sub-blocks the
 // GPU already has (skip = 1 of factor 3) and fills the rest byte-exactly.
-TEST(EngineLoopTest, LoadStartingMidOffloadedBlockSkipsCachedSubBlocks) {
+TEST_F(EngineLoopTest, LoadStartingMidOffloadedBlockSkipsCachedSubBlocks) {
   auto m = make_model();
   ASSERT_NE(m, nullptr);
   const tokens a = seq(36, 1000);
@@ -337,7 +349,7 @@ TEST(EngineLoopTest, LoadStartingMidOffloadedBlockSkipsCachedSubBlocks) {
 
 // §9.24: stored events carry the keys of completed stores; evictions come as removed events,
 // before the stored event of the store that evicted them.
-TEST(EngineLoopTest, EventsReportStoredAndEvictedKeys) {
+TEST_F(EngineLoopTest, EventsReportStoredAndEvictedKeys) {
   engine_config cfg;
   cfg.cpu_slots = 3;
   auto m = make_model(cfg);
@@ -365,18 +377,12 @@ TEST(EngineLoopTest, EventsReportStoredAndEvictedKeys) {
 
 // §9.25: a preempted request's stores are flushed before its GPU blocks are reused; it resumes
 // later, and its offloaded blocks are exact.
-TEST(EngineLoopTest, PreemptionFlushesStoresBeforeBlocksAreReused) {
+TEST_F(EngineLoopTest, PreemptionFlushesStoresBeforeBlocksAreReused) {
   engine_config cfg;
   cfg.num_gpu_blocks = 16;  // 15 usable: two 24-token requests run out while decoding
+  // No transfer completes by itself (the manual engine), so only handle_preemptions' flush can
+  // complete b's store in the preemption step.
   cfg.wait_at_step_end = false;
-  // Every store's completion is held back until somebody waits for it: nothing completes by
-  // itself, so only handle_preemptions' flush can complete b's store in the preemption step.
-  const fault_plan hold_stores{
-      1, {{fault_target::store, fault_trigger::probability, 0, 1.0, fault_action::delay, 0, 0}}};
-  cfg.make_engine = [&](rank_id) -> std::unique_ptr<cuda::copy_engine> {
-    auto f = cuda::faulty_copy_engine::make(std::make_unique<cuda::sim_copy_engine>(), hold_stores);
-    return f.ok() ? std::move(f).value() : nullptr;
-  };
   auto m = make_model(cfg);
   ASSERT_NE(m, nullptr);
   const tokens a = seq(24, 1000);
@@ -384,18 +390,19 @@ TEST(EngineLoopTest, PreemptionFlushesStoresBeforeBlocksAreReused) {
   m->add_request({"a", a, 16});
   m->add_request({"b", b, 16});
   std::vector<job_id> flushed;
-  std::vector<worker::job_phase> phases;
+  std::vector<size_t> stores_in_flight;  // rank 0's submitted, uncompleted stores at a flush
   m->set_before_workers([&](const connector_metadata& meta) {
     for (job_id id : meta.flush) {
       flushed.push_back(id);
-      phases.push_back(m->worker(0).phase(id));
+      stores_in_flight.push_back(m->engine(0).pending(cuda::direction::gpu_to_cpu));
     }
   });
   step_report pre;
   for (int i = 0; i < 20 && pre.preempted.empty(); ++i) pre = step_ok(*m);
   ASSERT_EQ(pre.preempted, strings{"b"});
   ASSERT_EQ(flushed.size(), 1u);  // b's prefill store
-  EXPECT_EQ(phases[0], worker::job_phase::in_flight);
+  // b's store (and a's, queued before it) were in flight when the flush was planned.
+  EXPECT_EQ(stores_in_flight[0], 2u);
   // handle_preemptions waited for it: it is reported in the preemption step itself.
   std::vector<job_id> reported;
   for (const auto& j : pre.rank_outputs[0].jobs) reported.push_back(j.job);
@@ -419,7 +426,7 @@ TEST(EngineLoopTest, PreemptionFlushesStoresBeforeBlocksAreReused) {
 
 // §9.26: a request whose hit blocks are being loaded for another one waits (nullopt), then uses
 // the GPU prefix cache: one load for both.
-TEST(EngineLoopTest, SamePrefixInFlightIsLoadedOnce) {
+TEST_F(EngineLoopTest, SamePrefixInFlightIsLoadedOnce) {
   auto m = make_model();
   ASSERT_NE(m, nullptr);
   const tokens a = seq(36, 1000);
@@ -439,31 +446,23 @@ TEST(EngineLoopTest, SamePrefixInFlightIsLoadedOnce) {
 }
 
 // §9.27: an aborted request keeps its blocks until its load completes, then goes away.
-TEST(EngineLoopTest, AbortDuringLoadKeepsBlocksUntilTheLoadEnds) {
-  cuda::sim_copy_engine* sim = nullptr;
-  engine_config cfg;
-  cfg.make_engine = [&sim](rank_id) {
-    auto e = std::make_unique<cuda::sim_copy_engine>();
-    sim = e.get();
-    return e;
-  };
-  auto m = make_model(cfg);
+TEST_F(EngineLoopTest, AbortDuringLoadKeepsBlocksUntilTheLoadEnds) {
+  auto m = make_model();
   ASSERT_NE(m, nullptr);
   const tokens a = seq(36, 1000);
   offload(*m, {"a", a, 1});
 
-  sim->pause(cuda::direction::cpu_to_gpu);
-  m->set_wait_at_step_end(false);
+  m->set_wait_at_step_end(false);  // b's load stays in flight
   m->add_request({"b", plus(a, {1}), 2});
   step_ok(*m);
   ASSERT_EQ(m->state_of("b"), request_state::waiting_for_remote_kvs);
   m->abort("b");
   step_ok(*m);
   EXPECT_EQ(m->state_of("b"), request_state::finished_holding);
-  EXPECT_TRUE(m->scheduler().load_in_flight("b"));
+  EXPECT_TRUE(m->scheduler().planner().load_in_flight("b"));
+  EXPECT_EQ(m->engine(0).pending(cuda::direction::cpu_to_gpu), 1u);
   EXPECT_EQ(m->pool().num_free(), m->config().num_gpu_blocks - 1 - 9);
 
-  sim->resume(cuda::direction::cpu_to_gpu);
   m->set_wait_at_step_end(true);
   auto r = step_ok(*m);
   EXPECT_EQ(r.completions.finished_recving, strings{"b"});
@@ -473,7 +472,7 @@ TEST(EngineLoopTest, AbortDuringLoadKeepsBlocksUntilTheLoadEnds) {
 }
 
 // §9.28: with do_remote_decode the loaded prefix is offered to prepare_store again at EOS.
-TEST(EngineLoopTest, RemoteDecodeOffersTheLoadedPrefixForStoringAgain) {
+TEST_F(EngineLoopTest, RemoteDecodeOffersTheLoadedPrefixForStoringAgain) {
   for (bool remote : {false, true}) {
     SCOPED_TRACE(remote ? "do_remote_decode" : "plain");
     auto m = make_model();
@@ -497,20 +496,7 @@ TEST(EngineLoopTest, RemoteDecodeOffersTheLoadedPrefixForStoringAgain) {
 // ---------------------------------------------------------------------------------------------
 // Faults: failures are reported, never crash, free what they must, and lead to recompute.
 
-std::unique_ptr<engine_model> make_faulty_model(fault_plan plan, engine_config cfg = {}) {
-  cfg.make_engine = [plan](rank_id) -> std::unique_ptr<cuda::copy_engine> {
-    auto f = cuda::faulty_copy_engine::make(std::make_unique<cuda::sim_copy_engine>(), plan);
-    EXPECT_TRUE(f.ok());
-    return f.ok() ? std::move(f).value() : nullptr;
-  };
-  return make_model(std::move(cfg));
-}
-
-fault_plan one_fault(fault_target t, fault_action a, uint64_t nth = 0) {
-  return {7, {{t, fault_trigger::nth, nth, 0.0, a, 0, 0}}};
-}
-
-TEST(EngineLoopTest, FailedStoreFreesItsSlotsSoTheKeysNoLongerHit) {
+TEST_F(EngineLoopTest, FailedStoreFreesItsSlotsSoTheKeysNoLongerHit) {
   for (auto action : {fault_action::fail_at_submit, fault_action::fail_at_completion}) {
     SCOPED_TRACE(to_string(action));
     auto m = make_faulty_model(one_fault(fault_target::store, action));
@@ -538,7 +524,7 @@ TEST(EngineLoopTest, FailedStoreFreesItsSlotsSoTheKeysNoLongerHit) {
   }
 }
 
-TEST(EngineLoopTest, FailedLoadIsReportedAndRecomputedExactly) {
+TEST_F(EngineLoopTest, FailedLoadIsReportedAndRecomputedExactly) {
   // fail_at_submit copies nothing, so the blocks hold stale bytes unless recomputed;
   // fail_at_completion copies but reports failure: the blocks must be recomputed anyway.
   for (auto action : {fault_action::fail_at_submit, fault_action::fail_at_completion}) {
@@ -578,37 +564,30 @@ TEST(EngineLoopTest, FailedLoadIsReportedAndRecomputedExactly) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// TP = 2: two workers on two engines share one shm pool (each its rank region).
+// TP = 2: two workers on two engines share the node's shm pool (each its rank region).
 
-TEST(EngineLoopTest, TwoRanksShareOneShmPoolAndAFailureOnOneRankFailsTheJob) {
-  const std::string name = shm::segment_name(static_cast<uint32_t>(getuid()),
-                                             "h5-engine-" + std::to_string(getpid()), 0);
-  (void)shm::segment::remove(name);  // a leftover of a crashed run of this pid
+TEST_F(EngineLoopTest, TwoRanksShareOneShmPoolAndAFailureOnOneRankFailsTheJob) {
+  std::string name;
   {
-    const uint64_t slot_bytes = 3 * k_block_bytes;
-    auto seg = shm::segment::create(name, {2, 16, slot_bytes});
-    ASSERT_TRUE(seg.ok()) << seg.error().to_string();
     engine_config cfg;
     cfg.world_size = 2;
-    for (rank_id r = 0; r < 2; ++r) {
-      auto region = seg->rank_region(r);
-      cfg.pools.push_back({region.data(), seg->geometry().slot_stride(), 16});
-    }
     // Rank 1's second load fails at submit; rank 0 never fails.
-    cfg.make_engine = [](rank_id r) -> std::unique_ptr<cuda::copy_engine> {
-      fault_plan plan =
-          r == 1 ? one_fault(fault_target::load, fault_action::fail_at_submit, 1) : fault_plan{};
-      auto f = cuda::faulty_copy_engine::make(std::make_unique<cuda::sim_copy_engine>(), plan);
-      return f.ok() ? std::move(f).value() : nullptr;
+    cfg.faults = [](rank_id r) {
+      return r == 1 ? one_fault(fault_target::load, fault_action::fail_at_submit, 1) : fault_plan{};
     };
     auto m = make_model(cfg);
     ASSERT_NE(m, nullptr);
+    name = m->scheduler().segment_name();
     const tokens a = seq(36, 1000);
     m->add_request({"a", a, 1});
     run_clean(*m);
     // Each rank wrote its own bytes into its own region: the slot contents differ.
     const cpu_slot s0 = 0;
-    EXPECT_NE(std::memcmp(seg->slot(0, s0), seg->slot(1, s0), slot_bytes), 0);
+    const auto slot0 = m->scheduler().pool_slot(0, s0);
+    const auto slot1 = m->scheduler().pool_slot(1, s0);
+    ASSERT_EQ(slot0.size(), 3 * k_block_bytes);
+    ASSERT_EQ(slot1.size(), slot0.size());
+    EXPECT_NE(std::memcmp(slot0.data(), slot1.data(), slot0.size()), 0);
 
     for (const char* id : {"b", "c"}) {
       m->reset_prefix_cache();
@@ -634,10 +613,10 @@ TEST(EngineLoopTest, TwoRanksShareOneShmPoolAndAFailureOnOneRankFailsTheJob) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Asynchronous transfers (no step-end wait): completions arrive whenever the copy threads are
-// done. Timing changes the schedule, never the content or the final state.
+// Asynchronous transfers (no step-end wait): completions arrive steps later, in an order the
+// test chooses. The order changes the schedule, never the content or the final state.
 
-TEST(EngineLoopTest, AsyncTransfersWithPreemptionsAndEvictionsStayExact) {
+TEST_F(EngineLoopTest, AsyncTransfersWithPreemptionsAndEvictionsStayExact) {
   engine_config cfg;
   cfg.num_gpu_blocks = 18;
   cfg.cpu_slots = 8;
@@ -654,7 +633,12 @@ TEST(EngineLoopTest, AsyncTransfersWithPreemptionsAndEvictionsStayExact) {
     p.push_back(50000 + i);
     m->add_request({"r" + std::to_string(i), p, 4 + i % 8});
     if (i % 4 == 3) {
-      for (int s = 0; s < 3; ++s) step_ok(*m);
+      for (int s = 0; s < 3; ++s) {
+        step_ok(*m);
+        // Some transfers complete between steps: one store or one load, alternately.
+        m->engine(0).advance(s % 2 == 0 ? cuda::direction::gpu_to_cpu
+                                        : cuda::direction::cpu_to_gpu);
+      }
     }
   }
   m->abort("r5");

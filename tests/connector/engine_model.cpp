@@ -1,95 +1,79 @@
 #include "tests/connector/engine_model.hpp"
 
-#include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdint>
-#include <cstring>
 #include <span>
 #include <string_view>
-#include <unordered_map>
+#include <utility>
 
-#include "cuda/engine_factory.hpp"
+#include "actors/embed/worker_step.hpp"
+#include "cuda/faulty_copy_engine.hpp"
 #include "launch/engines/sim/kv_content.hpp"
 
 namespace kvc::testing {
 
+namespace {
+
+using namespace std::chrono_literals;
+
+/// How long a rank waits for its metadata and the scheduler for a step's output. On the memory
+/// transport both are there before the wait starts; the limit only turns a bug into an error.
+constexpr auto step_wait = 5s;
+
+/// The shared secret of the harness's scheduler and workers.
+constexpr const char* token = "engine-model";
+
+/// The model's KV of the token whose chained hash is `h`: K and V are two content layers.
+void token_kv(uint64_t h, uint32_t layer, uint32_t kv, rank_id rank, std::span<std::byte> out) {
+  sim::token_kv(h, 2 * layer + kv, rank, out);
+}
+
+}  // namespace
+
 // ---------------------------------------------------------------------------------------------
 
-/// The planner behind sim_scheduler's connector calls; remembers the requests that finished.
-class engine_model::planner_calls final : public sim::connector_calls {
+/// The scheduler_connector behind sim_scheduler's connector calls; remembers the requests that
+/// finished.
+class engine_model::connector_calls final : public sim::connector_calls {
  public:
-  explicit planner_calls(scheduler::planner& p) : p_(p) {}
+  explicit connector_calls(embed::scheduler_connector& sc) : sc_(sc) {}
   scheduler::match_result get_num_new_matched_tokens(const scheduler::request_view& req,
                                                      uint32_t num_computed) override {
-    return p_.get_num_new_matched_tokens(req, num_computed);
+    return sc_.get_num_new_matched_tokens(req, num_computed);
   }
   status update_state_after_alloc(const scheduler::request_view& req,
                                   std::span<const gpu_block> blocks,
                                   uint32_t num_external) override {
-    return p_.update_state_after_alloc(req, blocks, num_external);
+    return sc_.update_state_after_alloc(req, blocks, num_external);
   }
   bool request_finished(std::string_view id) override {
     finished.emplace_back(id);
-    return p_.request_finished(id);
+    return sc_.request_finished(id);
   }
   /// Finished (or aborted) since the caller last took them.
   std::vector<std::string> finished;
 
  private:
-  scheduler::planner& p_;
-};
-
-/// Waits for every rank's report of a job: ok iff all ranks were ok (the first failure's errc),
-/// bytes summed, seconds maxed. Waiting for all ranks also means no rank still writes a failed
-/// load's blocks when the engine recomputes them.
-class engine_model::rank_aggregator {
- public:
-  explicit rank_aggregator(uint32_t world) : world_(world) {}
-
-  void add(const job_result& r, std::vector<job_result>& out) {
-    auto& p = partial_[r.job];
-    if (p.count == 0) p.res = {r.job, r.kind, true, errc::ok, 0, 0.0};
-    ++p.count;
-    p.res.bytes += r.bytes;
-    p.res.seconds = std::max(p.res.seconds, r.seconds);
-    if (!r.ok && p.res.ok) {
-      p.res.ok = false;
-      p.res.error = r.error;
-    }
-    if (p.count == world_) {
-      out.push_back(p.res);
-      partial_.erase(r.job);
-    }
-  }
-  size_t pending() const noexcept { return partial_.size(); }
-
- private:
-  struct partial {
-    uint32_t count = 0;
-    job_result res;
-  };
-  uint32_t world_;
-  std::unordered_map<job_id, partial> partial_;
+  embed::scheduler_connector& sc_;
 };
 
 // ---------------------------------------------------------------------------------------------
 
-void engine_model::token_kv(uint64_t h, uint32_t layer, uint32_t kv, rank_id rank, std::byte* out,
-                            size_t bytes) {
-  sim::token_kv(h, 2 * layer + kv, rank, {out, bytes});  // K and V: two content layers
-}
-
 engine_model::engine_model(engine_config cfg) : cfg_(std::move(cfg)) {}
 
-engine_model::~engine_model() = default;
+engine_model::~engine_model() {
+  sc_.reset();  // stops the workers (they see a clean stop) and removes the segment
+  ranks_.clear();
+}
 
 result<std::unique_ptr<engine_model>> engine_model::create(engine_config cfg) {
   if (cfg.world_size == 0 || cfg.num_gpu_blocks < 2 || cfg.gpu_block_size == 0 ||
       cfg.block_size_factor == 0 || cfg.num_layers == 0 || cfg.head_dim == 0) {
     return make_error(errc::invalid_argument, "engine_model: bad geometry");
   }
-  if (!cfg.pools.empty() && cfg.pools.size() != cfg.world_size) {
-    return make_error(errc::invalid_argument, "engine_model: one pool region per rank needed");
+  if (cfg.instance.empty()) {
+    return make_error(errc::invalid_argument, "engine_model: an shm instance name is needed");
   }
   std::unique_ptr<engine_model> m(new engine_model(std::move(cfg)));
   if (auto st = m->init(); !st.ok()) return st;
@@ -98,73 +82,95 @@ result<std::unique_ptr<engine_model>> engine_model::create(engine_config cfg) {
 
 status engine_model::init() {
   const uint32_t bs = cfg_.gpu_block_size;
-  const uint64_t tb = token_bytes();
-  const uint64_t plane = uint64_t{cfg_.num_gpu_blocks} * bs * tb;  // one of K / V
-  const uint64_t slot_bytes = uint64_t{cfg_.block_size_factor} * cfg_.num_layers * 2 * bs * tb;
-  if (cfg_.pools.empty()) {
-    const uint64_t stride = (slot_bytes + 255) / 256 * 256;
-    heap_pools_.reserve(cfg_.world_size);
-    for (rank_id r = 0; r < cfg_.world_size; ++r) {
-      heap_pools_.emplace_back(stride * cfg_.cpu_slots);
-      cfg_.pools.push_back({heap_pools_.back().data(), stride, cfg_.cpu_slots});
-    }
-  }
+  embed::scheduler_connector_config sc;
+  sc.transport = embed::step_transport::memory;
+  sc.listen = false;
+  sc.token = token;
+  sc.topology.tp_size = cfg_.world_size;
+  sc.pool = cpu_pool();
+  sc.planner.gpu_block_size = bs;
+  sc.planner.offloaded_block_size = bs * cfg_.block_size_factor;
+  sc.planner.hash_block_size = bs;
+  sc.planner.enable_prefix_caching = cfg_.enable_prefix_caching;
+  sc.planner.manager.capacity = cfg_.cpu_slots;
+  sc.planner.manager.policy = cfg_.policy;
+  sc.job_timeout = 0ms;  // no deadlines: the tests decide when transfers complete
+  sc.job_timeout_steps = 0;
+  sc.make_manager = [this](const scheduler::manager_config& mc)
+      -> result<std::unique_ptr<scheduler::offload_manager>> {
+    auto mgr = scheduler::offload_manager::create(mc);
+    if (!mgr) return mgr.error();
+    auto rec = std::make_unique<recording_manager>(std::move(mgr).value());
+    manager_ = rec.get();
+    return std::unique_ptr<scheduler::offload_manager>(std::move(rec));
+  };
+  auto created = embed::scheduler_connector::create(sc);
+  if (!created) return created.error();
+  sc_ = std::move(created).value();
   for (rank_id r = 0; r < cfg_.world_size; ++r) {
-    std::unique_ptr<cuda::copy_engine> eng;
-    if (cfg_.make_engine) {
-      eng = cfg_.make_engine(r);
-      if (!eng) return make_error(errc::invalid_argument, "engine_model: make_engine gave null");
-    } else {
-      auto e = cuda::make_copy_engine({"sim", 0});
-      if (!e) return e.error();
-      eng = std::move(e).value();
-    }
-    std::vector<cuda::device_buffer> layers;
-    std::vector<cuda::kv_tensor_desc> descs;
-    for (uint32_t l = 0; l < cfg_.num_layers; ++l) {
-      auto buf = eng->allocate_device(2 * plane);
-      if (!buf) return buf.error();
-      layers.push_back(*buf);
-      const int64_t hd = cfg_.head_dim;
-      descs.push_back({reinterpret_cast<uintptr_t>(buf->data),
-                       {2, cfg_.num_gpu_blocks, bs, 1, hd},
-                       {static_cast<int64_t>(plane), static_cast<int64_t>(bs * tb),
-                        static_cast<int64_t>(tb), static_cast<int64_t>(tb), 2},
-                       2,
-                       /*block_dim=*/1});
-    }
-    auto w = worker::transfer_executor::create({r, cfg_.block_size_factor, cfg_.pools[r]}, *eng);
-    if (!w) return w.error();
-    if (auto st = w->register_kv_caches(descs); !st.ok()) return st;
-    workers_.push_back(std::move(w).value());
-    kv_.push_back(std::move(layers));
-    engines_.push_back(std::move(eng));
+    if (auto st = add_rank(r); !st) return st;
   }
+  if (auto st = sc_->wait_for_workers(step_wait); !st) return st;
 
   sim::engine_limits limits;
   limits.gpu_blocks = cfg_.num_gpu_blocks;
   limits.gpu_block_size = bs;
-  limits.max_running = UINT32_MAX;        // no running limit
+  limits.max_running = UINT32_MAX;         // no running limit
   limits.max_batched_tokens = UINT32_MAX;  // no token budget: a prefill runs whole
   limits.enable_prefix_caching = cfg_.enable_prefix_caching;
-
-  scheduler::planner_config sc;
-  sc.gpu_block_size = bs;
-  sc.offloaded_block_size = bs * cfg_.block_size_factor;
-  sc.hash_block_size = bs;
-  sc.enable_prefix_caching = cfg_.enable_prefix_caching;
-  sc.manager.capacity = cfg_.cpu_slots;
-  sc.manager.policy = cfg_.policy;
-  auto mgr = scheduler::offload_manager::create(sc.manager);
-  if (!mgr) return mgr.error();
-  auto rec = std::make_unique<recording_manager>(std::move(mgr).value());
-  manager_ = rec.get();
-  auto p = scheduler::planner::create(sc, std::move(rec));
-  if (!p) return p.error();
-  planner_ = std::move(p).value();
-  calls_ = std::make_unique<planner_calls>(*planner_);
+  calls_ = std::make_unique<connector_calls>(*sc_);
   sched_ = std::make_unique<sim::sim_scheduler>(limits, *calls_);
-  agg_ = std::make_unique<rank_aggregator>(cfg_.world_size);
+  return {};
+}
+
+embed::pool_config engine_model::cpu_pool() const {
+  const uint64_t gpu_block_bytes = uint64_t{cfg_.num_layers} * 2 * cfg_.gpu_block_size *
+                                   token_bytes();  // K and V of every layer
+  return {.instance = cfg_.instance,
+          .slots_per_rank = cfg_.cpu_slots,
+          .slot_bytes = cfg_.block_size_factor * gpu_block_bytes};
+}
+
+status engine_model::add_rank(rank_id r) {
+  rank_state rk;
+  embed::worker_connector_config wc;
+  wc.mode = embed::connection_mode::in_process;
+  wc.token = token;
+  wc.topology.tp_size = cfg_.world_size;
+  wc.pool = cpu_pool();
+  wc.rank = r;
+  wc.block_size_factor = cfg_.block_size_factor;
+  const fault_plan plan = cfg_.faults ? cfg_.faults(r) : fault_plan{};
+  wc.make_copy_engine = [&rk, plan]() -> result<std::unique_ptr<cuda::copy_engine>> {
+    auto manual = std::make_unique<cuda::manual_copy_engine>();
+    rk.manual = manual.get();
+    if (plan.rules.empty()) return std::unique_ptr<cuda::copy_engine>(std::move(manual));
+    auto faulty = cuda::faulty_copy_engine::make(std::move(manual), plan);
+    if (!faulty) return faulty.error();
+    return std::unique_ptr<cuda::copy_engine>(std::move(faulty).value());
+  };
+  auto w = embed::worker_connector::prepare(wc, sc_.get());
+  if (!w) return w.error();
+  rk.wc = std::move(w).value();
+
+  const uint32_t bs = cfg_.gpu_block_size;
+  const uint64_t tb = token_bytes();
+  const uint64_t plane = uint64_t{cfg_.num_gpu_blocks} * bs * tb;  // one of K / V
+  std::vector<cuda::kv_tensor_desc> descs;
+  for (uint32_t l = 0; l < cfg_.num_layers; ++l) {
+    auto buf = rk.wc->copy_engine().allocate_device(2 * plane);
+    if (!buf) return buf.error();
+    rk.layers.push_back(*buf);
+    descs.push_back({reinterpret_cast<uintptr_t>(buf->data),
+                     {2, cfg_.num_gpu_blocks, bs, 1, cfg_.head_dim},
+                     {static_cast<int64_t>(plane), static_cast<int64_t>(bs * tb),
+                      static_cast<int64_t>(tb), static_cast<int64_t>(tb), 2},
+                     2,
+                     /*block_dim=*/1});
+  }
+  if (auto st = rk.wc->register_kv_caches(descs); !st) return st;
+  if (auto st = rk.wc->register_with_scheduler(); !st) return st;
+  ranks_.push_back(std::move(rk));
   return {};
 }
 
@@ -205,30 +211,27 @@ std::vector<block_key> engine_model::keys_of(const std::vector<uint32_t>& tokens
 
 std::byte* engine_model::token_ptr(rank_id r, uint32_t layer, uint32_t kv, gpu_block b,
                                    uint32_t slot) const {
-  const uint64_t tb = 2 * uint64_t{cfg_.head_dim};
+  const uint64_t tb = token_bytes();
   const uint64_t plane = uint64_t{cfg_.num_gpu_blocks} * cfg_.gpu_block_size * tb;
-  return static_cast<std::byte*>(kv_[r][layer].data) + kv * plane +
+  return static_cast<std::byte*>(ranks_[r].layers[layer].data) + kv * plane +
          (uint64_t{b} * cfg_.gpu_block_size + slot) * tb;
 }
 
-void engine_model::forward(const sim::model_input& in, step_report& rep) {
+status engine_model::forward(rank_id r, const sim::model_input& in) {
   std::vector<std::byte> buf(token_bytes());
   for (const sim::token_write& w : in.writes) {
-    for (rank_id r = 0; r < cfg_.world_size; ++r) {
-      for (uint32_t l = 0; l < cfg_.num_layers; ++l) {
-        for (uint32_t kv = 0; kv < 2; ++kv) {
-          token_kv(w.hash, l, kv, r, buf.data(), buf.size());
-          if (auto st = engines_[r]->upload(token_ptr(r, l, kv, w.block, w.slot), buf.data(),
-                                            buf.size());
-              !st.ok()) {
-            rep.errors.push_back("forward upload: " + st.to_string());
-            return;
-          }
+    for (uint32_t l = 0; l < cfg_.num_layers; ++l) {
+      for (uint32_t kv = 0; kv < 2; ++kv) {
+        token_kv(w.hash, l, kv, r, buf);
+        if (auto st = worker(r).copy_engine().upload(token_ptr(r, l, kv, w.block, w.slot),
+                                                     buf.data(), buf.size());
+            !st) {
+          return st;
         }
       }
     }
   }
-  stats_.tokens_computed += in.writes.size();
+  return {};
 }
 
 step_report engine_model::step() {
@@ -245,44 +248,47 @@ step_report engine_model::step() {
   }
   rep.preempted.assign(in.preempted.begin(), in.preempted.end());
 
-  // 2. Connector metadata.
-  auto meta = planner_->build_connector_meta(in);
+  // 2. Connector metadata, sent to every rank on the step channel.
+  auto meta = sc_->build_connector_meta(in);
   if (!meta) {
     rep.errors.push_back("build_connector_meta: " + meta.error().to_string());
-    meta = connector_metadata{};
-    meta->step = rep.step;
+    return rep;
   }
-  rep.meta = *meta;
-
-  // 3. Workers around the forward.
-  auto check = [&rep](const char* what, rank_id r, const status& st) {
-    if (!st.ok())
-      rep.errors.push_back(std::string(what) + "[" + std::to_string(r) + "]: " + st.to_string());
-  };
-  for (auto& w : workers_) check("bind", w.rank(), w.bind_connector_metadata(rep.meta));
+  rep.meta = std::move(meta).value();
   if (before_workers_) before_workers_(rep.meta);
-  for (auto& w : workers_) {
-    check("handle_preemptions", w.rank(), w.handle_preemptions());
-    check("start_load_kv", w.rank(), w.start_load_kv());
-  }
-  forward(sched_->model(), rep);
-  for (auto& w : workers_) check("wait_for_save", w.rank(), w.wait_for_save());
-  if (cfg_.wait_at_step_end) {
-    for (auto& w : workers_) check("wait_in_flight", w.rank(), w.wait_in_flight());
-  }
-  rep.output.step = rep.step;
-  for (auto& w : workers_) {
-    rep.rank_outputs.push_back(w.get_finished(finished_prev_));
-    rep.rank_load_errors.push_back(w.get_block_ids_with_load_errors());
-    w.clear_connector_metadata();
-    for (const auto& j : rep.rank_outputs.back().jobs) agg_->add(j, rep.output.jobs);
-  }
-  if (auto st = planner_->update_connector_output(rep.output); !st.ok()) {
-    rep.errors.push_back("update_connector_output: " + st.to_string());
-  }
-  rep.completions = planner_->take_request_completions();
 
-  // 4. Model outputs: computed tokens, the next token, finished requests, the completions.
+  // 3. Every rank's step in vLLM's worker order, around the forward.
+  const sim::model_input& model = sched_->model();
+  for (rank_id r = 0; r < cfg_.world_size; ++r) {
+    embed::worker_step_hooks hooks;
+    hooks.forward = [&](const status&) { return forward(r, model); };
+    if (cfg_.wait_at_step_end) {
+      hooks.after_save = [&] {
+        ranks_[r].manual->advance_all();
+        return status::success();
+      };
+    }
+    hooks.finished_ids = &finished_prev_;
+    auto out = embed::run_worker_step(worker(r), rep.step, step_wait, hooks);
+    if (!out.first_error) {
+      rep.errors.push_back(std::string(out.failed_call) + "[" + std::to_string(r) +
+                           "]: " + out.first_error.to_string());
+    }
+    rep.rank_outputs.push_back(std::move(out.finished));
+    rep.rank_load_errors.push_back(std::move(out.load_errors));
+  }
+  stats_.tokens_computed += model.writes.size();
+
+  // 4. The coordinator's output of the step, applied by the planner.
+  auto update = sc_->update_connector_output(rep.step, step_wait);
+  if (!update) {
+    rep.errors.push_back("update_connector_output: " + update.error().to_string());
+    return rep;
+  }
+  rep.output = {rep.step, std::move(update->jobs)};
+  rep.completions = std::move(update->completions);
+
+  // 5. Model outputs: computed tokens, the next token, finished requests, the completions.
   sched_->complete(rep.completions);
   const auto& errors = sched_->errors();
   rep.errors.insert(rep.errors.end(), errors.begin() + static_cast<ptrdiff_t>(scheduler_errors),
@@ -304,27 +310,22 @@ std::vector<step_report> engine_model::run_until_idle(uint32_t max_steps) {
   std::vector<step_report> out;
   for (uint32_t i = 0; i < max_steps && !idle(); ++i) {
     out.push_back(step());
-    auto& rep = out.back();
+    const auto& rep = out.back();
     if (!rep.errors.empty()) break;
     const bool progress = !rep.scheduled.empty() || !rep.output.jobs.empty() ||
                           !rep.completions.empty() || !rep.finished.empty();
+    // Nothing to do but wait for transfers: complete them, as an engine blocks on them.
     if (!progress) {
-      // Nothing to do but wait for transfers: block on them instead of spinning, so the number
-      // of steps does not depend on how fast the copy threads get a CPU.
-      for (auto& w : workers_) {
-        if (auto st = w.wait_in_flight(); !st.ok()) {
-          rep.errors.push_back("wait_in_flight: " + st.to_string());
-        }
-      }
+      for (auto& rk : ranks_) rk.manual->advance_all();
     }
   }
   return out;
 }
 
 bool engine_model::idle() const {
-  if (!sched_->idle()) return false;
-  if (planner_->jobs_in_flight() > 0 || agg_->pending() > 0) return false;
-  for (const auto& w : workers_) {
+  if (!sched_->idle() || sc_->jobs_in_flight() > 0) return false;
+  for (const auto& rk : ranks_) {
+    const auto& w = *rk.wc;
     if (w.queued_stores() > 0 || w.transfers_in_flight() > 0 || w.jobs_known() > 0) return false;
   }
   return finished_prev_.empty() && calls_->finished.empty();
@@ -338,9 +339,8 @@ std::vector<std::string> engine_model::verify_tokens(const std::vector<uint32_t>
                                                      const std::vector<gpu_block>& blocks) {
   std::vector<std::string> out;
   const uint32_t bs = cfg_.gpu_block_size;
-  const size_t tb = token_bytes();
-  std::vector<std::byte> want(tb);
-  std::vector<std::byte> got(tb);
+  std::vector<std::byte> want(token_bytes());
+  std::vector<std::byte> got(token_bytes());
   uint64_t h = 0;
   for (uint32_t p = 0; p < n && p / bs < blocks.size(); ++p) {
     h = sim::chain(h, tokens[p]);
@@ -348,9 +348,10 @@ std::vector<std::string> engine_model::verify_tokens(const std::vector<uint32_t>
     for (rank_id r = 0; r < cfg_.world_size; ++r) {
       for (uint32_t l = 0; l < cfg_.num_layers; ++l) {
         for (uint32_t kv = 0; kv < 2; ++kv) {
-          token_kv(h, l, kv, r, want.data(), tb);
-          if (auto st = engines_[r]->download(got.data(), token_ptr(r, l, kv, b, p % bs), tb);
-              !st.ok()) {
+          token_kv(h, l, kv, r, want);
+          if (auto st = worker(r).copy_engine().download(got.data(), token_ptr(r, l, kv, b, p % bs),
+                                                         got.size());
+              !st) {
             out.push_back("download failed: " + st.to_string());
             return out;
           }

@@ -1,48 +1,56 @@
 #pragma once
-/// engine_model: a small deterministic inference engine that drives the real connector (one
-/// planner, one transfer_executor per rank over real copy engines) step by step, the way vLLM's
-/// V1 engine core drives a KV connector. Test support for the end-to-end tests.
+/// engine_model: a small deterministic inference engine over the embedding facades, the way
+/// vLLM's V1 engine core drives a KV connector. Test support for the end-to-end tests.
+///
+/// One scheduler_connector and world_size worker_connectors live in this process, on the memory
+/// step channel (a frame sent is there when the send returns, so one thread drives everything
+/// deterministically); each rank's copy engine is a manual one (under a faulty decorator when
+/// the test gives the rank a fault plan): a transfer completes only when the harness or the test
+/// advances it, or somebody waits for it. Job results are aggregated across ranks by the real
+/// coordinator, and the planner applies what it releases. No job deadlines: the tests decide
+/// when transfers complete.
 ///
 /// Its scheduler is the simulated engine's (sim::sim_scheduler: prefix caching, preemption under
 /// memory pressure, asynchronous loads, request_finished and delay_free), with no token budget
-/// and no running limit, asking the planner directly; the KV every token gets is the simulated
-/// model's (sim::token_kv of the token's chained hash, the layer's K and V as two content
-/// layers, the rank), so the engine knows the exact bytes every GPU block must hold and verify()
-/// checks them byte for byte.
+/// and no running limit, asking the scheduler_connector; the KV every token gets is the
+/// simulated model's (sim::token_kv of the token's chained hash, the layer's K and V as two
+/// content layers, the rank), so the engine knows the exact bytes every GPU block must hold and
+/// verify() checks them byte for byte.
 ///
 /// Each rank's KV cache is one FlashAttention-shaped tensor per layer, (2, num_blocks,
 /// block_size, 1, head_dim) of 2-byte elements, in memory of that rank's copy engine; the CPU
-/// pool regions come from the test (a heap buffer or an shm segment's rank regions).
+/// pool is the node's shm segment the scheduler_connector creates (and removes).
 ///
 /// One step():
 ///   1. sim_scheduler::schedule (running requests first, preempting the last one when blocks
 ///      run out; then, unless somebody was preempted, waiting requests: get_num_new_matched_tokens,
 ///      update_state_after_alloc, a load to wait for or a prefill to run).
-///   2. build_connector_meta; every worker: bind, [before_workers hook], handle_preemptions,
-///      start_load_kv; the forward writes the KV of every scheduled token; wait_for_save;
-///      optionally wait for all transfers (wait_at_step_end, for determinism); get_finished
-///      with the requests finished in the previous step; get_block_ids_with_load_errors; clear.
-///   3. job results are aggregated across ranks (ok iff every rank ok) and given to
-///      update_connector_output; the request completions go to sim_scheduler::complete
-///      (computed tokens, sampling, request_finished, finished_sending / finished_recving,
-///      invalid blocks).
+///   2. build_connector_meta; [before_workers hook]; every rank's step through
+///      embed::run_worker_step (vLLM's worker call order) with the forward writing the KV of the
+///      scheduled tokens and, with wait_at_step_end, every submitted transfer completed after
+///      wait_for_save; get_finished gets the requests finished in the previous step.
+///   3. update_connector_output(step): the coordinator's released output (job results, ok iff
+///      every rank was ok) and the request completions go to sim_scheduler::complete (computed
+///      tokens, sampling, request_finished, finished_sending / finished_recving, invalid blocks).
 ///   4. verify_each_step: every running request's computed tokens are checked on every rank.
 /// Any error from the connector or the scheduler becomes a line in step_report::errors.
 ///
-/// Test support; not thread-safe.
+/// Test support; not thread-safe: the test's thread calls everything.
 #include <cstdint>
 #include <functional>
-#include <set>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
-#include "actors/scheduler/planner.hpp"
-#include "actors/worker/transfer_executor.hpp"
+#include "actors/embed/scheduler_connector.hpp"
+#include "actors/embed/worker_connector.hpp"
 #include "cuda/copy_engine.hpp"
+#include "cuda/manual_copy_engine.hpp"
 #include "launch/engines/sim/gpu_block_pool.hpp"
 #include "launch/engines/sim/sim_scheduler.hpp"
+#include "proto/fault_plan.hpp"
 #include "tests/connector/recording_manager.hpp"
 
 namespace kvc::testing {
@@ -57,12 +65,14 @@ struct engine_config {
   uint32_t cpu_slots = 16;  ///< offloaded blocks in the CPU pool (per rank)
   scheduler::eviction_policy policy = scheduler::eviction_policy::lru;
   bool enable_prefix_caching = true;
-  bool wait_at_step_end = true;  ///< wait for all transfers before get_finished
+  /// Complete every submitted transfer after wait_for_save (before get_finished); off: only
+  /// the test's advance() calls, the flushes' waits and idle steps complete them.
+  bool wait_at_step_end = true;
   bool verify_each_step = true;
-  /// Per-rank CPU pool regions; empty: the model allocates heap regions itself.
-  std::vector<worker::cpu_pool_region> pools;
-  /// Makes rank r's copy engine; empty: the sim backend.
-  std::function<std::unique_ptr<cuda::copy_engine>(rank_id)> make_engine;
+  /// The pool's shm instance name (required; tests use shm::testing's per-process prefix).
+  std::string instance;
+  /// Rank r's copy fault plan (a faulty decorator over its manual engine); empty: none.
+  std::function<fault_plan(rank_id)> faults;
 };
 
 struct request_spec {
@@ -79,9 +89,9 @@ struct step_report {
   std::vector<std::string> scheduled;  ///< requests computed this step
   std::vector<std::string> preempted;
   std::vector<std::string> finished;  ///< requests that produced their last token / aborted
-  std::vector<worker::worker_output> rank_outputs;
+  std::vector<embed::finished_requests> rank_outputs;  ///< each rank's get_finished
   std::vector<std::vector<gpu_block>> rank_load_errors;
-  connector_output output;  ///< aggregated job results given to the scheduler
+  connector_output output;  ///< the coordinator's job results, as the planner applied them
   scheduler::request_completions completions;
   std::vector<std::string> errors;
 };
@@ -104,9 +114,11 @@ struct model_stats {
 
 class engine_model {
  public:
-  /// Builds engines, KV tensors, workers (registered) and the scheduler; errors are
-  /// returned (tests ASSERT on them).
+  /// Builds the scheduler_connector (and the pool's segment), the ranks' worker_connectors
+  /// (registered in process), their KV tensors and the scheduler; errors are returned (tests
+  /// ASSERT on them).
   static result<std::unique_ptr<engine_model>> create(engine_config cfg);
+  /// The scheduler side first (it stops the workers and removes the segment), then the workers.
   ~engine_model();
 
   void add_request(request_spec spec);
@@ -115,8 +127,8 @@ class engine_model {
 
   step_report step();
   /// Steps until idle() or max_steps; returns every report. Stops early on errors. After a
-  /// step without progress (nothing scheduled, finished or completed) it blocks on the
-  /// transfers in flight, like an engine with nothing to compute.
+  /// step without progress (nothing scheduled, finished or completed) it completes every
+  /// submitted transfer, like an engine with nothing to compute that blocks on them.
   std::vector<step_report> run_until_idle(uint32_t max_steps = 200);
   /// No request left, no block held, no job in flight anywhere.
   bool idle() const;
@@ -131,10 +143,12 @@ class engine_model {
 
   // --- introspection and control for tests ---
   const engine_config& config() const noexcept { return cfg_; }
-  scheduler::planner& scheduler() noexcept { return *planner_; }
+  embed::scheduler_connector& scheduler() noexcept { return *sc_; }
   recording_manager& manager() noexcept { return *manager_; }
-  worker::transfer_executor& worker(rank_id r) { return workers_.at(r); }
-  cuda::copy_engine& engine(rank_id r) { return *engines_.at(r); }
+  embed::worker_connector& worker(rank_id r) { return *ranks_.at(r).wc; }
+  /// Rank r's manual copy engine (under its fault decorator, if any): advance() completes
+  /// transfers in the order the test chooses.
+  cuda::manual_copy_engine& engine(rank_id r) { return *ranks_.at(r).manual; }
   const sim::gpu_block_pool& pool() const noexcept { return sched_->pool(); }
   /// vLLM's reset_prefix_cache: the GPU prefix cache forgets every block hash.
   void reset_prefix_cache() { sched_->reset_prefix_cache(); }
@@ -147,7 +161,7 @@ class engine_model {
   uint32_t num_computed(const std::string& id) const;
   /// Offloaded-block keys of a token sequence (what the connector derives from block hashes).
   std::vector<block_key> keys_of(const std::vector<uint32_t>& tokens) const;
-  /// Called in each step after every worker bound the metadata, before handle_preemptions.
+  /// Called in each step with the metadata just built, before any rank binds it.
   void set_before_workers(std::function<void(const connector_metadata&)> fn) {
     before_workers_ = std::move(fn);
   }
@@ -156,29 +170,30 @@ class engine_model {
   uint32_t token_bytes() const noexcept { return 2 * cfg_.head_dim; }
 
  private:
-  class planner_calls;
-  class rank_aggregator;
+  class connector_calls;
+  struct rank_state {
+    std::unique_ptr<embed::worker_connector> wc;
+    cuda::manual_copy_engine* manual = nullptr;  ///< owned by wc's copy engine
+    std::vector<cuda::device_buffer> layers;     ///< (2, blocks, bs, 1, head_dim) per layer
+  };
 
   explicit engine_model(engine_config cfg);
   status init();
+  status add_rank(rank_id r);
+  /// The node's CPU pool: one slot holds an offloaded block's K and V of every layer.
+  embed::pool_config cpu_pool() const;
 
-  void forward(const sim::model_input& in, step_report& rep);
+  /// Writes the KV of the scheduled tokens on rank r (the forward of run_worker_step).
+  status forward(rank_id r, const sim::model_input& in);
+  /// Where token slot `slot` of GPU block b holds its K (kv 0) or V (kv 1) of `layer` on rank r.
   std::byte* token_ptr(rank_id r, uint32_t layer, uint32_t kv, gpu_block b, uint32_t slot) const;
-  /// The model's KV bytes of a token whose chained hash is `h`.
-  static void token_kv(uint64_t h, uint32_t layer, uint32_t kv, rank_id rank, std::byte* out,
-                       size_t bytes);
 
   engine_config cfg_;
-  std::vector<std::unique_ptr<cuda::copy_engine>> engines_;
-  /// [rank][layer]: device buffer of the layer's (2, blocks, bs, 1, head_dim) tensor.
-  std::vector<std::vector<cuda::device_buffer>> kv_;
-  std::vector<std::vector<std::byte>> heap_pools_;
-  std::vector<worker::transfer_executor> workers_;
-  recording_manager* manager_ = nullptr;  ///< owned by planner_
-  std::unique_ptr<scheduler::planner> planner_;
-  std::unique_ptr<planner_calls> calls_;
+  recording_manager* manager_ = nullptr;  ///< owned by sc_'s planner
+  std::unique_ptr<embed::scheduler_connector> sc_;
+  std::vector<rank_state> ranks_;
+  std::unique_ptr<connector_calls> calls_;
   std::unique_ptr<sim::sim_scheduler> sched_;
-  std::unique_ptr<rank_aggregator> agg_;
 
   std::set<std::string, std::less<>> added_;  ///< every id add_request took
   std::vector<std::string> add_errors_;       ///< refused add_request calls, for the next step
