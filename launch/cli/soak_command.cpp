@@ -5,14 +5,16 @@
 // Prints the human summary on stderr and JSON lines on stdout ({"event":"summary",...}; with
 // faults then {"event":"fault_report",...}; with --compare a second run without offloading and
 // {"event":"compare",...}; with a file tier also a run with the pool alone and
-// {"event":"compare_tier",...}). Exit 0 when the run passed its checks (zero mismatches, nothing hung,
-// pending or leaked), 1 otherwise, 3 when a fault report's invariant failed, 2 for a config
+// {"event":"compare_tier",...}). Exit 0 when the run passed its checks (zero mismatches, nothing
+// hung, pending or leaked), 1 otherwise, 3 when a fault report's invariant failed, 2 for a config
 // error (a process fault included: it needs processes, `kvconnect launch`).
 #include <unistd.h>
 
 #include <iostream>
 #include <memory>
+#include <numeric>
 #include <optional>
+#include <vector>
 
 #include <spdlog/cfg/env.h>
 #include <spdlog/sinks/stdout_sinks.h>
@@ -41,6 +43,16 @@ struct soak_options {
   std::optional<uint64_t> fault_seed;
 };
 
+/// check_tier_space for every rank of the world: a soak runs them all in this process.
+status check_soak_tier_space(const launch_config& c) {
+  if (!c.offload.enabled || c.offload.secondary_tiers.empty()) return status::success();
+  auto plan = make_plan(c, "soak", "soak");
+  if (!plan) return plan.error();
+  std::vector<rank_id> every_rank(plan->rank_node.size());
+  std::iota(every_rank.begin(), every_rank.end(), rank_id{0});
+  return check_tier_space(*plan, every_rank);
+}
+
 int run_soak(const soak_options& o) {
   // Logs go to stderr (level: $SPDLOG_LEVEL); stdout carries only the JSON lines.
   auto logger =
@@ -58,7 +70,7 @@ int run_soak(const soak_options& o) {
     print_config_errors(loaded, "soak");
     return 2;
   }
-  for (auto check : {check_tier_dirs, check_tier_config}) {
+  for (auto check : {check_tier_dirs, check_tier_config, check_soak_tier_space}) {
     if (auto st = check(loaded.config); !st) {
       std::cerr << "kvconnect soak: " << st.message() << "\n";
       return 2;
@@ -128,8 +140,10 @@ void add_soak_command(CLI::App& app, int& exit_code) {
       ->allow_extra_args(false);
   cmd->add_option("--steps", o->steps, "Steps with arrivals (workload.steps)");
   cmd->add_option("--seed", o->seed, "The workload's seed (workload.seed)");
-  cmd->add_flag("--compare", o->compare, "Run the workload again without offloading (and, with a file tier, with the pool alone); "
-                "compare");
+  cmd->add_flag(
+      "--compare", o->compare,
+      "Run the workload again without offloading (and, with a file tier, with the pool alone); "
+      "compare");
   cmd->add_option("--fault", o->faults,
                   "Inject a fault: kind:key=value,... (docs/faults.md; repeatable; replaces "
                   "runtime.faults)")

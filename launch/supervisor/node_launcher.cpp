@@ -123,6 +123,7 @@ int run_launch(const launch_options& o) {
   auto plan = make_plan(c, instance, token);
   if (!plan) return refuse(plan.error().to_string());
   const auto ranks = plan->ranks_on(o.node);
+  if (auto st = check_tier_space(*plan, ranks); !st) return refuse(st.message());
   // Process faults: node 0's launcher carries them out, on the ranks of node 0.
   auto faults = parse_fault_options(c.runtime.faults, c.runtime.fault_seed);
   if (!faults) return refuse("runtime.faults: " + faults.error().message());
