@@ -81,7 +81,7 @@ void add_scheduler_command(CLI::App& app, int& exit_code) {
   cmd->callback([o, cmd, config, engine, &exit_code] {
     exit_code = apply_role_config(*cmd, *config, o->token, "scheduler",
                                   [&](const config_input& in) -> status {
-                                    auto e = parse_scheduler_engine(*engine);
+                                    auto e = parse_engine_kind(*engine);
                                     if (!e) return e.error();
                                     *o = scheduler_options_of(in.config, in.plan, *e);
                                     return status::success();

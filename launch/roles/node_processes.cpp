@@ -28,23 +28,6 @@ void fill_shared(Options& o, const launch_config& c, const launch_plan& p, uint3
 
 }  // namespace
 
-std::string_view to_string(scheduler_engine engine) {
-  switch (engine) {
-    case scheduler_engine::smoke: return "smoke";
-    case scheduler_engine::sim: return "sim";
-    case scheduler_engine::serve: break;
-  }
-  return "serve";
-}
-
-result<scheduler_engine> parse_scheduler_engine(std::string_view name) {
-  for (auto e : {scheduler_engine::serve, scheduler_engine::smoke, scheduler_engine::sim}) {
-    if (to_string(e) == name) return e;
-  }
-  return make_error(errc::invalid_argument,
-                    "--engine " + std::string{name} + ": serve, smoke or sim");
-}
-
 std::string child_config_yaml(const launch_config& config, const std::string& instance) {
   launch_config shown = config;
   shown.runtime.instance = instance;
@@ -52,7 +35,7 @@ std::string child_config_yaml(const launch_config& config, const std::string& in
   return to_yaml(shown);
 }
 
-std::vector<std::string> scheduler_arguments(scheduler_engine engine) {
+std::vector<std::string> scheduler_arguments(engine_kind engine) {
   return {"scheduler", "--config", "-", "--engine", std::string{to_string(engine)}};
 }
 
@@ -70,7 +53,7 @@ bool restarts_allowed(const launch_config& c) {
 }
 
 scheduler_process_options scheduler_options_of(const launch_config& c, const launch_plan& p,
-                                               scheduler_engine engine) {
+                                               engine_kind engine) {
   scheduler_process_options o;
   fill_shared(o, c, p, 0);
   const auto& r = c.runtime;
@@ -81,8 +64,11 @@ scheduler_process_options scheduler_options_of(const launch_config& c, const lau
   o.ready_timeout_ms = r.ready_timeout_ms;
   o.step_timeout_ms = r.step_timeout_ms;
   o.stop_timeout_ms = r.stop_timeout_ms;
-  if (engine == scheduler_engine::sim) o.sim_engine = config_input{c, p};
-  if (engine == scheduler_engine::smoke) o.smoke_steps = c.workload.steps;
+  switch (engine) {  // engine_of(o) gives `engine` back
+    case engine_kind::sim: o.sim_engine = config_input{c, p}; break;
+    case engine_kind::smoke: o.smoke_steps = c.workload.steps; break;
+    case engine_kind::serve: break;
+  }
   o.rank_restarts = restarts_allowed(c);
   if (c.topology.nodes.size() > 1) o.rank_nodes = p.rank_node;
   const auto& ob = c.observe;

@@ -18,25 +18,18 @@
 
 #include "launch/config/launch_config.hpp"
 #include "launch/config/launch_plan.hpp"
+#include "launch/roles/engine_traits.hpp"
 #include "launch/roles/role_options.hpp"
 
 namespace kvc::launch {
 
-/// Which engine the scheduler process runs on its config: none (it serves until a signal), the
-/// smoke run of workload.steps store/load steps, or the simulated engine (launch/engines/sim/).
-enum class scheduler_engine : uint8_t { serve = 0, smoke = 1, sim = 2 };
-
-/// "serve" | "smoke" | "sim".
-std::string_view to_string(scheduler_engine engine);
-/// The engine named `name`; errc::invalid_argument naming the three otherwise.
-result<scheduler_engine> parse_scheduler_engine(std::string_view name);
 
 /// The YAML a child reads on its standard input: `config` with runtime.instance = `instance`
 /// and no token. Loading it back gives that config.
 std::string child_config_yaml(const launch_config& config, const std::string& instance);
 
 /// `scheduler --config - --engine smoke|sim`.
-std::vector<std::string> scheduler_arguments(scheduler_engine engine);
+std::vector<std::string> scheduler_arguments(engine_kind engine);
 
 /// `worker --config - --rank R --port P --incarnation I [--executor E]`: rank `rank`,
 /// registering with the scheduler at `port` as `incarnation` (0 at the start, + 1 at each
@@ -54,7 +47,7 @@ bool restarts_allowed(const launch_config& config);
 /// on-failure, several nodes: the plan's rank → node map. With `engine` smoke: smoke_steps =
 /// workload.steps; sim: the simulated engine on `config` and `plan`; serve: neither.
 scheduler_process_options scheduler_options_of(const launch_config& config,
-                                               const launch_plan& plan, scheduler_engine engine);
+                                               const launch_plan& plan, engine_kind engine);
 
 /// Rank `rank`'s worker options for `config` and its `plan`: its node, host, backend and
 /// device, the shared topology, pool and network, the register timeout, its copy faults, the

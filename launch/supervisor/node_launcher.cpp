@@ -17,6 +17,7 @@
 #include "launch/config/launch_plan.hpp"
 #include "launch/config/tier_dirs.hpp"
 #include "launch/process/signal_watcher.hpp"
+#include "launch/roles/engine_traits.hpp"
 #include "launch/supervisor/child_environment.hpp"
 #include "launch/supervisor/launch_summary.hpp"
 #include "launch/supervisor/launcher_output.hpp"
@@ -79,9 +80,11 @@ int run_launch(const launch_options& o) {
         "offload.enabled is false: a launch needs the pool (`kvconnect soak --compare` runs the "
         "simulated engine without offloading)");
   }
-  if (o.engine != "sim" && o.engine != "smoke") {
+  const auto kind = parse_engine_kind(o.engine);
+  if (!kind || !traits_of(*kind).launchable) {
     return refuse("--engine " + o.engine + ": sim or smoke");
   }
+  const engine_traits& engine = traits_of(*kind);
   // The engine of a launch waits for each step's output: a lost report must fail its jobs at
   // their deadline before that wait ends (check_config refuses a wait shorter than the
   // deadline; here also no deadline by time, which only the in-process soak can do without).
@@ -90,7 +93,7 @@ int run_launch(const launch_options& o) {
       !p.empty()) {
     return refuse(p);
   }
-  if (o.compare && (o.engine != "sim" || o.node != 0)) {
+  if (o.compare && (!engine.run_figures || o.node != 0)) {
     return refuse("--compare: the simulated engine's run on node 0 is what it compares");
   }
   std::string token = c.runtime.token;
@@ -150,7 +153,7 @@ int run_launch(const launch_options& o) {
     own_segment.emplace(std::move(seg).value());
   }
   node_run run(c, *plan, o.node, ranks, o.binary, child_environment(token, c.runtime.log_level),
-               o.engine == "sim", std::move(process_faults), c.runtime.fault_seed);
+               engine.kind, std::move(process_faults), c.runtime.fault_seed);
   int code = run.run(signals);
   own_segment.reset();  // removes it
 
@@ -190,7 +193,7 @@ int run_launch(const launch_options& o) {
           : json();
   // Node 0 has the scheduler's figures; another node has its workers' checks.
   child_reports& said = run.reports();
-  const bool sim_figures = o.engine == "sim" && (said.sim() || o.node != 0);
+  const bool sim_figures = engine.run_figures && (said.sim() || o.node != 0);
   const bool checked =
       !sim_figures ||
       add_sim_figures(summary, said.sim(), said.runners(), ranks.size(), said.rank_connector_ns());
@@ -205,7 +208,7 @@ int run_launch(const launch_options& o) {
   summary["ok"] = code == 0;
   summary["exit_code"] = code;
   std::optional<json> compared;
-  if (o.engine == "sim") {
+  if (engine.run_figures) {
     if (sim_figures) {
       if (code == 0 && !checked) {
         code = 1;

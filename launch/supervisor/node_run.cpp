@@ -43,8 +43,8 @@ class node_run::impl {
  public:
   impl(const launch_config& config, const launch_plan& plan, uint32_t node,
        std::vector<rank_id> ranks, std::string binary, std::vector<std::string> env,
-       bool sim_engine, process_fault_schedule process_faults, uint64_t fault_seed)
-      : sim_engine_(sim_engine),
+       engine_kind engine, process_fault_schedule process_faults, uint64_t fault_seed)
+      : engine_(engine),
         config_(config),
         plan_(plan),
         child_config_(child_config_yaml(config, plan.scheduler.pool.instance)),
@@ -55,7 +55,7 @@ class node_run::impl {
         buffers_(children_.size()),
         sup_(names(ranks_), std::chrono::milliseconds{config.runtime.stop_timeout_ms},
              restarts_allowed(config) ? config.topology.restart.limit : 0, node == 0,
-             sim_engine ? "simulated run" : "smoke run"),
+             std::string{traits_of(engine).run_name}),
         node_(node),
         faults_(std::move(process_faults), fault_seed,
                 std::chrono::milliseconds{config.runtime.connection_timeout_ms} +
@@ -81,8 +81,7 @@ class node_run::impl {
       (void)!::write(fd, &one, sizeof one);
     });
     if (node_ == 0) {
-      const auto engine = sim_engine_ ? scheduler_engine::sim : scheduler_engine::smoke;
-      if (!start(0, scheduler_arguments(engine))) {
+      if (!start(0, scheduler_arguments(engine_))) {
         signals.on_signal(nullptr);
         ::close(wake_);
         return 1;
@@ -93,7 +92,7 @@ class node_run::impl {
       listening_event at{
           .port = config_.runtime.port,
           .segment = shm::segment_name(::getuid(), plan_.scheduler.pool.instance, node_)};
-      if (sim_engine_) at.executor = remote_executor(config_);
+      if (traits_of(engine_).executor_channel) at.executor = remote_executor(config_);
       on_listening(at);
     }
     while (!sup_.finished()) step(signals);
@@ -376,7 +375,7 @@ class node_run::impl {
           {"worker_pids", pids}});
   }
 
-  bool sim_engine_;
+  engine_kind engine_;
   const launch_config& config_;
   const launch_plan& plan_;
   std::string child_config_;  ///< what every child reads on its stdin (child_config_yaml)
@@ -399,9 +398,9 @@ class node_run::impl {
 
 node_run::node_run(const launch_config& config, const launch_plan& plan, uint32_t node,
                    std::vector<rank_id> ranks, std::string binary, std::vector<std::string> env,
-                   bool sim_engine, process_fault_schedule process_faults, uint64_t fault_seed)
+                   engine_kind engine, process_fault_schedule process_faults, uint64_t fault_seed)
     : impl_(std::make_unique<impl>(config, plan, node, std::move(ranks), std::move(binary),
-                                   std::move(env), sim_engine, std::move(process_faults),
+                                   std::move(env), engine, std::move(process_faults),
                                    fault_seed)) {}
 
 node_run::~node_run() = default;

@@ -26,6 +26,7 @@
 #include "launch/config/launch_config.hpp"
 #include "launch/config/launch_plan.hpp"
 #include "launch/process/signal_watcher.hpp"
+#include "launch/roles/engine_traits.hpp"
 #include "launch/supervisor/child_reports.hpp"
 #include "launch/supervisor/process_faults.hpp"
 #include "launch/supervisor/supervision.hpp"
@@ -36,11 +37,11 @@ class node_run {
  public:
   /// `node`: the node this launch runs (the scheduler runs on node 0 only), `ranks` its ranks;
   /// `binary`: the kvconnect binary the children run, with `env` (child_environment.hpp).
-  /// `sim_engine`: the scheduler runs the simulated engine, else the smoke run. `config` and
+  /// `engine`: the engine the scheduler runs (engine_traits.hpp: smoke or sim). `config` and
   /// `plan` must outlive the run.
   node_run(const launch_config& config, const launch_plan& plan, uint32_t node,
            std::vector<rank_id> ranks, std::string binary, std::vector<std::string> env,
-           bool sim_engine, process_fault_schedule process_faults, uint64_t fault_seed);
+           engine_kind engine, process_fault_schedule process_faults, uint64_t fault_seed);
   ~node_run();
   node_run(const node_run&) = delete;
   node_run& operator=(const node_run&) = delete;

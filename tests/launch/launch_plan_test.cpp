@@ -176,21 +176,21 @@ TEST(LaunchPlanTest, NoPlanWithoutOffloadOrForAnInvalidConfig) {
 // A child of a launch gets the plan, not flags rebuilt from it: the config on its stdin and
 // what only the run knows on its command line.
 TEST(LaunchPlanTest, TheNodesProcessesGetTheConfigAndWhatOnlyTheRunKnows) {
-  EXPECT_EQ(scheduler_arguments(scheduler_engine::smoke),
+  EXPECT_EQ(scheduler_arguments(engine_kind::smoke),
             (std::vector<std::string>{"scheduler", "--config", "-", "--engine", "smoke"}));
-  EXPECT_EQ(scheduler_arguments(scheduler_engine::sim).back(), "sim");
+  EXPECT_EQ(scheduler_arguments(engine_kind::sim).back(), "sim");
   const std::vector<std::string> worker{"worker", "--config", "-",   "--rank",        "5",
                                         "--port", "4242",     "--incarnation", "2"};
   EXPECT_EQ(worker_arguments(5, 4242, 2), worker);
   auto with_executor = worker;
   with_executor.insert(with_executor.end(), {"--executor", "tcp://127.0.0.1:9"});
   EXPECT_EQ(worker_arguments(5, 4242, 2, "tcp://127.0.0.1:9"), with_executor);
-  for (auto e : {scheduler_engine::serve, scheduler_engine::smoke, scheduler_engine::sim}) {
-    auto back = parse_scheduler_engine(to_string(e));
+  for (auto e : {engine_kind::serve, engine_kind::smoke, engine_kind::sim}) {
+    auto back = parse_engine_kind(to_string(e));
     ASSERT_TRUE(back.ok());
     EXPECT_EQ(*back, e);
   }
-  auto bad = parse_scheduler_engine("fast");
+  auto bad = parse_engine_kind("fast");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.error().message(), "--engine fast: serve, smoke or sim");
 
@@ -213,7 +213,7 @@ TEST(LaunchPlanTest, TheRolesMapOneConfigToTheSameTopologyAndPool) {
   const auto c = loaded(tp4pp2, {"runtime.port=0", "workload.steps=30"});
   auto plan = make_plan(c, "inst", "secret");
   ASSERT_TRUE(plan.ok()) << plan.error().to_string();
-  const auto s = scheduler_options_of(c, *plan, scheduler_engine::smoke);
+  const auto s = scheduler_options_of(c, *plan, engine_kind::smoke);
   EXPECT_EQ(s.topology, (topology{4, 2, 0}));
   EXPECT_EQ(s.pool.instance, "inst");
   EXPECT_EQ(s.pool.slots, 256u);
@@ -238,12 +238,12 @@ TEST(LaunchPlanTest, TheRolesMapOneConfigToTheSameTopologyAndPool) {
   EXPECT_TRUE(s.rank_nodes.empty());  // one node
   EXPECT_TRUE(s.trace.dir.empty());
   // The simulated engine runs on the config and plan themselves.
-  const auto sim = scheduler_options_of(c, *plan, scheduler_engine::sim);
+  const auto sim = scheduler_options_of(c, *plan, engine_kind::sim);
   EXPECT_EQ(sim.smoke_steps, 0u);
   ASSERT_TRUE(sim.sim_engine);
   EXPECT_EQ(sim.sim_engine->config, c);
   EXPECT_EQ(sim.sim_engine->plan.kv.slot_bytes, plan->kv.slot_bytes);
-  const auto serve = scheduler_options_of(c, *plan, scheduler_engine::serve);
+  const auto serve = scheduler_options_of(c, *plan, engine_kind::serve);
   EXPECT_EQ(serve.smoke_steps, 0u);
   EXPECT_FALSE(serve.sim_engine);
 
@@ -272,14 +272,14 @@ TEST(LaunchPlanTest, TheRolesMapOneConfigToTheSameTopologyAndPool) {
   // on-failure: the scheduler's smoke run waits for a restarted rank.
   auto restarting = c;
   restarting.topology.restart = {"on-failure", 3};
-  EXPECT_TRUE(scheduler_options_of(restarting, *plan, scheduler_engine::smoke).rank_restarts);
+  EXPECT_TRUE(scheduler_options_of(restarting, *plan, engine_kind::smoke).rank_restarts);
   restarting.topology.restart = {"on-failure", 0};
-  EXPECT_FALSE(scheduler_options_of(restarting, *plan, scheduler_engine::smoke).rank_restarts);
+  EXPECT_FALSE(scheduler_options_of(restarting, *plan, engine_kind::smoke).rank_restarts);
   // Traces: every process writes into observe.trace_dir at the config's level.
   auto traced = loaded(tp4pp2, {"observe.trace=jobs", "observe.trace_dir=/tmp/t"});
   auto traced_plan = make_plan(traced, "inst", "secret");
   ASSERT_TRUE(traced_plan.ok());
-  const auto t = scheduler_options_of(traced, *traced_plan, scheduler_engine::smoke);
+  const auto t = scheduler_options_of(traced, *traced_plan, engine_kind::smoke);
   EXPECT_EQ(t.trace.dir, "/tmp/t");
   EXPECT_EQ(t.trace.level, "jobs");
   EXPECT_EQ(worker_options_of(traced, *traced_plan, 1)->trace.dir, "/tmp/t");
@@ -291,7 +291,7 @@ TEST(LaunchPlanTest, SeveralNodesGiveTheSchedulerEveryRanksNode) {
       "{name: b, host: 10.0.0.2}]}\nruntime: {port: 5710}\n");
   auto plan = make_plan(c, "inst", "secret");
   ASSERT_TRUE(plan.ok()) << plan.error().to_string();
-  const auto s = scheduler_options_of(c, *plan, scheduler_engine::smoke);
+  const auto s = scheduler_options_of(c, *plan, engine_kind::smoke);
   EXPECT_EQ(s.host, "10.0.0.1");
   EXPECT_THAT(s.rank_nodes, ElementsAre(0, 1));
   auto w = worker_options_of(c, *plan, 1);
@@ -313,7 +313,7 @@ TEST(LaunchPlanTest, ObserveReachesTheSchedulerConfigAndOptions) {
   EXPECT_EQ(o.kv_events_endpoint, "tcp://*:5557");
   EXPECT_EQ(o.kv_events_replay_endpoint, "tcp://*:5558");
   EXPECT_EQ(o.kv_events_topic, "kv");
-  const auto s = scheduler_options_of(c, *plan, scheduler_engine::smoke);
+  const auto s = scheduler_options_of(c, *plan, engine_kind::smoke);
   EXPECT_EQ(s.metrics_port, 9400);
   EXPECT_EQ(s.kv_events_endpoint, "tcp://*:5557");
   EXPECT_EQ(s.kv_events_replay_endpoint, "tcp://*:5558");
@@ -324,14 +324,14 @@ TEST(LaunchPlanTest, ObserveReachesTheSchedulerConfigAndOptions) {
   auto plain = make_plan(off, "inst", "secret");
   ASSERT_TRUE(plain.ok());
   EXPECT_FALSE(plain->scheduler.observe.serve_metrics);
-  const auto p = scheduler_options_of(off, *plain, scheduler_engine::smoke);
+  const auto p = scheduler_options_of(off, *plain, engine_kind::smoke);
   EXPECT_EQ(p.metrics_port, 0);
   EXPECT_TRUE(p.kv_events_endpoint.empty());
   // observe.record without record_dir: the record goes to trace_dir.
   const auto rec = loaded(tp4pp2, {"observe.record=true", "observe.trace_dir=/tmp/r"});
   auto rec_plan = make_plan(rec, "inst", "secret");
   ASSERT_TRUE(rec_plan.ok());
-  EXPECT_EQ(scheduler_options_of(rec, *rec_plan, scheduler_engine::smoke).record_dir, "/tmp/r");
+  EXPECT_EQ(scheduler_options_of(rec, *rec_plan, engine_kind::smoke).record_dir, "/tmp/r");
 }
 
 TEST(LaunchPlanTest, EachProcessGetsTheFaultsThatConcernIt) {
@@ -341,7 +341,7 @@ TEST(LaunchPlanTest, EachProcessGetsTheFaultsThatConcernIt) {
   auto plan = make_plan(c, "inst", "secret");
   ASSERT_TRUE(plan.ok()) << plan.error().to_string();
   // The scheduler injects the channel's and reports every rank's copy faults.
-  const auto s = scheduler_options_of(c, *plan, scheduler_engine::smoke);
+  const auto s = scheduler_options_of(c, *plan, engine_kind::smoke);
   EXPECT_EQ(s.faults.seed, 9u);
   EXPECT_EQ(s.faults.specs,
             (std::vector<std::string>{"drop_report:rank=1,p=0.5", "fail_copy:rank=5,dir=load,nth=2",
@@ -357,7 +357,7 @@ TEST(LaunchPlanTest, EachProcessGetsTheFaultsThatConcernIt) {
   auto plain = make_plan(none, "inst", "secret");
   ASSERT_TRUE(plain.ok());
   EXPECT_TRUE(worker_options_of(none, *plain, 0)->faults.specs.empty());
-  EXPECT_TRUE(scheduler_options_of(none, *plain, scheduler_engine::smoke).faults.specs.empty());
+  EXPECT_TRUE(scheduler_options_of(none, *plain, engine_kind::smoke).faults.specs.empty());
 }
 
 // The engine of a launch waits up to runtime.step_timeout_ms for each step's output; the
@@ -495,7 +495,7 @@ TEST(LaunchPlanTest, TheSchedulerAndEveryWorkerGetThePlansTier) {
     EXPECT_EQ(got->io_depth, 8u);
     EXPECT_EQ(got->kv_description, want.kv_description);
   };
-  expect_tier(scheduler_options_of(c, *plan, scheduler_engine::sim).pool.tier, "scheduler");
+  expect_tier(scheduler_options_of(c, *plan, engine_kind::sim).pool.tier, "scheduler");
   for (rank_id r = 0; r < plan->workers.size(); ++r) {
     auto w = worker_options_of(c, *plan, r);
     ASSERT_TRUE(w.ok()) << w.error().to_string();
@@ -507,7 +507,7 @@ TEST(LaunchPlanTest, TheSchedulerAndEveryWorkerGetThePlansTier) {
   const auto none = make_plan(loaded(tp4pp2, {"runtime.port=0"}), "inst", "secret");
   ASSERT_TRUE(none.ok());
   const auto c2 = loaded(tp4pp2, {"runtime.port=0"});
-  EXPECT_FALSE(scheduler_options_of(c2, *none, scheduler_engine::sim).pool.tier.config());
+  EXPECT_FALSE(scheduler_options_of(c2, *none, engine_kind::sim).pool.tier.config());
 }
 
 }  // namespace

@@ -23,11 +23,12 @@ ALLOWED = {
     "engines/smoke": {"config"},
     "engines/sim": {"config"},
     "engines/example": set(),
+    "engines": {"config", "roles", "process", "engines/smoke", "engines/sim"},
     "bench": {"process"},
     "replay": set(),
     "trace": set(),
-    "cli": {"config", "roles", "process", "supervisor", "engines/smoke", "engines/sim", "bench",
-            "replay", "trace"},
+    "cli": {"config", "roles", "process", "supervisor", "engines", "engines/smoke", "engines/sim",
+            "bench", "replay", "trace"},
 }
 BELOW_LAUNCH = ["proto", "shm", "cuda", "disk", "actors"]
 ROOM_LINE_LIMIT = 3000
@@ -38,7 +39,7 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"launch/([^"]+)"', re.M)
 def room_of(rel):
     """The room of a path under launch/ ("engines/sim/x.hpp" -> "engines/sim"), or None."""
     parts = rel.split("/")
-    if parts[0] == "engines" and len(parts) > 2:
+    if parts[0] == "engines" and len(parts) > 2:  # "engines/x.hpp": the seam, room "engines"
         name = "engines/" + parts[1]
     elif len(parts) > 1:
         name = parts[0]
@@ -108,6 +109,8 @@ def self_test_in(base):
         ({"launch/config/a.hpp": '#include "launch/supervisor/x.hpp"\n'}, "room config includes"),
         ({"launch/supervisor/x.cpp": '#include "launch/engines/sim/y.hpp"\n'},
          "room supervisor includes"),
+        ({"launch/engines/sim/s.cpp": '#include "launch/engines/engine.hpp"\n'},
+         "room engines/sim includes"),
         ({"launch/flat.cpp": "\n"}, "not in a room"),
         ({"launch/config/z.cpp": '#include "launch/flat.hpp"\n'}, "which is in no room"),
         ({"launch/trace/big.cpp": "\n" * (ROOM_LINE_LIMIT + 1)}, "over"),

@@ -30,11 +30,86 @@ using clock = std::chrono::steady_clock;
 
 using connector_clock = std::function<double()>;
 
-/// The scheduler_connector as the core's connector_calls, timing every call on `now_ns`.
-class timed_connector final : public connector_calls {
+/// What the loop offloads with, one call at a time: the scheduler_connector (connector_offload)
+/// or nothing (no_offload: the run without offloading, `soak --compare`'s reference). The loop
+/// never asks which it holds.
+class offload_side {
  public:
-  timed_connector(embed::scheduler_connector& sc, connector_clock now_ns)
+  virtual ~offload_side() = default;
+  /// Whether the run offloads (the report's `offload`).
+  virtual bool offloads() const = 0;
+  /// The engine's scheduler-side calls (lookups, allocations, finished requests).
+  virtual connector_calls& calls() = 0;
+  /// The connector time of every call so far, ns.
+  virtual double connector_ns() const = 0;
+  /// The ranks' losses and restarts so far; none without a connector.
+  virtual embed::rank_changes ranks_changed() const = 0;
+  virtual size_t jobs_in_flight() const = 0;
+  /// build_connector_meta of the step's input.
+  virtual status build(const scheduler::step_input& in) = 0;
+  /// update_connector_output of `step` (waiting for it with o.await_output).
+  virtual result<embed::connector_update> update(step_id step, const loop_options& o) = 0;
+  /// take_events: the events are not the loop's; taking them keeps the connector's queue short.
+  virtual void take_events() = 0;
+  /// What the connector holds at the end: its pending jobs, the file tier's figures.
+  virtual void finish(run_report& rep) const = 0;
+};
+
+class no_offload final : public offload_side {
+ public:
+  bool offloads() const override { return false; }
+  connector_calls& calls() override { return none_; }
+  double connector_ns() const override { return 0; }
+  embed::rank_changes ranks_changed() const override { return {}; }
+  size_t jobs_in_flight() const override { return 0; }
+  status build(const scheduler::step_input&) override { return status::success(); }
+  result<embed::connector_update> update(step_id, const loop_options&) override {
+    return embed::connector_update{};
+  }
+  void take_events() override {}
+  void finish(run_report&) const override {}
+
+ private:
+  no_connector none_;
+};
+
+/// The scheduler_connector: the core's connector_calls and the loop's, timing every call on
+/// `now_ns`.
+class connector_offload final : public offload_side, public connector_calls {
+ public:
+  connector_offload(embed::scheduler_connector& sc, connector_clock now_ns)
       : sc_(sc), now_ns_(std::move(now_ns)) {}
+  bool offloads() const override { return true; }
+  connector_calls& calls() override { return *this; }
+  double connector_ns() const override { return ns; }
+  embed::rank_changes ranks_changed() const override { return sc_.ranks_changed(); }
+  size_t jobs_in_flight() const override { return sc_.jobs_in_flight(); }
+  status build(const scheduler::step_input& in) override {
+    const double t0 = now_ns_();
+    auto meta = sc_.build_connector_meta(in);
+    ns += now_ns_() - t0;
+    if (!meta) return meta.error();
+    return status::success();
+  }
+  result<embed::connector_update> update(step_id step, const loop_options& o) override {
+    const double t0 = now_ns_();
+    auto up = o.await_output ? sc_.update_connector_output(step, o.step_timeout)
+                             : sc_.update_connector_output();
+    ns += now_ns_() - t0;
+    return up;
+  }
+  void take_events() override {
+    const double t0 = now_ns_();
+    (void)sc_.take_events();
+    ns += now_ns_() - t0;
+  }
+  void finish(run_report& rep) const override {
+    rep.pending_jobs = sc_.jobs_in_flight();
+    if (sc_.planner().has_file_tier()) {
+      rep.file_tier = tier_figures_of(sc_.planner().tier_counters());
+    }
+  }
+
   scheduler::match_result get_num_new_matched_tokens(const scheduler::request_view& req,
                                                      uint32_t num_computed) override {
     const double t0 = now_ns_();
@@ -56,11 +131,11 @@ class timed_connector final : public connector_calls {
     ns += now_ns_() - t0;
     return delay;
   }
-  double ns = 0;
 
  private:
   embed::scheduler_connector& sc_;
   connector_clock now_ns_;
+  double ns = 0;  ///< every call's time; integral ns, so the sum does not depend on the order
 };
 
 /// The core's counts so far into the report.
@@ -98,20 +173,20 @@ engine_limits limits_of(const launch::launch_config& c) {
 run_report run_engine_loop(const launch::launch_config& c, embed::scheduler_connector* sc,
                            const loop_options& o) {
   const engine_limits limits = limits_of(c);
-  no_connector none;
-  std::unique_ptr<timed_connector> timed;
   const connector_clock now_ns =
       o.connector_clock_ns ? o.connector_clock_ns : connector_clock([start = clock::now()] {
         return ns_since(start);
       });
-  if (sc) timed = std::make_unique<timed_connector>(*sc, now_ns);
-  connector_calls& calls = timed ? static_cast<connector_calls&>(*timed) : none;
-  sim_scheduler core(limits, calls);
+  // The one place that looks at `sc`: the loop below holds an offload_side.
+  const std::unique_ptr<offload_side> offload =
+      sc ? std::unique_ptr<offload_side>(std::make_unique<connector_offload>(*sc, now_ns))
+         : std::make_unique<no_offload>();
+  sim_scheduler core(limits, offload->calls());
   const uint64_t room = uint64_t{limits.gpu_blocks - 1} * limits.gpu_block_size;
   workload_generator gen(c.workload, static_cast<uint32_t>(std::min<uint64_t>(room, UINT32_MAX)));
 
   run_report rep;
-  rep.offload = sc != nullptr;
+  rep.offload = offload->offloads();
   std::unordered_set<job_id> applied;  // every job result applied, to catch a second one
   const uint64_t block_bytes = o.offloaded_block_bytes;
   double connector_ns = 0;
@@ -129,8 +204,7 @@ run_report run_engine_loop(const launch::launch_config& c, embed::scheduler_conn
   // restarted rank's KV is gone). False: the run ends.
   embed::rank_changes handled;
   auto ranks_back = [&]() -> bool {
-    if (!sc) return true;
-    const embed::rank_changes now = sc->ranks_changed();
+    const embed::rank_changes now = offload->ranks_changed();
     if (now.losses == handled.losses && now.restarts == handled.restarts) return true;
     if (o.await_ranks) {
       if (auto st = o.await_ranks(); !st) {
@@ -139,7 +213,7 @@ run_report run_engine_loop(const launch::launch_config& c, embed::scheduler_conn
         return false;
       }
     }
-    handled = sc->ranks_changed();
+    handled = offload->ranks_changed();
     if (auto st = core.lose_gpu_cache(); !st) {
       problem(st.to_string());
       return false;
@@ -160,20 +234,13 @@ run_report run_engine_loop(const launch::launch_config& c, embed::scheduler_conn
     } else if (s == drain_end + 1) {
       core.abort_all();  // the drain's bound: what is left will not finish
     }
-    if (draining && core.idle() && (!sc || sc->jobs_in_flight() == 0)) break;
+    if (draining && core.idle() && offload->jobs_in_flight() == 0) break;
     if (!ranks_back()) break;
     core.schedule();
     const step_id step = core.step();
-    scheduler::request_completions completions;
-    if (sc) {
-      double t = now_ns();
-      auto meta = sc->build_connector_meta(core.input());
-      connector_ns += now_ns() - t;
-      if (!meta) {
-        problem("step " + std::to_string(step) +
-                ": build_connector_meta: " + meta.error().to_string());
-        break;
-      }
+    if (auto st = offload->build(core.input()); !st) {
+      problem("step " + std::to_string(step) + ": build_connector_meta: " + st.to_string());
+      break;
     }
     auto ranks_ns = o.run_model(core.model());
     if (!ranks_ns) {
@@ -181,37 +248,29 @@ run_report run_engine_loop(const launch::launch_config& c, embed::scheduler_conn
       break;
     }
     connector_ns += *ranks_ns;
-    if (sc) {
-      double t = now_ns();
-      auto up = o.await_output ? sc->update_connector_output(step, o.step_timeout)
-                               : sc->update_connector_output();
-      connector_ns += now_ns() - t;
-      if (!up) {
-        problem("step " + std::to_string(step) +
-                ": update_connector_output: " + up.error().to_string());
-        break;
-      }
-      for (const auto& j : up->jobs) {
-        if (!applied.insert(j.job).second) ++rep.double_completions;
-        const bool load = j.kind == transfer_kind::load;
-        if (!j.ok) {
-          ++rep.jobs_failed;
-          continue;
-        }
-        if (!is_gpu_transfer(j.kind)) {  // the file tier's: its own figures
-          if (j.kind == transfer_kind::cascade) tier_bytes_written += j.bytes;
-          if (j.kind == transfer_kind::promotion) tier_bytes_read += j.bytes;
-          continue;
-        }
-        (load ? rep.bytes_loaded : rep.bytes_stored) += j.bytes;
-        (load ? load_seconds : store_seconds) += j.seconds;
-      }
-      completions = std::move(up->completions);
-      t = now_ns();
-      (void)sc->take_events();
-      connector_ns += now_ns() - t;
+    auto up = offload->update(step, o);
+    if (!up) {
+      problem("step " + std::to_string(step) +
+              ": update_connector_output: " + up.error().to_string());
+      break;
     }
-    for (auto& turn : core.complete(completions)) {
+    for (const auto& j : up->jobs) {
+      if (!applied.insert(j.job).second) ++rep.double_completions;
+      const bool load = j.kind == transfer_kind::load;
+      if (!j.ok) {
+        ++rep.jobs_failed;
+        continue;
+      }
+      if (!is_gpu_transfer(j.kind)) {  // the file tier's: its own figures
+        if (j.kind == transfer_kind::cascade) tier_bytes_written += j.bytes;
+        if (j.kind == transfer_kind::promotion) tier_bytes_read += j.bytes;
+        continue;
+      }
+      (load ? rep.bytes_loaded : rep.bytes_stored) += j.bytes;
+      (load ? load_seconds : store_seconds) += j.seconds;
+    }
+    offload->take_events();
+    for (auto& turn : core.complete(up->completions)) {
       if (draining) continue;
       if (auto next = gen.follow_up(turn.conversation, turn.turn, turn.tokens)) {
         if (auto st = core.add(std::move(*next)); !st) problem(st.to_string());
@@ -227,10 +286,9 @@ run_report run_engine_loop(const launch::launch_config& c, embed::scheduler_conn
   const auto& st = core.stats();
   take_counts(core, rep);
   for (const auto& e : core.errors()) problem(e);
-  if (timed) connector_ns += timed->ns;
-  if (sc) rep.pending_jobs = sc->jobs_in_flight();
-  if (sc && sc->planner().has_file_tier()) {
-    rep.file_tier = tier_figures_of(sc->planner().tier_counters());
+  connector_ns += offload->connector_ns();
+  offload->finish(rep);
+  if (rep.file_tier) {
     rep.file_tier->bytes_written = tier_bytes_written;
     rep.file_tier->bytes_read = tier_bytes_read;
   }

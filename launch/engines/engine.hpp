@@ -1,0 +1,91 @@
+#pragma once
+/// The engine seam: what drives the embedding facades in a role process. A scheduler process
+/// holds one `scheduler_engine` (it drives the scheduler_connector: waits for the ranks, runs
+/// its steps, says how the run went); a worker process holds one `rank_engine` (it drives the
+/// worker_connector, one step at a time, until the scheduler stops it). The engines, by name
+/// (engine_traits.hpp): "serve" (no steps of its own: the coordinator takes what arrives until a
+/// signal; its ranks run every step's transfers on the synthetic KV cache), "smoke" (the smoke
+/// run: store/load round trips checked byte for byte; its ranks are serve's) and "sim" (the
+/// simulated engine: its workload's steps, each step's model input published to the ranks'
+/// model runners on the executor channel). The role processes (launch/cli/role_processes.cpp)
+/// hold one of each through the factories and never branch on which.
+///
+/// What an engine says goes through `engine_io::emit` as child events (child_events.hpp), in
+/// the order the launcher reads them; its stop is the process's signals.
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "actors/embed/scheduler_connector.hpp"
+#include "actors/embed/worker_connector.hpp"
+#include "launch/config/fault_report.hpp"
+#include "launch/process/signal_watcher.hpp"
+#include "launch/roles/child_events.hpp"
+#include "launch/roles/engine_traits.hpp"
+#include "launch/roles/role_options.hpp"
+#include "proto/status.hpp"
+
+namespace kvc::launch {
+
+/// Where an engine's lines go and what ends it early.
+struct engine_io {
+  signal_watcher& signals;                       ///< a signal ends the engine's run
+  std::function<void(const child_event&)> emit;  ///< its JSON lines, in order
+};
+
+/// The scheduler side of an engine: one per scheduler process, called in this order.
+class scheduler_engine {
+ public:
+  virtual ~scheduler_engine() = default;
+  /// The planner's settings it plans with (block sizes, policy), into `cfg` before the
+  /// connector is created.
+  virtual void configure(embed::scheduler_connector_config& cfg) const = 0;
+  /// Once the connector listens: opens what the engine's ranks reach it by besides the step
+  /// channel; the endpoint for the "listening" line (empty: none).
+  virtual result<std::string> open() = 0;
+  /// Drives the connector: waits for every rank, runs the engine's steps (or serves) until
+  /// they end or a signal. The process's exit code so far (0: the run passed).
+  virtual int run(embed::scheduler_connector& sc) = 0;
+  /// After the connector's shutdown: the run's fault report (its seed `seed`).
+  virtual fault_outcome outcome(const embed::scheduler_connector& sc, uint64_t seed) const = 0;
+};
+
+/// The rank side of an engine: one per worker process, called in this order.
+class rank_engine {
+ public:
+  virtual ~rank_engine() = default;
+  /// Before registration: sets up what the rank's steps need (its KV cache, a model runner,
+  /// the executor channel). A failure is the rank's set-up failure.
+  virtual status prepare(embed::worker_connector& wc) = 0;
+  /// Drives the connector step by step until the scheduler stops it or a signal; what ended it
+  /// (errc::device_unavailable: the device is lost, the process must end).
+  virtual status run(embed::worker_connector& wc) = 0;
+};
+
+/// The scheduler side of engine `kind` for a process started with `o` over the pool `plan`;
+/// the engine's own set-up errors (the smoke run's geometry).
+result<std::unique_ptr<scheduler_engine>> make_scheduler_engine(engine_kind kind,
+                                                                const scheduler_process_options& o,
+                                                                const pool_plan& plan,
+                                                                engine_io io);
+/// The same, by name ("serve" | "smoke" | "sim"); errc::invalid_argument for another name.
+result<std::unique_ptr<scheduler_engine>> make_scheduler_engine(std::string_view name,
+                                                                const scheduler_process_options& o,
+                                                                const pool_plan& plan,
+                                                                engine_io io);
+/// The rank side of engine `kind` for a worker process started with `o`.
+std::unique_ptr<rank_engine> make_rank_engine(engine_kind kind, const worker_process_options& o,
+                                              engine_io io);
+/// The same, by name; errc::invalid_argument for another name.
+result<std::unique_ptr<rank_engine>> make_rank_engine(std::string_view name,
+                                                      const worker_process_options& o,
+                                                      engine_io io);
+
+/// The fault report of a scheduler whose engine keeps no run report of its own (the smoke run,
+/// which fails on any hung request, leak or byte mismatch itself; serving): the channel faults
+/// it injected and what the coordinator counted; the planner's in-flight jobs are the pending
+/// ones.
+fault_outcome scheduler_outcome(const embed::scheduler_connector& sc, uint64_t seed);
+
+}  // namespace kvc::launch
