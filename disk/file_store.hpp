@@ -83,8 +83,10 @@ class file_store {
   /// transfer of `t` ended. `slot` holds the transfer's scratch memory until finish() returns;
   /// `payload` and `into` stay valid as long (a page-aligned one is written from / read into
   /// directly).
+  /// With `defer_create`, a write that finds no recycled file leaves its temp file to be made
+  /// by the engine (t.stage == transfer_stage::create, t.fd -1; see created()).
   status begin_write(const block_key& key, std::span<const char> payload, io_slot& slot,
-                     block_transfer& t);
+                     block_transfer& t, bool defer_create = false);
   status begin_read(const block_key& key, std::span<char> into, io_slot& slot,
                     block_transfer& t);
   status begin_check(const block_key& key, io_slot& slot, block_transfer& t);
@@ -92,6 +94,21 @@ class file_store {
   /// on any failure), a read or check verified (a refused file removed). Returns the I/O's
   /// outcome.
   status finish(block_transfer& t);
+
+  /// An engine's own create and rename (io_uring's openat / renameat), the same steps as the
+  /// blocking ones. created(): `res` is the create's new fd or -errno; ENOENT (the shard
+  /// directory not made yet) makes the directory and sets `again` (create once more); any other
+  /// error is the write's failure (nothing to remove). On success t.stage is `move`.
+  status created(block_transfer& t, int res, bool& again);
+  /// Makes a deferred write's temp file on the calling thread (open(2) and created()).
+  status create(block_transfer& t);
+  /// Closes a complete write's file before an engine renames it (t.stage becomes `rename`); on
+  /// a failure (an earlier I/O error, or close's) the temp file is removed and the error
+  /// returned, and the write is over.
+  status close_for_rename(block_transfer& t);
+  /// renamed(): `res` is the rename's 0 or -errno; ENOENT (a recycled file going into a shard
+  /// not made yet) makes the directory and sets `again`; any other error removes the temp file.
+  status renamed(block_transfer& t, int res, bool& again);
 
   /// Blocks found at open, least recently written first.
   const std::vector<block_key>& found_at_open() const noexcept { return found_; }
