@@ -96,6 +96,14 @@ std::string hex_byte(uint8_t b) {
 
 }  // namespace
 
+capacity_split split_capacity(uint64_t capacity_bytes, uint64_t block_file_bytes,
+                              uint32_t max_recycled) noexcept {
+  if (block_file_bytes == 0) return {capacity_bytes, 0};
+  const uint64_t files = capacity_bytes / block_file_bytes;
+  const auto recycled = static_cast<uint32_t>(std::min<uint64_t>(max_recycled, files / 8));
+  return {capacity_bytes - recycled * block_file_bytes, recycled};
+}
+
 result<std::unique_ptr<file_store>> file_store::open(const file_store_options& options) {
   if (options.payload_bytes == 0) {
     return make_error(errc::invalid_argument, "file tier: a block of 0 bytes");

@@ -42,6 +42,20 @@
 
 namespace kvc::disk {
 
+/// Removed block files a store keeps for recycling, at most (file_store_options).
+inline constexpr uint32_t default_recycled_files = 32;
+
+/// How a tier's `capacity_bytes` is shared between the blocks (the scheduler's ledger evicts
+/// beyond `ledger_bytes`) and the recycled files a store keeps (`recycled_files`), so that the
+/// files on disk never take more than capacity_bytes: at most `max_recycled` recycled files and
+/// at most an eighth of the block files the capacity holds (none below 8).
+struct capacity_split {
+  uint64_t ledger_bytes = 0;
+  uint32_t recycled_files = 0;
+};
+capacity_split split_capacity(uint64_t capacity_bytes, uint64_t block_file_bytes,
+                              uint32_t max_recycled = default_recycled_files) noexcept;
+
 struct file_store_options {
   std::string root_dir;
   /// What identifies the run's KV: model, dtype, KV geometry, block size, topology (any text;
@@ -53,7 +67,8 @@ struct file_store_options {
   /// Removed block files kept (under temp names) for the next writes to overwrite, at most:
   /// overwriting a file whose blocks are allocated skips the file system's allocation and
   /// freeing, which is what makes a fresh file per block slower than a plain overwrite. 0: off.
-  uint32_t recycled_files = 32;
+  /// A tier takes them out of its capacity_bytes (split_capacity).
+  uint32_t recycled_files = default_recycled_files;
 };
 
 class file_store {
