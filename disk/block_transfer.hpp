@@ -53,8 +53,8 @@ struct block_transfer {
   int fd = -1;
   int create_flags = 0;     ///< open(2) flags making `temp` (stage create)
   bool shard_made = false;  ///< the shard directory was made for this write (retried once)
-  std::string path;  ///< the block's file
-  std::string temp;  ///< a write's temp name (renamed to path by finish)
+  std::string path;         ///< the block's file
+  std::string temp;         ///< a write's temp name (renamed to path by finish)
   /// What is left to move, from file offset `done`: the first `count` of `pieces`.
   std::array<iovec, 3> pieces{};
   int count = 0;

@@ -46,8 +46,7 @@ result<std::unique_ptr<uring_ring>> uring_ring::create(uint32_t depth) {
   return std::unique_ptr<uring_ring>{new uring_ring(std::move(ring), depth, wake_fd, file_ops)};
 }
 
-uring_ring::uring_ring(std::unique_ptr<::io_uring> ring, uint32_t depth, int wake_fd,
-                       bool file_ops)
+uring_ring::uring_ring(std::unique_ptr<::io_uring> ring, uint32_t depth, int wake_fd, bool file_ops)
     : ring_(std::move(ring)), depth_(depth), wake_fd_(wake_fd), file_ops_(file_ops) {}
 
 uring_ring::~uring_ring() {

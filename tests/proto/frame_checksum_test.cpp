@@ -13,9 +13,9 @@ namespace kvc {
 namespace {
 
 uint32_t zlib_crc32(std::span<const char> bytes) {
-  return static_cast<uint32_t>(
-      crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(bytes.data()),
-            static_cast<uInt>(bytes.size())));
+  return static_cast<uint32_t>(crc32(crc32(0L, Z_NULL, 0),
+                                     reinterpret_cast<const Bytef*>(bytes.data()),
+                                     static_cast<uInt>(bytes.size())));
 }
 
 TEST(FrameChecksumTest, IsTheStandardCrc32) {
@@ -32,8 +32,9 @@ TEST(FrameChecksumTest, EqualsZlibsCrc32OnRandomBytesOfAnyLengthAndAlignment) {
     std::mt19937_64 random{seed};
     std::vector<char> bytes((size_t{1} << 20) + 64);
     for (char& b : bytes) b = static_cast<char>(random());
-    std::vector<size_t> lengths{0, 1, 3, 15, 16, 17, 63, 64, 65, 255, 256, 4095, 4096, 4097,
-                                65536, 262144, 262144 + 77, size_t{1} << 20};
+    std::vector<size_t> lengths{0,    1,    3,     15,     16,          17,
+                                63,   64,   65,    255,    256,         4095,
+                                4096, 4097, 65536, 262144, 262144 + 77, size_t{1} << 20};
     for (int i = 0; i < 20; ++i) lengths.push_back(random() % (size_t{1} << 20));
     for (const size_t length : lengths) {
       for (const size_t offset : {size_t{0}, size_t{1}, size_t{7}, size_t{32}, size_t{63}}) {
