@@ -1,7 +1,7 @@
 #pragma once
 /// block_transfer: one block file's data transfer, prepared by file_store (file open, the bytes
 /// laid out as up to three page-aligned pieces) and carried out by an I/O engine: blocking
-/// (preadv/pwritev, disk::transfer_blocking) or through io_uring (disk/uring_runner.hpp). The
+/// (preadv/pwritev, disk::transfer_blocking) or through io_uring (disk/uring_ring.hpp). The
 /// engine only moves bytes and calls advance(); file_store::finish() does the rest (close,
 /// rename or verify). Each I/O in flight owns one io_slot (its aligned scratch memory).
 ///
@@ -40,12 +40,21 @@ class io_slot {
 
 enum class transfer_op : uint8_t { write, read, check };
 
+/// Where a transfer stands. A write whose temp file is still to be made starts at `create`
+/// (begin_write with the create deferred: an engine makes it, off its thread where it can);
+/// every other transfer starts at `move`. A complete write goes to `rename` once its file is
+/// closed (file_store::close_for_rename), when its engine renames asynchronously.
+enum class transfer_stage : uint8_t { create, move, rename };
+
 struct block_transfer {
   transfer_op op = transfer_op::write;
+  transfer_stage stage = transfer_stage::move;
   block_key key;
   int fd = -1;
-  std::string path;  ///< the block's file
-  std::string temp;  ///< a write's temp name (renamed to path by finish)
+  int create_flags = 0;     ///< open(2) flags making `temp` (stage create)
+  bool shard_made = false;  ///< the shard directory was made for this write (retried once)
+  std::string path;         ///< the block's file
+  std::string temp;         ///< a write's temp name (renamed to path by finish)
   /// What is left to move, from file offset `done`: the first `count` of `pieces`.
   std::array<iovec, 3> pieces{};
   int count = 0;

@@ -40,7 +40,10 @@ std::optional<io_engine> io_engine_named(std::string_view name) noexcept {
 
 /// One ring's thread: takes requests of its queue while fewer than the ring's depth are in
 /// flight, opens them (file_store::begin_*), sends them in one batch, then waits for a
-/// completion, finishes what completed (rename or verify) and resends what moved only in part.
+/// completion, finishes what completed (verify) and resends what moved only in part. Where the
+/// kernel has the ring's file operations, a write that needs a fresh temp file has it made by an
+/// openat in the ring, and a complete write is closed here and renamed into place by a renameat
+/// in the ring: the kernel's workers make and rename the files, the thread goes on submitting.
 /// A request queued while it waits in the kernel wakes it through the ring's eventfd. Should
 /// the ring itself fail (io_uring_submit refused), what is in flight is collected and every later
 /// request is done blocking on this thread, never lost.
@@ -99,9 +102,11 @@ class file_io::ring_loop {
     slot& s = slots_[i];
     s.req = r;
     s.t = block_transfer{};
-    status begun = r.kind == io_kind::write  ? io_.store_->begin_write(r.key, r.buffer, s.mem, s.t)
-                   : r.kind == io_kind::read ? io_.store_->begin_read(r.key, r.buffer, s.mem, s.t)
-                                             : io_.store_->begin_check(r.key, s.mem, s.t);
+    file_store& store = *io_.store_;
+    status begun = r.kind == io_kind::write
+                       ? store.begin_write(r.key, r.buffer, s.mem, s.t, ring_->file_ops())
+                   : r.kind == io_kind::read ? store.begin_read(r.key, r.buffer, s.mem, s.t)
+                                             : store.begin_check(r.key, s.mem, s.t);
     if (!begun) {
       free_.push_back(i);
       done.push_back(completion_of(r.ticket, r.kind, r.key, r.buffer.size(), std::move(begun)));
@@ -121,13 +126,15 @@ class file_io::ring_loop {
       return;
     }
     for (block_transfer* t : std::exchange(unsent_, {})) {
-      if (t == nullptr) continue;  // the wake-up poll
-      transfer_blocking(*t);
-      finish(*t, done);
+      if (t != nullptr) finish_blocking(*t, done);  // nullptr: the wake-up poll
     }
   }
 
   void on_piece(block_transfer& t, int res, std::vector<io_completion>& done) {
+    if (t.stage != transfer_stage::move) {
+      on_file_op(t, res, done);
+      return;
+    }
     if (res == -EINTR || res == -EAGAIN) {
       // moved nothing: sent again as it is
     } else if (res < 0) {
@@ -135,20 +142,67 @@ class file_io::ring_loop {
     } else {
       t.advance(static_cast<uint64_t>(res));
     }
-    if (t.pending() && broken_.ok()) {
-      ring_->queue(t);
-      unsent_.push_back(&t);
+    if (t.pending()) {
+      resend(t, done);
+    } else if (t.op == transfer_op::write && ring_->file_ops() && broken_.ok()) {
+      status closed = io_.store_->close_for_rename(t);
+      if (closed.ok()) {
+        resend(t, done);  // the rename
+      } else {
+        complete(t, std::move(closed), done);
+      }
+    } else {
+      finish(t, done);
+    }
+  }
+
+  /// The completion of a write's create (openat) or rename (renameat).
+  void on_file_op(block_transfer& t, int res, std::vector<io_completion>& done) {
+    if (res == -EINTR || res == -EAGAIN) {
+      resend(t, done);
       return;
+    }
+    bool again = false;
+    status s = t.stage == transfer_stage::create ? io_.store_->created(t, res, again)
+                                                 : io_.store_->renamed(t, res, again);
+    if (again || (s.ok() && t.stage == transfer_stage::move)) {
+      resend(t, done);  // the create once more (its directory made), the bytes, or the rename
+    } else {
+      complete(t, std::move(s), done);  // renamed into place, or failed (nothing left behind)
+    }
+  }
+
+  /// Queues the transfer's next step in the ring, or does the rest blocking when it is broken.
+  void resend(block_transfer& t, std::vector<io_completion>& done) {
+    if (!broken_.ok()) {
+      finish_blocking(t, done);
+      return;
+    }
+    ring_->queue(t);
+    unsent_.push_back(&t);
+  }
+
+  /// The rest of `t` on this thread: its create, its bytes, then finish (close, rename or verify).
+  void finish_blocking(block_transfer& t, std::vector<io_completion>& done) {
+    if (t.stage == transfer_stage::create) {
+      if (status s = io_.store_->create(t); !s) {
+        complete(t, std::move(s), done);
+        return;
+      }
     }
     if (t.pending()) transfer_blocking(t);
     finish(t, done);
   }
 
   void finish(block_transfer& t, std::vector<io_completion>& done) {
+    complete(t, io_.store_->finish(t), done);
+  }
+
+  void complete(block_transfer& t, status outcome, std::vector<io_completion>& done) {
     size_t i = 0;
     while (&slots_[i].t != &t) ++i;  // a ring's depth is small
     const request& r = slots_[i].req;
-    done.push_back(completion_of(r.ticket, r.kind, r.key, r.buffer.size(), io_.store_->finish(t)));
+    done.push_back(completion_of(r.ticket, r.kind, r.key, r.buffer.size(), std::move(outcome)));
     free_.push_back(i);
     --in_flight_;
   }

@@ -8,8 +8,10 @@
 /// Two engines move the bytes, chosen at create (file_io_options::engine):
 /// - io_uring: each of the direction's n threads drives its own ring (liburing) and keeps up to
 ///   `io_depth` block I/Os of its queue in flight, submitted in batches (readv/writev of the
-///   file's pieces; O_DIRECT where the store uses it). Opening, renaming and verifying run on
-///   the ring's thread between submissions.
+///   file's pieces; O_DIRECT where the store uses it). A write's fresh temp file is made and a
+///   complete write renamed into place by openat / renameat in the ring where the kernel has
+///   them (the kernel's workers do both); other opening, closing and verifying run on the ring's
+///   thread between submissions.
 /// - threads: each of the direction's n threads does one block I/O at a time (preadv/pwritev).
 /// `automatic` takes io_uring when the kernel allows it (probed at create) and falls back to
 /// threads otherwise, with the reason in engine_note() (ENOSYS, or EPERM from a container's

@@ -96,6 +96,14 @@ std::string hex_byte(uint8_t b) {
 
 }  // namespace
 
+capacity_split split_capacity(uint64_t capacity_bytes, uint64_t block_file_bytes,
+                              uint32_t max_recycled) noexcept {
+  if (block_file_bytes == 0) return {capacity_bytes, 0};
+  const uint64_t files = capacity_bytes / block_file_bytes;
+  const auto recycled = static_cast<uint32_t>(std::min<uint64_t>(max_recycled, files / 8));
+  return {capacity_bytes - recycled * block_file_bytes, recycled};
+}
+
 result<std::unique_ptr<file_store>> file_store::open(const file_store_options& options) {
   if (options.payload_bytes == 0) {
     return make_error(errc::invalid_argument, "file tier: a block of 0 bytes");
@@ -266,7 +274,7 @@ status file_store::check(const block_key& key) {
 }
 
 status file_store::begin_write(const block_key& key, std::span<const char> payload, io_slot& slot,
-                               block_transfer& t) {
+                               block_transfer& t, bool defer_create) {
   if (payload.size() != id_.payload_bytes) {
     return wrong_size("a block", payload.size(), id_.payload_bytes);
   }
@@ -300,16 +308,37 @@ status file_store::begin_write(const block_key& key, std::span<const char> paylo
     t.count = 1;
   }
   t.expected = block_file_bytes();
+  t.stage = transfer_stage::move;
   t.fd = open_recycled(t);
   if (t.fd >= 0) return status::success();
-  const int flags = open_flags(O_WRONLY | O_CREAT | O_EXCL);
-  t.fd = ::open(t.temp.c_str(), flags, 0600);
-  if (t.fd < 0 && errno == ENOENT) {  // the first block of its shard directory
-    if (auto s = make_private_dir(t.path.substr(0, t.path.rfind('/'))); !s) return s;
-    t.fd = ::open(t.temp.c_str(), flags, 0600);
+  t.stage = transfer_stage::create;
+  t.create_flags = open_flags(O_WRONLY | O_CREAT | O_EXCL);
+  return defer_create ? status::success() : create(t);
+}
+
+status file_store::create(block_transfer& t) {
+  for (;;) {
+    const int fd = ::open(t.temp.c_str(), t.create_flags, 0600);
+    bool again = false;
+    status s = created(t, fd >= 0 ? fd : -errno, again);
+    if (!again) return s;
   }
-  if (t.fd < 0) return io_failed("file tier: cannot create", t.temp, errno);
-  return status::success();
+}
+
+status file_store::created(block_transfer& t, int res, bool& again) {
+  again = false;
+  if (res >= 0) {
+    t.fd = res;
+    t.stage = transfer_stage::move;
+    return status::success();
+  }
+  if (res == -ENOENT && !t.shard_made) {  // the first block of its shard directory
+    if (auto s = make_private_dir(t.path.substr(0, t.path.rfind('/'))); !s) return s;
+    t.shard_made = true;
+    again = true;
+    return status::success();
+  }
+  return io_failed("file tier: cannot create", t.temp, -res);
 }
 
 status file_store::open_for_read(const block_key& key, block_transfer& t) const {
@@ -399,17 +428,41 @@ status file_store::finish(block_transfer& t) {
 }
 
 status file_store::finish_write(block_transfer& t) {
-  status s = std::move(t.outcome);
-  if (s.ok()) {
-    int moved = ::rename(t.temp.c_str(), t.path.c_str());
-    if (moved != 0 && errno == ENOENT) {  // a recycled file, into a shard not made yet
-      if (s = make_private_dir(t.path.substr(0, t.path.rfind('/'))); s.ok()) {
-        moved = ::rename(t.temp.c_str(), t.path.c_str());
-      }
-    }
-    if (s.ok() && moved != 0) s = io_failed("file tier: cannot rename into", t.path, errno);
+  if (!t.outcome) {
+    ::unlink(t.temp.c_str());
+    return std::move(t.outcome);
   }
-  if (!s.ok()) ::unlink(t.temp.c_str());
+  for (;;) {
+    const int res = ::rename(t.temp.c_str(), t.path.c_str()) == 0 ? 0 : -errno;
+    bool again = false;
+    status s = renamed(t, res, again);
+    if (!again) return s;
+  }
+}
+
+status file_store::close_for_rename(block_transfer& t) {
+  if (t.fd >= 0 && ::close(t.fd) != 0 && t.outcome.ok()) fail_transfer(t, errno);
+  t.fd = -1;
+  if (!t.outcome) {
+    ::unlink(t.temp.c_str());
+    return std::move(t.outcome);
+  }
+  t.stage = transfer_stage::rename;
+  return status::success();
+}
+
+status file_store::renamed(block_transfer& t, int res, bool& again) {
+  again = false;
+  if (res == 0) return status::success();
+  status s;
+  if (res == -ENOENT && !t.shard_made) {  // a recycled file, into a shard not made yet
+    s = make_private_dir(t.path.substr(0, t.path.rfind('/')));
+    t.shard_made = again = s.ok();
+    if (again) return s;
+  } else {
+    s = io_failed("file tier: cannot rename into", t.path, -res);
+  }
+  ::unlink(t.temp.c_str());
   return s;
 }
 

@@ -42,6 +42,20 @@
 
 namespace kvc::disk {
 
+/// Removed block files a store keeps for recycling, at most (file_store_options).
+inline constexpr uint32_t default_recycled_files = 32;
+
+/// How a tier's `capacity_bytes` is shared between the blocks (the scheduler's ledger evicts
+/// beyond `ledger_bytes`) and the recycled files a store keeps (`recycled_files`), so that the
+/// files on disk never take more than capacity_bytes: at most `max_recycled` recycled files and
+/// at most an eighth of the block files the capacity holds (none below 8).
+struct capacity_split {
+  uint64_t ledger_bytes = 0;
+  uint32_t recycled_files = 0;
+};
+capacity_split split_capacity(uint64_t capacity_bytes, uint64_t block_file_bytes,
+                              uint32_t max_recycled = default_recycled_files) noexcept;
+
 struct file_store_options {
   std::string root_dir;
   /// What identifies the run's KV: model, dtype, KV geometry, block size, topology (any text;
@@ -53,7 +67,8 @@ struct file_store_options {
   /// Removed block files kept (under temp names) for the next writes to overwrite, at most:
   /// overwriting a file whose blocks are allocated skips the file system's allocation and
   /// freeing, which is what makes a fresh file per block slower than a plain overwrite. 0: off.
-  uint32_t recycled_files = 32;
+  /// A tier takes them out of its capacity_bytes (split_capacity).
+  uint32_t recycled_files = default_recycled_files;
 };
 
 class file_store {
@@ -83,8 +98,10 @@ class file_store {
   /// transfer of `t` ended. `slot` holds the transfer's scratch memory until finish() returns;
   /// `payload` and `into` stay valid as long (a page-aligned one is written from / read into
   /// directly).
+  /// With `defer_create`, a write that finds no recycled file leaves its temp file to be made
+  /// by the engine (t.stage == transfer_stage::create, t.fd -1; see created()).
   status begin_write(const block_key& key, std::span<const char> payload, io_slot& slot,
-                     block_transfer& t);
+                     block_transfer& t, bool defer_create = false);
   status begin_read(const block_key& key, std::span<char> into, io_slot& slot,
                     block_transfer& t);
   status begin_check(const block_key& key, io_slot& slot, block_transfer& t);
@@ -92,6 +109,21 @@ class file_store {
   /// on any failure), a read or check verified (a refused file removed). Returns the I/O's
   /// outcome.
   status finish(block_transfer& t);
+
+  /// An engine's own create and rename (io_uring's openat / renameat), the same steps as the
+  /// blocking ones. created(): `res` is the create's new fd or -errno; ENOENT (the shard
+  /// directory not made yet) makes the directory and sets `again` (create once more); any other
+  /// error is the write's failure (nothing to remove). On success t.stage is `move`.
+  status created(block_transfer& t, int res, bool& again);
+  /// Makes a deferred write's temp file on the calling thread (open(2) and created()).
+  status create(block_transfer& t);
+  /// Closes a complete write's file before an engine renames it (t.stage becomes `rename`); on
+  /// a failure (an earlier I/O error, or close's) the temp file is removed and the error
+  /// returned, and the write is over.
+  status close_for_rename(block_transfer& t);
+  /// renamed(): `res` is the rename's 0 or -errno; ENOENT (a recycled file going into a shard
+  /// not made yet) makes the directory and sets `again`; any other error removes the temp file.
+  status renamed(block_transfer& t, int res, bool& again);
 
   /// Blocks found at open, least recently written first.
   const std::vector<block_key>& found_at_open() const noexcept { return found_; }

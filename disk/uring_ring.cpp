@@ -2,6 +2,7 @@
 
 #include <liburing.h>
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -36,11 +37,17 @@ result<std::unique_ptr<uring_ring>> uring_ring::create(uint32_t depth) {
     ::close(wake_fd);
     return make_error(errc::device_unavailable, "file tier: " + refusal(-rc));
   }
-  return std::unique_ptr<uring_ring>{new uring_ring(std::move(ring), depth, wake_fd)};
+  bool file_ops = false;
+  if (io_uring_probe* probe = ::io_uring_get_probe_ring(ring.get()); probe != nullptr) {
+    file_ops = ::io_uring_opcode_supported(probe, IORING_OP_OPENAT) != 0 &&
+               ::io_uring_opcode_supported(probe, IORING_OP_RENAMEAT) != 0;
+    ::io_uring_free_probe(probe);
+  }
+  return std::unique_ptr<uring_ring>{new uring_ring(std::move(ring), depth, wake_fd, file_ops)};
 }
 
-uring_ring::uring_ring(std::unique_ptr<::io_uring> ring, uint32_t depth, int wake_fd)
-    : ring_(std::move(ring)), depth_(depth), wake_fd_(wake_fd) {}
+uring_ring::uring_ring(std::unique_ptr<::io_uring> ring, uint32_t depth, int wake_fd, bool file_ops)
+    : ring_(std::move(ring)), depth_(depth), wake_fd_(wake_fd), file_ops_(file_ops) {}
 
 uring_ring::~uring_ring() {
   ::io_uring_queue_exit(ring_.get());
@@ -75,7 +82,11 @@ void uring_ring::wake(int fd) noexcept {
 
 void uring_ring::queue(block_transfer& t) {
   io_uring_sqe* sqe = next_sqe();
-  if (t.op == transfer_op::write) {
+  if (t.stage == transfer_stage::create) {
+    ::io_uring_prep_openat(sqe, AT_FDCWD, t.temp.c_str(), t.create_flags, 0600);
+  } else if (t.stage == transfer_stage::rename) {
+    ::io_uring_prep_renameat(sqe, AT_FDCWD, t.temp.c_str(), AT_FDCWD, t.path.c_str(), 0);
+  } else if (t.op == transfer_op::write) {
     ::io_uring_prep_writev(sqe, t.fd, t.pieces.data(), static_cast<unsigned>(t.count), t.done);
   } else {
     ::io_uring_prep_readv(sqe, t.fd, t.pieces.data(), static_cast<unsigned>(t.count), t.done);

@@ -1,6 +1,7 @@
 #pragma once
-/// uring_ring: one io_uring (liburing) of a fixed depth moving block_transfers: readv/writev
-/// at the transfer's offset, completions handed back with the transfer they belong to. The
+/// uring_ring: one io_uring (liburing) of a fixed depth moving block_transfers: a write's create
+/// (openat), its bytes (readv/writev at the transfer's offset) and its rename (renameat),
+/// completions handed back with the transfer they belong to. The
 /// caller (disk::file_io's ring threads) keeps at most depth() transfers in flight and owns them
 /// until their completion comes back. Not thread-safe: one thread drives one ring.
 #include <cstdint>
@@ -35,7 +36,15 @@ class uring_ring {
   int wake_fd() const noexcept { return wake_fd_; }
   void arm_wake();
   static void wake(int fd) noexcept;
-  /// Queues the next piece of `t` (whatever is left, from t.done); sent by the next flush().
+  /// Whether the kernel runs file operations in the ring (IORING_OP_OPENAT and
+  /// IORING_OP_RENAMEAT, Linux 5.11; probed at create). Without them a transfer is only ever
+  /// queued at stage `move`.
+  bool file_ops() const noexcept { return file_ops_; }
+  /// Queues `t`'s current stage, sent by the next flush(): `create` an openat of t.temp
+  /// (t.create_flags, 0600; the new fd is the completion's res), `move` the next piece of its
+  /// bytes (whatever is left, from t.done), `rename` a renameat of t.temp to t.path. The kernel
+  /// runs an openat that must create, and a renameat, on its own workers (io-wq), off the
+  /// ring's thread.
   void queue(block_transfer& t);
   /// Sends what was queued. An error here is the ring's (not one transfer's): the queued
   /// transfers stay unsent.
@@ -46,11 +55,12 @@ class uring_ring {
   status reap(bool wait, const std::function<void(block_transfer* t, int res)>& done);
 
  private:
-  uring_ring(std::unique_ptr<::io_uring> ring, uint32_t depth, int wake_fd);
+  uring_ring(std::unique_ptr<::io_uring> ring, uint32_t depth, int wake_fd, bool file_ops);
   ::io_uring_sqe* next_sqe();
   std::unique_ptr<::io_uring> ring_;
   uint32_t depth_;
   int wake_fd_;
+  bool file_ops_;
 };
 
 /// Why io_uring cannot be used here (empty when it can): a ring of one entry is made and closed.

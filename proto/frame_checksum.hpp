@@ -1,7 +1,9 @@
 #pragma once
 /// frame_checksum: the CRC-32 every framed byte stream of kvconnect carries, so that a flipped
 /// bit is refused instead of decoding into a different value: the step channel's wire frames
-/// (actors/channel/wire_codec.hpp) and the run record's frames (actors/record/record_codec.hpp).
+/// (actors/channel/wire_codec.hpp), the run record's frames (actors/record/record_codec.hpp) and
+/// the file tier's block files (disk/block_file.hpp). Computed by Intel ISA-L (carry-less
+/// multiply) where the build found libisal, by zlib otherwise: the same value either way.
 /// Pure function; thread-safe.
 #include <cstddef>
 #include <cstdint>

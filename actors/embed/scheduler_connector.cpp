@@ -145,9 +145,12 @@ result<std::unique_ptr<scheduler_connector>> scheduler_connector::create(
   p->cfg = cfg;
   p->cfg.planner.manager.capacity = cfg.pool.slots_per_rank;
   if (cfg.file_tier) {
+    // The ranks' recycled files come out of the capacity: blocks + recycled files fit in it.
+    const uint64_t block_file_bytes = disk::file_bytes(cfg.pool.slot_bytes);
     p->cfg.planner.file_tier = scheduler::file_tier_limits{
-        .capacity_bytes = cfg.file_tier->capacity_bytes,
-        .block_file_bytes = disk::file_bytes(cfg.pool.slot_bytes),
+        .capacity_bytes =
+            disk::split_capacity(cfg.file_tier->capacity_bytes, block_file_bytes).ledger_bytes,
+        .block_file_bytes = block_file_bytes,
         .max_pending_cascades = cfg.file_tier->max_pending_cascades};
   }
   if (cfg.make_manager) {

@@ -92,7 +92,10 @@ struct worker_connector::impl {
              tier_run_description(t, cfg.pool, cfg.topology, cfg.block_size_factor),
          .rank = cfg.rank,
          .payload_bytes = cfg.pool.slot_bytes,
-         .direct_io = t.direct_io});
+         .direct_io = t.direct_io,
+         .recycled_files =
+             disk::split_capacity(t.capacity_bytes, disk::file_bytes(cfg.pool.slot_bytes))
+                 .recycled_files});
     if (!store) return store.error();
     if (!(*store)->direct_io_note().empty()) {
       spdlog::info("worker rank {}: file tier without O_DIRECT: {}", cfg.rank,

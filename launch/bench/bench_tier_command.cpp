@@ -134,7 +134,8 @@ class tier_bench {
                 << "), " << fio_version_ << ", queue depth " << o_.queue_depth << " x " << o_.jobs
                 << " job(s), " << o_.seconds << " s per phase, " << o_.rounds
                 << " round(s), working set " << (o_.working_set_bytes >> 20) << " MiB, "
-                << o_.recycled_files << " recycled files\n";
+                << o_.recycled_files << " recycled files"
+                << (o_.fill_first ? ", working set written before each write phase" : "") << "\n";
       std::cout << "O_DIRECT: " << (direct_note_.empty() ? "on" : direct_note_) << "\n";
       for (const auto& [engine, note] : engine_notes_) {
         std::cout << "engine " << engine << ": " << note << "\n";
@@ -176,6 +177,7 @@ class tier_bench {
                        {"rounds", o_.rounds},
                        {"seconds", o_.seconds},
                        {"direct_io", direct_note_.empty()},
+                       {"fill_first", o_.fill_first},
                        {"file_system", file_system_of(o_.root_dir)},
                        {"gbps", {{"median", g.median}, {"min", g.min}, {"max", g.max}}},
                        {"fio_gbps", {{"median", f.median}, {"min", f.min}, {"max", f.max}}},
@@ -311,6 +313,9 @@ class tier_bench {
               ? "io_uring, " + std::to_string(o_.jobs) + " ring(s) of depth " +
                     std::to_string(o_.queue_depth) + " per direction"
               : (*io)->engine_note() + ", " + std::to_string(threads) + " threads per direction";
+      if (o_.fill_first) {
+        if (auto s = fill(**io, block, keys, written); !s) return s;
+      }
       if (auto s = phase(**io, block, keys, /*writing=*/true, written, write); !s) return s;
       if (auto s = phase(**io, block, std::min(keys, written), false, written, read); !s) {
         return s;
@@ -318,6 +323,31 @@ class tier_bench {
     }
     std::error_code ec;
     std::filesystem::remove_all(*dir, ec);
+    return status::success();
+  }
+
+  /// --fill-first: writes keys [0, keys) untimed, jobs x queue depth in flight.
+  status fill(disk::file_io& io, uint64_t block, uint64_t keys, uint64_t& written) {
+    const size_t depth = size_t{o_.jobs} * o_.queue_depth;
+    aligned_buffer buffer{block};
+    if (buffer.size == 0) return make_error(errc::capacity_exhausted, "no memory");
+    std::fill_n(buffer.mem.get(), block, '\x5a');  // only read by the writes: one for all
+    size_t in_flight = 0;
+    status failed;
+    for (;;) {
+      while (written < keys && in_flight < depth && failed.ok() && !signals_.signalled()) {
+        io.submit_write(written, block_key::from_index(written), {buffer.mem.get(), block});
+        ++written;
+        ++in_flight;
+      }
+      if (in_flight == 0) break;
+      for (const disk::io_completion& c : io.wait_completions()) {
+        if (!c.outcome && failed.ok()) failed = c.outcome;
+        --in_flight;
+      }
+    }
+    if (!failed) return failed;
+    if (signals_.signalled()) return interrupted();
     return status::success();
   }
 
@@ -425,6 +455,9 @@ void add_bench_tier_command(CLI::App& app, int& exit_code) {
                   "removed block files kept for writes to overwrite (0: each write allocates)")
       ->check(CLI::Range(0u, 1u << 20))
       ->capture_default_str();
+  cmd->add_flag("--fill-first", opt->fill_first,
+                "write the working set before each timed write phase (untimed), so that every "
+                "timed write evicts and recycles a file: the tier's steady state");
   cmd->add_flag("--json", opt->json, "print only the JSON lines");
   cmd->callback([opt, working_set_mib, &exit_code] {
     tier_bench_options o = *opt;

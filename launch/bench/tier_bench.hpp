@@ -25,6 +25,10 @@ struct tier_bench_options {
   std::vector<std::string> engines{"auto"};        ///< kvconnect's engines measured
   std::string fio = "fio";                         ///< fio's name or path
   uint32_t recycled_files = 32;  ///< file_store_options::recycled_files (0: every write allocates)
+  /// Write the working set before each timed write phase (untimed, as fio lays out its file
+  /// first), so that every timed write evicts the oldest file and recycles it: the tier's steady
+  /// state once it holds capacity_bytes. Off: the timed writes start from an empty directory.
+  bool fill_first = false;
   bool json = false;
 };
 

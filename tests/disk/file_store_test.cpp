@@ -286,6 +286,24 @@ TEST_P(FileStoreTest, RecycledFilesAreBoundedAndGoneWithTheStoreOrAtARestart) {
   EXPECT_TRUE(temp_files(rank_dir).empty());  // off: unlinked at once
 }
 
+/// The recycled files come out of a tier's capacity: blocks + recycled files never exceed it,
+/// at most 32 recycled files, at most an eighth of the files the capacity holds.
+TEST(FileStoreCapacityTest, RecycledFilesComeOutOfTheCapacity) {
+  const uint64_t file = file_bytes(payload);
+  EXPECT_EQ(split_capacity(1000 * file, file).recycled_files, 32u);
+  EXPECT_EQ(split_capacity(1000 * file, file).ledger_bytes, 968 * file);
+  EXPECT_EQ(split_capacity(64 * file + 5, file).recycled_files, 8u);
+  EXPECT_EQ(split_capacity(64 * file + 5, file).ledger_bytes, 56 * file + 5);
+  EXPECT_EQ(split_capacity(7 * file, file).recycled_files, 0u);  // too small to keep any
+  EXPECT_EQ(split_capacity(7 * file, file).ledger_bytes, 7 * file);
+  EXPECT_EQ(split_capacity(1000 * file, file, 0).recycled_files, 0u);
+  for (uint64_t files = 0; files < 400; files += 7) {
+    const auto split = split_capacity(files * file + 1, file);
+    EXPECT_LE(split.ledger_bytes / file + split.recycled_files, files) << files;
+    EXPECT_GE(split.ledger_bytes / file, files - files / 8) << files;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Disks, FileStoreTest, ::testing::Values("/tmp", "/dev/shm"),
                          [](const auto& info) {
                            return std::string{info.param} == "/tmp" ? "tmp" : "dev_shm";

@@ -1,6 +1,7 @@
 #!/bin/sh
 # bench tier end to end, tiny and untimed: two block sizes, both engines, two rounds; expects one
-# JSON line per size, engine and direction, and no scratch directory left behind. Skips (77)
+# JSON line per size, engine and direction, and no scratch directory left behind; then once with
+# --fill-first (the working set written before the timed writes, which then all recycle). Skips (77)
 # without fio or where io_uring is refused (fio's io_uring engine needs it).
 set -u
 kvconnect=$1
@@ -19,4 +20,9 @@ if [ $rc -ne 0 ]; then
 fi
 [ "$(echo "$out" | grep -c '"bench":"tier"')" -eq 8 ] || { echo "expected 8 JSON lines"; exit 1; }
 echo "$out" | grep -q '"block_bytes":262144,.*"engine":"threads"' || exit 1
+[ -z "$(ls -A "$root")" ] || { echo "left behind:"; ls -A "$root"; exit 1; }
+fill=$("$kvconnect" bench tier --root-dir "$root" --block-bytes 65536 --seconds 0.2 --rounds 1 \
+  --working-set-mib 2 --engines io_uring,threads --fill-first --json) || exit 1
+echo "$fill"
+[ "$(echo "$fill" | grep -c '"fill_first":true')" -eq 4 ] || { echo "expected 4 lines"; exit 1; }
 [ -z "$(ls -A "$root")" ] || { echo "left behind:"; ls -A "$root"; exit 1; }
