@@ -1,7 +1,9 @@
 #pragma once
-/// Completion vocabulary: what one rank reports for one job (completion_event), what the
-/// coordinator concludes once every rank has spoken (job_result), and the aggregated output of a
-/// step that the scheduler consumes (connector_output).
+/// Completion vocabulary: one rank's outcome of one job as its worker observed it
+/// (rank_job_result), what the rank reports for it on the step channel (completion_event: the
+/// rank's result stamped by worker::completion_stamper, the one place the first becomes the
+/// second), what the coordinator concludes once every rank has spoken (job_result), and the
+/// aggregated output of a step that the scheduler consumes (connector_output).
 ///
 /// A completion event names its sender (rank + incarnation, bumped whenever a rank restarts) and
 /// carries a per-sender sequence number, so duplicates and stale senders can be recognised.
@@ -30,12 +32,6 @@ inline constexpr size_t max_detail_bytes = 256;
 /// `text` cut to at most max_detail_bytes, never inside a UTF-8 sequence.
 std::string clip_detail(std::string_view text);
 
-struct job_result;
-/// "ok", or the error's name and the detail: "device_error: cudaEventQuery returned ...".
-std::string outcome_text(const job_result& r);
-/// One log line for a failed job: "job 7 (store) failed: device_error: cudaEventQuery ...".
-std::string failure_line(const job_result& r);
-
 struct completion_event {
   rank_id rank = 0;
   uint32_t incarnation = 0;
@@ -52,10 +48,11 @@ struct completion_event {
   friend bool operator==(const completion_event&, const completion_event&) = default;
 };
 
-/// A job's outcome across all ranks: ok when every rank reported ok, failed as soon as one
-/// rank reported a failure. bytes/seconds: sum of bytes, max of seconds over the ranks.
-/// detail: the failing rank's detail prefixed "rank N: ", or the coordinator's reason.
-struct job_result {
+/// The fields of a job's outcome, written once for its two scopes, which stay distinct types
+/// (`Scope` is only a tag) so that neither is passed where the other is meant: one rank's
+/// result (rank_job_result) and the result across every rank (job_result).
+template <class Scope>
+struct basic_job_result {
   job_id job = 0;
   transfer_kind kind = transfer_kind::load;
   bool ok = false;
@@ -64,8 +61,30 @@ struct job_result {
   double seconds = 0.0;
   std::string detail;  ///< why it failed in words; "" on success
 
-  friend bool operator==(const job_result&, const job_result&) = default;
+  friend bool operator==(const basic_job_result&, const basic_job_result&) = default;
 };
+
+struct one_rank_scope;
+struct all_ranks_scope;
+
+/// One rank's outcome of one job as its worker observed it (the transfer executor's or the
+/// tier executor's): bytes and seconds are the rank's own, detail its own words (the failing
+/// device call, the injected fault, the refused submit). What a rank's get_finished hands out;
+/// it never crosses the wire itself: worker::completion_stamper turns it into a
+/// completion_event.
+using rank_job_result = basic_job_result<one_rank_scope>;
+
+/// A job's outcome across all ranks: ok when every rank reported ok, failed as soon as one
+/// rank reported a failure. bytes/seconds: sum of bytes, max of seconds over the ranks.
+/// detail: the failing rank's detail prefixed "rank N: ", or the coordinator's reason.
+using job_result = basic_job_result<all_ranks_scope>;
+
+/// "ok", or the error's name and the detail: "device_error: cudaEventQuery returned ...".
+template <class Scope>
+std::string outcome_text(const basic_job_result<Scope>& r);
+/// One log line for a failed job: "job 7 (store) failed: device_error: cudaEventQuery ...".
+template <class Scope>
+std::string failure_line(const basic_job_result<Scope>& r);
 
 /// One step's aggregated worker output, forwarded by the coordinator to the scheduler.
 struct connector_output {

@@ -78,7 +78,7 @@ struct worker_connector::impl {
   std::optional<worker::tier_executor> tier;
   /// Without a tier: the results of tier jobs the scheduler side sent anyway (failed at once, so
   /// they fail now rather than at their deadline), for the next get_finished.
-  std::vector<job_result> refused_tier_jobs;
+  std::vector<rank_job_result> refused_tier_jobs;
   std::shared_ptr<trace::tracer> tracer;  // null: trace off
   int64_t bound_at = 0;                   // trace: when the bound step was bound (mono ns)
 
@@ -159,10 +159,10 @@ struct worker_connector::impl {
 
   /// trace: the rank handled the step from bind to its report (a span); at `jobs`, one record
   /// per finished job.
-  void trace_done(step_id step, const std::vector<job_result>& jobs, bool closed) {
+  void trace_done(step_id step, const std::vector<rank_job_result>& jobs, bool closed) {
     const int64_t now = trace::tracer::mono_now();
     if (tracer->jobs()) {
-      for (const job_result& j : jobs) {
+      for (const rank_job_result& j : jobs) {
         trace::trace_record r;
         r.mono_ns = now;
         r.track = trace::rank_track(cfg.rank);
@@ -385,7 +385,7 @@ finished_requests worker_connector::get_finished(std::span<const std::string> fi
   auto tier_jobs = m.tier ? m.tier->take_finished() : std::exchange(m.refused_tier_jobs, {});
   out.jobs.insert(out.jobs.end(), std::make_move_iterator(tier_jobs.begin()),
                   std::make_move_iterator(tier_jobs.end()));
-  for (const job_result& j : out.jobs) {
+  for (const rank_job_result& j : out.jobs) {
     if (!j.ok) spdlog::warn("worker rank {}: {}", m.cfg.rank, failure_line(j));
   }
   if (m.settle() && m.reports) {  // else not registered: nobody to report to

@@ -60,7 +60,7 @@ struct finished_requests {
   std::vector<std::string> finished_sending;
   std::vector<std::string> finished_recving;
   /// This rank's job results observed by this call (already on their way to the coordinator).
-  std::vector<job_result> jobs;
+  std::vector<rank_job_result> jobs;
 };
 
 class worker_connector {

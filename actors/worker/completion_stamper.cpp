@@ -3,10 +3,10 @@
 namespace kvc::worker {
 
 std::vector<completion_event> completion_stamper::stamp(step_id step,
-                                                        std::span<const job_result> jobs) {
+                                                        std::span<const rank_job_result> jobs) {
   std::vector<completion_event> out;
   out.reserve(jobs.size());
-  for (const job_result& j : jobs) {
+  for (const rank_job_result& j : jobs) {
     out.push_back({.rank = rank_,
                    .incarnation = incarnation_,
                    .seq = next_seq_++,

@@ -17,7 +17,7 @@ class completion_stamper {
   completion_stamper(rank_id rank, uint32_t incarnation) : rank_(rank), incarnation_(incarnation) {}
 
   /// One event per result, in order, observed in `step`, with consecutive sequence numbers.
-  std::vector<completion_event> stamp(step_id step, std::span<const job_result> jobs);
+  std::vector<completion_event> stamp(step_id step, std::span<const rank_job_result> jobs);
 
   rank_id rank() const noexcept { return rank_; }
   uint32_t incarnation() const noexcept { return incarnation_; }

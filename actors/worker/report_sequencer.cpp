@@ -21,7 +21,7 @@ status report_sequencer::open(step_id step) {
   return {};
 }
 
-std::optional<step_report> report_sequencer::add(std::vector<job_result> jobs) {
+std::optional<step_report> report_sequencer::add(std::vector<rank_job_result> jobs) {
   held_.insert(held_.end(), std::make_move_iterator(jobs.begin()),
                std::make_move_iterator(jobs.end()));
   if (!open_ || sent_) return std::nullopt;

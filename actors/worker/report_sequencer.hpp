@@ -33,7 +33,7 @@ class report_sequencer {
   status open(step_id step);
   /// Results of one get_finished call. The open step's report if it has not gone out yet
   /// (everything held so far plus `jobs`), otherwise std::nullopt and the results are held.
-  std::optional<step_report> add(std::vector<job_result> jobs);
+  std::optional<step_report> add(std::vector<rank_job_result> jobs);
   /// The open step ends: its report if it has not gone out yet (with the held results);
   /// std::nullopt when no step is open or its report went out already.
   std::optional<step_report> close();
@@ -51,7 +51,7 @@ class report_sequencer {
   std::optional<step_id> open_;
   std::optional<step_id> last_;
   bool sent_ = false;
-  std::vector<job_result> held_;
+  std::vector<rank_job_result> held_;
   completion_stamper stamper_;
 };
 

@@ -74,7 +74,7 @@ void tier_executor::release_held(const block_key& key) {
 }
 
 void tier_executor::start_job(const tier_job& j) {
-  job_result failed{.job = j.id, .kind = j.kind};
+  rank_job_result failed{.job = j.id, .kind = j.kind};
   if (jobs_.contains(j.id)) {
     failed.error = errc::invalid_argument;
     failed.detail = "file tier job " + std::to_string(j.id) + " is in flight already";
@@ -109,7 +109,7 @@ void tier_executor::start_job(const tier_job& j) {
   job_state& js = jobs_[j.id];
   js.kind = j.kind;
   js.pending = static_cast<uint32_t>(j.keys.size());
-  js.result = job_result{.job = j.id, .kind = j.kind, .ok = true};
+  js.result = rank_job_result{.job = j.id, .kind = j.kind, .ok = true};
   js.started = clock::now();
   for (size_t i = 0; i < j.keys.size(); ++i) {
     const uint64_t t = next_ticket_++;
@@ -172,14 +172,14 @@ void tier_executor::fail_block(job_state& js, errc error, std::string why) {
 void tier_executor::finish_if_done(job_id id) {
   const auto it = jobs_.find(id);
   if (it == jobs_.end() || it->second.pending > 0) return;
-  job_result r = std::move(it->second.result);
+  rank_job_result r = std::move(it->second.result);
   r.seconds = std::chrono::duration<double>(clock::now() - it->second.started).count();
   if (!r.ok) r.bytes = 0;
   jobs_.erase(it);
   finished_.push_back(std::move(r));
 }
 
-std::vector<job_result> tier_executor::take_finished() {
+std::vector<rank_job_result> tier_executor::take_finished() {
   apply(io_->take_completions());
   return std::exchange(finished_, {});
 }

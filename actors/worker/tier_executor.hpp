@@ -62,7 +62,7 @@ class tier_executor {
   /// running.
   void start(const connector_metadata& meta);
   /// The jobs finished since the last call, each once; never blocks.
-  std::vector<job_result> take_finished();
+  std::vector<rank_job_result> take_finished();
   /// Blocks until every started job and removal finished (their results wait for
   /// take_finished).
   void wait_all();
@@ -77,7 +77,7 @@ class tier_executor {
   struct job_state {
     transfer_kind kind = transfer_kind::cascade;
     uint32_t pending = 0;  ///< block I/Os not completed yet
-    job_result result;
+    rank_job_result result;
     clock::time_point started;
   };
   struct ticket_of {
@@ -111,7 +111,7 @@ class tier_executor {
   /// Removals in flight, by block; a block's cascade writes wait in held_ until none is left.
   std::unordered_map<block_key, uint32_t, block_key_hash> removing_;
   std::unordered_map<block_key, std::vector<held_write>, block_key_hash> held_;
-  std::vector<job_result> finished_;
+  std::vector<rank_job_result> finished_;
   tier_io_stats stats_;
 };
 

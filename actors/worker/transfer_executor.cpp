@@ -223,7 +223,7 @@ void transfer_executor::submit_job(const transfer_job& job, const cuda::submit_o
   in_flight_.emplace(*tid, std::move(entry));
 }
 
-void transfer_executor::finish_job(const job_entry& entry, job_result result,
+void transfer_executor::finish_job(const job_entry& entry, rank_job_result result,
                                    worker_output& out) {
   const bool ok = result.ok;
   out.jobs.push_back(std::move(result));
@@ -262,7 +262,7 @@ worker_output transfer_executor::get_finished(std::span<const std::string> finis
     job_entry entry = std::move(it->second);
     in_flight_.erase(it);
     transfer_of_.erase(entry.id);
-    job_result r;
+    rank_job_result r;
     r.job = entry.id;
     r.kind = entry.kind;
     r.ok = rep.ok;

@@ -75,7 +75,7 @@ struct worker_output {
   /// detail is the engine's report detail (the cuda backend names the CUDA call and error, e.g.
   /// "cudaEventQuery returned cudaErrorIllegalAddress (700)"), the refused submit's message, or
   /// why the worker could not submit it.
-  std::vector<job_result> jobs;
+  std::vector<rank_job_result> jobs;
   /// R1 request-level sets (see the file comment).
   std::vector<std::string> finished_sending;
   std::vector<std::string> finished_recving;
@@ -176,7 +176,7 @@ class transfer_executor {
   /// Builds the ops of `job` and submits them; a failure becomes a finished, failed job.
   void submit_job(const transfer_job& job, const cuda::submit_options& opts);
   void fail_job(job_entry entry, errc error, std::string why);
-  void finish_job(const job_entry& entry, job_result result, worker_output& out);
+  void finish_job(const job_entry& entry, rank_job_result result, worker_output& out);
   void flush_deferred(const cuda::submit_options& opts);
 
   executor_config cfg_;

@@ -1,5 +1,5 @@
 """Type stubs of kvconnect's extension module (docs/python.md)."""
-from typing import Any, Iterable, Optional, Sequence, Union
+from typing import Any, Iterable, Optional, Protocol, Sequence, Union
 
 __version__: str
 
@@ -77,7 +77,7 @@ class ConnectorMetadata:
     @property
     def tier_removed(self) -> list[int]: ...
 
-class JobResult:
+class _JobOutcome(Protocol):  # the fields JobResult and RankJobResult share
     @property
     def job(self) -> int: ...
     @property
@@ -92,6 +92,10 @@ class JobResult:
     def seconds(self) -> float: ...
     @property
     def detail(self) -> str: ...
+
+class JobResult(_JobOutcome): ...  # a job's outcome across every rank
+
+class RankJobResult(_JobOutcome): ...  # one rank's outcome of a job (get_finished)
 
 class ConnectorUpdate:
     @property
@@ -178,7 +182,7 @@ class WorkerConnector:
     def wait_for_save(self) -> None: ...
     def finish_transfers(self) -> None: ...
     def get_finished(self, finished_req_ids: Iterable[str]
-                     ) -> tuple[list[str], list[str], list[JobResult]]: ...
+                     ) -> tuple[list[str], list[str], list[RankJobResult]]: ...
     def get_block_ids_with_load_errors(self) -> list[int]: ...
     def clear_connector_metadata(self) -> None: ...
     @property

@@ -314,6 +314,20 @@ py::dict tables_dict(const scheduler_connector::table_sizes& t, size_t cached) {
   return d;
 }
 
+/// JobResult and RankJobResult: the same read-only fields, kind and error as their names.
+template <class Result>
+void bind_job_result(py::module_& m, const char* name, const char* doc) {
+  py::class_<Result>(m, name, doc)
+      .def_readonly("job", &Result::job)
+      .def_property_readonly("kind", [](const Result& j) { return std::string(to_string(j.kind)); })
+      .def_readonly("ok", &Result::ok)
+      .def_property_readonly("error",
+                             [](const Result& j) { return std::string(to_string(j.error)); })
+      .def_readonly("bytes", &Result::bytes)
+      .def_readonly("seconds", &Result::seconds)
+      .def_readonly("detail", &Result::detail);
+}
+
 void bind_metadata(py::module_& m) {
   py::class_<transfer_job>(m, "TransferJob",
                            "One load or store of a step (proto ConnectorMetadata).")
@@ -350,16 +364,9 @@ void bind_metadata(py::module_& m) {
       .def_property_readonly("tier_removed", [](const connector_metadata& md) {
         return int_list(md.tier_removed);
       });
-  py::class_<job_result>(m, "JobResult", "A job's aggregated outcome.")
-      .def_readonly("job", &job_result::job)
-      .def_property_readonly("kind",
-                             [](const job_result& j) { return std::string(to_string(j.kind)); })
-      .def_readonly("ok", &job_result::ok)
-      .def_property_readonly("error",
-                             [](const job_result& j) { return std::string(to_string(j.error)); })
-      .def_readonly("bytes", &job_result::bytes)
-      .def_readonly("seconds", &job_result::seconds)
-      .def_readonly("detail", &job_result::detail);
+  bind_job_result<job_result>(m, "JobResult", "A job's outcome across every rank.");
+  bind_job_result<rank_job_result>(m, "RankJobResult",
+                                   "One rank's outcome of a job (WorkerConnector.get_finished).");
   py::class_<embed::connector_update>(m, "ConnectorUpdate",
                                       "What update_connector_output gathered.")
       .def_property_readonly(

@@ -1,7 +1,10 @@
-// The failure detail's helpers: clipping on a UTF-8 boundary, the outcome text and log line.
+// The failure detail's helpers: clipping on a UTF-8 boundary, the outcome text and log line;
+// a rank's job result and the coordinator's are distinct types.
 #include "proto/completion.hpp"
 
 #include <gtest/gtest.h>
+
+#include <type_traits>
 
 namespace kvc {
 namespace {
@@ -45,6 +48,27 @@ TEST(CompletionDetail, OutcomeTextAndFailureLineNameTheErrorAndTheDetail) {
             "job 9 (load) failed: device_error: rank 1: cudaEventQuery returned "
             "cudaErrorIllegalAddress (700)");
 }
+
+TEST(CompletionDetail, ARanksResultHasTheSameOutcomeTextAndFailureLine) {
+  rank_job_result ok{.job = 3, .kind = transfer_kind::load, .ok = true};
+  EXPECT_EQ(outcome_text(ok), "ok");
+  rank_job_result failed{.job = 9,
+                         .kind = transfer_kind::store,
+                         .ok = false,
+                         .error = errc::injected_fault,
+                         .detail = "faulty copy engine: injected fail_at_completion"};
+  EXPECT_EQ(failure_line(failed),
+            "job 9 (store) failed: injected_fault: faulty copy engine: injected "
+            "fail_at_completion");
+}
+
+// One rank's result reaches the coordinator only as a completion_event (completion_stamper);
+// neither result type stands in for the other.
+static_assert(!std::is_same_v<rank_job_result, job_result>);
+static_assert(!std::is_convertible_v<rank_job_result, job_result>);
+static_assert(!std::is_convertible_v<job_result, rank_job_result>);
+static_assert(!std::is_constructible_v<job_result, rank_job_result>);
+static_assert(!std::is_constructible_v<rank_job_result, job_result>);
 
 }  // namespace
 }  // namespace kvc

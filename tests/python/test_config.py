@@ -1,5 +1,6 @@
 """The kvconnect module: its version, the config read by the YAML file's loader, errors as
-Python exceptions, Python types checked at the boundary, the scheduler side's calls."""
+Python exceptions, Python types checked at the boundary, the scheduler side's calls, and a
+rank's job results and the aggregated ones as two types."""
 from __future__ import annotations
 
 import os
@@ -160,3 +161,35 @@ def test_kv_tensors_are_checked_at_the_boundary():
             w.register_kv_caches([torch.zeros((2, 16, 4, 256), dtype=torch.float16)], 16)
             w.register_with_scheduler()
             s.wait_for_workers(30.0)
+
+
+def test_a_ranks_job_results_and_the_aggregated_ones_are_two_types():
+    torch = pytest.importorskip("torch")
+    instance = f"pytest-{os.getpid()}-results"
+    hashes = [(i + 1).to_bytes(8, "big") for i in range(2)]
+    with kvconnect.SchedulerConnector(geometry(), instance=instance, token="t") as s:
+        with kvconnect.WorkerConnector(geometry(port=s.port), 0, instance=instance,
+                                       token="t") as w:
+            w.register_kv_caches([torch.zeros((2, 16, 4, 256), dtype=torch.float16)], 16)
+            w.register_with_scheduler()
+            s.wait_for_workers(30.0)
+            assert s.get_num_new_matched_tokens("a", hashes, 8, 0) == (0, False)
+            s.update_state_after_alloc("a", hashes, 8, [1, 2], None, 0)
+            meta = s.build_connector_meta(1, [("a", hashes, 8, 0, 8, [1, 2], False, False)], [],
+                                          [])
+            (store,) = [j.id for j in meta.stores]
+            assert w.bind_connector_metadata(1, 30.0) == 1
+            w.wait_for_save()
+            w.finish_transfers()  # submits the queued store and waits for it
+            _, _, ranks = w.get_finished([])
+            w.clear_connector_metadata()
+            update = s.update_connector_output(1, 30.0)
+    # The worker hands out its rank's own results; the scheduler side the coordinator's.
+    (mine,) = ranks
+    assert type(mine) is kvconnect.RankJobResult
+    assert (mine.job, mine.kind, mine.ok, mine.error, mine.bytes, mine.detail) == \
+        (store, "store", True, "ok", 2 * 4096, "")
+    (everyone,) = update.jobs
+    assert type(everyone) is kvconnect.JobResult
+    assert (everyone.job, everyone.kind, everyone.ok, everyone.error, everyone.bytes) == \
+        (store, "store", True, "ok", 2 * 4096)

@@ -6,7 +6,7 @@
 namespace kvc::worker {
 namespace {
 
-job_result ok_load(job_id id) {
+rank_job_result ok_load(job_id id) {
   return {id, transfer_kind::load, true, errc::ok, 64, 0.0};
 }
 

@@ -45,7 +45,8 @@ class TierExecutorTest : public ::testing::Test {
   void fill(cpu_slot s, uint8_t v) { std::memset(slot(s), v, kSlot); }
 
   /// Starts `jobs` (and removals) as one step's metadata, waits, returns the results.
-  std::vector<job_result> run(std::vector<tier_job> jobs, std::vector<block_key> removed = {}) {
+  std::vector<rank_job_result> run(std::vector<tier_job> jobs,
+                                   std::vector<block_key> removed = {}) {
     connector_metadata meta;
     meta.tier_jobs = std::move(jobs);
     meta.tier_removed = std::move(removed);
@@ -210,10 +211,10 @@ class TierFlushTest : public ::testing::Test {
     meta.tier_removed = std::move(removed);
     exec_->start(meta);
   }
-  job_result only_result() {
+  rank_job_result only_result() {
     auto done = exec_->take_finished();
     EXPECT_EQ(done.size(), 1u);
-    return done.empty() ? job_result{} : done[0];
+    return done.empty() ? rank_job_result{} : done[0];
   }
 
   disk::testing::scratch_dir dir_{"/tmp"};
@@ -234,13 +235,13 @@ TEST_F(TierFlushTest, AFlushedPromotionsRunningReadEndsBeforeTheStepReusesItsSlo
   start({{.id = 2, .kind = transfer_kind::promotion, .slots = {2}, .keys = {k2_}}}, {1});
   EXPECT_EQ(io_->conflicts(), std::vector<std::string>{});
   EXPECT_EQ(io_->done_log(), std::vector<std::string>{"read 1"});  // ended inside start()
-  const job_result first = only_result();
+  const rank_job_result first = only_result();
   EXPECT_EQ(first.job, 1u);
   EXPECT_TRUE(first.ok) << first.detail;  // it ran here; the coordinator absorbs it
   // Step 2's read runs; anything late would land now, after it.
   io_->run_queued();
   io_->run_all();
-  const job_result second = only_result();
+  const rank_job_result second = only_result();
   EXPECT_EQ(second.job, 2u);
   EXPECT_TRUE(second.ok) << second.detail;
   EXPECT_TRUE(holds(2, 0xB2));  // k2's bytes, byte for byte
@@ -261,7 +262,7 @@ TEST_F(TierFlushTest, AFlushedJobsQueuedIoIsCancelledAndNeverTouchesItsSlots) {
   EXPECT_EQ(io_->conflicts(), std::vector<std::string>{});
   auto done = exec_->take_finished();
   ASSERT_EQ(done.size(), 2u);
-  for (const job_result& r : done) {
+  for (const rank_job_result& r : done) {
     EXPECT_FALSE(r.ok);
     EXPECT_EQ(r.error, errc::precondition_failed);
     EXPECT_NE(r.detail.find("cancelled by the flush"), std::string::npos) << r.detail;
@@ -304,7 +305,7 @@ TEST_F(TierFlushTest, AFlushedCascadeHeldBehindARemovalIsWithdrawnAndWaitAllEnds
   std::memset(slot(0), 0x5A, kSlot);
   start({{.id = 1, .kind = transfer_kind::cascade, .slots = {0}, .keys = {k1_}}}, {}, {k1_});
   start({}, {1});  // failed elsewhere: its held write never goes out
-  const job_result r = only_result();
+  const rank_job_result r = only_result();
   EXPECT_FALSE(r.ok);
   EXPECT_EQ(exec_->stats().blocks_cancelled, 1u);
   exec_->wait_all();  // the removal

@@ -123,7 +123,7 @@ std::vector<job_id> ids_of(const worker_output& out) {
   return ids;
 }
 
-const job_result* find_job(const worker_output& out, job_id id) {
+const rank_job_result* find_job(const worker_output& out, job_id id) {
   for (const auto& j : out.jobs) {
     if (j.job == id) return &j;
   }
@@ -178,8 +178,8 @@ TEST(TransferExecutorTest, StoreIsSubmittedInTheNextStepAndPacksSubBlocks) {
 
   auto out2 = f.step(meta(2, {}, {}, {}));
   ASSERT_EQ(out2.jobs.size(), 1u);
-  EXPECT_EQ(out2.jobs[0], (job_result{7, transfer_kind::store, true, errc::ok,
-                                      2 * k_layers * k_page, out2.jobs[0].seconds}));
+  EXPECT_EQ(out2.jobs[0], (rank_job_result{7, transfer_kind::store, true, errc::ok,
+                                           2 * k_layers * k_page, out2.jobs[0].seconds}));
   const gpu_block src[2] = {5, 9};
   for (uint32_t j = 0; j < 2; ++j) {
     for (uint32_t l = 0; l < k_layers; ++l) {
@@ -250,11 +250,11 @@ TEST(TransferExecutorTest, SubmitFailureIsAFailedJobReportedOnce) {
   ASSERT_EQ(out.jobs.size(), 2u);
   // The refused submit's message is the job's detail, and its log line says both.
   EXPECT_EQ(*find_job(out, 3),
-            (job_result{.job = 3,
-                        .kind = transfer_kind::load,
-                        .ok = false,
-                        .error = errc::injected_fault,
-                        .detail = "injected fault: fail_at_submit (rule 0, load #0)"}));
+            (rank_job_result{.job = 3,
+                             .kind = transfer_kind::load,
+                             .ok = false,
+                             .error = errc::injected_fault,
+                             .detail = "injected fault: fail_at_submit (rule 0, load #0)"}));
   EXPECT_EQ(failure_line(*find_job(out, 3)),
             "job 3 (load) failed: injected_fault: injected fault: fail_at_submit (rule 0, load #0)");
   EXPECT_TRUE(find_job(out, 4)->ok);
