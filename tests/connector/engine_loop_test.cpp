@@ -159,6 +159,8 @@ TEST_F(EngineLoopTest, StoreRunsOneStepLaterAndReloadIsByteExact) {
   EXPECT_EQ(r3.meta.loads[0].gpu_blocks, slice(m->blocks_of("b"), 0, 9));
   EXPECT_EQ(r3.completions.finished_recving, strings{"b"});
   EXPECT_EQ(r3.rank_outputs[0].finished_recving, strings{"b"});
+  EXPECT_EQ(m->runner_stats(0).loads_verified, 9u);  // the runner checked the loaded blocks
+  EXPECT_EQ(m->runner_stats(0).load_mismatches, 0u);
   auto r4 = step_ok(*m);
   EXPECT_EQ(r4.scheduled, strings{"b"});
   EXPECT_EQ(m->num_computed("b"), 37u);  // 36 loaded + 1 computed

@@ -3,11 +3,11 @@
 #include <chrono>
 #include <climits>
 #include <cstdint>
+#include <iterator>
 #include <span>
 #include <string_view>
 #include <utility>
 
-#include "actors/embed/worker_step.hpp"
 #include "cuda/faulty_copy_engine.hpp"
 #include "launch/engines/sim/kv_content.hpp"
 
@@ -23,11 +23,6 @@ constexpr auto step_wait = 5s;
 
 /// The shared secret of the harness's scheduler and workers.
 constexpr const char* token = "engine-model";
-
-/// The model's KV of the token whose chained hash is `h`: K and V are two content layers.
-void token_kv(uint64_t h, uint32_t layer, uint32_t kv, rank_id rank, std::span<std::byte> out) {
-  sim::token_kv(h, 2 * layer + kv, rank, out);
-}
 
 }  // namespace
 
@@ -153,22 +148,19 @@ status engine_model::add_rank(rank_id r) {
   if (!w) return w.error();
   rk.wc = std::move(w).value();
 
-  const uint32_t bs = cfg_.gpu_block_size;
-  const uint64_t tb = token_bytes();
-  const uint64_t plane = uint64_t{cfg_.num_gpu_blocks} * bs * tb;  // one of K / V
-  std::vector<cuda::kv_tensor_desc> descs;
-  for (uint32_t l = 0; l < cfg_.num_layers; ++l) {
-    auto buf = rk.wc->copy_engine().allocate_device(2 * plane);
-    if (!buf) return buf.error();
-    rk.layers.push_back(*buf);
-    descs.push_back({reinterpret_cast<uintptr_t>(buf->data),
-                     {2, cfg_.num_gpu_blocks, bs, 1, cfg_.head_dim},
-                     {static_cast<int64_t>(plane), static_cast<int64_t>(bs * tb),
-                      static_cast<int64_t>(tb), static_cast<int64_t>(tb), 2},
-                     2,
-                     /*block_dim=*/1});
-  }
-  if (auto st = rk.wc->register_kv_caches(descs); !st) return st;
+  const sim::runner_geometry g{.layers = cfg_.num_layers,
+                               .page_bytes = uint64_t{2} * cfg_.gpu_block_size * token_bytes(),
+                               .gpu_blocks = cfg_.num_gpu_blocks,
+                               .gpu_block_size = cfg_.gpu_block_size,
+                               .finish_transfers = false,
+                               .kv_planes = 2};
+  auto runner = sim::model_runner::create(rk.wc->copy_engine(), rk.wc.get(), r, g);
+  if (!runner) return runner.error();
+  rk.runner.emplace(std::move(runner).value());
+  rk.runner->set_after_save([this, manual = rk.manual] {
+    if (cfg_.wait_at_step_end) manual->advance_all();
+    return status::success();
+  });
   if (auto st = rk.wc->register_with_scheduler(); !st) return st;
   ranks_.push_back(std::move(rk));
   return {};
@@ -209,31 +201,6 @@ std::vector<block_key> engine_model::keys_of(const std::vector<uint32_t>& tokens
 // ---------------------------------------------------------------------------------------------
 // One step
 
-std::byte* engine_model::token_ptr(rank_id r, uint32_t layer, uint32_t kv, gpu_block b,
-                                   uint32_t slot) const {
-  const uint64_t tb = token_bytes();
-  const uint64_t plane = uint64_t{cfg_.num_gpu_blocks} * cfg_.gpu_block_size * tb;
-  return static_cast<std::byte*>(ranks_[r].layers[layer].data) + kv * plane +
-         (uint64_t{b} * cfg_.gpu_block_size + slot) * tb;
-}
-
-status engine_model::forward(rank_id r, const sim::model_input& in) {
-  std::vector<std::byte> buf(token_bytes());
-  for (const sim::token_write& w : in.writes) {
-    for (uint32_t l = 0; l < cfg_.num_layers; ++l) {
-      for (uint32_t kv = 0; kv < 2; ++kv) {
-        token_kv(w.hash, l, kv, r, buf);
-        if (auto st = worker(r).copy_engine().upload(token_ptr(r, l, kv, w.block, w.slot),
-                                                     buf.data(), buf.size());
-            !st) {
-          return st;
-        }
-      }
-    }
-  }
-  return {};
-}
-
 step_report engine_model::step() {
   step_report rep;
   rep.errors = std::exchange(add_errors_, {});
@@ -257,22 +224,16 @@ step_report engine_model::step() {
   rep.meta = std::move(meta).value();
   if (before_workers_) before_workers_(rep.meta);
 
-  // 3. Every rank's step in vLLM's worker order, around the forward.
+  // 3. Every rank's model runner: its step in vLLM's worker order, around the forward.
   const sim::model_input& model = sched_->model();
   for (rank_id r = 0; r < cfg_.world_size; ++r) {
-    embed::worker_step_hooks hooks;
-    hooks.forward = [&](const status&) { return forward(r, model); };
-    if (cfg_.wait_at_step_end) {
-      hooks.after_save = [&] {
-        ranks_[r].manual->advance_all();
-        return status::success();
-      };
-    }
-    hooks.finished_ids = &finished_prev_;
-    auto out = embed::run_worker_step(worker(r), rep.step, step_wait, hooks);
-    if (!out.first_error) {
-      rep.errors.push_back(std::string(out.failed_call) + "[" + std::to_string(r) +
-                           "]: " + out.first_error.to_string());
+    sim::model_runner& runner = *ranks_[r].runner;
+    const status st = runner.run_step(model, step_wait);
+    embed::worker_step_outcome out = runner.last_step();
+    if (!st) {
+      const std::string_view call =
+          out.failed_call.empty() ? "next_metadata_step" : out.failed_call;
+      rep.errors.push_back(std::string(call) + "[" + std::to_string(r) + "]: " + st.to_string());
     }
     rep.rank_outputs.push_back(std::move(out.finished));
     rep.rank_load_errors.push_back(std::move(out.load_errors));
@@ -302,6 +263,14 @@ step_report engine_model::step() {
   finished_prev_ = rep.finished;
   if (cfg_.verify_each_step) {
     for (auto& line : verify()) rep.errors.push_back("verify: " + line);
+    for (rank_state& rk : ranks_) {
+      const sim::runner_stats& rs = rk.runner->stats();
+      if (rs.load_mismatches == rk.load_mismatches_seen) continue;
+      rep.errors.push_back(
+          "verify: " + std::to_string(rs.load_mismatches - rk.load_mismatches_seen) +
+          " loaded blocks differ; the first: " + rs.mismatches.front());
+      rk.load_mismatches_seen = rs.load_mismatches;
+    }
   }
   return rep;
 }
@@ -337,45 +306,29 @@ bool engine_model::idle() const {
 std::vector<std::string> engine_model::verify_tokens(const std::vector<uint32_t>& tokens,
                                                      uint32_t n,
                                                      const std::vector<gpu_block>& blocks) {
-  std::vector<std::string> out;
-  const uint32_t bs = cfg_.gpu_block_size;
-  std::vector<std::byte> want(token_bytes());
-  std::vector<std::byte> got(token_bytes());
-  uint64_t h = 0;
-  for (uint32_t p = 0; p < n && p / bs < blocks.size(); ++p) {
-    h = sim::chain(h, tokens[p]);
-    const gpu_block b = blocks[p / bs];
-    for (rank_id r = 0; r < cfg_.world_size; ++r) {
-      for (uint32_t l = 0; l < cfg_.num_layers; ++l) {
-        for (uint32_t kv = 0; kv < 2; ++kv) {
-          token_kv(h, l, kv, r, want);
-          if (auto st = worker(r).copy_engine().download(got.data(), token_ptr(r, l, kv, b, p % bs),
-                                                         got.size());
-              !st) {
-            out.push_back("download failed: " + st.to_string());
-            return out;
-          }
-          ++stats_.verified_tokens;
-          if (got != want) {
-            out.push_back("token " + std::to_string(p) + " (block " + std::to_string(b) +
-                          ") layer " + std::to_string(l) + (kv == 0 ? " K" : " V") + " rank " +
-                          std::to_string(r));
-          }
-        }
-      }
-    }
-  }
-  return out;
+  return check_tokens("", tokens, n, blocks);
 }
 
 std::vector<std::string> engine_model::verify() {
   std::vector<std::string> out;
   for (const sim::request_info& q : sched_->running_requests()) {
-    const std::vector<uint32_t> tokens(q.tokens.begin(), q.tokens.end());
-    const std::vector<gpu_block> blocks(q.blocks.begin(), q.blocks.end());
-    for (auto& line : verify_tokens(tokens, q.num_computed, blocks)) {
-      out.push_back(std::string(q.id) + ": " + line);
-    }
+    auto lines = check_tokens(q.id, q.tokens, q.num_computed, q.blocks);
+    out.insert(out.end(), std::make_move_iterator(lines.begin()),
+               std::make_move_iterator(lines.end()));
+  }
+  return out;
+}
+
+std::vector<std::string> engine_model::check_tokens(std::string_view request,
+                                                    std::span<const uint32_t> tokens, uint32_t n,
+                                                    std::span<const gpu_block> blocks) {
+  std::vector<std::string> out;
+  for (rank_state& rk : ranks_) {
+    const uint64_t before = rk.runner->stats().tokens_checked;
+    auto lines = rk.runner->check_tokens(request, tokens, n, blocks);
+    stats_.verified_tokens += rk.runner->stats().tokens_checked - before;
+    out.insert(out.end(), std::make_move_iterator(lines.begin()),
+               std::make_move_iterator(lines.end()));
   }
   return out;
 }

@@ -12,27 +12,29 @@
 ///
 /// Its scheduler is the simulated engine's (sim::sim_scheduler: prefix caching, preemption under
 /// memory pressure, asynchronous loads, request_finished and delay_free), with no token budget
-/// and no running limit, asking the scheduler_connector; the KV every token gets is the
-/// simulated model's (sim::token_kv of the token's chained hash, the layer's K and V as two
-/// content layers, the rank), so the engine knows the exact bytes every GPU block must hold and
-/// verify() checks them byte for byte.
+/// and no running limit, asking the scheduler_connector; each rank's model is the simulated
+/// engine's sim::model_runner (the KV of a token is a function of its chained hash, the layer's
+/// K or V plane and the rank), so the engine knows the exact bytes every GPU block must hold:
+/// the runner checks every finished load, and verify() every running request.
 ///
-/// Each rank's KV cache is one FlashAttention-shaped tensor per layer, (2, num_blocks,
-/// block_size, 1, head_dim) of 2-byte elements, in memory of that rank's copy engine; the CPU
-/// pool is the node's shm segment the scheduler_connector creates (and removes).
+/// Each rank's KV cache is the runner's, with K and V planes: one (2, num_blocks, page) tensor
+/// per layer, FlashAttention's split, in memory of that rank's copy engine; the CPU pool is the
+/// node's shm segment the scheduler_connector creates (and removes).
 ///
 /// One step():
 ///   1. sim_scheduler::schedule (running requests first, preempting the last one when blocks
 ///      run out; then, unless somebody was preempted, waiting requests: get_num_new_matched_tokens,
 ///      update_state_after_alloc, a load to wait for or a prefill to run).
-///   2. build_connector_meta; [before_workers hook]; every rank's step through
-///      embed::run_worker_step (vLLM's worker call order) with the forward writing the KV of the
-///      scheduled tokens and, with wait_at_step_end, every submitted transfer completed after
-///      wait_for_save; get_finished gets the requests finished in the previous step.
+///   2. build_connector_meta; [before_workers hook]; every rank's model_runner::run_step
+///      (embed::run_worker_step, vLLM's worker call order) with the forward writing the KV of
+///      the scheduled tokens and, with wait_at_step_end, every submitted transfer completed
+///      after wait_for_save; get_finished gets the metadata's finished requests (those that
+///      finished or were aborted since the previous metadata).
 ///   3. update_connector_output(step): the coordinator's released output (job results, ok iff
 ///      every rank was ok) and the request completions go to sim_scheduler::complete (computed
 ///      tokens, sampling, request_finished, finished_sending / finished_recving, invalid blocks).
-///   4. verify_each_step: every running request's computed tokens are checked on every rank.
+///   4. verify_each_step: every running request's computed tokens are checked on every rank,
+///      and every load a runner found wrong is an error.
 /// Any error from the connector or the scheduler becomes a line in step_report::errors.
 ///
 /// Test support; not thread-safe: the test's thread calls everything.
@@ -41,7 +43,9 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "actors/embed/scheduler_connector.hpp"
@@ -49,6 +53,7 @@
 #include "cuda/copy_engine.hpp"
 #include "cuda/manual_copy_engine.hpp"
 #include "launch/engines/sim/gpu_block_pool.hpp"
+#include "launch/engines/sim/model_runner.hpp"
 #include "launch/engines/sim/sim_scheduler.hpp"
 #include "proto/fault_plan.hpp"
 #include "tests/connector/recording_manager.hpp"
@@ -133,8 +138,8 @@ class engine_model {
   /// No request left, no block held, no job in flight anywhere.
   bool idle() const;
 
-  /// Byte-exact check of every running request's computed tokens on every rank; one line per
-  /// mismatching (request, token, layer, K/V, rank).
+  /// Byte-exact check of every running request's computed tokens on every rank (each rank's
+  /// model_runner::check_tokens); one line per mismatching (request, block, layer, K/V, rank).
   std::vector<std::string> verify();
   /// The same for any token sequence: the KV the model computes for `tokens` (positions
   /// [0, n)) against the GPU blocks `blocks`, on every rank.
@@ -153,6 +158,8 @@ class engine_model {
   /// vLLM's reset_prefix_cache: the GPU prefix cache forgets every block hash.
   void reset_prefix_cache() { sched_->reset_prefix_cache(); }
   const model_stats& stats() const noexcept { return stats_; }
+  /// Rank r's model runner's counts (loads_verified: the loaded blocks it checked).
+  const sim::runner_stats& runner_stats(rank_id r) const { return ranks_.at(r).runner->stats(); }
   /// nullopt for an id never added; done once it released its blocks.
   std::optional<request_state> state_of(const std::string& id) const;
   /// All of the request's tokens so far (prompt + outputs); empty once done or unknown.
@@ -174,7 +181,8 @@ class engine_model {
   struct rank_state {
     std::unique_ptr<embed::worker_connector> wc;
     cuda::manual_copy_engine* manual = nullptr;  ///< owned by wc's copy engine
-    std::vector<cuda::device_buffer> layers;     ///< (2, blocks, bs, 1, head_dim) per layer
+    std::optional<sim::model_runner> runner;     ///< its KV tensors are in wc's copy engine
+    uint64_t load_mismatches_seen = 0;           ///< runner->stats().load_mismatches reported
   };
 
   explicit engine_model(engine_config cfg);
@@ -182,11 +190,9 @@ class engine_model {
   status add_rank(rank_id r);
   /// The node's CPU pool: one slot holds an offloaded block's K and V of every layer.
   embed::pool_config cpu_pool() const;
-
-  /// Writes the KV of the scheduled tokens on rank r (the forward of run_worker_step).
-  status forward(rank_id r, const sim::model_input& in);
-  /// Where token slot `slot` of GPU block b holds its K (kv 0) or V (kv 1) of `layer` on rank r.
-  std::byte* token_ptr(rank_id r, uint32_t layer, uint32_t kv, gpu_block b, uint32_t slot) const;
+  /// Every rank's model_runner::check_tokens, counted in stats().verified_tokens.
+  std::vector<std::string> check_tokens(std::string_view request, std::span<const uint32_t> tokens,
+                                        uint32_t n, std::span<const gpu_block> blocks);
 
   engine_config cfg_;
   recording_manager* manager_ = nullptr;  ///< owned by sc_'s planner
@@ -197,7 +203,7 @@ class engine_model {
 
   std::set<std::string, std::less<>> added_;  ///< every id add_request took
   std::vector<std::string> add_errors_;       ///< refused add_request calls, for the next step
-  std::vector<std::string> finished_prev_;    ///< finished in the previous step (for workers)
+  std::vector<std::string> finished_prev_;    ///< finished in the previous step
   std::function<void(const connector_metadata&)> before_workers_;
   model_stats stats_;
 };

@@ -1,16 +1,21 @@
 // The simulated model runner of a rank that joined mid-run (a restarted process): it aligns each
 // model input with the metadata stream of its worker_connector. Metadata of an earlier step is
 // run connector-only and its report reaches the coordinator; a model input whose metadata is of
-// a later step is skipped. In-process facades: memory step transport, manual copy engine.
+// a later step is skipped. It checks any token sequence's KV byte for byte (check_tokens).
+// In-process facades: memory step transport, manual copy engine.
 #include "launch/engines/sim/model_runner.hpp"
 
 #include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
 
 #include "actors/embed/scheduler_connector.hpp"
 #include "actors/embed/worker_connector.hpp"
 #include "cuda/manual_copy_engine.hpp"
 #include "launch/config/config_loader.hpp"
 #include "launch/config/launch_plan.hpp"
+#include "launch/engines/sim/kv_content.hpp"
 #include "tests/shm/shm_fixture.hpp"
 
 namespace kvc::sim {
@@ -53,6 +58,7 @@ class ModelRunnerAlignmentTest : public shm::testing::ShmTest {
     auto runner = model_runner::create(wc_->copy_engine(), wc_.get(), 0, g);
     ASSERT_TRUE(runner.ok()) << runner.error().to_string();
     runner_.emplace(std::move(runner).value());
+    block_size_ = g.gpu_block_size;
     ASSERT_TRUE(sc_->wait_for_workers(std::chrono::milliseconds{10000}).ok());
   }
 
@@ -80,6 +86,7 @@ class ModelRunnerAlignmentTest : public shm::testing::ShmTest {
   std::unique_ptr<embed::scheduler_connector> sc_;
   std::unique_ptr<embed::worker_connector> wc_;
   std::optional<model_runner> runner_;
+  uint32_t block_size_ = 0;
 };
 
 TEST_F(ModelRunnerAlignmentTest, MetadataWhoseModelInputWasMissedRunsConnectorOnlyAndIsReported) {
@@ -101,8 +108,10 @@ TEST_F(ModelRunnerAlignmentTest, MetadataWhoseModelInputWasMissedRunsConnectorOn
 TEST_F(ModelRunnerAlignmentTest, AModelInputPlannedBeforeTheRankRegisteredIsSkipped) {
   plan_step(1);
   ASSERT_TRUE(runner_->run_step(input_of(1), seconds{10}).ok());
+  EXPECT_TRUE(runner_->last_step().bound);
   plan_step(3);  // step 2's metadata never reached this rank
   ASSERT_TRUE(runner_->run_step(input_of(2), seconds{10}).ok());
+  EXPECT_FALSE(runner_->last_step().bound);
   EXPECT_EQ(runner_->stats().steps_skipped, 1u);
   EXPECT_EQ(runner_->stats().steps, 1u);
   EXPECT_EQ(runner_->stats().tokens_written, 1u);  // step 2's forward did not run
@@ -113,6 +122,33 @@ TEST_F(ModelRunnerAlignmentTest, AModelInputPlannedBeforeTheRankRegisteredIsSkip
   auto up = sc_->update_connector_output(3, seconds{10});
   ASSERT_TRUE(up.ok()) << up.error().to_string();
   EXPECT_EQ(up->through_step, 3u);
+}
+
+// check_tokens finds the KV the forward wrote, names each layer of a block that holds another
+// token's KV, and checks no token past the last block given.
+TEST_F(ModelRunnerAlignmentTest, CheckTokensFindsTheForwardsKvAndNamesABlockThatDiffers) {
+  const uint32_t bs = block_size_;
+  std::vector<uint32_t> tokens(bs + 2);
+  model_input in{.step = 1};
+  uint64_t h = 0;
+  for (uint32_t p = 0; p < tokens.size(); ++p) {
+    tokens[p] = 100 + p;
+    h = chain(h, tokens[p]);
+    in.writes.push_back({1 + p / bs, p % bs, h});
+  }
+  plan_step(1);
+  ASSERT_TRUE(runner_->run_step(in, seconds{10}).ok());
+  const std::vector<gpu_block> blocks{1, 2};
+  using lines = std::vector<std::string>;
+  EXPECT_EQ(runner_->check_tokens("q", tokens, bs + 2, blocks), lines{});
+  EXPECT_EQ(runner_->stats().tokens_checked, (bs + 2) * 2u);  // two layers, one plane
+  plan_step(2);
+  ASSERT_TRUE(runner_->run_step(input_of(2), seconds{10}).ok());  // another KV in block 1 slot 0
+  EXPECT_EQ(runner_->check_tokens("q", tokens, bs + 2, blocks),
+            (lines{"rank 0: request q: GPU block 1 layer 0 differs from its tokens' KV",
+                   "rank 0: request q: GPU block 1 layer 1 differs from its tokens' KV"}));
+  EXPECT_EQ(runner_->check_tokens("q", tokens, bs + 2, {}), lines{});
+  EXPECT_EQ(runner_->stats().tokens_checked, (bs + 2) * 4u);
 }
 
 }  // namespace

@@ -1,10 +1,10 @@
 #include "launch/engines/sim/model_runner.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 
-#include "actors/embed/worker_step.hpp"
 #include "launch/engines/sim/elapsed.hpp"
 #include "launch/engines/sim/kv_content.hpp"
 
@@ -21,22 +21,31 @@ using steady = std::chrono::steady_clock;
 result<model_runner> model_runner::create(cuda::copy_engine& engine, embed::worker_connector* wc,
                                           rank_id rank, const runner_geometry& g) {
   if (g.layers == 0 || g.gpu_blocks < 2 || g.gpu_block_size == 0 || g.page_bytes == 0 ||
-      g.page_bytes % g.gpu_block_size != 0) {
+      (g.kv_planes != 1 && g.kv_planes != 2) ||
+      g.page_bytes % (uint64_t{g.gpu_block_size} * g.kv_planes) != 0) {
     return make_error(errc::invalid_argument,
-                      "model runner: layers, gpu blocks (>= 2) and a page of whole tokens needed");
+                      "model runner: layers, gpu blocks (>= 2), 1 or 2 "
+                      "planes and a page of whole tokens needed");
   }
-  const uint64_t layer_bytes = g.page_bytes * g.gpu_blocks;
+  const auto page = static_cast<int64_t>(g.page_bytes / g.kv_planes);  // of one plane
+  const int64_t plane = page * g.gpu_blocks;
   std::vector<std::byte*> layers;
   std::vector<cuda::kv_tensor_desc> descs;
   for (uint32_t l = 0; l < g.layers; ++l) {
-    auto buf = engine.allocate_device(layer_bytes);
+    auto buf = engine.allocate_device(g.page_bytes * g.gpu_blocks);
     if (!buf) return buf.error();
     layers.push_back(static_cast<std::byte*>(buf->data));
-    descs.push_back({.base = reinterpret_cast<uintptr_t>(buf->data),
-                     .shape = {int64_t{g.gpu_blocks}, static_cast<int64_t>(g.page_bytes)},
-                     .strides = {static_cast<int64_t>(g.page_bytes), 1},
-                     .element_size = 1,
-                     .block_dim = 0});
+    cuda::kv_tensor_desc d{.base = reinterpret_cast<uintptr_t>(buf->data),
+                           .shape = {int64_t{g.gpu_blocks}, page},
+                           .strides = {page, 1},
+                           .element_size = 1,
+                           .block_dim = 0};
+    if (g.kv_planes == 2) {
+      d.shape.insert(d.shape.begin(), 2);
+      d.strides.insert(d.strides.begin(), plane);
+      d.block_dim = 1;
+    }
+    descs.push_back(std::move(d));
   }
   if (wc != nullptr) {
     if (auto st = wc->register_kv_caches(descs); !st) return st;
@@ -50,11 +59,14 @@ model_runner::model_runner(cuda::copy_engine& engine, embed::worker_connector* w
       wc_(wc),
       rank_(rank),
       g_(g),
-      token_bytes_(g.page_bytes / g.gpu_block_size),
+      token_bytes_(g.page_bytes / g.kv_planes / g.gpu_block_size),
+      plane_bytes_(g.page_bytes / g.kv_planes * g.gpu_blocks),
       layers_(std::move(layers)) {}
 
-std::byte* model_runner::slot_ptr(uint32_t layer, gpu_block b, uint32_t slot) const {
-  return layers_[layer] + uint64_t{b} * g_.page_bytes + uint64_t{slot} * token_bytes_;
+std::byte* model_runner::slot_ptr(uint32_t layer, uint32_t plane, gpu_block b,
+                                  uint32_t slot) const {
+  return layers_[layer] + plane * plane_bytes_ +
+         (uint64_t{b} * g_.gpu_block_size + slot) * token_bytes_;
 }
 
 status model_runner::forward(const model_input& in) {
@@ -66,12 +78,16 @@ status model_runner::forward(const model_input& in) {
     const size_t n = j - i;
     buf_.resize(n * token_bytes_);
     for (uint32_t l = 0; l < g_.layers; ++l) {
-      for (size_t k = 0; k < n; ++k) {
-        token_kv(w[i + k].hash, l, rank(), {buf_.data() + k * token_bytes_, token_bytes_});
-      }
-      if (auto st = engine_->upload(slot_ptr(l, w[i].block, w[i].slot), buf_.data(), buf_.size());
-          !st) {
-        return st;
+      for (uint32_t p = 0; p < g_.kv_planes; ++p) {
+        for (size_t k = 0; k < n; ++k) {
+          token_kv(w[i + k].hash, l * g_.kv_planes + p, rank(),
+                   {buf_.data() + k * token_bytes_, token_bytes_});
+        }
+        if (auto st =
+                engine_->upload(slot_ptr(l, p, w[i].block, w[i].slot), buf_.data(), buf_.size());
+            !st) {
+          return st;
+        }
       }
     }
     stats_.tokens_written += n;
@@ -80,9 +96,29 @@ status model_runner::forward(const model_input& in) {
   return status::success();
 }
 
+std::string model_runner::differs(uint32_t layer, uint32_t plane, gpu_block b,
+                                  std::span<const uint64_t> hashes) {
+  buf_.resize(hashes.size() * token_bytes_);
+  got_.resize(buf_.size());
+  for (size_t s = 0; s < hashes.size(); ++s) {
+    token_kv(hashes[s], layer * g_.kv_planes + plane, rank(),
+             {buf_.data() + s * token_bytes_, token_bytes_});
+  }
+  if (auto st = engine_->download(got_.data(), slot_ptr(layer, plane, b, 0), got_.size()); !st) {
+    return ": " + st.to_string();
+  }
+  return got_ == buf_ ? std::string{} : " differs from its tokens' KV";
+}
+
+std::string model_runner::where(std::string_view request, gpu_block b, uint32_t layer,
+                                uint32_t plane) const {
+  return "rank " + std::to_string(rank()) + ": request " + std::string(request) + ": GPU block " +
+         std::to_string(b) + " layer " + std::to_string(layer) +
+         (g_.kv_planes == 1 ? "" : std::array{" K", " V"}[plane]);
+}
+
 void model_runner::verify(const load_check& check, const std::vector<gpu_block>& failed) {
-  buf_.resize(g_.page_bytes);
-  got_.resize(g_.page_bytes);
+  const std::span<const uint64_t> hashes{check.hashes};
   for (size_t b = 0; b < check.blocks.size(); ++b) {
     const gpu_block block = check.blocks[b];
     if (std::find(failed.begin(), failed.end(), block) != failed.end()) {
@@ -91,18 +127,12 @@ void model_runner::verify(const load_check& check, const std::vector<gpu_block>&
     }
     bool same = true;
     for (uint32_t l = 0; l < g_.layers && same; ++l) {
-      for (uint32_t s = 0; s < g_.gpu_block_size; ++s) {
-        token_kv(check.hashes[b * g_.gpu_block_size + s], l, rank(),
-                 {buf_.data() + s * token_bytes_, token_bytes_});
-      }
-      if (auto st = engine_->download(got_.data(), slot_ptr(l, block, 0), g_.page_bytes);
-          !st || got_ != buf_) {
+      for (uint32_t p = 0; p < g_.kv_planes; ++p) {
+        auto why = differs(l, p, block, hashes.subspan(b * g_.gpu_block_size, g_.gpu_block_size));
+        if (why.empty()) continue;
         same = false;
         if (stats_.mismatches.size() < mismatches_kept) {
-          stats_.mismatches.push_back(
-              "rank " + std::to_string(rank()) + ": request " + check.request_id + ": GPU block " +
-              std::to_string(block) + " layer " + std::to_string(l) +
-              (st ? " differs from its tokens' KV" : ": " + st.to_string()));
+          stats_.mismatches.push_back(where(check.request_id, block, l, p) + why);
         }
       }
     }
@@ -111,7 +141,30 @@ void model_runner::verify(const load_check& check, const std::vector<gpu_block>&
   }
 }
 
+std::vector<std::string> model_runner::check_tokens(std::string_view request,
+                                                    std::span<const uint32_t> tokens, uint32_t n,
+                                                    std::span<const gpu_block> blocks) {
+  const uint32_t bs = g_.gpu_block_size;
+  const size_t count = std::min({size_t{n}, tokens.size(), blocks.size() * bs});
+  std::vector<uint64_t> hashes(count);
+  uint64_t h = 0;
+  for (size_t p = 0; p < count; ++p) hashes[p] = h = chain(h, tokens[p]);
+  std::vector<std::string> out;
+  for (size_t b = 0; b * bs < count; ++b) {
+    const auto of_block = std::span<const uint64_t>{hashes}.subspan(b * bs);
+    for (uint32_t l = 0; l < g_.layers; ++l) {
+      for (uint32_t p = 0; p < g_.kv_planes; ++p) {
+        auto why = differs(l, p, blocks[b], of_block.first(std::min<size_t>(bs, of_block.size())));
+        if (!why.empty()) out.push_back(where(request, blocks[b], l, p) + why);
+      }
+    }
+  }
+  stats_.tokens_checked += count * g_.layers * g_.kv_planes;
+  return out;
+}
+
 status model_runner::run_step(const model_input& in, std::chrono::nanoseconds bind_timeout) {
+  last_step_ = {};
   if (wc_ == nullptr) {
     ++stats_.steps;
     const auto t0 = steady::now();
@@ -128,8 +181,8 @@ status model_runner::run_step(const model_input& in, std::chrono::nanoseconds bi
     steady::time_point start;
     double others_before;
     ~account() {
-      const double ns = std::max(
-          0.0, ns_since(start) - (r.stats_.model_ns + r.stats_.copy_ns - others_before));
+      const double ns =
+          std::max(0.0, ns_since(start) - (r.stats_.model_ns + r.stats_.copy_ns - others_before));
       r.stats_.connector_ns += ns;
       if (r.step_sink_) r.step_sink_(step, static_cast<uint64_t>(ns));
     }
@@ -165,7 +218,9 @@ status model_runner::connector_step(step_id step, const model_input* in,
       return st;
     };
   }
-  if (g_.finish_transfers) {
+  if (after_save_) {
+    hooks.after_save = after_save_;
+  } else if (g_.finish_transfers) {
     hooks.after_save = [&] {
       const auto t1 = steady::now();
       auto st = wc_->finish_transfers();
@@ -173,7 +228,9 @@ status model_runner::connector_step(step_id step, const model_input* in,
       return st;
     };
   }
-  const auto out = embed::run_worker_step(*wc_, step, bind_timeout, hooks);
+  embed::worker_step_outcome connector_only;
+  auto& out = in != nullptr ? last_step_ : connector_only;
+  out = embed::run_worker_step(*wc_, step, bind_timeout, hooks);
   stats_.step_errors += out.failures;
   if (!out.bound) return out.first_error;
   const auto t0 = steady::now();

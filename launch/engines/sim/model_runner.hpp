@@ -8,7 +8,9 @@
 ///   metadata's finished requests) -> get_block_ids_with_load_errors -> clear_connector_metadata
 /// and then checks loads: a load planned in model_input.loads is verified byte for byte, on
 /// this rank, once get_finished reports its request in finished_recving, except the blocks
-/// reported with load errors (the engine recomputes those).
+/// reported with load errors (the engine recomputes those). check_tokens checks any token
+/// sequence the same way (the connector tests check every running request each step), and
+/// last_step() keeps what the step gave the engine (get_finished, the load errors).
 ///
 /// A rank that joined mid-run (a restarted process) aligns each model input with the metadata
 /// stream first (worker_connector::next_metadata_step): metadata of an earlier step is run
@@ -27,12 +29,15 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "actors/embed/worker_connector.hpp"
+#include "actors/embed/worker_step.hpp"
 #include "launch/engines/sim/sim_scheduler.hpp"
 #include "proto/status.hpp"
 
@@ -44,6 +49,9 @@ struct runner_geometry {
   uint32_t gpu_blocks = 0;  ///< including the null block 0
   uint32_t gpu_block_size = 16;
   bool finish_transfers = true;
+  /// 1: each layer's tensor is (gpu_blocks, page_bytes). 2: it is (2, gpu_blocks, page_bytes
+  /// / 2), FlashAttention's K and V planes (two regions per layer; the connector tests).
+  uint32_t kv_planes = 1;
 };
 
 struct runner_stats {
@@ -60,6 +68,7 @@ struct runner_stats {
   /// Wall time in the connector's calls: each step's time less its model_ns and copy_ns (each
   /// step's own goes to the step sink, model_runner::on_step_connector_ns).
   double connector_ns = 0;
+  uint64_t tokens_checked = 0;          ///< token x layer x plane checks of check_tokens
   std::vector<std::string> mismatches;  ///< the first few, described
 };
 
@@ -78,6 +87,18 @@ class model_runner {
   /// its metadata's step is later). Connector errors are counted (stats().step_errors) and the
   /// first is returned; the step is always cleared, so the next one can run.
   status run_step(const model_input& in, std::chrono::nanoseconds bind_timeout);
+  /// The last run_step's own step as embed::run_worker_step ended it: what get_finished and
+  /// get_block_ids_with_load_errors gave, the first failed call. Not bound when the step was
+  /// skipped, had no connector or bound nothing.
+  const embed::worker_step_outcome& last_step() const noexcept { return last_step_; }
+  /// What runs right after wait_for_save in place of finish_transfers (the connector tests
+  /// complete only the submitted transfers there, so a step's stores wait for the next step).
+  void set_after_save(std::function<status()> fn) { after_save_ = std::move(fn); }
+  /// Byte-exact check of the KV of tokens [0, n) of `tokens` in `blocks` (gpu_block_size tokens
+  /// each; tokens past the last block are not checked) on this rank: one line per block, layer
+  /// and plane that differs, naming `request`.
+  std::vector<std::string> check_tokens(std::string_view request, std::span<const uint32_t> tokens,
+                                        uint32_t n, std::span<const gpu_block> blocks);
 
   const runner_stats& stats() const noexcept { return stats_; }
   /// Every step run with a connector gives its connector time to `sink` (the launch's connector
@@ -92,19 +113,27 @@ class model_runner {
   status connector_step(step_id step, const model_input* in, std::chrono::nanoseconds bind_timeout);
   status forward(const model_input& in);
   void verify(const load_check& check, const std::vector<gpu_block>& failed);
-  std::byte* slot_ptr(uint32_t layer, gpu_block b, uint32_t slot) const;
+  /// Why slots [0, hashes.size()) of block b in (layer, plane) do not hold those tokens' KV;
+  /// empty when they do.
+  std::string differs(uint32_t layer, uint32_t plane, gpu_block b,
+                      std::span<const uint64_t> hashes);
+  std::string where(std::string_view request, gpu_block b, uint32_t layer, uint32_t plane) const;
+  std::byte* slot_ptr(uint32_t layer, uint32_t plane, gpu_block b, uint32_t slot) const;
 
   cuda::copy_engine* engine_;
   embed::worker_connector* wc_;
   rank_id rank_;
   runner_geometry g_;
-  uint64_t token_bytes_;
-  std::vector<std::byte*> layers_;                       ///< device memory of each layer's tensor
+  uint64_t token_bytes_;            ///< one token's KV in one plane of one layer
+  uint64_t plane_bytes_;            ///< one plane of one layer's tensor
+  std::vector<std::byte*> layers_;  ///< device memory of each layer's tensor
   std::unordered_map<std::string, load_check> loading_;  ///< by request id
   std::vector<std::byte> buf_;
   std::vector<std::byte> got_;
   runner_stats stats_;
   step_time_sink step_sink_;
+  embed::worker_step_outcome last_step_;
+  std::function<status()> after_save_;
 };
 
 }  // namespace kvc::sim

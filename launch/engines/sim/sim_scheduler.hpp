@@ -7,7 +7,7 @@
 /// model must compute (model_input, for every rank's model runner).
 ///
 /// One step, as vLLM's V1 scheduler does it (the connector tests' engine_model runs this loop
-/// over the planner directly, with no budget and no running limit):
+/// over the facades and model runners, with no budget and no running limit):
 ///   schedule()  running requests first: each gets min(its remaining tokens, the budget left)
 ///               (one decode token, or the next chunk of a prefill) and the blocks for them;
 ///               when none are left the last running request is preempted (blocks freed,
