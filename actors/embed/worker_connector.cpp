@@ -74,7 +74,8 @@ struct worker_connector::impl {
   // The file tier (none without cfg.file_tier): its I/O threads finish their queued work before
   // the pool they read and write is unmapped (declared after host).
   std::unique_ptr<disk::file_io> tier_io;
-  std::unique_ptr<worker::tier_io> tier_seam;  // the executor's view of tier_io (wrapped?)
+  // The executor's view of tier_io: file_tier_io over it, wrapped by cfg.wrap_tier_io if set.
+  std::unique_ptr<worker::tier_io> tier_seam;
   std::optional<worker::tier_executor> tier;
   /// Without a tier: the results of tier jobs the scheduler side sent anyway (failed at once, so
   /// they fail now rather than at their deadline), for the next get_finished.
