@@ -344,9 +344,9 @@ status worker_connector::bind_connector_metadata(step_id step, std::chrono::nano
   if (m.tier) {
     // The flush names failed jobs whose slots the pool gave back: their transfers here end
     // before a promotion of this step may write one (the tier's own flushed jobs end inside
-    // start(), before its removals and jobs).
+    // start(), before its removals and jobs); if that wait fails, the step's tier jobs fail.
     if (!m.bound->tier_jobs.empty()) waited = m.worker->wait_transfers(m.bound->flush);
-    m.tier->start(*m.bound);
+    m.tier->start(*m.bound, waited);
   } else {
     m.refuse_tier_jobs(*m.bound);
   }

@@ -9,7 +9,7 @@ tier_executor::tier_executor(tier_io& io, cpu_pool_region pool, uint64_t payload
                              std::optional<tier_fault_decider> faults)
     : io_(&io), pool_(pool), payload_bytes_(payload_bytes), faults_(std::move(faults)) {}
 
-void tier_executor::start(const connector_metadata& meta) {
+void tier_executor::start(const connector_metadata& meta, const status& jobs_allowed) {
   flush(meta.flush);
   for (const block_key& k : meta.tier_removed) {
     const uint64_t t = next_ticket_++;
@@ -17,7 +17,16 @@ void tier_executor::start(const connector_metadata& meta) {
     ++removing_[k];
     io_->submit_remove(t, k);
   }
-  for (const tier_job& j : meta.tier_jobs) start_job(j);
+  for (const tier_job& j : meta.tier_jobs) {
+    if (jobs_allowed) {
+      start_job(j);
+    } else {
+      finished_.push_back({.job = j.id,
+                           .kind = j.kind,
+                           .error = jobs_allowed.code(),
+                           .detail = clip_detail("not started: " + jobs_allowed.message())});
+    }
+  }
 }
 
 void tier_executor::flush(std::span<const job_id> ids) {

@@ -59,8 +59,10 @@ class tier_executor {
   /// starts the removals of `meta.tier_removed`, then every job of `meta.tier_jobs`. A job
   /// whose id is in flight here already, or with a slot outside the region, fails at once
   /// (reported by the next take_finished). Returns at once unless a flushed job's I/O is
-  /// running.
-  void start(const connector_metadata& meta);
+  /// running. `jobs_allowed` not ok (the rank could not make sure the flush's transfers ended,
+  /// so a promotion might write a slot still in use): the flush and the removals run as usual
+  /// and every job of `meta.tier_jobs` fails at once with its error, doing no I/O.
+  void start(const connector_metadata& meta, const status& jobs_allowed = status::success());
   /// The jobs finished since the last call, each once; never blocks.
   std::vector<rank_job_result> take_finished();
   /// Blocks until every started job and removal finished (their results wait for

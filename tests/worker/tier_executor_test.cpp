@@ -314,5 +314,28 @@ TEST_F(TierFlushTest, AFlushedCascadeHeldBehindARemovalIsWithdrawnAndWaitAllEnds
   EXPECT_TRUE(exec_->take_finished().empty());
 }
 
+TEST_F(TierFlushTest, JobsNotAllowedFailWithTheReasonWhileTheFlushAndRemovalsRun) {
+  std::memset(slot(0), 0x5A, kSlot);
+  file_of(k2_, 0xB2);
+  start({{.id = 1, .kind = transfer_kind::cascade, .slots = {0}, .keys = {k1_}}});
+  connector_metadata meta;
+  meta.flush = {1};
+  meta.tier_removed = {k2_};
+  meta.tier_jobs = {{.id = 2, .kind = transfer_kind::promotion, .slots = {0}, .keys = {k1_}}};
+  exec_->start(meta, make_error(errc::timeout, "a flushed store is still copying"));
+  auto done = exec_->take_finished();
+  ASSERT_EQ(done.size(), 2u);  // the flushed cascade (cancelled) and the refused promotion
+  EXPECT_EQ(done[0].job, 1u);
+  EXPECT_EQ(done[0].error, errc::precondition_failed);
+  EXPECT_EQ(done[1].job, 2u);
+  EXPECT_FALSE(done[1].ok);
+  EXPECT_EQ(done[1].error, errc::timeout);
+  EXPECT_EQ(done[1].detail, "not started: a flushed store is still copying");
+  exec_->wait_all();  // the removal, and no read of the refused promotion
+  EXPECT_EQ(io_->done_log(), std::vector<std::string>{"remove 2"});
+  EXPECT_TRUE(holds(0, 0x5A));
+  EXPECT_EQ(exec_->jobs_in_flight(), 0u);
+}
+
 }  // namespace
 }  // namespace kvc::worker
