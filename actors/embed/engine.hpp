@@ -32,8 +32,8 @@ namespace kvc::embed {
 class scheduler_engine {
  public:
   virtual ~scheduler_engine() = default;
-  /// The planner's settings it plans with (block sizes, policy), into `cfg` before the
-  /// connector is created.
+  /// What the engine's model fixes (the planner's block sizes and policy, the pool's slot size
+  /// when the engine knows its KV layout), into `cfg` before the connector is created.
   virtual void configure(scheduler_connector_config& cfg) const = 0;
   /// Drives the connector: waits for every rank, runs the engine's steps until they end (or
   /// what ends the engine early). The exit code so far (0: the run passed).

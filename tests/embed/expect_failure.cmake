@@ -11,6 +11,7 @@ if(rc EQUAL 0)
   message(FATAL_ERROR "${PROGRAM} ${ARGS} exited 0, expected a failure:\n${out}\n${err}")
 endif()
 if(NOT out MATCHES "${EXPECT}")
-  message(FATAL_ERROR "${PROGRAM} ${ARGS} failed (${rc}) without saying \"${EXPECT}\":\n${out}\n${err}")
+  message(FATAL_ERROR
+    "${PROGRAM} ${ARGS} failed (${rc}) without saying \"${EXPECT}\":\n${out}\n${err}")
 endif()
 message(STATUS "${PROGRAM} ${ARGS} failed as expected (${rc}):\n${out}")

@@ -64,6 +64,9 @@ constexpr uint32_t factor = 2;        // GPU blocks per offloaded block: 8 token
 constexpr uint32_t token_bytes = 16;  // KV bytes of one token on one rank (one layer)
 constexpr uint32_t num_gpu_blocks = 32;
 constexpr uint64_t page_bytes = uint64_t{block_tokens} * token_bytes;
+// How long a call that waits for the other side (the ranks, a step's metadata, a step's
+// output, the shutdown) waits before it fails: far more than this engine's steps take.
+constexpr auto wait_limit = 5s;
 
 uint64_t mix(uint64_t x) {
   return block_key::mix(x);
@@ -87,8 +90,8 @@ struct scheduled_tokens {
   std::vector<uint64_t> prefix;   // prefix[p]: hash of tokens [0, p], the token's KV input
   uint32_t compute_from = 0;      // the forward writes the KV of tokens [compute_from, compute_to)
   uint32_t compute_to = 0;
-  uint32_t loaded_from = 0;  // loaded from the CPU pool since the request last ran: the rank
-  uint32_t loaded_to = 0;    // checks tokens [loaded_from, loaded_to) before the forward
+  uint32_t loaded = 0;  // tokens [0, loaded) came from the CPU pool since the request last ran:
+                        // the rank checks them before the forward
 };
 
 /// What every rank gets for one step (vLLM's SchedulerOutput).
@@ -200,14 +203,15 @@ class toy_rank final : public embed::rank_engine {
     // A step that computes nothing has no forward to overlap the copies with: the worker
     // finishes them now, so an idle engine drains in a known number of steps.
     if (input.requests.empty()) hooks.after_save = [&] { return wc.finish_transfers(); };
-    const embed::worker_step_outcome done = embed::run_worker_step(wc, input.step, 5s, hooks);
+    const embed::worker_step_outcome done =
+        embed::run_worker_step(wc, input.step, wait_limit, hooks);
     const std::string where =
         "rank " + std::to_string(wc.rank()) + ": step " + std::to_string(input.step) + ": ";
     if (!done.first_error) {
       const std::string_view call =
           done.failed_call == "after_save" ? "finish_transfers" : done.failed_call;
-      out.error = make_error(done.first_error.code(), where + std::string{call} + ": " +
-                                                          done.first_error.message());
+      out.error = make_error(done.first_error.code(),
+                             where + std::string{call} + ": " + done.first_error.message());
     } else if (!done.load_errors.empty()) {
       out.error = make_error(errc::device_error, where + std::to_string(done.load_errors.size()) +
                                                      " block(s) failed to load");
@@ -221,7 +225,7 @@ class toy_rank final : public embed::rank_engine {
     std::byte want[token_bytes];
     std::byte got[token_bytes];
     for (const scheduled_tokens& r : input.requests) {
-      for (uint32_t p = r.loaded_from; p < r.loaded_to; ++p) {
+      for (uint32_t p = 0; p < r.loaded; ++p) {
         token_kv(r.prefix[p], wc.rank(), want);
         if (auto st = wc.copy_engine().download(got, token(r, p), token_bytes); !st) return st;
         if (std::memcmp(want, got, token_bytes) != 0) {
@@ -301,7 +305,7 @@ class toy_scheduler final : public embed::scheduler_engine {
 
  private:
   status run_requests(embed::scheduler_connector& sc) {
-    if (auto st = sc.wait_for_workers(5s); !st) return st;
+    if (auto st = sc.wait_for_workers(wait_limit); !st) return st;
     std::printf("%u workers registered; pool %s\n", tp_size, sc.segment_name().c_str());
     std::vector<uint32_t> prompt(16);
     for (uint32_t i = 0; i < 16; ++i) prompt[i] = 10 + i;
@@ -411,14 +415,13 @@ class toy_scheduler final : public embed::scheduler_engine {
       checked_bytes_ += out.checked_bytes;
     }
     for (const scheduled_tokens& t : input.requests) {
-      if (t.loaded_to == 0) continue;
+      if (t.loaded == 0) continue;
       std::printf("step %llu: %s: %u loaded tokens match byte for byte on %u ranks\n",
-                  static_cast<unsigned long long>(s), t.id.c_str(), t.loaded_to - t.loaded_from,
-                  tp_size);
+                  static_cast<unsigned long long>(s), t.id.c_str(), t.loaded, tp_size);
     }
 
     // 3. The aggregated output of this step (every rank has reported it by now).
-    auto upd = sc.update_connector_output(s, 5s);
+    auto upd = sc.update_connector_output(s, wait_limit);
     if (!upd) return upd.error();
     for (const auto& id : upd->completions.finished_recving) {
       std::printf("step %llu: finished_recving %s\n", static_cast<unsigned long long>(s),
@@ -431,8 +434,8 @@ class toy_scheduler final : public embed::scheduler_engine {
       release(find(id));
     }
     if (!upd->completions.invalid_block_ids.empty()) {
-      return make_error(errc::device_error, "step " + std::to_string(s) +
-                                                ": the connector reported invalid blocks");
+      return make_error(errc::device_error,
+                        "step " + std::to_string(s) + ": the connector reported invalid blocks");
     }
 
     // 4. Model output: one new token per computed request; finished requests.
@@ -464,8 +467,7 @@ class toy_scheduler final : public embed::scheduler_engine {
             .prefix = r.prefix,
             .compute_from = r.computed,
             .compute_to = r.computed + n,
-            .loaded_from = 0,
-            .loaded_to = loaded};
+            .loaded = loaded};
   }
 
   request& find(const std::string& id) {
@@ -560,7 +562,7 @@ int run(bool fail_load) {
     if (!rank_ends[r]) code = fail(("rank " + std::to_string(r)).c_str(), rank_ends[r]);
   }
   // The scheduler side stops the workers (their connectors see it), then everything goes.
-  auto stopped = (*sc)->shutdown(5s);
+  auto stopped = (*sc)->shutdown(wait_limit);
   workers.clear();
   if (!stopped) return fail("shutdown", stopped.error());
   return code;
