@@ -1,8 +1,10 @@
 #pragma once
-/// The engine seam: what drives the embedding facades in a role process. A scheduler process
-/// holds one `scheduler_engine` (it drives the scheduler_connector: waits for the ranks, runs
-/// its steps, says how the run went); a worker process holds one `rank_engine` (it drives the
-/// worker_connector, one step at a time, until the scheduler stops it). The engines, by name
+/// The engine seam of the role processes: embed::scheduler_engine / embed::rank_engine
+/// (actors/embed/engine.hpp, installed with the embedding API) and what a role process adds to
+/// them. A scheduler process holds one `scheduler_engine` (it drives the scheduler_connector:
+/// waits for the ranks, runs its steps, says how the run went); a worker process holds one
+/// `rank_engine` (it drives the worker_connector, one step at a time, until the scheduler stops
+/// it). The engines, by name
 /// (engine_traits.hpp): "serve" (no steps of its own: the coordinator takes what arrives until a
 /// signal; its ranks run every step's transfers on the synthetic KV cache), "smoke" (the smoke
 /// run: store/load round trips checked byte for byte; its ranks are serve's) and "sim" (the
@@ -17,6 +19,7 @@
 #include <string>
 #include <string_view>
 
+#include "actors/embed/engine.hpp"
 #include "actors/embed/scheduler_connector.hpp"
 #include "actors/embed/worker_connector.hpp"
 #include "launch/config/fault_report.hpp"
@@ -34,34 +37,20 @@ struct engine_io {
   std::function<void(const child_event&)> emit;  ///< its JSON lines, in order
 };
 
-/// The scheduler side of an engine: one per scheduler process, called in this order.
-class scheduler_engine {
+/// The scheduler side of an engine in a scheduler process, called in this order: configure,
+/// open (once the connector listens), run (until its steps end or a signal), outcome.
+class scheduler_engine : public embed::scheduler_engine {
  public:
-  virtual ~scheduler_engine() = default;
-  /// The planner's settings it plans with (block sizes, policy), into `cfg` before the
-  /// connector is created.
-  virtual void configure(embed::scheduler_connector_config& cfg) const = 0;
   /// Once the connector listens: opens what the engine's ranks reach it by besides the step
   /// channel; the endpoint for the "listening" line (empty: none).
   virtual result<std::string> open() = 0;
-  /// Drives the connector: waits for every rank, runs the engine's steps (or serves) until
-  /// they end or a signal. The process's exit code so far (0: the run passed).
-  virtual int run(embed::scheduler_connector& sc) = 0;
   /// After the connector's shutdown: the run's fault report (its seed `seed`).
   virtual fault_outcome outcome(const embed::scheduler_connector& sc, uint64_t seed) const = 0;
 };
 
-/// The rank side of an engine: one per worker process, called in this order.
-class rank_engine {
- public:
-  virtual ~rank_engine() = default;
-  /// Before registration: sets up what the rank's steps need (its KV cache, a model runner,
-  /// the executor channel). A failure is the rank's set-up failure.
-  virtual status prepare(embed::worker_connector& wc) = 0;
-  /// Drives the connector step by step until the scheduler stops it or a signal; what ended it
-  /// (errc::device_unavailable: the device is lost, the process must end).
-  virtual status run(embed::worker_connector& wc) = 0;
-};
+/// The rank side of an engine in a worker process: prepare, then run until the scheduler stops
+/// it or a signal; a worker process needs nothing more of it.
+using rank_engine = embed::rank_engine;
 
 /// The scheduler side of engine `kind` for a process started with `o` over the pool `plan`;
 /// the engine's own set-up errors (the smoke run's geometry).
