@@ -136,9 +136,13 @@ class scheduler_connector {
   /// releases_requests); without one (a replay playing the workers' part) they complete the
   /// requests' jobs, stores successfully, as vLLM R1 does. Either way, the next
   /// update_connector_output's completions are the sets the engine acts on: they replace
-  /// vLLM's, not add to them.
+  /// vLLM's, not add to them. `invalid_block_ids`: the same output's failed blocks (vLLM's
+  /// KVConnectorOutput.invalid_block_ids); with workers attached, a load its finished_recving
+  /// names is settled from them at once (planner.hpp), and the coordinator's later result for
+  /// it is dropped.
   status apply_request_output(std::span<const std::string_view> finished_sending,
-                              std::span<const std::string_view> finished_recving);
+                              std::span<const std::string_view> finished_recving,
+                              std::span<const gpu_block> invalid_block_ids = {});
   /// Job results that reach the engine outside the step channel (a replay of vLLM's calls that
   /// plays the workers' part, as `kvconnect replay --connector` does): applied to the planner as
   /// the coordinator's are (scheduler::planner::update_connector_output); their request-level
