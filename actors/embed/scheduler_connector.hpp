@@ -78,7 +78,8 @@ class scheduler_connector {
   /// (or, with pool.create_or_attach, attaches the one a worker created first), starts the
   /// actors and, with cfg.listen, publishes the scheduler on host:port and that port in the
   /// segment. Errors: the config's; errc::shm_error / capacity_exhausted for the segment (one of
-  /// the same name with a live creator exists, or another scheduler side serves it);
+  /// the same name with a live creator exists, or another live scheduler side serves it: one
+  /// whose process ended is taken over, shm::segment::publish_scheduler_port);
   /// errc::layout_mismatch for another geometry; errc::io_error when a port cannot be opened.
   static result<std::unique_ptr<scheduler_connector>> create(const scheduler_connector_config& cfg);
 

@@ -179,6 +179,14 @@ def scheduler(engine_id: str, extra: dict) -> KvconnectConnector:
                               kv_cache_config())
 
 
+def scheduler_that_dies(engine_id: str, extra: dict) -> None:
+    """A process's scheduler role that publishes its port in the node's segment and ends
+    without shutdown (a crash: none of its own cleanup runs)."""
+    sched = scheduler(engine_id, extra)
+    assert sched.scheduler.port != 0
+    os._exit(0)  # with `sched` alive
+
+
 def output(new=(), finished=()) -> v.SchedulerOutput:
     return v.SchedulerOutput([v.NewRequestData(r.request_id, (blocks,)) for r, blocks in new],
                              v.CachedRequestData([], set(), []),
