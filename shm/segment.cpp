@@ -513,8 +513,7 @@ bool segment::publish_scheduler_port(uint16_t port) const noexcept {
   // long as it serves the segment; the kernel drops it when that process ends, however it ends.
   // So a port found with the lock free is a dead side's, taken over here, and a live side's
   // lock refuses the claim without anything being written.
-  if (!m.serves_scheduler &&
-      ::flock(m.shm.get_mapping_handle().handle, LOCK_EX | LOCK_NB) != 0) {
+  if (!m.serves_scheduler && ::flock(m.shm.get_mapping_handle().handle, LOCK_EX | LOCK_NB) != 0) {
     return false;
   }
   m.serves_scheduler = true;

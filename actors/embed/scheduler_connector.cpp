@@ -221,10 +221,9 @@ status scheduler_connector::update_state_after_alloc(const scheduler::request_vi
   return st;
 }
 
-status scheduler_connector::apply_request_output(
-    std::span<const std::string_view> finished_sending,
-    std::span<const std::string_view> finished_recving,
-    std::span<const gpu_block> invalid_block_ids) {
+status scheduler_connector::apply_request_output(std::span<const std::string_view> finished_sending,
+                                                 std::span<const std::string_view> finished_recving,
+                                                 std::span<const gpu_block> invalid_block_ids) {
   impl& m = *impl_;
   m.note_workers();
   const scheduler::request_output out{finished_sending, finished_recving,

@@ -176,12 +176,11 @@ record_event event_from(const object& o, hash_memory& mem) {
     }
     case pack::kind::request_output: {
       const object* p = fields(4, "request output");
-      return request_output_event{strs_as(p[0], "finished_sending"),
-                                  strs_as(p[1], "finished_recving"),
-                                  bool_as(p[2], "releases requests")
-                                      ? scheduler::request_output_role::releases_requests
-                                      : scheduler::request_output_role::completes_jobs,
-                                  uints_as<gpu_block>(p[3], "invalid block ids")};
+      return request_output_event{
+          strs_as(p[0], "finished_sending"), strs_as(p[1], "finished_recving"),
+          bool_as(p[2], "releases requests") ? scheduler::request_output_role::releases_requests
+                                             : scheduler::request_output_role::completes_jobs,
+          uints_as<gpu_block>(p[3], "invalid block ids")};
     }
     case pack::kind::take_completions:
       fields(0, "take completions");

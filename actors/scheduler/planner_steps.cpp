@@ -324,9 +324,8 @@ status planner::impl::release_requests(const request_output& out) {
     ++stats_.loads_settled;
     complete_job(jit, ok, /*report=*/true, rejected, first_error, /*settled=*/true);
   }
-  return first_error == errc::ok
-             ? status{}
-             : make_error(first_error, "update_connector_output: " + rejected);
+  return first_error == errc::ok ? status{}
+                                 : make_error(first_error, "update_connector_output: " + rejected);
 }
 
 void planner::impl::note_engine_failures(std::span<const gpu_block> invalid) {
@@ -337,8 +336,8 @@ void planner::impl::note_engine_failures(std::span<const gpu_block> invalid) {
     const auto& blocks = states_[js.slot].block_ids;
     const size_t end = std::min<size_t>(js.end_block, blocks.size());
     for (size_t b = js.first_block; b < end && !js.engine_failed; ++b) {
-      js.engine_failed = blocks[b] != 0 &&
-                         std::binary_search(scratch_gpu_.begin(), scratch_gpu_.end(), blocks[b]);
+      js.engine_failed =
+          blocks[b] != 0 && std::binary_search(scratch_gpu_.begin(), scratch_gpu_.end(), blocks[b]);
     }
   }
 }
