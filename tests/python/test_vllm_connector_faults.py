@@ -54,8 +54,12 @@ def test_a_failed_load_comes_back_as_invalid_block_ids_and_the_request_still_fin
         blocks_a, stored = e.store_a(sched, workers)
         kv_out, blocks_b = e.load_b(sched, workers)
         assert kv_out.finished_recving == {"b"}
-        assert kv_out.invalid_block_ids == set(blocks_b[:4])
+        assert kv_out.invalid_block_ids == set(blocks_b[:4])  # rank 1's own, through vLLM
         assert workers.all("faults") == [{}, {"fail_copy": 1}]
+        # vLLM's sets settled the load as failed; the coordinator's failure changed nothing.
+        stats = sched.scheduler.stats()
+        assert (stats["loads_ok"], stats["loads_failed"]) == (0, 1)
+        assert (stats["loads_settled"], stats["settled_results"]) == (1, 1)
         loaded = workers.all("read", blocks_b[:4])
         for src, dst in zip(blocks_a, blocks_b):
             assert loaded[0][dst] == stored[0][src], f"rank 0: block {dst}"
