@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <numaif.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -233,6 +234,9 @@ struct segment::impl {
   pid_t creator = 0;
   bool creator_here = false;
   bool remove_on_close = false;
+  /// publish_scheduler_port succeeded: this object holds the file's lock (its fd's, released
+  /// by withdraw_scheduler_port or when the fd closes).
+  bool serves_scheduler = false;
   file_id id;
 
   std::byte* base() const noexcept { return static_cast<std::byte*>(region.get_address()); }
@@ -503,16 +507,30 @@ uint16_t segment::scheduler_port() const noexcept {
 }
 
 bool segment::publish_scheduler_port(uint16_t port) const noexcept {
-  auto* h = reinterpret_cast<segment_header*>(impl_->base());
-  uint32_t none = 0;
-  return port != 0 &&
-         h->scheduler_port.compare_exchange_strong(none, port, std::memory_order_acq_rel);
+  if (port == 0) return false;
+  impl& m = *impl_;
+  // The scheduler side holds the segment file's lock (on its own open file description) for as
+  // long as it serves the segment; the kernel drops it when that process ends, however it ends.
+  // So a port found with the lock free is a dead side's, taken over here, and a live side's
+  // lock refuses the claim without anything being written.
+  if (!m.serves_scheduler && ::flock(m.shm.get_mapping_handle().handle, LOCK_EX | LOCK_NB) != 0) {
+    return false;
+  }
+  m.serves_scheduler = true;
+  auto* h = reinterpret_cast<segment_header*>(m.base());
+  h->scheduler_port.store(port, std::memory_order_release);
+  return true;
 }
 
 void segment::withdraw_scheduler_port(uint16_t port) const noexcept {
-  auto* h = reinterpret_cast<segment_header*>(impl_->base());
+  impl& m = *impl_;
+  auto* h = reinterpret_cast<segment_header*>(m.base());
   uint32_t mine = port;
-  h->scheduler_port.compare_exchange_strong(mine, 0, std::memory_order_acq_rel);
+  if (!h->scheduler_port.compare_exchange_strong(mine, 0, std::memory_order_acq_rel)) return;
+  if (m.serves_scheduler) {
+    ::flock(m.shm.get_mapping_handle().handle, LOCK_UN);
+    m.serves_scheduler = false;
+  }
 }
 
 bool segment::is_creator() const noexcept { return impl_->creator_here; }

@@ -18,7 +18,8 @@
 /// capacity_exhausted, invalid_argument); no exception leaves this API.
 ///
 /// Thread-safety: the object is immutable after create/attach, except the header's scheduler
-/// port (an atomic); slot()/rank_region() may be called from any thread. Writing the pool is up
+/// port (an atomic) and whether this object serves it (publish / withdraw: one thread);
+/// slot()/rank_region() may be called from any thread. Writing the pool is up
 /// to the caller (one worker per rank region).
 #include <cstddef>
 #include <cstdint>
@@ -110,10 +111,12 @@ class segment {
   /// The port the node's scheduler side listens on (segment_header::scheduler_port), 0 while
   /// none does: how workers built before their scheduler find it.
   uint16_t scheduler_port() const noexcept;
-  /// Sets the scheduler's port (!= 0) when none is set. False when one is: another scheduler
-  /// side serves the segment.
+  /// Sets the scheduler's port (!= 0) unless another live scheduler side serves the segment
+  /// (then false, nothing written). The serving side holds an exclusive flock on the segment
+  /// file while it serves; the kernel releases it when that process ends, so the port of a side
+  /// that died without withdrawing is taken over (never a live side's).
   bool publish_scheduler_port(uint16_t port) const noexcept;
-  /// Clears the scheduler's port if it is still `port`.
+  /// Clears the scheduler's port if it is still `port`, and gives up the lock.
   void withdraw_scheduler_port(uint16_t port) const noexcept;
 
  private:

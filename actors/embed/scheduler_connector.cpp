@@ -85,11 +85,16 @@ struct scheduler_connector::impl {
   void apply_released() {
     while (auto out = coord().poll_output()) {
       const int64_t started = trace::tracer::mono_now();
+      for (const job_result& j : out->jobs) {
+        if (j.ok) continue;
+        if (planner->settled(j.job)) {  // the engine's sets completed it; this changes nothing
+          spdlog::debug("scheduler: step {}: settled already: {}", out->step, failure_line(j));
+        } else {
+          spdlog::warn("scheduler: step {}: {}", out->step, failure_line(j));
+        }
+      }
       if (auto st = planner->update_connector_output(*out); !st) {
         spdlog::warn("scheduler_connector: step {}: {}", out->step, st.to_string());
-      }
-      for (const job_result& j : out->jobs) {
-        if (!j.ok) spdlog::warn("scheduler: step {}: {}", out->step, failure_line(j));
       }
       notify([&](step_observer& o) { o.on_output_applied(*out, started); });
       jobs.insert(jobs.end(), out->jobs.begin(), out->jobs.end());
@@ -216,15 +221,16 @@ status scheduler_connector::update_state_after_alloc(const scheduler::request_vi
   return st;
 }
 
-status scheduler_connector::apply_request_output(
-    std::span<const std::string_view> finished_sending,
-    std::span<const std::string_view> finished_recving) {
+status scheduler_connector::apply_request_output(std::span<const std::string_view> finished_sending,
+                                                 std::span<const std::string_view> finished_recving,
+                                                 std::span<const gpu_block> invalid_block_ids) {
   impl& m = *impl_;
   m.note_workers();
   const scheduler::request_output out{finished_sending, finished_recving,
                                       m.workers_attached
                                           ? scheduler::request_output_role::releases_requests
-                                          : scheduler::request_output_role::completes_jobs};
+                                          : scheduler::request_output_role::completes_jobs,
+                                      invalid_block_ids};
   auto st = m.planner->update_connector_output(out);
   m.notify([&](step_observer& o) { o.on_request_output(out); });
   m.call_end();

@@ -78,7 +78,8 @@ class scheduler_connector {
   /// (or, with pool.create_or_attach, attaches the one a worker created first), starts the
   /// actors and, with cfg.listen, publishes the scheduler on host:port and that port in the
   /// segment. Errors: the config's; errc::shm_error / capacity_exhausted for the segment (one of
-  /// the same name with a live creator exists, or another scheduler side serves it);
+  /// the same name with a live creator exists, or another live scheduler side serves it: one
+  /// whose process ended is taken over, shm::segment::publish_scheduler_port);
   /// errc::layout_mismatch for another geometry; errc::io_error when a port cannot be opened.
   static result<std::unique_ptr<scheduler_connector>> create(const scheduler_connector_config& cfg);
 
@@ -136,9 +137,13 @@ class scheduler_connector {
   /// releases_requests); without one (a replay playing the workers' part) they complete the
   /// requests' jobs, stores successfully, as vLLM R1 does. Either way, the next
   /// update_connector_output's completions are the sets the engine acts on: they replace
-  /// vLLM's, not add to them.
+  /// vLLM's, not add to them. `invalid_block_ids`: the same output's failed blocks (vLLM's
+  /// KVConnectorOutput.invalid_block_ids); with workers attached, a load its finished_recving
+  /// names is settled from them at once (planner.hpp), and the coordinator's later result for
+  /// it is dropped.
   status apply_request_output(std::span<const std::string_view> finished_sending,
-                              std::span<const std::string_view> finished_recving);
+                              std::span<const std::string_view> finished_recving,
+                              std::span<const gpu_block> invalid_block_ids = {});
   /// Job results that reach the engine outside the step channel (a replay of vLLM's calls that
   /// plays the workers' part, as `kvconnect replay --connector` does): applied to the planner as
   /// the coordinator's are (scheduler::planner::update_connector_output); their request-level

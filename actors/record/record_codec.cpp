@@ -175,12 +175,12 @@ record_event event_from(const object& o, hash_memory& mem) {
       return e;
     }
     case pack::kind::request_output: {
-      const object* p = fields(3, "request output");
-      return request_output_event{strs_as(p[0], "finished_sending"),
-                                  strs_as(p[1], "finished_recving"),
-                                  bool_as(p[2], "releases requests")
-                                      ? scheduler::request_output_role::releases_requests
-                                      : scheduler::request_output_role::completes_jobs};
+      const object* p = fields(4, "request output");
+      return request_output_event{
+          strs_as(p[0], "finished_sending"), strs_as(p[1], "finished_recving"),
+          bool_as(p[2], "releases requests") ? scheduler::request_output_role::releases_requests
+                                             : scheduler::request_output_role::completes_jobs,
+          uints_as<gpu_block>(p[3], "invalid block ids")};
     }
     case pack::kind::take_completions:
       fields(0, "take completions");
@@ -375,7 +375,7 @@ std::string event_encoder::encode(const record_event& ev) {
         } else if constexpr (std::is_same_v<T, request_output_event>) {
           const auto sending = views(e.finished_sending);
           const auto recving = views(e.finished_recving);
-          pack::request_output(pk, {sending, recving, e.role});
+          pack::request_output(pk, {sending, recving, e.role, e.invalid_block_ids});
         } else if constexpr (std::is_same_v<T, take_completions_event>) {
           pack::take_completions(pk);
         } else if constexpr (std::is_same_v<T, expect_event>) {

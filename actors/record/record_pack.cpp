@@ -105,10 +105,11 @@ void finished(packer& pk, hash_memory& mem, std::string_view id, bool delay_free
 }
 
 void request_output(packer& pk, const scheduler::request_output& out) {
-  head(pk, kind::request_output, 3);
+  head(pk, kind::request_output, 4);
   strs(pk, out.finished_sending);
   strs(pk, out.finished_recving);
   pk.pack(out.role == scheduler::request_output_role::releases_requests);
+  uints(pk, out.invalid_block_ids);
 }
 
 void take_completions(packer& pk) { head(pk, kind::take_completions, 0); }

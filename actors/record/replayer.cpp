@@ -109,7 +109,8 @@ class driver {
   std::optional<divergence> on(const request_output_event& e) {
     const auto sending = views(e.finished_sending);
     const auto recving = views(e.finished_recving);
-    (void)planner_->update_connector_output(scheduler::request_output{sending, recving, e.role});
+    (void)planner_->update_connector_output(
+        scheduler::request_output{sending, recving, e.role, e.invalid_block_ids});
     return std::nullopt;
   }
 

@@ -25,8 +25,9 @@ namespace kvc::record {
 
 /// Bumped whenever the byte layout or the meaning of an event changes; a reader refuses
 /// another version. 2: a completion event carries its failure detail. 3: every frame ends with
-/// a checksum. 4: a request output carries its role (scheduler::request_output_role).
-inline constexpr uint32_t record_schema_version = 4;
+/// a checksum. 4: a request output carries its role (scheduler::request_output_role). 5: and
+/// the engine's invalid block ids (they settle loads).
+inline constexpr uint32_t record_schema_version = 5;
 
 /// The cores' configuration, everything a replay needs to rebuild them.
 struct recorded_config {
@@ -126,6 +127,7 @@ struct request_output_event {  ///< apply_request_output
   std::vector<std::string> finished_sending;
   std::vector<std::string> finished_recving;
   scheduler::request_output_role role = scheduler::request_output_role::completes_jobs;
+  std::vector<gpu_block> invalid_block_ids;
 };
 struct take_completions_event {};  ///< the planner's request completions were taken
 struct reset_event {               ///< reset_cache

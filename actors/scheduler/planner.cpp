@@ -93,6 +93,9 @@ const connector_stats& planner::stats() const noexcept {
 const connector_geometry& planner::geometry() const noexcept {
   return impl_->geo_;
 }
+bool planner::settled(job_id job) const {
+  return impl_->settled_.contains(job);
+}
 bool planner::load_in_flight(std::string_view req_id) const {
   const uint32_t slot = impl_->find(req_id);
   return slot != impl::npos && impl_->states_[slot].load_job.has_value();
@@ -121,7 +124,8 @@ planner_tables planner::tables() const noexcept {
           .reset_flush = m.reset_flush_.size(),
           .failed_flush = m.failed_flush_.size(),
           .tier_jobs = m.tier_jobs_.size(),
-          .promoting = m.promoting_.size()};
+          .promoting = m.promoting_.size(),
+          .settled = m.settled_.size()};
 }
 std::span<const transfer_job> planner::pending_loads() const noexcept {
   return impl_->pending_loads_;

@@ -46,9 +46,14 @@
 /// failed on one rank included), so they only let the engine free a finished request's blocks or
 /// schedule a loaded one early, and each id reaches the engine once, by whichever form comes
 /// first: a request named by vLLM's set is not reported again when its jobs complete, and one
-/// already reported is dropped from vLLM's set. A load that fails after vLLM's finished_recving
-/// named its request still reports its blocks in invalid_block_ids, unless the request has
-/// finished meanwhile (the engine freed its blocks on that finished_recving).
+/// already reported is dropped from vLLM's set. A load is the exception: vLLM names a request in
+/// finished_recving only once every worker reported it, and every worker's failed copies reach
+/// the same or an earlier output as invalid_block_ids (vLLM's KVOutputAggregator.aggregate), so
+/// vLLM's word is the load's outcome. The load job in flight of a request its finished_recving
+/// names is *settled*: completed at once, failed when one of its blocks was among the engine's
+/// invalid_block_ids since it was planned (vLLM recomputes those; kvconnect does not report
+/// them again), ok otherwise. The coordinator's result for a settled job, when it comes (every
+/// rank's report, or its deadline when a report was lost), changes nothing: it is dropped.
 ///
 /// Keys. A request's keys are block_hashes[hash_factor-1 :: hash_factor] (the last hash inside
 /// each full offloaded block), extended incrementally from the request view the engine passes in;
@@ -212,6 +217,9 @@ struct request_output {
   /// Requests whose load job has ended on every worker.
   std::span<const std::string_view> finished_recving;
   request_output_role role = request_output_role::completes_jobs;
+  /// The GPU blocks the engine's workers failed to load (KVConnectorOutput.invalid_block_ids,
+  /// the union over its workers). releases_requests: they settle the loads (see above).
+  std::span<const gpu_block> invalid_block_ids = {};
 };
 
 /// Entries of each of the planner's per-request and per-job tables: every one is 0 at
@@ -230,6 +238,7 @@ struct planner_tables {
   size_t failed_flush = 0;         ///< failed job ids for the next metadata's flush
   size_t tier_jobs = 0;            ///< file tier jobs recorded or in flight
   size_t promoting = 0;            ///< blocks with a promotion in flight
+  size_t settled = 0;  ///< loads settled by the engine's sets, the coordinator's result to come
   friend bool operator==(const planner_tables&, const planner_tables&) = default;
 };
 
@@ -250,6 +259,8 @@ struct connector_stats {
   uint64_t rejected_results = 0;  ///< unknown / duplicate / mismatched job results
   uint64_t resets = 0;            ///< reset() calls that emptied the pool
   uint64_t stale_results = 0;     ///< results of jobs in flight at a reset (manager untouched)
+  uint64_t loads_settled = 0;     ///< loads completed on the engine's sets (also ok / failed)
+  uint64_t settled_results = 0;   ///< the coordinator's results of settled loads, dropped
 
   friend bool operator==(const connector_stats&, const connector_stats&) = default;
 };
@@ -323,15 +334,19 @@ class planner {
   /// store job of the request in flight (successfully, oldest first, one stored event each) and
   /// forgets that it ever stored; finished_recving completes its load job; every id, known or
   /// not, is passed on to take_request_completions as given (the engine's word). releases_requests:
-  /// no job completes; a finished delay_free request in finished_sending that has not been
-  /// reported goes to take_request_completions' finished_sending (released now when nothing is
-  /// in flight, else when its last job completes, without a second report), a request in
-  /// finished_recving whose load is in flight and unreported to its finished_recving; every
-  /// other id is dropped (reported already, or nothing to release).
+  /// no store job completes; a finished delay_free request in finished_sending that has not
+  /// been reported goes to take_request_completions' finished_sending (released now when
+  /// nothing is in flight, else when its last job completes, without a second report); a
+  /// request in finished_recving whose load is in flight goes to its finished_recving and the
+  /// load is settled (see above: failed iff one of its blocks was in invalid_block_ids of this
+  /// or an earlier call while it was in flight; no invalid block reported); every other id is
+  /// dropped (reported already, or nothing to release).
   status update_connector_output(const request_output& out);
 
   /// The request-level outcomes gathered since the last call.
   request_completions take_request_completions();
+  /// A load the engine's sets settled whose result from the coordinator has not come yet.
+  bool settled(job_id job) const;
 
   /// The request finished (or was aborted); call once, before its blocks are freed. Returns
   /// delay_free: true iff a store job was ever planned for it (R1, see above) - then the engine

@@ -53,7 +53,9 @@ class planner::impl {
   status update_connector_output(const connector_output& out);
   status update_connector_output(const request_output& out);
   /// update_connector_output's releases_requests role.
-  void release_requests(const request_output& out);
+  status release_requests(const request_output& out);
+  /// Marks the loads in flight that `invalid` (the engine's failed blocks) names engine_failed.
+  void note_engine_failures(std::span<const gpu_block> invalid);
   bool request_finished(std::string_view req_id);
   status reset();
 
@@ -90,8 +92,8 @@ class planner::impl {
     /// update_state_after_alloc until the load completes), reported invalid on failure.
     uint32_t first_block = 0;
     uint32_t end_block = 0;
-    /// Loads: the request already went to finished_recving (vLLM's set named it first).
-    bool reported = false;
+    /// Loads: one of its blocks was in the engine's invalid_block_ids while it was in flight.
+    bool engine_failed = false;
   };
   using job_map = absl::flat_hash_map<job_id, job_state>;
   std::span<const block_key> keys_of(const job_state& js) const {
@@ -194,8 +196,10 @@ class planner::impl {
                       uint32_t first_block, uint32_t first_key, connector_metadata& meta);
   /// Completes a job in flight with the manager (ok or not). `report`: record the request-level
   /// outcome (finished_recving, invalid blocks, finished_sending) for take_request_completions.
+  /// `settled`: a load the engine's finished_recving completes (release_requests): it goes to
+  /// finished_recving, its failed blocks do not go to invalid_block_ids.
   void complete_job(job_map::iterator jit, bool ok, bool report, std::string& rejected,
-                    errc& first_error);
+                    errc& first_error, bool settled = false);
   /// The job is over: drop it from its request, releasing a finished request's last job.
   void forget_job(uint32_t slot, job_id id, bool report);
   // --- the file tier (planner_tier.cpp) ---
@@ -245,6 +249,8 @@ class planner::impl {
   file_tier_counters tier_counters_;
   bool tier_events_ = false;  ///< keep the ledger's events for take_tier_events (else dropped)
   job_id next_job_ = 0;
+  /// Jobs with a lower id went out with a metadata (the others are recorded for the next one).
+  job_id sent_below_ = 0;
   /// Jobs with a lower id were in flight at the last reset: stale (their results do not reach
   /// the manager).
   job_id stale_below_ = 0;
@@ -254,6 +260,9 @@ class planner::impl {
   /// their results came, for the next metadata's flush: another rank may still be copying into
   /// or out of their slots, which the failure gave back to the pool.
   std::vector<job_id> failed_flush_;
+  /// Loads settled by the engine's finished_recving (release_requests) whose result from the
+  /// coordinator has not come yet: that result is dropped when it does.
+  absl::flat_hash_set<job_id> settled_;
   uint32_t first_cached_ = npos;       ///< the first running request of the last step (a hint)
   std::vector<uint32_t> next_cached_;  ///< by slot: the request after it in the last step
   size_t last_store_jobs_ = 0;         ///< store jobs of the last step (reserve hint)

@@ -84,6 +84,7 @@ result<connector_metadata> planner::impl::build_connector_meta(const step_input&
       if (!after_reset || j >= stale_below_) meta.flush.push_back(j);
     }
   }
+  sent_below_ = next_job_;
   return meta;
 }
 
@@ -225,6 +226,10 @@ status planner::impl::update_connector_output(const connector_output& out) {
     completions_.finished_recving.reserve(completions_.finished_recving.size() + loads);
   for (const auto& r : out.jobs) {
     if (tier_ && complete_tier_job(r, rejected, first_error)) continue;
+    if (!settled_.empty() && settled_.erase(r.job) != 0) {
+      ++stats_.settled_results;  // the engine's sets completed it already
+      continue;
+    }
     auto jit = jobs_.find(r.job);
     if (jit == jobs_.end()) {
       if (first_error == errc::ok) first_error = errc::not_found;
@@ -259,10 +264,7 @@ status planner::impl::update_connector_output(const connector_output& out) {
 }
 
 status planner::impl::update_connector_output(const request_output& out) {
-  if (out.role == request_output_role::releases_requests) {
-    release_requests(out);
-    return {};
-  }
+  if (out.role == request_output_role::releases_requests) return release_requests(out);
   // The engine's word: its sets reach it as given, whatever they complete here.
   completions_.finished_sending.insert(completions_.finished_sending.end(),
                                        out.finished_sending.begin(), out.finished_sending.end());
@@ -296,7 +298,7 @@ status planner::impl::update_connector_output(const request_output& out) {
   return make_error(first_error, "update_connector_output: " + rejected);
 }
 
-void planner::impl::release_requests(const request_output& out) {
+status planner::impl::release_requests(const request_output& out) {
   for (std::string_view id : out.finished_sending) {
     const uint32_t slot = find(id);
     if (slot == npos) continue;  // released: reported when its last job completed
@@ -308,18 +310,40 @@ void planner::impl::release_requests(const request_output& out) {
     if (st.owed) drop_owed(slot);
     if (st.jobs.empty()) release(slot);
   }
+  if (!out.invalid_block_ids.empty()) note_engine_failures(out.invalid_block_ids);
+  std::string rejected;  // complete_job's: a manager breaking its contract
+  errc first_error = errc::ok;
   for (std::string_view id : out.finished_recving) {
     const uint32_t slot = find(id);
     if (slot == npos || !states_[slot].load_job) continue;  // reported with its outcome
-    job_state& js = jobs_.find(*states_[slot].load_job)->second;
-    if (js.reported) continue;
-    js.reported = true;
-    completions_.finished_recving.push_back(states_[slot].id);
+    const job_id job = *states_[slot].load_job;
+    if (job >= sent_below_) continue;  // recorded, not sent yet: no worker has it
+    auto jit = jobs_.find(job);
+    const bool ok = !jit->second.engine_failed;
+    settled_.insert(job);
+    ++stats_.loads_settled;
+    complete_job(jit, ok, /*report=*/true, rejected, first_error, /*settled=*/true);
+  }
+  return first_error == errc::ok ? status{}
+                                 : make_error(first_error, "update_connector_output: " + rejected);
+}
+
+void planner::impl::note_engine_failures(std::span<const gpu_block> invalid) {
+  scratch_gpu_.assign(invalid.begin(), invalid.end());
+  std::sort(scratch_gpu_.begin(), scratch_gpu_.end());
+  for (auto& [id, js] : jobs_) {
+    if (js.kind != transfer_kind::load || js.engine_failed || id >= sent_below_) continue;
+    const auto& blocks = states_[js.slot].block_ids;
+    const size_t end = std::min<size_t>(js.end_block, blocks.size());
+    for (size_t b = js.first_block; b < end && !js.engine_failed; ++b) {
+      js.engine_failed =
+          blocks[b] != 0 && std::binary_search(scratch_gpu_.begin(), scratch_gpu_.end(), blocks[b]);
+    }
   }
 }
 
 void planner::impl::complete_job(job_map::iterator jit, bool ok, bool report, std::string& rejected,
-                                 errc& first_error) {
+                                 errc& first_error, bool settled) {
   const job_id id = jit->first;
   job_state js = std::move(jit->second);
   jobs_.erase(jit);
@@ -350,15 +374,14 @@ void planner::impl::complete_job(job_map::iterator jit, bool ok, bool report, st
     }
     --loads_in_flight_;
     if (report) {
-      // A request the engine let go on vLLM's finished_recving and that finished since has
-      // given its blocks back: they are no longer its to invalidate.
-      if (!ok && !(js.reported && st.finished)) {
+      // A settled load's failed blocks are the engine's own: it knows them already.
+      if (!ok && !settled) {
         const auto end = std::min<size_t>(js.end_block, st.block_ids.size());
         for (size_t b = js.first_block; b < end; ++b) {
           if (st.block_ids[b] != 0) completions_.invalid_block_ids.push_back(st.block_ids[b]);
         }
       }
-      if (!js.reported) completions_.finished_recving.push_back(st.id);
+      completions_.finished_recving.push_back(st.id);
     }
     st.load_job.reset();
   }

@@ -221,10 +221,13 @@ class KvconnectConnector(_BASE):  # type: ignore[misc, valid-type]
         return KvconnectConnectorMetadata(self._step)
 
     def update_connector_output(self, connector_output: Any) -> None:
-        """vLLM's finished sets, then what kvconnect's coordinator decided since (job results,
-        deadlines, lost ranks), go through kvconnect's planner, whose answer replaces vLLM's
-        sets for vLLM's scheduler to read after this call: each request once, and with
-        kvconnect's workers a job's outcome is the coordinator's, not vLLM's (docs/python.md)."""
+        """vLLM's finished sets and invalid block ids, then what kvconnect's coordinator decided
+        since (job results, deadlines, lost ranks), go through kvconnect's planner, whose answer
+        replaces vLLM's sets for vLLM's scheduler to read after this call: each request once;
+        with kvconnect's workers a store's outcome is the coordinator's, and a load vLLM's
+        finished_recving names is settled by vLLM's word (failed iff one of its blocks was in
+        invalid_block_ids), which the coordinator's later result does not change
+        (docs/python.md)."""
         self._scheduler.vllm_update_connector_output(connector_output)
 
     def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, dict | None]:

@@ -32,6 +32,26 @@ std::chrono::nanoseconds seconds(double s) {
   return duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(s));
 }
 
+/// vLLM's KVConnectorOutput.invalid_block_ids (a set of ints; None or absent: none) into `ids`.
+void read_invalid_blocks(py::handle out, std::vector<gpu_block>& ids) {
+  ids.clear();
+  const py::object got = py::getattr(out, "invalid_block_ids", py::none());
+  if (got.is_none()) return;
+  for (py::handle b : got) {
+    if (!PyLong_Check(b.ptr()) || PyBool_Check(b.ptr())) {
+      throw py::type_error("KVConnectorOutput.invalid_block_ids: a block id must be an int, got " +
+                           std::string(Py_TYPE(b.ptr())->tp_name));
+    }
+    const unsigned long long v = PyLong_AsUnsignedLongLong(b.ptr());
+    if ((v == static_cast<unsigned long long>(-1) && PyErr_Occurred()) || v > UINT32_MAX) {
+      PyErr_Clear();
+      throw py::value_error("KVConnectorOutput.invalid_block_ids: block id " +
+                            py::repr(b).cast<std::string>() + " is out of range");
+    }
+    ids.push_back(static_cast<gpu_block>(v));
+  }
+}
+
 /// The Python object: the facade and what it keeps of the requests (request_cache).
 class py_scheduler {
  public:
@@ -109,7 +129,8 @@ class py_scheduler {
   void vllm_output(py::handle connector_output) {
     std::vector<py::object> held;
     read_vllm_finished(connector_output, sending_, recving_, held);
-    check(sc().apply_request_output(sending_, recving_));
+    read_invalid_blocks(connector_output, invalid_);
+    check(sc().apply_request_output(sending_, recving_, invalid_));
     const embed::connector_update u = output(std::nullopt, 0.0);
     const scheduler::request_completions& c = u.completions;
     connector_output.attr("finished_sending") = set_or_none(c.finished_sending);
@@ -162,10 +183,11 @@ class py_scheduler {
   }
 
   void request_output(const std::vector<std::string>& sending,
-                      const std::vector<std::string>& recving) {
+                      const std::vector<std::string>& recving,
+                      const std::vector<gpu_block>& invalid) {
     const std::vector<std::string_view> s(sending.begin(), sending.end());
     const std::vector<std::string_view> r(recving.begin(), recving.end());
-    check(sc().apply_request_output(s, r));
+    check(sc().apply_request_output(s, r, invalid));
   }
 
   void job_results(step_id step, py::handle results) {
@@ -258,6 +280,7 @@ class py_scheduler {
   std::vector<gpu_block> block_ids_;  // vllm_alloc's, reused
   std::vector<uint8_t> hashed_;
   std::vector<std::string_view> sending_, recving_;  // vllm_output's, reused
+  std::vector<gpu_block> invalid_;                   // vllm_output's, reused
   connector_output results_;                         // job_results', reused
 };
 
@@ -278,6 +301,8 @@ py::dict stats_dict(const scheduler::connector_stats& s) {
   d["rejected_results"] = s.rejected_results;
   d["resets"] = s.resets;
   d["stale_results"] = s.stale_results;
+  d["loads_settled"] = s.loads_settled;
+  d["settled_results"] = s.settled_results;
   return d;
 }
 
@@ -306,6 +331,7 @@ py::dict tables_dict(const scheduler_connector::table_sizes& t, size_t cached) {
   d["failed_flush"] = t.planner.failed_flush;
   d["tier_jobs"] = t.planner.tier_jobs;
   d["promoting"] = t.planner.promoting;
+  d["settled"] = t.planner.settled;
   d["coordinator_jobs"] = t.coordinator_jobs;
   d["coordinator_deadlines"] = t.coordinator_deadlines;
   d["coordinator_ready_steps"] = t.coordinator_ready_steps;
@@ -439,7 +465,7 @@ void bind_scheduler(py::module_& m) {
       .def("update_connector_output", &py_scheduler::output, py::arg("step") = py::none(),
            py::arg("timeout") = 0.0)
       .def("apply_request_output", &py_scheduler::request_output, py::arg("finished_sending"),
-           py::arg("finished_recving"))
+           py::arg("finished_recving"), py::arg("invalid_block_ids") = std::vector<gpu_block>{})
       .def("apply_job_results", &py_scheduler::job_results, py::arg("step"), py::arg("results"))
       .def("request_finished", &py_scheduler::finished, py::arg("req_id"))
       .def("take_events", &py_scheduler::events)

@@ -387,9 +387,10 @@ TEST_P(EmbedTest, AStoreNamedByVllmsFinishedSetFirstIsStoredByTheCoordinatorsRes
   EXPECT_EQ((*sc)->get_num_new_matched_tokens(b, 0), (scheduler::match_result{8u, true}));
 }
 
-// vLLM's finished_recving lets the request be scheduled; a load the coordinator then fails still
-// reaches the engine as invalid block ids (and the request's finished_recving only once).
-TEST_P(EmbedTest, ALoadThatFailedAfterVllmsFinishedSetNamedItComesBackAsInvalidBlockIds) {
+// vLLM names a request in finished_recving once every worker reported it, with the workers'
+// failed copies in the same output's invalid_block_ids: the load is settled then, failed, and its
+// blocks are not named again (vLLM has them); the coordinator's failure later changes nothing.
+TEST_P(EmbedTest, ALoadThatFailedOnARankIsSettledByVllmsSetsWithTheEnginesInvalidBlocks) {
   auto sc = scheduler_connector::create(sched_cfg(2));
   ASSERT_TRUE(sc.ok()) << sc.error().to_string();
   ASSERT_TRUE(add_tp2_workers_rank1_faulty(sc->get(), "fail_copy:rank=1,dir=load,nth=0"));
@@ -405,16 +406,19 @@ TEST_P(EmbedTest, ALoadThatFailedAfterVllmsFinishedSetNamedItComesBackAsInvalidB
   ASSERT_TRUE(errors.ok()) << errors.error().to_string();
   EXPECT_EQ(*errors, (std::vector<gpu_block>{5, 6}));  // rank 1's, to vLLM
   const std::vector<std::string_view> recving{"b"};
-  ASSERT_TRUE((*sc)->apply_request_output({}, recving).ok());
-  EXPECT_TRUE((*sc)->planner().load_in_flight("b"));  // pinned until the coordinator decides
+  ASSERT_TRUE((*sc)->apply_request_output({}, recving, *errors).ok());
+  EXPECT_FALSE((*sc)->planner().load_in_flight("b"));
+  EXPECT_EQ((*sc)->stats().loads_failed, 1u);
+  EXPECT_EQ((*sc)->stats().loads_settled, 1u);
   auto out = (*sc)->update_connector_output(3, 5s);
   ASSERT_TRUE(out.ok()) << out.error().to_string();
   EXPECT_EQ(out->completions.finished_recving, (std::vector<std::string>{"b"}));
-  EXPECT_EQ(out->completions.invalid_block_ids, (std::vector<gpu_block>{5, 6}));
+  EXPECT_TRUE(out->completions.invalid_block_ids.empty());
   EXPECT_EQ((*sc)->stats().loads_failed, 1u);
   EXPECT_EQ((*sc)->stats().loads_ok, 0u);
-  EXPECT_FALSE((*sc)->planner().load_in_flight("b"));
+  EXPECT_EQ((*sc)->stats().settled_results, 1u);  // the coordinator's failure of rank 1's part
   EXPECT_EQ((*sc)->jobs_in_flight(), 0u);
+  EXPECT_EQ((*sc)->tables().planner.settled, 0u);
   EXPECT_FALSE((*sc)->request_finished("b"));
 }
 

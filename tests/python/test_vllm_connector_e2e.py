@@ -7,11 +7,13 @@ process, no segment, no job.
 
 In vLLM's order of building (the workers and their KV caches first, then the scheduler side;
 vllm/v1/engine/core.py), and in the other order. A worker whose scheduler side never comes gets
-a timeout naming the segment, after runtime.ready_timeout_ms. A reset_cache with a store in flight
+a timeout naming the segment, after runtime.ready_timeout_ms. A scheduler side that died leaves
+the segment to the next one (never a live one's). A reset_cache with a store in flight
 empties the tier and the same cycle then runs byte-exact.
 """
 from __future__ import annotations
 
+import multiprocessing
 import os
 
 import pytest
@@ -103,6 +105,33 @@ def test_a_worker_whose_scheduler_never_comes_gets_a_timeout_naming_the_segment(
     finally:
         c.shutdown()
     assert not segment.exists()
+
+
+def test_a_scheduler_side_that_died_leaves_the_segment_to_the_next_one():
+    # The worker role (built first, as vLLM builds it) creates the node's segment; a scheduler
+    # role in another process attaches it, publishes its port and dies.
+    engine_id = f"pytest-{os.getpid()}-scheduler-died"
+    extra = e.extra_config()
+    worker = KvconnectConnector(e.vllm_config(extra, engine_id, rank=0), KVConnectorRole.WORKER,
+                                e.kv_cache_config())
+    sched = None
+    try:
+        dying = multiprocessing.get_context("spawn").Process(target=e.scheduler_that_dies,
+                                                             args=(engine_id, extra))
+        dying.start()
+        dying.join(e.REPLY_S)
+        assert dying.exitcode == 0
+        # The next scheduler side of the same engine takes the segment over; a second one while
+        # it lives is refused.
+        sched = e.scheduler(engine_id, extra)
+        assert sched.scheduler.port != 0
+        with pytest.raises(kvconnect.Error, match="served by another scheduler side"):
+            e.scheduler(engine_id, extra)
+    finally:
+        if sched is not None:
+            sched.shutdown()
+        worker.shutdown()
+    assert not e.segment_path(engine_id).exists()
 
 
 def test_reset_cache_with_a_store_in_flight_then_store_and_load_byte_exact():

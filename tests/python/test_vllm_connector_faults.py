@@ -13,7 +13,11 @@ when they fire is known without waiting on time.
   coordinator. The request does not wait for it (vLLM's own sets free it in that step); the
   coordinator fails rank 1's part at the step deadline (nothing confirms its bytes), so the
   blocks are not offered, and a is not reported to vLLM a second time.
-Both: nothing is left (jobs, requests, transfers, processes, the segment).
+- drop_report: rank 1's report of b's load never reaches the coordinator. vLLM names b once
+  every worker reported it, with every worker's failed copies in the same output's
+  invalid_block_ids (none): the load is settled ok in that step, and its deadline changes
+  nothing. b, preempted and scheduled again before that deadline, loads again.
+All: nothing is left (jobs, requests, transfers, processes, the segment).
 """
 from __future__ import annotations
 
@@ -27,9 +31,10 @@ import vllm_engine as e  # noqa: E402
 import vllm_standins as v  # noqa: E402
 
 
-def run(name: str, faults: list[str], check, straggling: int = 0) -> None:
+def run(name: str, faults: list[str], check, straggling: int = 0,
+        job_timeout_steps: int = 2) -> None:
     engine_id = f"pytest-{os.getpid()}-{name}"
-    extra = e.extra_config(job_timeout_steps=2, faults=faults)
+    extra = e.extra_config(job_timeout_steps=job_timeout_steps, faults=faults)
     workers = e.Workers(engine_id, extra)
     sched = None
     try:
@@ -49,8 +54,12 @@ def test_a_failed_load_comes_back_as_invalid_block_ids_and_the_request_still_fin
         blocks_a, stored = e.store_a(sched, workers)
         kv_out, blocks_b = e.load_b(sched, workers)
         assert kv_out.finished_recving == {"b"}
-        assert kv_out.invalid_block_ids == set(blocks_b[:4])
+        assert kv_out.invalid_block_ids == set(blocks_b[:4])  # rank 1's own, through vLLM
         assert workers.all("faults") == [{}, {"fail_copy": 1}]
+        # vLLM's sets settled the load as failed; the coordinator's failure changed nothing.
+        stats = sched.scheduler.stats()
+        assert (stats["loads_ok"], stats["loads_failed"]) == (0, 1)
+        assert (stats["loads_settled"], stats["settled_results"]) == (1, 1)
         loaded = workers.all("read", blocks_b[:4])
         for src, dst in zip(blocks_a, blocks_b):
             assert loaded[0][dst] == stored[0][src], f"rank 0: block {dst}"
@@ -100,3 +109,70 @@ def test_a_dropped_report_delays_no_request_and_its_deadline_drops_the_store():
 
     # The timed-out job's entry waits for rank 1's late report (its straggler grace, 30 s).
     run("drop-report", ["drop_report:rank=1,step=2,nth=0"], check, straggling=1)
+
+
+def test_a_load_whose_last_report_is_lost_is_settled_by_vllms_sets_and_its_deadline_is_a_no_op():
+    def check(sched, workers):
+        blocks_a, stored = e.store_a(sched, workers)
+        # Step 3: rank 1's report of b's load never reaches kvconnect's coordinator, but vLLM's
+        # aggregation names b (every worker reported it) with no invalid block: every rank's
+        # copy succeeded, and the load completes now.
+        kv_out, blocks_b, b = e.start_b(sched, workers, wait=False)
+        assert kv_out.finished_recving == {"b"}
+        assert not kv_out.invalid_block_ids
+        stats = sched.scheduler.stats()
+        assert (stats["loads_ok"], stats["loads_failed"], stats["loads_settled"]) == (1, 0, 1)
+        assert sched.scheduler.jobs_in_flight == 0
+        assert sched.scheduler.tables()["settled"] == 1
+        e.check_loaded(workers, blocks_a, stored, blocks_b)
+        assert sched.request_finished(b, blocks_b) == (False, None)
+        # Steps 4 and 5: the load's step deadline fails rank 1's part in the coordinator; that
+        # result changes nothing (no invalid block, no second finished_recving).
+        for _ in range(2):
+            out = e.engine_step(sched, workers, e.output())
+            assert not out.finished_recving and not out.invalid_block_ids
+        faults = sched.scheduler.fault_statistics()
+        assert (faults["injected"], faults["timed_out"]) == ({"drop_report": 1}, 1)
+        stats = sched.scheduler.stats()
+        assert (stats["loads_ok"], stats["loads_failed"], stats["settled_results"]) == (1, 0, 1)
+        assert stats["rejected_results"] == 0
+        assert sched.scheduler.tables()["settled"] == 0
+
+    run("drop-load-report", ["drop_report:rank=1,step=3,nth=0"], check, straggling=1)
+
+
+def test_a_request_preempted_after_its_settled_load_loads_again():
+    def check(sched, workers):
+        blocks_a, stored = e.store_a(sched, workers)
+        # Step 3: b's load, rank 1's report lost; vLLM's sets name b and it runs (step 4).
+        kv_out, blocks_b, b = e.start_b(sched, workers, wait=False)
+        assert kv_out.finished_recving == {"b"}
+        b.num_computed_tokens = 16
+        running = v.SchedulerOutput([], v.CachedRequestData(["b"], set(), [None]), {"b": 1},
+                                    set(), [])
+        e.engine_step(sched, workers, running)
+        # Step 5: b is preempted (its GPU blocks freed and overwritten), before the coordinator
+        # decided the first load (its deadline is step 6's planning, after b's next alloc).
+        b.num_computed_tokens = 0
+        e.engine_step(sched, workers, v.SchedulerOutput([], v.CachedRequestData([], set(), []),
+                                                        {}, set(), ["b"]))
+        workers.all("write", (blocks_b, 98))
+        # Scheduled again: b loads a's prefix a second time, into other blocks.
+        assert sched.get_num_new_matched_tokens(b, 0) == (16, True)
+        again = [5, 1, 2, 3, 4]
+        sched.update_state_after_alloc(b, e.blocks_of(again), 16)
+        kv_out = e.engine_step(sched, workers, e.output())
+        assert [j.gpu_blocks for j in sched.planned.loads] == [again[:4]]
+        assert kv_out.finished_recving == {"b"}
+        assert not kv_out.invalid_block_ids
+        e.check_loaded(workers, blocks_a, stored, again)
+        assert sched.request_finished(b, again) == (False, None)
+        e.engine_step(sched, workers, e.output())  # the finished id goes to the workers
+        # Both loads were settled by vLLM's sets; the coordinator's results (the first one's
+        # deadline, the second one's reports) changed nothing.
+        stats = sched.scheduler.stats()
+        assert (stats["loads_ok"], stats["loads_failed"]) == (2, 0)
+        assert (stats["loads_settled"], stats["settled_results"]) == (2, 2)
+
+    run("reload-after-preemption", ["drop_report:rank=1,step=3,nth=0"], check, straggling=1,
+        job_timeout_steps=3)

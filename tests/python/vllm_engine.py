@@ -179,6 +179,14 @@ def scheduler(engine_id: str, extra: dict) -> KvconnectConnector:
                               kv_cache_config())
 
 
+def scheduler_that_dies(engine_id: str, extra: dict) -> None:
+    """A process's scheduler role that publishes its port in the node's segment and ends
+    without shutdown (a crash: none of its own cleanup runs)."""
+    sched = scheduler(engine_id, extra)
+    assert sched.scheduler.port != 0
+    os._exit(0)  # with `sched` alive
+
+
 def output(new=(), finished=()) -> v.SchedulerOutput:
     return v.SchedulerOutput([v.NewRequestData(r.request_id, (blocks,)) for r, blocks in new],
                              v.CachedRequestData([], set(), []),
@@ -244,17 +252,33 @@ def store_a(sched: KvconnectConnector, workers: Workers,
     return store_request(sched, workers, "a", prefix_hashes(), 1, wait)
 
 
-def load_b(sched: KvconnectConnector, workers: Workers) -> tuple[v.KVConnectorOutput, list[int]]:
+def start_b(sched: KvconnectConnector, workers: Workers,
+            wait: bool = True) -> tuple[v.KVConnectorOutput, list[int], v.Request]:
     """Step 3: b shares a's 16 tokens: loaded into other blocks, in another order. Returns the
-    step's output and b's blocks."""
+    step's output, b's blocks and b (not finished). `wait`: engine_step's."""
     b = v.Request("b", prefix_hashes() + [(200).to_bytes(8, "big")], 20, 0, None)
     assert sched.get_num_new_matched_tokens(b, 0) == (16, True)
     blocks_b = [4, 3, 2, 1, 5]
     sched.update_state_after_alloc(b, blocks_of(blocks_b), 16)
-    kv_out = engine_step(sched, workers, output())
+    kv_out = engine_step(sched, workers, output(), wait)
     assert [j.gpu_blocks for j in sched.planned.loads] == [blocks_b[:4]]
+    return kv_out, blocks_b, b
+
+
+def load_b(sched: KvconnectConnector, workers: Workers) -> tuple[v.KVConnectorOutput, list[int]]:
+    """Step 3: start_b, then b finishes. Returns the step's output and b's blocks."""
+    kv_out, blocks_b, b = start_b(sched, workers)
     assert sched.request_finished(b, blocks_b) == (False, None)
     return kv_out, blocks_b
+
+
+def check_loaded(workers: Workers, blocks_a: list[int], stored: list,
+                 blocks_b: list[int]) -> None:
+    """Every rank's blocks_b hold what a stored in blocks_a."""
+    loaded = workers.all("read", blocks_b[:len(blocks_a)])
+    for r in range(TP):
+        for src, dst in zip(blocks_a, blocks_b):
+            assert loaded[r][dst] == stored[r][src], f"rank {r}: block {dst}"
 
 
 def check_nothing_left(sched: KvconnectConnector, workers: Workers,
@@ -273,14 +297,10 @@ def check_nothing_left(sched: KvconnectConnector, workers: Workers,
 
 
 def load_b_checked(sched: KvconnectConnector, workers: Workers, blocks_a: list[int],
-                   stored: list) -> list:
+                   stored: list) -> None:
     """b loads a's prefix (load_b); it must finish receiving with no invalid block, and every
-    rank's loaded blocks must equal what a stored. Returns the loaded bytes per rank."""
+    rank's loaded blocks must equal what a stored (check_loaded)."""
     kv_out, blocks_b = load_b(sched, workers)
     assert kv_out.finished_recving == {"b"}
     assert not kv_out.invalid_block_ids
-    loaded = workers.all("read", blocks_b[:4])
-    for r in range(TP):
-        for src, dst in zip(blocks_a, blocks_b):
-            assert loaded[r][dst] == stored[r][src], f"rank {r}: block {dst}"
-    return loaded
+    check_loaded(workers, blocks_a, stored, blocks_b)

@@ -52,7 +52,7 @@ std::vector<record_event> every_kind() {
           b,
           finished_event{"a", true},
           request_output_event{{"a"}, {"b", "c"}},
-          request_output_event{{"d"}, {}, scheduler::request_output_role::releases_requests},
+          request_output_event{{"d"}, {}, scheduler::request_output_role::releases_requests, {9}},
           take_completions_event{},
           expect_event{3, 123456789},
           report_event{r},
@@ -109,6 +109,8 @@ TEST(RecordCodec, WholeRecordReadsBack) {
   ASSERT_EQ(back->events.size(), rec.events.size());
   EXPECT_EQ(std::get<request_output_event>(back->events[6]).role,
             scheduler::request_output_role::releases_requests);
+  EXPECT_EQ(std::get<request_output_event>(back->events[6]).invalid_block_ids,
+            (std::vector<gpu_block>{9}));
   const auto& report = std::get<report_event>(back->events[9]).report;
   ASSERT_EQ(report.events.size(), 2u);
   EXPECT_EQ(report.events[0].seconds, 0.25);

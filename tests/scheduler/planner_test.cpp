@@ -1262,8 +1262,9 @@ TEST_F(PlannerTest, RequestLevelOutputsCompleteTheRequestsJobs) {
   EXPECT_FALSE(planner_->request_finished("a"));
 }
 
-// With kvconnect's workers the coordinator's job results decide every outcome; vLLM's sets only
-// release requests to the engine, each once, whichever form names it first.
+// With kvconnect's workers the coordinator's job results decide every store's outcome; vLLM's
+// sets release requests to the engine, each once, whichever form names it first, and settle the
+// load of a request their finished_recving names (every worker reported it).
 TEST_F(PlannerTest, WithWorkersVllmsSetsReleaseRequestsAndTheJobResultsDecide) {
   const auto live = request_output_role::releases_requests;
   test_request w{"w", prompt(12, 1)};
@@ -1286,25 +1287,33 @@ TEST_F(PlannerTest, WithWorkersVllmsSetsReleaseRequestsAndTheJobResultsDecide) {
   const std::vector<std::string_view> sending{"a", "w", "nobody"};
   const std::vector<std::string_view> recving{"b", "nobody"};
   ASSERT_TRUE(planner_->update_connector_output(request_output{sending, recving, live}).ok());
-  EXPECT_TRUE(mgr_->ops().empty());  // no job completes
-  EXPECT_EQ(planner_->jobs_in_flight(), 2u);
-  EXPECT_TRUE(planner_->load_in_flight("b"));
+  // The store stays the coordinator's; b's load is settled ok (no invalid block): unpinned now.
+  EXPECT_EQ(mgr_->ops(), (std::vector<std::string>{"complete_load"}));
+  EXPECT_EQ(planner_->jobs_in_flight(), 1u);
+  EXPECT_FALSE(planner_->load_in_flight("b"));
+  EXPECT_TRUE(planner_->settled(load[0].id));
+  EXPECT_EQ(planner_->stats().loads_ok, 1u);
+  EXPECT_EQ(planner_->stats().loads_settled, 1u);
   EXPECT_EQ(planner_->take_request_completions(), (request_completions{{"a"}, {"b"}, {}}));
   // Named again (a duplicate): nothing more reaches the engine.
   ASSERT_TRUE(planner_->update_connector_output(request_output{sending, recving, live}).ok());
   EXPECT_TRUE(planner_->take_request_completions().empty());
 
-  // The coordinator fails both: a's blocks are dropped, b's GPU blocks are invalid; neither
-  // request is reported a second time, and a is released with its last job.
+  // The coordinator fails both (b's at its deadline, a report lost): a's blocks are dropped;
+  // b's settled load is untouched (no invalid block, no second outcome); neither request is
+  // reported a second time, and a is released with its last job.
   (void)planner_->take_events();
+  mgr_->calls.clear();
   complete(store[0], /*ok=*/false);
   complete(load[0], /*ok=*/false);
-  EXPECT_EQ(mgr_->ops(), (std::vector<std::string>{"complete_store_failed", "complete_load"}));
-  EXPECT_EQ(planner_->take_request_completions(),
-            (request_completions{{}, {}, slice_ids(b.blocks, 0, 3)}));
+  EXPECT_EQ(mgr_->ops(), (std::vector<std::string>{"complete_store_failed"}));
+  EXPECT_TRUE(planner_->take_request_completions().empty());
   EXPECT_TRUE(planner_->take_events().empty());  // no stored event
   EXPECT_EQ(planner_->stats().stores_failed, 1u);
-  EXPECT_EQ(planner_->stats().loads_failed, 1u);
+  EXPECT_EQ(planner_->stats().loads_failed, 0u);
+  EXPECT_EQ(planner_->stats().settled_results, 1u);
+  EXPECT_EQ(planner_->stats().rejected_results, 0u);
+  EXPECT_FALSE(planner_->settled(load[0].id));
   EXPECT_EQ(planner_->jobs_in_flight(), 0u);
   EXPECT_EQ(planner_->tracked_requests(), 1u);  // b, running
   EXPECT_FALSE(planner_->request_finished("b"));
@@ -1326,6 +1335,108 @@ TEST_F(PlannerTest, WithWorkersVllmsSetsReleaseRequestsAndTheJobResultsDecide) {
   ASSERT_TRUE(planner_->update_connector_output(request_output{late, {}, live}).ok());
   EXPECT_TRUE(planner_->take_request_completions().empty());
   (void)step({});  // the finished ids go to the workers
+  EXPECT_EQ(planner_->tables(), planner_tables{});
+}
+
+// vLLM names a loading request in finished_recving once every worker reported it, and the
+// workers' failed copies come as invalid_block_ids in that output or an earlier one: a load with
+// one of its blocks among them is settled as failed (vLLM recomputes those blocks; kvconnect
+// does not name them again), and the coordinator's later success changes nothing.
+TEST_F(PlannerTest, WithWorkersALoadWhoseBlocksTheEngineNamedInvalidIsSettledAsFailed) {
+  const auto live = request_output_role::releases_requests;
+  test_request w{"w", prompt(12, 1)};
+  store_fully(w);
+  test_request b{"b", prompt(16, 1)};
+  ASSERT_EQ(planner_->get_num_new_matched_tokens(b.view(), 0), (match_result{12u, true}));
+  b.alloc(16, next_block_);
+  ASSERT_TRUE(planner_->update_state_after_alloc(b.view(), b.blocks, 12).ok());
+  const auto load = step({}).loads;
+  ASSERT_EQ(load.size(), 1u);
+
+  // Rank 0's failed copy of b's second block, in an output before the last rank named b (and
+  // blocks of nobody's load).
+  const std::vector<gpu_block> invalid{b.blocks[1], 999};
+  ASSERT_TRUE(planner_->update_connector_output(request_output{{}, {}, live, invalid}).ok());
+  EXPECT_TRUE(planner_->load_in_flight("b"));
+  EXPECT_TRUE(planner_->take_request_completions().empty());
+  mgr_->calls.clear();
+  const std::vector<std::string_view> recving{"b"};
+  ASSERT_TRUE(planner_->update_connector_output(request_output{{}, recving, live}).ok());
+  EXPECT_EQ(mgr_->ops(), (std::vector<std::string>{"complete_load"}));
+  EXPECT_EQ(planner_->stats().loads_failed, 1u);
+  EXPECT_EQ(planner_->take_request_completions(), (request_completions{{}, {"b"}, {}}));
+  // The failed job is flushed with the next metadata (as every failed job).
+  complete(load[0], /*ok=*/true);
+  EXPECT_TRUE(planner_->take_request_completions().empty());
+  EXPECT_EQ(planner_->stats().loads_ok, 0u);
+  EXPECT_FALSE(planner_->request_finished("b"));
+  EXPECT_EQ(step({}).flush, (std::vector<job_id>{load[0].id}));
+  EXPECT_EQ(planner_->tables(), planner_tables{});
+}
+
+// The invalid blocks of the same output settle the load as failed too; a load recorded but not
+// yet sent is not settled by a set that names its request.
+TEST_F(PlannerTest, WithWorkersTheSameOutputsInvalidBlocksFailTheLoadAndAnUnsentLoadWaits) {
+  const auto live = request_output_role::releases_requests;
+  test_request w{"w", prompt(12, 1)};
+  store_fully(w);
+  test_request b{"b", prompt(16, 1)};
+  ASSERT_EQ(planner_->get_num_new_matched_tokens(b.view(), 0), (match_result{12u, true}));
+  b.alloc(16, next_block_);
+  ASSERT_TRUE(planner_->update_state_after_alloc(b.view(), b.blocks, 12).ok());
+  const std::vector<std::string_view> recving{"b"};
+  const std::vector<gpu_block> invalid{b.blocks[2]};
+  ASSERT_TRUE(planner_->update_connector_output(request_output{{}, recving, live, invalid}).ok());
+  EXPECT_TRUE(planner_->load_in_flight("b"));  // recorded for the next metadata: not settled
+  EXPECT_TRUE(planner_->take_request_completions().empty());
+  const auto load = step({}).loads;
+  ASSERT_EQ(load.size(), 1u);
+  ASSERT_TRUE(planner_->update_connector_output(request_output{{}, recving, live, invalid}).ok());
+  EXPECT_FALSE(planner_->load_in_flight("b"));
+  EXPECT_EQ(planner_->stats().loads_failed, 1u);
+  EXPECT_EQ(planner_->take_request_completions(), (request_completions{{}, {"b"}, {}}));
+  complete(load[0], /*ok=*/false);  // the coordinator's failure: dropped, nothing reported
+  EXPECT_TRUE(planner_->take_request_completions().empty());
+  EXPECT_EQ(planner_->stats().settled_results, 1u);
+  EXPECT_FALSE(planner_->request_finished("b"));
+  (void)step({});
+  EXPECT_EQ(planner_->tables(), planner_tables{});
+}
+
+// Preempted after its load was settled (vLLM ran it on its finished_recving), a request loads
+// again while the coordinator has not decided the first load (a report lost): the second load is
+// planned as any other.
+TEST_F(PlannerTest, WithWorkersARequestPreemptedAfterASettledLoadLoadsAgain) {
+  const auto live = request_output_role::releases_requests;
+  test_request w{"w", prompt(12, 1)};
+  store_fully(w);
+  test_request b{"b", prompt(16, 1)};
+  ASSERT_EQ(planner_->get_num_new_matched_tokens(b.view(), 0), (match_result{12u, true}));
+  b.alloc(16, next_block_);
+  ASSERT_TRUE(planner_->update_state_after_alloc(b.view(), b.blocks, 12).ok());
+  const auto first = step({}).loads;
+  ASSERT_EQ(first.size(), 1u);
+  const std::vector<std::string_view> recving{"b"};
+  ASSERT_TRUE(planner_->update_connector_output(request_output{{}, recving, live}).ok());
+  EXPECT_EQ(planner_->take_request_completions(), (request_completions{{}, {"b"}, {}}));
+  // b runs one step, then is preempted; its blocks are freed and it is scheduled again.
+  EXPECT_TRUE(step({}, {running(b, {}, 12, 1)}).stores.empty());
+  const std::vector<std::string_view> preempted{"b"};
+  EXPECT_TRUE(step({}, {}, preempted).flush.empty());  // nothing of b's in flight
+  ASSERT_EQ(planner_->get_num_new_matched_tokens(b.view(), 0), (match_result{12u, true}));
+  b.blocks.clear();
+  b.alloc(16, next_block_);
+  ASSERT_TRUE(planner_->update_state_after_alloc(b.view(), b.blocks, 12).ok());
+  const auto second = step({}).loads;
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(second[0].gpu_blocks, slice_ids(b.blocks, 0, 3));
+  complete(first[0], /*ok=*/false);  // the first load's deadline: dropped
+  complete(second[0]);
+  EXPECT_EQ(planner_->take_request_completions(), (request_completions{{}, {"b"}, {}}));
+  EXPECT_EQ(planner_->stats().loads_ok, 2u);
+  EXPECT_EQ(planner_->stats().settled_results, 1u);
+  EXPECT_FALSE(planner_->request_finished("b"));
+  (void)step({});
   EXPECT_EQ(planner_->tables(), planner_tables{});
 }
 

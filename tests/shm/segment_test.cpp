@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gmock/gmock.h>
@@ -329,6 +330,50 @@ TEST_F(SegmentTest, TheSchedulerPortIsPublishedOnceAndWithdrawnByItsPublisherOnl
   EXPECT_EQ(seg->scheduler_port(), 4711);
   peer->withdraw_scheduler_port(4711);
   EXPECT_EQ(seg->scheduler_port(), 0);
+}
+
+// A scheduler side that died without withdrawing (its process ended) leaves its port in the
+// header; the next scheduler side of that segment takes it over, while a live one keeps it.
+TEST_F(SegmentTest, TheNextSchedulerSideTakesOverTheSegmentOfOneThatDied) {
+  const auto name = unique_name();
+  auto seg = segment::create(name, geo_);
+  ASSERT_TRUE(seg.ok());
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // a scheduler side that publishes its port and dies
+    auto dying = segment::attach(name, &geo_);
+    ::_exit(dying.ok() && dying->publish_scheduler_port(4711) ? 0 : 1);
+  }
+  int wstatus = 0;
+  ASSERT_EQ(::waitpid(child, &wstatus, 0), child);
+  ASSERT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0);
+  EXPECT_EQ(seg->scheduler_port(), 4711);  // left behind
+
+  auto next = segment::attach(name, &geo_);
+  ASSERT_TRUE(next.ok());
+  EXPECT_TRUE(next->publish_scheduler_port(4712));
+  EXPECT_EQ(seg->scheduler_port(), 4712);
+  auto another = segment::attach(name, &geo_);
+  ASSERT_TRUE(another.ok());
+  EXPECT_FALSE(another->publish_scheduler_port(4713));  // the live side keeps it
+  EXPECT_EQ(seg->scheduler_port(), 4712);
+  next->withdraw_scheduler_port(4712);
+  EXPECT_EQ(seg->scheduler_port(), 0);
+  EXPECT_TRUE(another->publish_scheduler_port(4713));
+  another->withdraw_scheduler_port(4713);
+}
+
+// The lock is the serving object's alone: dropping that object (its process going on) frees it.
+TEST_F(SegmentTest, ASchedulerSidesObjectGoneFreesTheSegmentForTheNext) {
+  const auto name = unique_name();
+  auto seg = segment::create(name, geo_);
+  ASSERT_TRUE(seg.ok());
+  std::optional<segment> first{std::move(segment::attach(name, &geo_)).value()};
+  EXPECT_TRUE(first->publish_scheduler_port(4711));
+  EXPECT_FALSE(seg->publish_scheduler_port(4712));
+  first.reset();  // as a destroyed scheduler side whose withdraw never ran
+  EXPECT_TRUE(seg->publish_scheduler_port(4712));
+  seg->withdraw_scheduler_port(4712);
 }
 
 TEST_F(SegmentTest, CreateReplacesASegmentWhosePidWasRecycled) {
