@@ -10,6 +10,12 @@
 /// model runners on the executor channel). The role processes (launch/cli/role_processes.cpp)
 /// hold one of each through the factories and never branch on which.
 ///
+/// The connector is the engine's optional offload side: with offload.enabled false a role
+/// process creates none (no pool, no segment, no step channel) and hands the engine null, as
+/// vLLM runs without a KV connector. Only an engine whose traits allow it gets null
+/// (engine_traits::needs_offload empty: the simulated engine, whose steps are then its model's
+/// forward passes alone); the factories refuse the others with offload_problem's error.
+///
 /// What an engine says goes through `engine_io::emit` as child events (child_events.hpp), in
 /// the order the launcher reads them; its stop is the process's signals.
 #include <functional>
@@ -44,10 +50,12 @@ class scheduler_engine {
   /// Once the connector listens: opens what the engine's ranks reach it by besides the step
   /// channel; the endpoint for the "listening" line (empty: none).
   virtual result<std::string> open() = 0;
-  /// Drives the connector: waits for every rank, runs the engine's steps (or serves) until
-  /// they end or a signal. The process's exit code so far (0: the run passed).
-  virtual int run(embed::scheduler_connector& sc) = 0;
-  /// After the connector's shutdown: the run's fault report (its seed `seed`).
+  /// Drives the connector (`sc`; null: offloading off): waits for every rank, runs the engine's
+  /// steps (or serves) until they end or a signal. The process's exit code so far (0: the run
+  /// passed).
+  virtual int run(embed::scheduler_connector* sc) = 0;
+  /// After the connector's shutdown: the run's fault report (its seed `seed`). Only with a
+  /// connector: injected faults need one (offload_problem).
   virtual fault_outcome outcome(const embed::scheduler_connector& sc, uint64_t seed) const = 0;
 };
 
@@ -56,15 +64,18 @@ class rank_engine {
  public:
   virtual ~rank_engine() = default;
   /// Before registration: sets up what the rank's steps need (its KV cache, a model runner,
-  /// the executor channel). A failure is the rank's set-up failure.
-  virtual status prepare(embed::worker_connector& wc) = 0;
-  /// Drives the connector step by step until the scheduler stops it or a signal; what ended it
-  /// (errc::device_unavailable: the device is lost, the process must end).
-  virtual status run(embed::worker_connector& wc) = 0;
+  /// the executor channel) over `wc` (null: offloading off; the engine makes its own copy
+  /// engine). A failure is the rank's set-up failure.
+  virtual status prepare(embed::worker_connector* wc) = 0;
+  /// Drives the connector step by step until the scheduler stops it or a signal (without one:
+  /// the engine's steps until their end or a signal); what ended it (errc::device_unavailable:
+  /// the device is lost, the process must end).
+  virtual status run(embed::worker_connector* wc) = 0;
 };
 
 /// The scheduler side of engine `kind` for a process started with `o` over the pool `plan`;
-/// the engine's own set-up errors (the smoke run's geometry).
+/// the engine's own set-up errors (the smoke run's geometry), and errc::invalid_argument with
+/// offload_problem's sentence when `o` turns offloading off for an engine that needs it.
 result<std::unique_ptr<scheduler_engine>> make_scheduler_engine(engine_kind kind,
                                                                 const scheduler_process_options& o,
                                                                 const pool_plan& plan,

@@ -86,7 +86,8 @@ class serve_scheduler final : public scheduler_engine {
     configure_synthetic(cfg, o_);
   }
   result<std::string> open() override { return std::string{}; }
-  int run(embed::scheduler_connector& sc) override { return serve_until_signal(sc, io_.signals); }
+  /// Never null: the factory refuses serving without offloading.
+  int run(embed::scheduler_connector* sc) override { return serve_until_signal(*sc, io_.signals); }
   fault_outcome outcome(const embed::scheduler_connector& sc, uint64_t seed) const override {
     return scheduler_outcome(sc, seed);
   }
@@ -106,9 +107,10 @@ class smoke_scheduler final : public scheduler_engine {
     configure_synthetic(cfg, o_);
   }
   result<std::string> open() override { return std::string{}; }
-  int run(embed::scheduler_connector& sc) override {
-    const int code = steps(sc);
-    if (code == 0 && o_.serve_after_smoke) return serve_until_signal(sc, io_.signals);
+  /// Never null: the factory refuses the smoke run without offloading.
+  int run(embed::scheduler_connector* sc) override {
+    const int code = steps(*sc);
+    if (code == 0 && o_.serve_after_smoke) return serve_until_signal(*sc, io_.signals);
     return code;
   }
   fault_outcome outcome(const embed::scheduler_connector& sc, uint64_t seed) const override {
@@ -169,11 +171,16 @@ double thread_cpu_ns() {
 }
 
 /// The simulated engine's scheduler loop: waits for every rank and its executor-channel
-/// subscription, runs the workload (each step's model input published to the workers), ends
-/// the channel and prints its finished requests ("finished", for `launch --compare`) and the
-/// run's figures ("sim"), kept as its run report once the run started (the fault report's
-/// source too). 0 when the scheduler side saw no problem (nothing hung, pending or leaked);
-/// the workers report their load checks themselves.
+/// subscription, runs the workload (each step's model input published to the workers), prints
+/// its finished requests ("finished", for `launch --compare`) and the run's figures ("sim"),
+/// kept as its run report once the run started (the fault report's source too), and then ends
+/// the channel (a worker without offloading ends with it: the launcher reads these lines
+/// first). 0 when the scheduler side saw no problem (nothing hung, pending or leaked); the
+/// workers report their load checks themselves.
+///
+/// Without a connector (offloading off) the ranks are the channel's subscribers alone: the
+/// loop runs run_engine_loop's run without offloading, and no rank can be lost and come back
+/// (no connector tracks them; a worker that exits ends the launch).
 class sim_scheduler final : public scheduler_engine {
  public:
   sim_scheduler(const scheduler_process_options& o, engine_io io) : o_(o), io_(std::move(io)) {}
@@ -187,7 +194,7 @@ class sim_scheduler final : public scheduler_engine {
     executor_ = std::move(p).value();
     return executor_->endpoint();
   }
-  int run(embed::scheduler_connector& sc) override;
+  int run(embed::scheduler_connector* sc) override;
   fault_outcome outcome(const embed::scheduler_connector& sc, uint64_t seed) const override {
     return report_ ? sim::fault_outcome_of(*report_, seed) : scheduler_outcome(sc, seed);
   }
@@ -199,11 +206,11 @@ class sim_scheduler final : public scheduler_engine {
   std::optional<sim::run_report> report_;
 };
 
-int sim_scheduler::run(embed::scheduler_connector& sc) {
+int sim_scheduler::run(embed::scheduler_connector* sc) {
   const launch_config& c = o_.sim_engine->config;
   signal_watcher& signals = io_.signals;
   const milliseconds ready = ready_wait(o_);
-  if (auto st = sc.wait_for_workers(ready); !st) {
+  if (auto st = sc ? sc->wait_for_workers(ready) : status::success(); !st) {
     spdlog::error("sim: not every rank registered within {} ms: {}", ready.count(), st.to_string());
     return 1;
   }
@@ -217,15 +224,16 @@ int sim_scheduler::run(embed::scheduler_connector& sc) {
   lo.offloaded_block_bytes = o_.sim_engine->plan.kv.slot_bytes * o_.sim_engine->plan.kv.world_size;
   // A lost rank (under on-failure): no step until every rank registered again and the new
   // process subscribed to the executor channel (subscriptions count since its creation).
+  // Without a connector no rank change is ever seen: the loop never calls it.
   std::set<std::pair<rank_id, uint32_t>> told;
   lo.await_ranks = [&]() -> status {
     spdlog::warn("sim: a rank was lost: pausing until every rank is back");
-    report_lost_ranks(sc, io_, told);
-    if (auto st = wait_for_restarts(sc, o_, signals); !st) return st;
+    report_lost_ranks(*sc, io_, told);
+    if (auto st = wait_for_restarts(*sc, o_, signals); !st) return st;
     if (int sig = signals.signalled()) {
       return make_error(errc::io_error, "signal " + std::to_string(sig));
     }
-    const uint64_t subscribers = o_.topology.world_size() + sc.ranks_changed().restarts;
+    const uint64_t subscribers = o_.topology.world_size() + sc->ranks_changed().restarts;
     if (auto st = executor_->wait_for_subscribers(static_cast<uint32_t>(subscribers), ready); !st) {
       return st;
     }
@@ -241,7 +249,7 @@ int sim_scheduler::run(embed::scheduler_connector& sc) {
     return 0.0;  // the ranks' connector time is theirs, not measured here
   };
   lo.on_step = [&](const sim::run_report& r) {
-    report_lost_ranks(sc, io_, told);
+    if (sc) report_lost_ranks(*sc, io_, told);
     io_.emit(progress_event{
         r.steps,
         {{"event", "progress"},
@@ -254,15 +262,17 @@ int sim_scheduler::run(embed::scheduler_connector& sc) {
          {"gpu_hit_tokens", r.gpu_hit_tokens},
          {"jobs_failed", r.jobs_failed}}});
   };
-  auto rep = sim::run_engine_loop(c, &sc, lo);
-  if (auto st = executor_->publish({true, {}}); !st) spdlog::warn("sim: {}", st.to_string());
-  rep.busy_slots = sc.planner().manager().busy();
-  const embed::fault_stats f = sc.fault_statistics();
-  rep.faults_fired = f.injected;  // the channel's; the launcher adds the workers' copy faults
-  rep.late_reports_dropped = f.late_reports;
-  rep.duplicates_dropped = f.duplicates;
+  auto rep = sim::run_engine_loop(c, sc, lo);
+  if (sc) {
+    rep.busy_slots = sc->planner().manager().busy();
+    const embed::fault_stats f = sc->fault_statistics();
+    rep.faults_fired = f.injected;  // the channel's; the launcher adds the workers' copy faults
+    rep.late_reports_dropped = f.late_reports;
+    rep.duplicates_dropped = f.duplicates;
+  }
   io_.emit(finished_event{sim::finished_json(rep.finished)});  // what `launch --compare` pairs
   io_.emit(sim_event{sim::summary_json(rep)});  // the launcher adds the workers' checks
+  if (auto st = executor_->publish({true, {}}); !st) spdlog::warn("sim: {}", st.to_string());
   report_ = rep;
   return rep.ok() ? 0 : 1;
 }
@@ -285,6 +295,10 @@ result<std::unique_ptr<scheduler_engine>> make_scheduler_engine(engine_kind kind
                                                                 const scheduler_process_options& o,
                                                                 const pool_plan& plan,
                                                                 engine_io io) {
+  if (auto p = offload_problem(traits_of(kind), o.offload, !o.faults.specs.empty());
+      !p.empty()) {
+    return make_error(errc::invalid_argument, p);
+  }
   switch (kind) {
     case engine_kind::smoke: {
       auto s = smoke_engine::create(plan.geometry.world_size, o.pool.slots, o.pool.kv,

@@ -14,21 +14,24 @@ constexpr std::array<engine_traits, 3> table{{
      .executor_channel = false,
      .launchable = false,
      .run_figures = false,
-     .run_name = "serving"},
+     .run_name = "serving",
+     .needs_offload = "serves the connector of an external engine"},
     {.kind = engine_kind::smoke,
      .name = "smoke",
      .waits_for_steps = true,
      .executor_channel = false,
      .launchable = true,
      .run_figures = false,
-     .run_name = "smoke run"},
+     .run_name = "smoke run",
+     .needs_offload = "runs store/load round trips through the pool"},
     {.kind = engine_kind::sim,
      .name = "sim",
      .waits_for_steps = true,
      .executor_channel = true,
      .launchable = true,
      .run_figures = true,
-     .run_name = "simulated run"},
+     .run_name = "simulated run",
+     .needs_offload = ""},
 }};
 
 }  // namespace
@@ -47,6 +50,25 @@ result<engine_kind> parse_engine_kind(std::string_view name) {
   }
   return make_error(errc::invalid_argument,
                     "--engine " + std::string{name} + ": serve, smoke or sim");
+}
+
+std::string offload_problem(const engine_traits& engine, bool offload, bool faults) {
+  if (offload) return {};
+  if (!engine.needs_offload.empty()) {
+    std::string without;
+    for (const engine_traits& t : table) {
+      if (!t.needs_offload.empty()) continue;
+      without += (without.empty() ? "" : ", ") + std::string{t.name};
+    }
+    return "offload.enabled is false: engine " + std::string{engine.name} + " " +
+           std::string{engine.needs_offload} + " (without offloading: " + without + ")";
+  }
+  if (faults) {
+    return "runtime.faults: offload.enabled is false: injected faults act on the connector's "
+           "step channel, its transfers and its ranks, which a run without offloading does not "
+           "have";
+  }
+  return {};
 }
 
 engine_kind engine_of(const scheduler_process_options& o) {

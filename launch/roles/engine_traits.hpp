@@ -2,9 +2,11 @@
 /// engine_traits: the engines a role process can run (launch/engines/engine.hpp), by name, and
 /// what the launcher and the role processes need to know of each: whether it waits for every
 /// step's output, whether its workers take model input from an executor channel, whether
-/// `kvconnect launch` runs it, whether it reports the simulated run's figures. Callers ask these
-/// properties; none compares engine names. Pure: no I/O.
+/// `kvconnect launch` runs it, whether it reports the simulated run's figures, whether it runs
+/// without offloading (offload.enabled false). Callers ask these properties; none compares
+/// engine names. Pure: no I/O.
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "launch/roles/role_options.hpp"
@@ -33,6 +35,9 @@ struct engine_traits {
   bool run_figures;
   /// How the launcher's reasons name its run ("the smoke run passed").
   std::string_view run_name;
+  /// Why it cannot run with offload.enabled false; empty: it can (the simulated engine runs as
+  /// vLLM does without a KV connector: no connector, no pool, its ranks' forward passes only).
+  std::string_view needs_offload;
 };
 
 /// The traits of `kind`.
@@ -44,6 +49,11 @@ result<engine_kind> parse_engine_kind(std::string_view name);
 /// The engine a scheduler process was started with: sim with a simulated engine's config,
 /// smoke with smoke steps, else serve.
 engine_kind engine_of(const scheduler_process_options& o);
+/// Why a run of `engine` with offloading `offload` and injected faults (`faults`: any given)
+/// cannot start, naming the key; empty when it can. Offloading off: the engines whose traits
+/// need it are refused, and so are injected faults (they act on the connector's step channel,
+/// its transfers and the ranks it tracks, none of which a run without offloading has).
+std::string offload_problem(const engine_traits& engine, bool offload, bool faults);
 /// The engine a worker process runs the rank side of: sim with an executor channel, else the
 /// synthetic KV cache's (serve; the smoke run's ranks are the same).
 engine_kind engine_of(const worker_process_options& o);

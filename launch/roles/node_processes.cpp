@@ -19,6 +19,7 @@ void fill_shared(Options& o, const launch_config& c, const launch_plan& p, uint3
   o.pool.instance = p.scheduler.pool.instance;
   o.pool.slots = p.scheduler.pool.slots_per_rank;
   o.pool.kv = p.synthetic;
+  o.offload = c.offload.enabled;
   if (const auto& t = p.scheduler.file_tier) o.pool.tier = tier_options::of(*t);
   o.network.heartbeat_ms = c.runtime.heartbeat_ms;
   o.network.connection_timeout_ms = c.runtime.connection_timeout_ms;

@@ -101,6 +101,9 @@ struct config_input {
 struct scheduler_process_options {
   topology_options topology;
   pool_options pool;
+  /// offload.enabled: false runs the engine without offloading: no connector, no pool, no
+  /// segment (only an engine that can, engine_traits::needs_offload; no injected faults).
+  bool offload = true;
   network_options network;
   std::string token;
   std::string host = defaults::host;  ///< the address to listen on
@@ -147,6 +150,9 @@ struct scheduler_process_options {
 struct worker_process_options {
   topology_options topology;
   pool_options pool;
+  /// offload.enabled: false: no worker_connector, no pool: the rank runs its engine's model
+  /// alone (the simulated engine's forward passes) on its own copy engine.
+  bool offload = true;
   network_options network;
   std::string token;
   std::string host = defaults::host;
