@@ -96,6 +96,40 @@ TEST_F(EngineFactoryTest, EveryNameMakesItsEnginesAndAnUnknownNameIsOneError) {
   EXPECT_THAT(no_config.error().message(), HasSubstr("--engine sim"));
 }
 
+// Offloading off (offload.enabled false): only an engine that runs without a connector is made;
+// the others, and injected faults, are one sentence naming the key.
+TEST_F(EngineFactoryTest, WithoutOffloadingOnlyTheSimulatedEngineIsMade) {
+  for (auto k : {engine_kind::serve, engine_kind::smoke}) {
+    auto o = scheduler_options(k);
+    o.offload = false;
+    auto e = make_scheduler_engine(k, o, pool(o), io());
+    ASSERT_FALSE(e.ok()) << to_string(k);
+    EXPECT_EQ(e.error().code(), errc::invalid_argument);
+    EXPECT_THAT(e.error().message(),
+                HasSubstr("offload.enabled is false: engine " + std::string{to_string(k)}));
+    EXPECT_THAT(e.error().message(), HasSubstr("(without offloading: sim)"));
+    EXPECT_EQ(e.error().message(), offload_problem(traits_of(k), false, false));
+  }
+  auto o = scheduler_options(engine_kind::sim);
+  o.offload = false;
+  auto sim = make_scheduler_engine(engine_kind::sim, o, pool(o), io());
+  ASSERT_TRUE(sim.ok()) << sim.error().to_string();
+  EXPECT_EQ(offload_problem(traits_of(engine_kind::sim), false, false), "");
+  o.faults.specs = {"duplicate_report:nth=3"};
+  auto faulty = make_scheduler_engine(engine_kind::sim, o, pool(o), io());
+  ASSERT_FALSE(faulty.ok());
+  EXPECT_THAT(faulty.error().message(), HasSubstr("runtime.faults: offload.enabled is false"));
+  // With offloading every engine takes faults.
+  for (auto k : {engine_kind::serve, engine_kind::smoke, engine_kind::sim}) {
+    EXPECT_EQ(offload_problem(traits_of(k), true, true), "") << to_string(k);
+  }
+  // The ranks of the synthetic KV cache have nothing to run without a connector.
+  auto rank = make_rank_engine(engine_kind::serve, worker_process_options{}, io());
+  const status st = rank->prepare(nullptr);
+  EXPECT_EQ(st.code(), errc::invalid_argument);
+  EXPECT_THAT(st.message(), HasSubstr("offload.enabled"));
+}
+
 TEST_F(EngineFactoryTest, EachEnginePlansWithItsOwnBlockSizes) {
   for (auto k : {engine_kind::serve, engine_kind::smoke}) {
     const auto o = scheduler_options(k);
