@@ -169,7 +169,7 @@ int run_scheduler_process(const scheduler_process_options& o) {
   use_stderr_logging("scheduler");
   auto faults = parse_fault_options(o.faults.specs, o.faults.seed);
   if (!faults) return fail("scheduler", 2, faults.error().message());
-  const engine_traits& traits = traits_of(engine_of(o));
+  const engine_traits& traits = traits_of(o.engine);
   if (auto p = offload_problem(traits, o.offload, !faults->empty()); !p.empty()) {
     return fail("scheduler", 2, p);
   }

@@ -185,10 +185,10 @@ class sim_scheduler final : public scheduler_engine {
  public:
   sim_scheduler(const scheduler_process_options& o, engine_io io) : o_(o), io_(std::move(io)) {}
   void configure(embed::scheduler_connector_config& cfg) const override {
-    cfg.planner = o_.sim_engine->plan.scheduler.planner;  // block sizes, policy
+    cfg.planner = o_.config->plan.scheduler.planner;  // block sizes, policy
   }
   result<std::string> open() override {
-    const uint16_t port = executor_port_of(o_.sim_engine->config.runtime);
+    const uint16_t port = executor_port_of(o_.config->config.runtime);
     auto p = sim::executor_publisher::create(o_.host, port, o_.token);
     if (!p) return p.error();
     executor_ = std::move(p).value();
@@ -207,7 +207,7 @@ class sim_scheduler final : public scheduler_engine {
 };
 
 int sim_scheduler::run(embed::scheduler_connector* sc) {
-  const launch_config& c = o_.sim_engine->config;
+  const launch_config& c = o_.config->config;
   signal_watcher& signals = io_.signals;
   const milliseconds ready = ready_wait(o_);
   if (auto st = sc ? sc->wait_for_workers(ready) : status::success(); !st) {
@@ -221,7 +221,7 @@ int sim_scheduler::run(embed::scheduler_connector* sc) {
   io_.emit(ready_event{o_.topology.world_size()});
   sim::loop_options lo;
   lo.step_timeout = milliseconds{o_.step_timeout_ms};
-  lo.offloaded_block_bytes = o_.sim_engine->plan.kv.slot_bytes * o_.sim_engine->plan.kv.world_size;
+  lo.offloaded_block_bytes = o_.config->plan.kv.slot_bytes * o_.config->plan.kv.world_size;
   // A lost rank (under on-failure): no step until every rank registered again and the new
   // process subscribed to the executor channel (subscriptions count since its creation).
   // Without a connector no rank change is ever seen: the loop never calls it.
@@ -308,7 +308,7 @@ result<std::unique_ptr<scheduler_engine>> make_scheduler_engine(engine_kind kind
           std::make_unique<smoke_scheduler>(std::move(s).value(), o, std::move(io)));
     }
     case engine_kind::sim:
-      if (!o.sim_engine) {
+      if (!o.config) {
         return make_error(errc::invalid_argument,
                           "the simulated engine needs its config (--config with --engine sim)");
       }

@@ -3,6 +3,8 @@
 #include <array>
 #include <string>
 
+#include "launch/roles/role_options.hpp"
+
 namespace kvc::launch {
 
 namespace {
@@ -71,9 +73,25 @@ std::string offload_problem(const engine_traits& engine, bool offload, bool faul
   return {};
 }
 
-engine_kind engine_of(const scheduler_process_options& o) {
-  if (o.sim_engine) return engine_kind::sim;
-  return o.smoke_steps > 0 ? engine_kind::smoke : engine_kind::serve;
+std::vector<std::string> engine_names(bool launchable_only) {
+  std::vector<std::string> out;
+  for (const engine_traits& t : table) {
+    if (t.launchable || !launchable_only) out.emplace_back(t.name);
+  }
+  return out;
+}
+
+result<engine_kind> scheduler_engine_of_flags(const std::optional<std::string>& engine,
+                                              bool smoke_steps_given) {
+  if (!engine) return smoke_steps_given ? engine_kind::smoke : engine_kind::serve;
+  auto kind = parse_engine_kind(*engine);
+  if (!kind) return kind.error();
+  if (smoke_steps_given && *kind != engine_kind::smoke) {
+    return make_error(errc::invalid_argument,
+                      "--smoke-steps is the smoke run's step count: --engine " + *engine +
+                          " takes none");
+  }
+  return *kind;
 }
 
 engine_kind engine_of(const worker_process_options& o) {

@@ -6,13 +6,17 @@
 /// without offloading (offload.enabled false). Callers ask these properties; none compares
 /// engine names. Pure: no I/O.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
-#include "launch/roles/role_options.hpp"
+#include <vector>
+
 #include "proto/status.hpp"
 
 namespace kvc::launch {
+
+struct worker_process_options;
 
 /// The engine a scheduler process runs on its config: none (it serves until a signal), the
 /// smoke run of workload.steps store/load steps, or the simulated engine (launch/engines/sim/).
@@ -46,9 +50,14 @@ const engine_traits& traits_of(engine_kind kind);
 std::string_view to_string(engine_kind kind);
 /// The engine named `name`; errc::invalid_argument naming the three otherwise.
 result<engine_kind> parse_engine_kind(std::string_view name);
-/// The engine a scheduler process was started with: sim with a simulated engine's config,
-/// smoke with smoke steps, else serve.
-engine_kind engine_of(const scheduler_process_options& o);
+/// Every engine's name, in the table's order; only the launchable ones with `launchable_only`
+/// (what --engine takes).
+std::vector<std::string> engine_names(bool launchable_only);
+/// The engine `kvconnect scheduler`'s flags pick: --engine's (`engine`: given or not), or with
+/// --smoke-steps alone (`smoke_steps_given`) the smoke run, whose step count it is; serve
+/// without either. errc::invalid_argument for --smoke-steps with another engine.
+result<engine_kind> scheduler_engine_of_flags(const std::optional<std::string>& engine,
+                                              bool smoke_steps_given);
 /// Why a run of `engine` with offloading `offload` and injected faults (`faults`: any given)
 /// cannot start, naming the key; empty when it can. Offloading off: the engines whose traits
 /// need it are refused, and so are injected faults (they act on the connector's step channel,

@@ -65,11 +65,9 @@ scheduler_process_options scheduler_options_of(const launch_config& c, const lau
   o.ready_timeout_ms = r.ready_timeout_ms;
   o.step_timeout_ms = r.step_timeout_ms;
   o.stop_timeout_ms = r.stop_timeout_ms;
-  switch (engine) {  // engine_of(o) gives `engine` back
-    case engine_kind::sim: o.sim_engine = config_input{c, p}; break;
-    case engine_kind::smoke: o.smoke_steps = c.workload.steps; break;
-    case engine_kind::serve: break;
-  }
+  o.engine = engine;
+  o.smoke_steps = c.workload.steps;
+  o.config = config_input{c, p};
   o.rank_restarts = restarts_allowed(c);
   if (c.topology.nodes.size() > 1) o.rank_nodes = p.rank_node;
   const auto& ob = c.observe;
