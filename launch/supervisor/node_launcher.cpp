@@ -17,6 +17,7 @@
 #include "launch/config/launch_plan.hpp"
 #include "launch/config/tier_dirs.hpp"
 #include "launch/process/signal_watcher.hpp"
+#include "launch/roles/child_events.hpp"
 #include "launch/roles/engine_traits.hpp"
 #include "launch/supervisor/child_environment.hpp"
 #include "launch/supervisor/launch_summary.hpp"
@@ -237,9 +238,10 @@ int run_launch(const launch_options& o) {
       summary["exit_code"] = code;
     }
   } else {
-    for (const char* k :
-         {"steps", "jobs_ok", "jobs_failed", "rounds_interrupted", "slots_checked", "bytes"}) {
-      summary[k] = said.smoke() ? said.smoke()->value(k, json()) : json();
+    // The smoke line's fields (child_events.hpp), null when the scheduler printed none.
+    const json fields = to_json(child_event{smoke_event{}});
+    for (const auto& [k, v] : fields.items()) {
+      if (k != "event") summary[k] = said.smoke() ? said.smoke()->value(k, json()) : json();
     }
   }
   emit(summary);
