@@ -170,7 +170,8 @@ int run_scheduler_process(const scheduler_process_options& o) {
   auto faults = parse_fault_options(o.faults.specs, o.faults.seed);
   if (!faults) return fail("scheduler", 2, faults.error().message());
   const engine_traits& traits = traits_of(o.engine);
-  if (auto p = offload_problem(traits, o.offload, !faults->empty()); !p.empty()) {
+  if (auto p = offload_problem(traits, o.offload, !faults->empty(), o.rank_restarts);
+      !p.empty()) {
     return fail("scheduler", 2, p);
   }
   if (traits.waits_for_steps) {

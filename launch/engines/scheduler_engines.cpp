@@ -180,7 +180,8 @@ double thread_cpu_ns() {
 ///
 /// Without a connector (offloading off) the ranks are the channel's subscribers alone: the
 /// loop runs run_engine_loop's run without offloading, and no rank can be lost and come back
-/// (no connector tracks them; a worker that exits ends the launch).
+/// (no connector tracks them; the factory refuses rank restarts, and a worker that exits ends
+/// the launch).
 class sim_scheduler final : public scheduler_engine {
  public:
   sim_scheduler(const scheduler_process_options& o, engine_io io) : o_(o), io_(std::move(io)) {}
@@ -295,7 +296,8 @@ result<std::unique_ptr<scheduler_engine>> make_scheduler_engine(engine_kind kind
                                                                 const scheduler_process_options& o,
                                                                 const pool_plan& plan,
                                                                 engine_io io) {
-  if (auto p = offload_problem(traits_of(kind), o.offload, !o.faults.specs.empty());
+  if (auto p =
+          offload_problem(traits_of(kind), o.offload, !o.faults.specs.empty(), o.rank_restarts);
       !p.empty()) {
     return make_error(errc::invalid_argument, p);
   }

@@ -54,7 +54,8 @@ result<engine_kind> parse_engine_kind(std::string_view name) {
                     "--engine " + std::string{name} + ": serve, smoke or sim");
 }
 
-std::string offload_problem(const engine_traits& engine, bool offload, bool faults) {
+std::string offload_problem(const engine_traits& engine, bool offload, bool faults,
+                            bool restarts) {
   if (offload) return {};
   if (!engine.needs_offload.empty()) {
     std::string without;
@@ -69,6 +70,10 @@ std::string offload_problem(const engine_traits& engine, bool offload, bool faul
     return "runtime.faults: offload.enabled is false: injected faults act on the connector's "
            "step channel, its transfers and its ranks, which a run without offloading does not "
            "have";
+  }
+  if (restarts) {
+    return "topology.restart.policy: on-failure: offload.enabled is false: a restarted rank "
+           "cannot rejoin the run (no connector sees ranks go and come back)";
   }
   return {};
 }

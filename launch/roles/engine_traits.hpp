@@ -58,11 +58,14 @@ std::vector<std::string> engine_names(bool launchable_only);
 /// without either. errc::invalid_argument for --smoke-steps with another engine.
 result<engine_kind> scheduler_engine_of_flags(const std::optional<std::string>& engine,
                                               bool smoke_steps_given);
-/// Why a run of `engine` with offloading `offload` and injected faults (`faults`: any given)
-/// cannot start, naming the key; empty when it can. Offloading off: the engines whose traits
-/// need it are refused, and so are injected faults (they act on the connector's step channel,
-/// its transfers and the ranks it tracks, none of which a run without offloading has).
-std::string offload_problem(const engine_traits& engine, bool offload, bool faults);
+/// Why a run of `engine` with offloading `offload`, injected faults (`faults`: any given) and
+/// restarts of failed ranks (`restarts`: restart.policy on-failure) cannot start, naming the
+/// key; empty when it can. Offloading off: the engines whose traits need it are refused, and so
+/// are injected faults (they act on the connector's step channel, its transfers and the ranks it
+/// tracks, none of which a run without offloading has) and restarts (no connector sees a rank go
+/// and come back, so nothing would hold the steps until a restarted rank rejoined).
+std::string offload_problem(const engine_traits& engine, bool offload, bool faults,
+                            bool restarts = false);
 /// The engine a worker process runs the rank side of: sim with an executor channel, else the
 /// synthetic KV cache's (serve; the smoke run's ranks are the same).
 engine_kind engine_of(const worker_process_options& o);

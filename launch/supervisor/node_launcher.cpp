@@ -19,6 +19,7 @@
 #include "launch/process/signal_watcher.hpp"
 #include "launch/roles/child_events.hpp"
 #include "launch/roles/engine_traits.hpp"
+#include "launch/roles/node_processes.hpp"
 #include "launch/supervisor/child_environment.hpp"
 #include "launch/supervisor/launch_summary.hpp"
 #include "launch/supervisor/launcher_output.hpp"
@@ -82,7 +83,8 @@ int run_launch(const launch_options& o) {
   }
   const engine_traits& engine = traits_of(*kind);
   const bool offload = c.offload.enabled;
-  if (auto p = offload_problem(engine, offload, !c.runtime.faults.empty()); !p.empty()) {
+  if (auto p = offload_problem(engine, offload, !c.runtime.faults.empty(), restarts_allowed(c));
+      !p.empty()) {
     return refuse(p);
   }
   // The engine of a launch waits for each step's output: a lost report must fail its jobs at

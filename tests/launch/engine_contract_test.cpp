@@ -230,5 +230,21 @@ TEST_F(NoOffloadParityTest, LaunchWithoutOffloadingEqualsTheInProcessRunWithoutI
   }
 }
 
+// No connector sees a rank go and come back without offloading: restarts are refused before
+// anything starts.
+TEST_F(NoOffloadParityTest, RestartsAreRefusedWithoutOffloading) {
+  auto l = child_process::start({KVC_BINARY, "launch", "--set", "runtime.instance=" + instance_,
+                                 "--set", "offload.enabled=false", "--set",
+                                 "topology.restart.policy=on-failure"});
+  ASSERT_TRUE(l.ok()) << l.error().to_string();
+  launcher_ = std::move(l).value();
+  const auto code = launcher_.wait_exit(patience);
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, 2) << launcher_.stderr_text();
+  EXPECT_THAT(launcher_.stderr_text(),
+              HasSubstr("topology.restart.policy: on-failure: offload.enabled is false"));
+  EXPECT_THAT(launcher_.stdout_text(), ::testing::Not(HasSubstr("\"started\"")));
+}
+
 }  // namespace
 }  // namespace kvc::launch

@@ -124,9 +124,15 @@ TEST_F(EngineFactoryTest, WithoutOffloadingOnlyTheSimulatedEngineIsMade) {
   auto faulty = make_scheduler_engine(engine_kind::sim, o, pool(o), io());
   ASSERT_FALSE(faulty.ok());
   EXPECT_THAT(faulty.error().message(), HasSubstr("runtime.faults: offload.enabled is false"));
-  // With offloading every engine takes faults.
+  o.faults.specs.clear();
+  o.rank_restarts = true;  // restart.policy on-failure
+  auto restarting = make_scheduler_engine(engine_kind::sim, o, pool(o), io());
+  ASSERT_FALSE(restarting.ok());
+  EXPECT_THAT(restarting.error().message(),
+              HasSubstr("topology.restart.policy: on-failure: offload.enabled is false"));
+  // With offloading every engine takes faults and restarts.
   for (auto k : {engine_kind::serve, engine_kind::smoke, engine_kind::sim}) {
-    EXPECT_EQ(offload_problem(traits_of(k), true, true), "") << to_string(k);
+    EXPECT_EQ(offload_problem(traits_of(k), true, true, true), "") << to_string(k);
   }
   // The ranks of the synthetic KV cache have nothing to run without a connector.
   auto rank = make_rank_engine(engine_kind::serve, worker_process_options{}, io());
