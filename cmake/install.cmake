@@ -32,6 +32,7 @@ install(EXPORT kvconnectTargets
 # The public headers: the facades and the plain vocabulary they use (no CAF, no Boost).
 set(KVC_PUBLIC_HEADERS
   actors/embed/embed_config.hpp
+  actors/embed/engine.hpp
   actors/embed/scheduler_connector.hpp
   actors/embed/worker_connector.hpp
   actors/embed/worker_step.hpp

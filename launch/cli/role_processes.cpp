@@ -4,7 +4,9 @@
 // started with (launch/engines/engine.hpp, made by name; neither branches on which). Each prints
 // JSON lines on stdout (what a launcher or a test reads: "listening" with the port,
 // "registered", "ready", "smoke", "stopped") and logs to stderr. The scheduler's connector
-// creates the node's pool and removes it when it shuts down.
+// creates the node's pool and removes it when it shuts down. With offload.enabled false neither
+// role creates a connector (no pool, no registration): the engine gets null, and the roles
+// refuse an engine that needs one (exit 2, offload_problem).
 #include "launch/cli/role_processes.hpp"
 
 #include <sys/mman.h>
@@ -209,7 +211,7 @@ int run_scheduler_process(const scheduler_process_options& o) {
     spdlog::info("scheduler: offloading off: no connector, no pool; {} ranks on {}",
                  plan->geometry.world_size, *executor);
   }
-  int code = (*engine)->run(sc.get());
+  int code = sc ? (*engine)->run(*sc) : (*engine)->run_without_offload();
   if (int sig = signals.signalled()) spdlog::info("scheduler: signal {}: shutting down", sig);
   if (!sc) return code;  // the ranks end with the engine's executor channel
   auto stopped = sc->shutdown(milliseconds{o.stop_timeout_ms});
@@ -269,7 +271,7 @@ int run_worker_process(const worker_process_options& o) {
   }
   // After the connector: the engine (a model runner over it) goes first.
   const std::unique_ptr<rank_engine> engine = make_rank_engine(engine_of(o), o, {signals, emit});
-  if (auto st = engine->prepare(wc.get()); !st) {
+  if (auto st = wc ? engine->prepare(*wc) : engine->prepare_without_offload(); !st) {
     return fail(who, 2, rank + "set-up failed: " + st.to_string());
   }
   if (wc) {
@@ -277,7 +279,7 @@ int run_worker_process(const worker_process_options& o) {
     spdlog::info("worker: registered as rank {} (incarnation {})", o.rank, o.incarnation);
     emit(registered_event{o.rank, o.incarnation, ::getpid()});
   }
-  const status st = engine->run(wc.get());
+  const status st = wc ? engine->run(*wc) : engine->run_without_offload();
   if (wc && st.code() == errc::device_unavailable) return device_lost(o, *wc, st);
   // With a connector the scheduler stops the rank; without, the engine's run ends it.
   const bool stopped = wc ? wc->stopped() : st.ok();

@@ -1,8 +1,10 @@
 #pragma once
-/// The engine seam: what drives the embedding facades in a role process. A scheduler process
-/// holds one `scheduler_engine` (it drives the scheduler_connector: waits for the ranks, runs
-/// its steps, says how the run went); a worker process holds one `rank_engine` (it drives the
-/// worker_connector, one step at a time, until the scheduler stops it). The engines, by name
+/// The engine seam of the role processes: embed::scheduler_engine / embed::rank_engine
+/// (actors/embed/engine.hpp, installed with the embedding API) and what a role process adds to
+/// them. A scheduler process holds one `scheduler_engine` (it drives the scheduler_connector:
+/// waits for the ranks, runs its steps, says how the run went); a worker process holds one
+/// `rank_engine` (it drives the worker_connector, one step at a time, until the scheduler stops
+/// it). The engines, by name
 /// (engine_traits.hpp): "serve" (no steps of its own: the coordinator takes what arrives until a
 /// signal; its ranks run every step's transfers on the synthetic KV cache), "smoke" (the smoke
 /// run: store/load round trips checked byte for byte; its ranks are serve's) and "sim" (the
@@ -11,10 +13,11 @@
 /// hold one of each through the factories and never branch on which.
 ///
 /// The connector is the engine's optional offload side: with offload.enabled false a role
-/// process creates none (no pool, no segment, no step channel) and hands the engine null, as
-/// vLLM runs without a KV connector. Only an engine whose traits allow it gets null
-/// (engine_traits::needs_offload empty: the simulated engine, whose steps are then its model's
-/// forward passes alone); the factories refuse the others with offload_problem's error.
+/// process creates none (no pool, no segment, no step channel) and runs the engine through its
+/// *_without_offload calls instead, as vLLM runs without a KV connector. Only an engine whose
+/// traits allow it is run so (engine_traits::needs_offload empty: the simulated engine, whose
+/// steps are then its model's forward passes alone); the factories, and the role processes
+/// before them, refuse the others with offload_problem's error.
 ///
 /// What an engine says goes through `engine_io::emit` as child events (child_events.hpp), in
 /// the order the launcher reads them; its stop is the process's signals.
@@ -23,6 +26,7 @@
 #include <string>
 #include <string_view>
 
+#include "actors/embed/engine.hpp"
 #include "actors/embed/scheduler_connector.hpp"
 #include "actors/embed/worker_connector.hpp"
 #include "launch/config/fault_report.hpp"
@@ -40,37 +44,33 @@ struct engine_io {
   std::function<void(const child_event&)> emit;  ///< its JSON lines, in order
 };
 
-/// The scheduler side of an engine: one per scheduler process, called in this order.
-class scheduler_engine {
+/// The scheduler side of an engine in a scheduler process, called in this order: configure,
+/// open (once the connector listens), run (until its steps end or a signal), outcome.
+class scheduler_engine : public embed::scheduler_engine {
  public:
-  virtual ~scheduler_engine() = default;
-  /// The planner's settings it plans with (block sizes, policy), into `cfg` before the
-  /// connector is created.
-  virtual void configure(embed::scheduler_connector_config& cfg) const = 0;
   /// Once the connector listens: opens what the engine's ranks reach it by besides the step
   /// channel; the endpoint for the "listening" line (empty: none).
   virtual result<std::string> open() = 0;
-  /// Drives the connector (`sc`; null: offloading off): waits for every rank, runs the engine's
-  /// steps (or serves) until they end or a signal. The process's exit code so far (0: the run
-  /// passed).
-  virtual int run(embed::scheduler_connector* sc) = 0;
+  /// The same run without a connector (offload.enabled false: no pool, no step channel), as
+  /// vLLM runs without a KV connector; the process's exit code so far. Only an engine whose
+  /// traits allow it (engine_traits::needs_offload empty) is run so: the factory refuses the
+  /// others; for them this is errc::invalid_argument's exit code 2 with the reason logged.
+  virtual int run_without_offload();
   /// After the connector's shutdown: the run's fault report (its seed `seed`). Only with a
   /// connector: injected faults need one (offload_problem).
   virtual fault_outcome outcome(const embed::scheduler_connector& sc, uint64_t seed) const = 0;
 };
 
-/// The rank side of an engine: one per worker process, called in this order.
-class rank_engine {
+/// The rank side of an engine in a worker process: prepare, then run until the scheduler stops
+/// it or a signal; without offloading, the same without a connector.
+class rank_engine : public embed::rank_engine {
  public:
-  virtual ~rank_engine() = default;
-  /// Before registration: sets up what the rank's steps need (its KV cache, a model runner,
-  /// the executor channel) over `wc` (null: offloading off; the engine makes its own copy
-  /// engine). A failure is the rank's set-up failure.
-  virtual status prepare(embed::worker_connector* wc) = 0;
-  /// Drives the connector step by step until the scheduler stops it or a signal (without one:
-  /// the engine's steps until their end or a signal); what ended it (errc::device_unavailable:
-  /// the device is lost, the process must end).
-  virtual status run(embed::worker_connector* wc) = 0;
+  /// offload.enabled false: prepare() without a connector (the engine's KV cache in a copy
+  /// engine of its own). Only an engine whose traits allow it is run so; the others' default
+  /// is errc::invalid_argument.
+  virtual status prepare_without_offload();
+  /// offload.enabled false: the rank's steps until their end or a signal; what ended them.
+  virtual status run_without_offload();
 };
 
 /// The scheduler side of engine `kind` for a process started with `o` over the pool `plan`;

@@ -56,15 +56,10 @@ status run_steps(embed::worker_connector& wc, signal_watcher& signals) {
 class synthetic_rank final : public rank_engine {
  public:
   synthetic_rank(const worker_process_options& o, engine_io io) : o_(o), io_(std::move(io)) {}
-  status prepare(embed::worker_connector* wc) override {
-    if (wc == nullptr) {
-      return make_error(errc::invalid_argument,
-                        "the synthetic KV cache's steps are transfers: they need the connector "
-                        "(offload.enabled true)");
-    }
-    return install_synthetic_kv(*wc, o_.pool.kv);
+  status prepare(embed::worker_connector& wc) override {
+    return install_synthetic_kv(wc, o_.pool.kv);
   }
-  status run(embed::worker_connector* wc) override { return run_steps(*wc, io_.signals); }
+  status run(embed::worker_connector& wc) override { return run_steps(wc, io_.signals); }
 
  private:
   const worker_process_options& o_;
@@ -107,10 +102,16 @@ class sim_rank final : public rank_engine {
  public:
   sim_rank(const worker_process_options& o, engine_io io)
       : o_(o), io_(std::move(io)), step_times_(o.rank, io_) {}
-  status prepare(embed::worker_connector* wc) override;
-  status run(embed::worker_connector* wc) override;
+  status prepare(embed::worker_connector& wc) override { return set_up(&wc); }
+  status prepare_without_offload() override { return set_up(nullptr); }
+  status run(embed::worker_connector& wc) override { return drive(&wc); }
+  status run_without_offload() override { return drive(nullptr); }
 
  private:
+  /// prepare over `wc` (null: offloading off).
+  status set_up(embed::worker_connector* wc);
+  /// run over `wc` (null: offloading off).
+  status drive(embed::worker_connector* wc);
   status run_model(embed::worker_connector* wc);
 
   const worker_process_options& o_;
@@ -121,7 +122,7 @@ class sim_rank final : public rank_engine {
   std::unique_ptr<sim::executor_subscriber> executor_;
 };
 
-status sim_rank::prepare(embed::worker_connector* wc) {
+status sim_rank::set_up(embed::worker_connector* wc) {
   const sim::runner_geometry g{.layers = o_.pool.kv.layers,
                                .page_bytes = o_.pool.kv.page_bytes,
                                .gpu_blocks = o_.pool.kv.gpu_blocks,
@@ -162,7 +163,7 @@ status sim_rank::run_model(embed::worker_connector* wc) {
   return status::success();
 }
 
-status sim_rank::run(embed::worker_connector* wc) {
+status sim_rank::drive(embed::worker_connector* wc) {
   const status model = run_model(wc);
   if (!model) {
     // A lost device ends the process: its runner line is not printed (like a killed rank's,
@@ -188,6 +189,16 @@ status sim_rank::run(embed::worker_connector* wc) {
 }
 
 }  // namespace
+
+status rank_engine::prepare_without_offload() {
+  return make_error(errc::invalid_argument,
+                    "this engine's ranks need the connector (offload.enabled true)");
+}
+
+status rank_engine::run_without_offload() {
+  return make_error(errc::invalid_argument,
+                    "this engine's ranks need the connector (offload.enabled true)");
+}
 
 std::unique_ptr<rank_engine> make_rank_engine(engine_kind kind, const worker_process_options& o,
                                               engine_io io) {

@@ -86,8 +86,7 @@ class serve_scheduler final : public scheduler_engine {
     configure_synthetic(cfg, o_);
   }
   result<std::string> open() override { return std::string{}; }
-  /// Never null: the factory refuses serving without offloading.
-  int run(embed::scheduler_connector* sc) override { return serve_until_signal(*sc, io_.signals); }
+  int run(embed::scheduler_connector& sc) override { return serve_until_signal(sc, io_.signals); }
   fault_outcome outcome(const embed::scheduler_connector& sc, uint64_t seed) const override {
     return scheduler_outcome(sc, seed);
   }
@@ -107,10 +106,9 @@ class smoke_scheduler final : public scheduler_engine {
     configure_synthetic(cfg, o_);
   }
   result<std::string> open() override { return std::string{}; }
-  /// Never null: the factory refuses the smoke run without offloading.
-  int run(embed::scheduler_connector* sc) override {
-    const int code = steps(*sc);
-    if (code == 0 && o_.serve_after_smoke) return serve_until_signal(*sc, io_.signals);
+  int run(embed::scheduler_connector& sc) override {
+    const int code = steps(sc);
+    if (code == 0 && o_.serve_after_smoke) return serve_until_signal(sc, io_.signals);
     return code;
   }
   fault_outcome outcome(const embed::scheduler_connector& sc, uint64_t seed) const override {
@@ -195,19 +193,23 @@ class sim_scheduler final : public scheduler_engine {
     executor_ = std::move(p).value();
     return executor_->endpoint();
   }
-  int run(embed::scheduler_connector* sc) override;
+  int run(embed::scheduler_connector& sc) override { return drive(&sc); }
+  int run_without_offload() override { return drive(nullptr); }
   fault_outcome outcome(const embed::scheduler_connector& sc, uint64_t seed) const override {
     return report_ ? sim::fault_outcome_of(*report_, seed) : scheduler_outcome(sc, seed);
   }
 
  private:
+  /// The run over `sc` (null: offloading off).
+  int drive(embed::scheduler_connector* sc);
+
   const scheduler_process_options& o_;
   engine_io io_;
   std::unique_ptr<sim::executor_publisher> executor_;
   std::optional<sim::run_report> report_;
 };
 
-int sim_scheduler::run(embed::scheduler_connector* sc) {
+int sim_scheduler::drive(embed::scheduler_connector* sc) {
   const launch_config& c = o_.config->config;
   signal_watcher& signals = io_.signals;
   const milliseconds ready = ready_wait(o_);
@@ -279,6 +281,11 @@ int sim_scheduler::run(embed::scheduler_connector* sc) {
 }
 
 }  // namespace
+
+int scheduler_engine::run_without_offload() {
+  spdlog::error("scheduler: this engine needs offloading (offload.enabled true)");
+  return 2;
+}
 
 fault_outcome scheduler_outcome(const embed::scheduler_connector& sc, uint64_t seed) {
   const embed::fault_stats f = sc.fault_statistics();

@@ -136,9 +136,10 @@ TEST_F(EngineFactoryTest, WithoutOffloadingOnlyTheSimulatedEngineIsMade) {
   }
   // The ranks of the synthetic KV cache have nothing to run without a connector.
   auto rank = make_rank_engine(engine_kind::serve, worker_process_options{}, io());
-  const status st = rank->prepare(nullptr);
+  const status st = rank->prepare_without_offload();
   EXPECT_EQ(st.code(), errc::invalid_argument);
   EXPECT_THAT(st.message(), HasSubstr("offload.enabled"));
+  EXPECT_EQ(rank->run_without_offload().code(), errc::invalid_argument);
 }
 
 // `kvconnect scheduler`'s flags: --engine names the engine; --smoke-steps alone is the smoke

@@ -3,28 +3,46 @@
 // (kvconnect::kvconnect); tests/embed/find_package_project builds this same file against an
 // installed kvconnect.
 //
-// One process plays the engine: a scheduler_connector (the engine's scheduler thread) and one
-// worker_connector per TP rank (the engine's workers, here driven in turn by the same thread;
-// in a real engine each runs in its own process with mode = connect). The toy model has no GPU
-// prefix cache, so every request asks the connector for CPU hits:
+// The engine is two parts behind the engine seam (actors/embed/engine.hpp), and main() holds
+// them through its interfaces only:
+//   toy_scheduler (an embed::scheduler_engine): the engine's scheduler thread. It schedules the
+//     requests, drives the scheduler_connector and checks the run.
+//   toy_rank (an embed::rank_engine), one per TP rank: a worker, on a thread of its own (in a
+//     real engine, a process of its own with mode = connect). It owns the rank's GPU KV cache
+//     and runs each step's worker calls around the toy model's forward (embed::run_worker_step).
+// Between them, the `executor` hands each step's model input to every rank and collects their
+// outputs, as vLLM's executor hands SchedulerOutput to its workers and waits for their
+// ModelRunnerOutput.
+//
+// The toy model has no GPU prefix cache, so every request asks the connector for CPU hits:
 //   "a": a 16-token prompt. Prefill, 2 offloaded blocks are stored (submitted one step later),
 //        the request finishes with delay_free and its blocks are freed at finished_sending.
 //   "b": the same 16 tokens + 4 more. 16 tokens hit in the CPU pool, are loaded asynchronously
-//        into b's fresh GPU blocks, and the engine checks they hold a's bytes before b runs.
+//        into b's fresh GPU blocks, and each rank checks they hold a's bytes before b runs.
 //   "c": an unrelated prompt, computed from scratch.
-// Exit code 0 when every request finished and b's loaded KV matched byte for byte.
+// Exit code 0 when every request finished and b's loaded KV matched byte for byte on every rank.
+// With --fail-load, rank 1's first load fails (an injected copy fault, docs/faults.md): the
+// rank reports its failed blocks and the engine fails ("example engine: failed: ...", exit 1).
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
 #include <vector>
 
+#include "actors/embed/engine.hpp"
 #include "actors/embed/scheduler_connector.hpp"
 #include "actors/embed/worker_connector.hpp"
 #include "actors/embed/worker_step.hpp"
@@ -33,7 +51,10 @@ namespace {
 
 using namespace std::chrono_literals;
 using kvc::block_key;
+using kvc::errc;
 using kvc::gpu_block;
+using kvc::make_error;
+using kvc::status;
 namespace embed = kvc::embed;
 namespace sched = kvc::scheduler;
 
@@ -43,6 +64,9 @@ constexpr uint32_t factor = 2;        // GPU blocks per offloaded block: 8 token
 constexpr uint32_t token_bytes = 16;  // KV bytes of one token on one rank (one layer)
 constexpr uint32_t num_gpu_blocks = 32;
 constexpr uint64_t page_bytes = uint64_t{block_tokens} * token_bytes;
+// How long a call that waits for the other side (the ranks, a step's metadata, a step's
+// output, the shutdown) waits before it fails: far more than this engine's steps take.
+constexpr auto wait_limit = 5s;
 
 uint64_t mix(uint64_t x) {
   return block_key::mix(x);
@@ -56,6 +80,179 @@ void token_kv(uint64_t prefix_hash, kvc::rank_id rank, std::byte* out) {
   }
 }
 
+// --- the executor: the scheduler's model input to the ranks, their outputs back ---------------
+
+/// One request of a step's model input, as the toy model needs it (vLLM's NewRequestData /
+/// CachedRequestData): its GPU blocks and the model's state of its tokens.
+struct scheduled_tokens {
+  std::string id;
+  std::vector<gpu_block> blocks;  // the request's block table
+  std::vector<uint64_t> prefix;   // prefix[p]: hash of tokens [0, p], the token's KV input
+  uint32_t compute_from = 0;      // the forward writes the KV of tokens [compute_from, compute_to)
+  uint32_t compute_to = 0;
+  uint32_t loaded = 0;  // tokens [0, loaded) came from the CPU pool since the request last ran:
+                        // the rank checks them before the forward
+};
+
+/// What every rank gets for one step (vLLM's SchedulerOutput).
+struct model_input {
+  kvc::step_id step = 0;
+  std::vector<scheduled_tokens> requests;  // empty: nothing to compute, the transfers finish
+  std::vector<std::string> finished;       // the requests finished in the previous step
+};
+
+/// What a rank gives back for its step (vLLM's ModelRunnerOutput, as far as the example checks).
+struct model_output {
+  status error = status::success();  // the step's first failure, naming the rank and the call
+  uint64_t checked_bytes = 0;        // loaded KV bytes found equal to the model's
+};
+
+/// Hands each step's model input to every rank and waits for all of their outputs, one step at
+/// a time. Thread-safe: the scheduler thread calls execute and close, rank r's thread next(r)
+/// and done(r).
+class executor {
+ public:
+  explicit executor(uint32_t ranks) : taken_(ranks, 0), outputs_(ranks) {}
+
+  /// The step's input to every rank; returns once each gave its output (in rank order).
+  std::vector<model_output> execute(model_input input) {
+    std::unique_lock lock{mu_};
+    input_ = std::move(input);
+    for (auto& out : outputs_) out.reset();
+    ++published_;
+    input_ready_.notify_all();
+    output_ready_.wait(lock, [this] {
+      return std::ranges::all_of(outputs_, [](const auto& out) { return out.has_value(); });
+    });
+    std::vector<model_output> outputs;
+    for (auto& out : outputs_) outputs.push_back(std::move(*out));
+    return outputs;
+  }
+  /// No more steps: every rank's next() returns none from now on.
+  void close() {
+    {
+      const std::lock_guard lock{mu_};
+      closed_ = true;
+    }
+    input_ready_.notify_all();
+  }
+  /// Rank r: waits for the next step's input; none once the executor is closed.
+  std::optional<model_input> next(kvc::rank_id r) {
+    std::unique_lock lock{mu_};
+    input_ready_.wait(lock, [&] { return closed_ || taken_[r] < published_; });
+    if (taken_[r] == published_) return std::nullopt;
+    ++taken_[r];
+    return input_;
+  }
+  /// Rank r: its output of the step it took last.
+  void done(kvc::rank_id r, model_output out) {
+    {
+      const std::lock_guard lock{mu_};
+      outputs_[r] = std::move(out);
+    }
+    output_ready_.notify_one();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable input_ready_;
+  std::condition_variable output_ready_;
+  model_input input_;
+  uint64_t published_ = 0;       // steps handed out so far
+  std::vector<uint64_t> taken_;  // per rank: steps it took
+  std::vector<std::optional<model_output>> outputs_;
+  bool closed_ = false;
+};
+
+// --- the rank side: one worker ---------------------------------------------------------------
+
+/// One TP rank: its GPU KV cache (one layer: num_gpu_blocks pages of block_tokens tokens) and
+/// each step's worker calls in vLLM's order around the toy model's forward.
+class toy_rank final : public embed::rank_engine {
+ public:
+  explicit toy_rank(executor& ex) : executor_(ex) {}
+
+  status prepare(embed::worker_connector& wc) override {
+    auto buf = wc.copy_engine().allocate_device(num_gpu_blocks * page_bytes);
+    if (!buf) return buf.error();
+    kv_ = static_cast<std::byte*>(buf->data);
+    // One layer: (num_blocks, block_size, token_bytes) of 1-byte elements.
+    const kvc::cuda::kv_tensor_desc desc{reinterpret_cast<uintptr_t>(kv_),
+                                         {num_gpu_blocks, block_tokens, token_bytes},
+                                         {static_cast<int64_t>(page_bytes), token_bytes, 1},
+                                         1,
+                                         /*block_dim=*/0};
+    return wc.register_kv_caches({&desc, 1});
+  }
+
+  /// Every step the executor hands out, until it is closed.
+  status run(embed::worker_connector& wc) override {
+    while (std::optional<model_input> input = executor_.next(wc.rank())) {
+      executor_.done(wc.rank(), step(wc, *input));
+    }
+    return status::success();
+  }
+
+ private:
+  /// embed::run_worker_step: bind, handle_preemptions, start_load_kv, the forward,
+  /// wait_for_save, get_finished, get_block_ids_with_load_errors, clear.
+  model_output step(embed::worker_connector& wc, const model_input& input) {
+    model_output out;
+    embed::worker_step_hooks hooks{.finished_ids = &input.finished};
+    hooks.forward = [&](const status&) { return forward(wc, input, out.checked_bytes); };
+    // A step that computes nothing has no forward to overlap the copies with: the worker
+    // finishes them now, so an idle engine drains in a known number of steps.
+    if (input.requests.empty()) hooks.after_save = [&] { return wc.finish_transfers(); };
+    const embed::worker_step_outcome done =
+        embed::run_worker_step(wc, input.step, wait_limit, hooks);
+    const std::string where =
+        "rank " + std::to_string(wc.rank()) + ": step " + std::to_string(input.step) + ": ";
+    if (!done.first_error) {
+      const std::string_view call =
+          done.failed_call == "after_save" ? "finish_transfers" : done.failed_call;
+      out.error = make_error(done.first_error.code(),
+                             where + std::string{call} + ": " + done.first_error.message());
+    } else if (!done.load_errors.empty()) {
+      out.error = make_error(errc::device_error, where + std::to_string(done.load_errors.size()) +
+                                                     " block(s) failed to load");
+    }
+    return out;
+  }
+
+  /// The forward: checks each request's loaded tokens, then writes the KV of the tokens it
+  /// computes into the request's blocks.
+  status forward(embed::worker_connector& wc, const model_input& input, uint64_t& checked) {
+    std::byte want[token_bytes];
+    std::byte got[token_bytes];
+    for (const scheduled_tokens& r : input.requests) {
+      for (uint32_t p = 0; p < r.loaded; ++p) {
+        token_kv(r.prefix[p], wc.rank(), want);
+        if (auto st = wc.copy_engine().download(got, token(r, p), token_bytes); !st) return st;
+        if (std::memcmp(want, got, token_bytes) != 0) {
+          return make_error(errc::internal, r.id + ": loaded token " + std::to_string(p) +
+                                                " differs on rank " + std::to_string(wc.rank()));
+        }
+        checked += token_bytes;
+      }
+      for (uint32_t p = r.compute_from; p < r.compute_to; ++p) {
+        token_kv(r.prefix[p], wc.rank(), want);
+        if (auto st = wc.copy_engine().upload(token(r, p), want, token_bytes); !st) return st;
+      }
+    }
+    return status::success();
+  }
+
+  /// Where token p of request r lives in this rank's KV cache.
+  std::byte* token(const scheduled_tokens& r, uint32_t p) const {
+    return kv_ + r.blocks[p / block_tokens] * page_bytes + (p % block_tokens) * token_bytes;
+  }
+
+  executor& executor_;
+  std::byte* kv_ = nullptr;  // allocated by the rank's copy engine, freed with it
+};
+
+// --- the scheduler side: requests, steps, checks ---------------------------------------------
+
 struct request {
   std::string id;
   std::vector<uint32_t> tokens;
@@ -67,9 +264,7 @@ struct request {
   uint32_t outputs = 0;
   bool loading = false;  // waiting for its async load
   bool load_done = false;
-  uint32_t load_from = 0;  // tokens [load_from, load_to) come from the CPU pool
-  uint32_t load_to = 0;
-  bool scheduled_before = false;
+  uint32_t load_to = 0;  // tokens [0, load_to) come from the CPU pool
   bool done = false;
 
   void append(uint32_t t) {
@@ -80,13 +275,49 @@ struct request {
   sched::request_view view() const { return {id, hashes, static_cast<uint32_t>(tokens.size())}; }
 };
 
-class toy_engine {
+/// The engine's scheduler thread: requests "a", then "b" and "c", each step scheduled, planned
+/// (build_connector_meta), executed by the ranks and its output applied.
+class toy_scheduler final : public embed::scheduler_engine {
  public:
-  toy_engine(embed::scheduler_connector& sc,
-             std::vector<std::unique_ptr<embed::worker_connector>>& workers,
-             std::vector<kvc::cuda::device_buffer>& kv)
-      : sc_(sc), workers_(workers), kv_(kv) {
+  explicit toy_scheduler(executor& ex) : executor_(ex) {
     for (gpu_block b = num_gpu_blocks - 1; b >= 1; --b) free_.push_back(b);  // 0 is null
+  }
+
+  void configure(embed::scheduler_connector_config& cfg) const override {
+    cfg.pool.slot_bytes = factor * page_bytes;  // one offloaded block of one rank
+    cfg.planner.gpu_block_size = block_tokens;
+    cfg.planner.offloaded_block_size = block_tokens * factor;
+    cfg.planner.hash_block_size = block_tokens;
+  }
+
+  int run(embed::scheduler_connector& sc) override {
+    if (auto st = run_requests(sc); !st) {
+      std::printf("example engine: failed: %s\n", st.to_string().c_str());
+      return 1;
+    }
+    const auto& stats = sc.stats();
+    std::printf("example engine: ok (%llu store jobs, %llu load jobs, %llu loaded bytes checked)\n",
+                static_cast<unsigned long long>(stats.stores_ok),
+                static_cast<unsigned long long>(stats.loads_ok),
+                static_cast<unsigned long long>(checked_bytes_));
+    return 0;
+  }
+
+ private:
+  status run_requests(embed::scheduler_connector& sc) {
+    if (auto st = sc.wait_for_workers(wait_limit); !st) return st;
+    std::printf("%u workers registered; pool %s\n", tp_size, sc.segment_name().c_str());
+    std::vector<uint32_t> prompt(16);
+    for (uint32_t i = 0; i < 16; ++i) prompt[i] = 10 + i;
+    add("a", prompt, 1);
+    if (auto st = run_until_idle(sc); !st) return st;
+    std::vector<uint32_t> longer = prompt;
+    for (uint32_t t : {90u, 91u, 92u, 93u}) longer.push_back(t);
+    add("b", longer, 2);
+    add("c", {7, 7, 7, 7, 7, 7, 7, 7, 7}, 2);
+    if (auto st = run_until_idle(sc); !st) return st;
+    if (checked_bytes_ == 0) return make_error(errc::internal, "nothing was loaded");
+    return status::success();
   }
 
   void add(std::string id, std::vector<uint32_t> prompt, uint32_t max_new) {
@@ -98,30 +329,40 @@ class toy_engine {
     requests_.push_back(std::move(r));
   }
 
-  bool idle() const {
-    for (const auto& r : requests_) {
-      if (!r->done) return false;
+  /// Steps until every request finished and its stores drained. A step that computes nothing
+  /// finishes the copies in flight, so this takes a few steps; 100 means it is broken.
+  status run_until_idle(embed::scheduler_connector& sc) {
+    for (int steps = 0; !idle(sc); ++steps) {
+      if (steps == 100) return make_error(errc::internal, "the requests did not all finish");
+      if (auto st = step(sc); !st) return st;
     }
-    return sc_.jobs_in_flight() == 0;
+    return status::success();
   }
 
-  /// One engine step: schedule, plan, run the workers around the forward, apply the output.
-  bool step() {
+  bool idle(const embed::scheduler_connector& sc) const {
+    return std::ranges::all_of(requests_, [](const auto& r) { return r->done; }) &&
+           sc.jobs_in_flight() == 0;
+  }
+
+  /// One engine step: schedule, plan, execute on the ranks, apply the output.
+  status step(embed::scheduler_connector& sc) {
     const kvc::step_id s = ++step_;
     std::vector<sched::scheduled_request> fresh;
     std::vector<sched::scheduled_request> cached;
-    std::vector<std::pair<request*, uint32_t>> compute;  // request, tokens to compute
+    model_input input{.step = s, .requests = {}, .finished = std::move(finished_prev_)};
+    finished_prev_.clear();
 
     // Running requests decode one token each (their blocks were allocated up front).
     for (request* r : running_) {
       const uint32_t n = static_cast<uint32_t>(r->tokens.size()) - r->computed;
       cached.push_back({r->view(), {}, r->computed, n});
-      compute.emplace_back(r, n);
+      input.requests.push_back(tokens_of(*r, n, 0));
     }
     // Waiting requests: ask the connector for CPU hits, allocate, maybe load first.
     for (auto it = waiting_.begin(); it != waiting_.end();) {
       request& r = **it;
       const uint32_t ntok = static_cast<uint32_t>(r.tokens.size());
+      uint32_t loaded = 0;  // tokens loaded for it, which the ranks check in this step
       if (r.loading) {
         if (!r.load_done) {
           ++it;
@@ -129,9 +370,9 @@ class toy_engine {
         }
         r.loading = false;
         r.computed = r.load_to == ntok ? ntok - 1 : r.load_to;  // recompute at least one token
-        if (!check_loaded(r)) return false;
+        loaded = r.load_to;
       } else {
-        const sched::match_result m = sc_.get_num_new_matched_tokens(r.view(), 0);
+        const sched::match_result m = sc.get_num_new_matched_tokens(r.view(), 0);
         if (!m.tokens) {  // the hit blocks are being loaded for another request: next step
           ++it;
           continue;
@@ -141,15 +382,12 @@ class toy_engine {
         r.blocks.assign(free_.end() - need, free_.end());
         free_.resize(free_.size() - need);
         const uint32_t ext = *m.tokens;
-        if (auto st = sc_.update_state_after_alloc(r.view(), r.blocks, ext); !st) {
-          return fail("update_state_after_alloc", st);
-        }
+        if (auto st = sc.update_state_after_alloc(r.view(), r.blocks, ext); !st) return st;
         std::printf("step %llu: %s: %u of %u tokens hit in the CPU pool%s\n",
                     static_cast<unsigned long long>(s), r.id.c_str(), ext, ntok,
                     ext > 0 ? " (async load)" : "");
         if (ext > 0) {
           r.loading = true;
-          r.load_from = 0;
           r.load_to = ext;
           ++it;
           continue;
@@ -157,48 +395,34 @@ class toy_engine {
       }
       const uint32_t n = ntok - r.computed;
       fresh.push_back({r.view(), r.blocks, r.computed, n});
-      compute.emplace_back(&r, n);
+      input.requests.push_back(tokens_of(r, n, loaded));
       running_.push_back(&r);
       it = waiting_.erase(it);
     }
 
-    // 1. Plan the step; the metadata goes to every worker through the actors.
-    auto meta = sc_.build_connector_meta(
+    // 1. Plan the step; the metadata goes to every worker through the step channel.
+    auto meta = sc.build_connector_meta(
         {.step = s, .new_requests = fresh, .cached_requests = cached, .preempted = {}});
-    if (!meta) return fail("build_connector_meta", meta.error());
+    if (!meta) return meta.error();
     if (!meta->loads.empty() || !meta->stores.empty()) {
       std::printf("step %llu: build_connector_meta: %zu load(s), %zu store(s)\n",
                   static_cast<unsigned long long>(s), meta->loads.size(), meta->stores.size());
     }
 
-    // 2. Every worker, in vLLM's order around the forward (embed::run_worker_step: bind,
-    //    handle_preemptions, start_load_kv, the forward, wait_for_save, get_finished,
-    //    get_block_ids_with_load_errors, clear).
-    for (auto& w : workers_) {
-      embed::worker_step_hooks hooks{.finished_ids = &finished_prev_};
-      hooks.forward = [&](const kvc::status&) {
-        for (auto& [r, n] : compute) forward(*w, *r, r->computed, n);
-        return kvc::status::success();
-      };
-      // A step that computes nothing has no forward to overlap the copies with: the worker
-      // finishes them now, so an idle engine drains in a known number of steps.
-      if (compute.empty()) hooks.after_save = [&] { return w->finish_transfers(); };
-      const auto out = embed::run_worker_step(*w, s, 5s, hooks);
-      if (!out.first_error) {
-        const std::string what{out.failed_call == "after_save" ? "finish_transfers"
-                                                                : out.failed_call};
-        return fail(what.c_str(), out.first_error);
-      }
-      if (!out.load_errors.empty()) {
-        std::printf("rank %u: %zu blocks failed to load\n", w->rank(), out.load_errors.size());
-        return false;
-      }
+    // 2. The ranks run the step (toy_rank::step) and give back their outputs.
+    for (const model_output& out : executor_.execute(input)) {
+      if (!out.error) return out.error;
+      checked_bytes_ += out.checked_bytes;
     }
-    finished_prev_.clear();
+    for (const scheduled_tokens& t : input.requests) {
+      if (t.loaded == 0) continue;
+      std::printf("step %llu: %s: %u loaded tokens match byte for byte on %u ranks\n",
+                  static_cast<unsigned long long>(s), t.id.c_str(), t.loaded, tp_size);
+    }
 
     // 3. The aggregated output of this step (every rank has reported it by now).
-    auto upd = sc_.update_connector_output(s, 5s);
-    if (!upd) return fail("update_connector_output", upd.error());
+    auto upd = sc.update_connector_output(s, wait_limit);
+    if (!upd) return upd.error();
     for (const auto& id : upd->completions.finished_recving) {
       std::printf("step %llu: finished_recving %s\n", static_cast<unsigned long long>(s),
                   id.c_str());
@@ -210,36 +434,40 @@ class toy_engine {
       release(find(id));
     }
     if (!upd->completions.invalid_block_ids.empty()) {
-      std::printf("step %llu: invalid blocks reported\n", static_cast<unsigned long long>(s));
-      return false;
+      return make_error(errc::device_error,
+                        "step " + std::to_string(s) + ": the connector reported invalid blocks");
     }
 
     // 4. Model output: one new token per computed request; finished requests.
-    for (auto& [r, n] : compute) {
-      r->computed += n;
-      r->append(1000 + static_cast<uint32_t>(r->prefix.back() % 1000));
-      if (++r->outputs < r->max_new) continue;
-      std::erase(running_, r);
-      finished_prev_.push_back(r->id);
-      const bool delay_free = sc_.request_finished(r->id);
+    for (const scheduled_tokens& t : input.requests) {
+      request& r = find(t.id);
+      r.computed = t.compute_to;
+      r.append(1000 + static_cast<uint32_t>(r.prefix.back() % 1000));
+      if (++r.outputs < r.max_new) continue;
+      std::erase(running_, &r);
+      finished_prev_.push_back(r.id);
+      const bool delay_free = sc.request_finished(r.id);
       std::printf("step %llu: request_finished %s: delay_free=%s\n",
-                  static_cast<unsigned long long>(s), r->id.c_str(), delay_free ? "true" : "false");
-      if (!delay_free) release(*r);
+                  static_cast<unsigned long long>(s), r.id.c_str(), delay_free ? "true" : "false");
+      if (!delay_free) release(r);
     }
-    for (const auto& ev : sc_.take_events()) {
+    for (const auto& ev : sc.take_events()) {
       std::printf("step %llu: event %s %zu block(s) on %s\n", static_cast<unsigned long long>(s),
                   std::string(kvc::to_string(ev.kind)).c_str(), ev.keys.size(),
                   std::string(kvc::to_string(ev.where)).c_str());
     }
-    return true;
+    return status::success();
   }
 
-  uint64_t checked_bytes() const { return checked_bytes_; }
-
- private:
-  static bool fail(const char* what, const kvc::status& st) {
-    std::printf("%s: %s\n", what, st.to_string().c_str());
-    return false;
+  /// Request r's part of the model input: its next n tokens to compute and, when it was just
+  /// loaded, its first `loaded` tokens to check.
+  static scheduled_tokens tokens_of(const request& r, uint32_t n, uint32_t loaded) {
+    return {.id = r.id,
+            .blocks = r.blocks,
+            .prefix = r.prefix,
+            .compute_from = r.computed,
+            .compute_to = r.computed + n,
+            .loaded = loaded};
   }
 
   request& find(const std::string& id) {
@@ -255,45 +483,7 @@ class toy_engine {
     r.done = true;
   }
 
-  std::byte* token_ptr(kvc::rank_id rank, gpu_block b, uint32_t slot) const {
-    return static_cast<std::byte*>(kv_[rank].data) + b * page_bytes + slot * token_bytes;
-  }
-
-  /// The forward of one rank: writes the KV of tokens [from, from + n) into the request's blocks.
-  void forward(embed::worker_connector& w, const request& r, uint32_t from, uint32_t n) {
-    std::byte buf[token_bytes];
-    for (uint32_t p = from; p < from + n; ++p) {
-      token_kv(r.prefix[p], w.rank(), buf);
-      (void)w.copy_engine().upload(
-          token_ptr(w.rank(), r.blocks[p / block_tokens], p % block_tokens), buf, token_bytes);
-    }
-  }
-
-  /// The loaded tokens must hold exactly the KV the model computes for them, on every rank.
-  bool check_loaded(const request& r) {
-    std::byte want[token_bytes];
-    std::byte got[token_bytes];
-    for (auto& w : workers_) {
-      for (uint32_t p = r.load_from; p < r.load_to; ++p) {
-        token_kv(r.prefix[p], w->rank(), want);
-        if (auto st = w->copy_engine().download(
-                got, token_ptr(w->rank(), r.blocks[p / block_tokens], p % block_tokens),
-                token_bytes);
-            !st || std::memcmp(want, got, token_bytes) != 0) {
-          std::printf("%s: loaded token %u differs on rank %u\n", r.id.c_str(), p, w->rank());
-          return false;
-        }
-        checked_bytes_ += token_bytes;
-      }
-    }
-    std::printf("%s: %u loaded tokens match byte for byte on %zu ranks\n", r.id.c_str(),
-                r.load_to - r.load_from, workers_.size());
-    return true;
-  }
-
-  embed::scheduler_connector& sc_;
-  std::vector<std::unique_ptr<embed::worker_connector>>& workers_;
-  std::vector<kvc::cuda::device_buffer>& kv_;
+  executor& executor_;
   std::vector<std::unique_ptr<request>> requests_;
   std::vector<request*> waiting_;
   std::vector<request*> running_;
@@ -303,12 +493,17 @@ class toy_engine {
   uint64_t checked_bytes_ = 0;
 };
 
-int fail_main(const char* what, const kvc::status& st) {
-  std::printf("%s: %s\n", what, st.to_string().c_str());
+// --- main: the facades set up, the engine's parts held through the seam ----------------------
+
+int fail(const char* what, const status& st) {
+  std::printf("example engine: failed: %s: %s\n", what, st.to_string().c_str());
   return 1;
 }
 
-int run() {
+int run(bool fail_load) {
+  executor ex{tp_size};
+  const std::unique_ptr<embed::scheduler_engine> scheduler = std::make_unique<toy_scheduler>(ex);
+
   // The scheduler side: hosts the scheduler + coordinator actors in this process. listen = false:
   // only this process's workers register (an engine with worker processes keeps it on and
   // gives them port()).
@@ -318,16 +513,14 @@ int run() {
   sc_cfg.topology.tp_size = tp_size;
   sc_cfg.pool.instance = "example" + std::to_string(::getpid());
   sc_cfg.pool.slots_per_rank = 16;
-  sc_cfg.pool.slot_bytes = factor * page_bytes;
-  sc_cfg.planner.gpu_block_size = block_tokens;
-  sc_cfg.planner.offloaded_block_size = block_tokens * factor;
-  sc_cfg.planner.hash_block_size = block_tokens;
+  scheduler->configure(sc_cfg);
   auto sc = embed::scheduler_connector::create(sc_cfg);
-  if (!sc) return fail_main("scheduler_connector::create", sc.error());
+  if (!sc) return fail("scheduler_connector::create", sc.error());
 
-  // The worker side: one connector per rank, each with its GPU KV cache registered.
+  // The worker side: per rank a connector, its engine part set up (the KV cache registered),
+  // then the registration.
+  std::vector<std::unique_ptr<embed::rank_engine>> ranks;
   std::vector<std::unique_ptr<embed::worker_connector>> workers;
-  std::vector<kvc::cuda::device_buffer> kv;
   for (kvc::rank_id r = 0; r < tp_size; ++r) {
     embed::worker_connector_config wc;
     wc.mode = embed::connection_mode::in_process;
@@ -337,60 +530,54 @@ int run() {
     wc.rank = r;
     wc.backend = "sim";
     wc.block_size_factor = factor;
-    auto w = embed::worker_connector::create(wc, sc->get());
-    if (!w) return fail_main("worker_connector::create", w.error());
-    auto buf = (*w)->copy_engine().allocate_device(num_gpu_blocks * page_bytes);
-    if (!buf) return fail_main("allocate_device", buf.error());
-    // One layer: (num_blocks, block_size, token_bytes) of 1-byte elements.
-    const kvc::cuda::kv_tensor_desc desc{reinterpret_cast<uintptr_t>(buf->data),
-                                         {num_gpu_blocks, block_tokens, token_bytes},
-                                         {static_cast<int64_t>(page_bytes), token_bytes, 1},
-                                         1,
-                                         /*block_dim=*/0};
-    if (auto st = (*w)->register_kv_caches({&desc, 1}); !st) {
-      return fail_main("register_kv_caches", st);
+    if (fail_load && r == 1) {
+      wc.faults.specs.push_back({.kind = kvc::fault_kind::fail_copy,
+                                 .rank = r,
+                                 .dir = kvc::fault_target::load,
+                                 .at = kvc::fault_action::fail_at_completion,
+                                 .trigger = kvc::fault_trigger::nth,
+                                 .nth = 0});
     }
-    kv.push_back(*buf);
+    auto w = embed::worker_connector::prepare(wc, sc->get());
+    if (!w) return fail("worker_connector::prepare", w.error());
+    ranks.push_back(std::make_unique<toy_rank>(ex));
+    if (auto st = ranks.back()->prepare(**w); !st) return fail("rank_engine::prepare", st);
+    if (auto st = (*w)->register_with_scheduler(); !st) return fail("register_with_scheduler", st);
     workers.push_back(std::move(w).value());
   }
-  if (auto st = (*sc)->wait_for_workers(5s); !st) return fail_main("wait_for_workers", st);
-  std::printf("%u workers registered; pool %s\n", tp_size, (*sc)->segment_name().c_str());
 
-  toy_engine engine{**sc, workers, kv};
-  std::vector<uint32_t> prompt(16);
-  for (uint32_t i = 0; i < 16; ++i) prompt[i] = 10 + i;
-  engine.add("a", prompt, 1);
-  // Steps go on until every request finished and its stores drained. A step that computes
-  // nothing finishes the copies in flight, so this takes a few steps; 100 means it is broken.
-  auto run_until_idle = [&engine] {
-    for (int steps = 0; !engine.idle(); ++steps) {
-      if (steps == 100 || !engine.step()) return false;
+  // Each rank runs on its own thread (handed its connector here), the scheduler on this one;
+  // once the scheduler's run ends, the executor is closed and the ranks' runs end with it.
+  std::vector<status> rank_ends(tp_size, status::success());
+  int code = 0;
+  {
+    std::vector<std::jthread> threads;
+    for (kvc::rank_id r = 0; r < tp_size; ++r) {
+      threads.emplace_back([&, r] { rank_ends[r] = ranks[r]->run(*workers[r]); });
     }
-    return true;
-  };
-  if (!run_until_idle()) return 1;
-  std::vector<uint32_t> longer = prompt;
-  for (uint32_t t : {90u, 91u, 92u, 93u}) longer.push_back(t);
-  engine.add("b", longer, 2);
-  engine.add("c", {7, 7, 7, 7, 7, 7, 7, 7, 7}, 2);
-  if (!run_until_idle()) return 1;
-  if (!engine.idle() || engine.checked_bytes() == 0) {
-    std::printf("the requests did not all finish, or nothing was loaded\n");
-    return 1;
+    code = scheduler->run(**sc);
+    ex.close();
   }
-  const auto& st = (*sc)->stats();
-  std::printf("example engine: ok (%llu store jobs, %llu load jobs, %llu loaded bytes checked)\n",
-              static_cast<unsigned long long>(st.stores_ok),
-              static_cast<unsigned long long>(st.loads_ok),
-              static_cast<unsigned long long>(engine.checked_bytes()));
+  for (kvc::rank_id r = 0; r < tp_size; ++r) {
+    if (!rank_ends[r]) code = fail(("rank " + std::to_string(r)).c_str(), rank_ends[r]);
+  }
   // The scheduler side stops the workers (their connectors see it), then everything goes.
-  auto stopped = (*sc)->shutdown(5s);
+  auto stopped = (*sc)->shutdown(wait_limit);
   workers.clear();
-  return stopped ? 0 : fail_main("shutdown", stopped.error());
+  if (!stopped) return fail("shutdown", stopped.error());
+  return code;
 }
 
 }  // namespace
 
-int main() {
-  return run();
+int main(int argc, char** argv) {
+  bool fail_load = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view{argv[i]} != "--fail-load") {
+      std::fprintf(stderr, "usage: %s [--fail-load]\n", argv[0]);
+      return 2;
+    }
+    fail_load = true;
+  }
+  return run(fail_load);
 }
