@@ -5,8 +5,9 @@
 // JSON lines on stdout (what a launcher or a test reads: "listening" with the port,
 // "registered", "ready", "smoke", "stopped") and logs to stderr. The scheduler's connector
 // creates the node's pool and removes it when it shuts down. With offload.enabled false neither
-// role creates a connector (no pool, no registration): the engine gets null, and the roles
-// refuse an engine that needs one (exit 2, offload_problem).
+// role creates a connector (no pool, no registration): they call the engine's
+// *_without_offload in its place, and refuse an engine that needs one (exit 2,
+// offload_problem).
 #include "launch/cli/role_processes.hpp"
 
 #include <sys/mman.h>
