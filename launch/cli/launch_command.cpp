@@ -18,6 +18,7 @@
 #include "launch/engines/sim/in_process_run.hpp"
 #include "launch/engines/sim/run_comparison.hpp"
 #include "launch/engines/sim/run_report.hpp"
+#include "launch/roles/engine_traits.hpp"
 #include "launch/supervisor/launcher_output.hpp"
 #include "launch/supervisor/node_launcher.hpp"
 
@@ -71,7 +72,7 @@ void add_launch_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--engine", o->engine,
                   "sim: the simulated engine's workload; smoke: store/load round trips")
       ->capture_default_str()
-      ->check(CLI::IsMember({"sim", "smoke"}));
+      ->check(CLI::IsMember(engine_names(true)));
   cmd->add_flag("--compare", o->compare,
                 "Then run the workload again without offloading (in this process); compare");
   auto faults = std::make_shared<std::vector<std::string>>();

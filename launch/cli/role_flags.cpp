@@ -86,7 +86,7 @@ result<config_input> load_role_config(const std::string& path, const std::string
     return make_error(errc::invalid_argument, "--config " + path + ": not a valid config");
   }
   const std::string& instance = loaded.config.runtime.instance;
-  auto plan = make_plan(loaded.config, instance.empty() ? defaults::instance : instance, token);
+  auto plan = make_geometry_plan(loaded.config, instance.empty() ? defaults::instance : instance, token);
   if (!plan) return make_error(errc::invalid_argument, "--config " + path + ": " +
                                                            plan.error().message());
   return config_input{std::move(loaded.config), std::move(plan).value()};

@@ -1,14 +1,18 @@
 // `kvconnect scheduler`: the scheduler and the coordinator of one node, in one process. Creates
 // the node's shm segment, publishes the scheduler on --host (127.0.0.1) and prints
-// {"event":"listening","port":N,...}; serves until SIGINT/SIGTERM, or drives --smoke-steps.
-// With --config the options come from a launch config (node_processes.hpp: what `kvconnect
-// launch` starts), --engine picks what runs on it, and every other flag given overrides it.
+// {"event":"listening","port":N,...}; runs the engine --engine names (engine_traits.hpp:
+// serve until SIGINT/SIGTERM; --smoke-steps alone picks the smoke run). With --config the
+// options come from a launch config (node_processes.hpp: what `kvconnect launch` starts) and
+// every flag given overrides it.
 #include <iostream>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "launch/cli/commands.hpp"
 #include "launch/cli/role_flags.hpp"
 #include "launch/cli/role_processes.hpp"
+#include "launch/roles/engine_traits.hpp"
 #include "launch/roles/node_processes.hpp"
 
 namespace kvc::launch {
@@ -16,16 +20,16 @@ namespace kvc::launch {
 void add_scheduler_command(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<scheduler_process_options>();
   auto config = std::make_shared<std::string>();
-  auto engine = std::make_shared<std::string>("serve");
+  auto engine = std::make_shared<std::string>();
   auto* cmd = app.add_subcommand(
       "scheduler", "Run the scheduler and the coordinator of one node (creates its shm pool)");
-  auto* config_flag = add_config_flag(*cmd, *config);
-  cmd->add_option("--engine", *engine,
-                  "With --config: serve; smoke (workload.steps store/load steps); sim (the "
-                  "simulated engine runs the config's workload, then stops the workers)")
-      ->check(CLI::IsMember({"serve", "smoke", "sim"}))
-      ->needs(config_flag)
-      ->capture_default_str();
+  add_config_flag(*cmd, *config);
+  auto* engine_flag =
+      cmd->add_option("--engine", *engine,
+                      "serve (the default); smoke (--smoke-steps, with --config workload.steps, "
+                      "store/load steps); sim (with --config: the simulated engine runs the "
+                      "config's workload, then stops the workers)")
+          ->check(CLI::IsMember(engine_names(false)));
   add_topology_flags(*cmd, o->topology);
   add_pool_flags(*cmd, o->pool);
   add_network_flags(*cmd, o->token, o->network);
@@ -40,10 +44,12 @@ void add_scheduler_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--job-timeout-steps", o->job_timeout_steps,
                   "Fail a job not completed this many steps after its step (0: no step deadline)")
       ->capture_default_str();
-  cmd->add_option("--smoke-steps", o->smoke_steps,
-                  "Once every rank registered, drive this many store/load steps, check the "
-                  "pool, stop the workers and exit (0: serve until SIGINT/SIGTERM)")
-      ->capture_default_str();
+  auto* smoke_flag =
+      cmd->add_option("--smoke-steps", o->smoke_steps,
+                      "The smoke run (alone, it picks --engine smoke): once every rank "
+                      "registered, drive this many store/load steps, check the pool, stop the "
+                      "workers and exit")
+          ->capture_default_str();
   cmd->add_option("--ready-timeout-ms", o->ready_timeout_ms,
                   "Smoke / simulated engine: how long every rank may take to register")
       ->capture_default_str();
@@ -78,20 +84,22 @@ void add_scheduler_command(CLI::App& app, int& exit_code) {
                   "Record the run's inputs for `kvconnect replay-run` into this directory "
                   "(observe.record)");
   add_fault_flags(*cmd, o->faults);
-  cmd->callback([o, cmd, config, engine, &exit_code] {
+  cmd->callback([o, cmd, config, engine, engine_flag, smoke_flag, &exit_code] {
+    auto kind = scheduler_engine_of_flags(
+        engine_flag->count() > 0 ? std::optional<std::string>{*engine} : std::nullopt,
+        smoke_flag->count() > 0 && o->smoke_steps > 0);  // 0: no smoke run, as without it
+    if (!kind) {
+      exit_code = 2;
+      std::cerr << "kvconnect scheduler: " << kind.error().message() << std::endl;
+      return;
+    }
     exit_code = apply_role_config(*cmd, *config, o->token, "scheduler",
                                   [&](const config_input& in) -> status {
-                                    auto e = parse_engine_kind(*engine);
-                                    if (!e) return e.error();
-                                    *o = scheduler_options_of(in.config, in.plan, *e);
+                                    *o = scheduler_options_of(in.config, in.plan, *kind);
                                     return status::success();
                                   });
     if (exit_code != 0) return;
-    if (o->sim_engine && o->smoke_steps > 0) {
-      exit_code = 2;
-      std::cerr << "kvconnect scheduler: --engine sim excludes --smoke-steps" << std::endl;
-      return;
-    }
+    o->engine = *kind;
     exit_code = run_scheduler_process(*o);
   });
 }

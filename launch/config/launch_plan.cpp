@@ -397,4 +397,11 @@ result<launch_plan> make_plan(const launch_config& c, const std::string& instanc
   return p;
 }
 
+result<launch_plan> make_geometry_plan(const launch_config& config, const std::string& instance,
+                                       const std::string& token, config_use use) {
+  launch_config planned = config;
+  planned.offload.enabled = true;
+  return make_plan(planned, instance, token, use);
+}
+
 }  // namespace kvc::launch

@@ -91,4 +91,11 @@ status check_tier_config(const launch_config& c);
 result<launch_plan> make_plan(const launch_config& config, const std::string& instance,
                               const std::string& token, config_use use = config_use::launch);
 
+/// make_plan of `config` as if offload.enabled were true: with offloading off, what a run
+/// shares with the same run with it (the KV geometry, the ranks and their devices, the
+/// network); its pool is sized but nobody creates it. With offloading on, make_plan's plan.
+result<launch_plan> make_geometry_plan(const launch_config& config, const std::string& instance,
+                                       const std::string& token,
+                                       config_use use = config_use::launch);
+
 }  // namespace kvc::launch

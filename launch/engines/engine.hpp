@@ -12,6 +12,13 @@
 /// model runners on the executor channel). The role processes (launch/cli/role_processes.cpp)
 /// hold one of each through the factories and never branch on which.
 ///
+/// The connector is the engine's optional offload side: with offload.enabled false a role
+/// process creates none (no pool, no segment, no step channel) and runs the engine through its
+/// *_without_offload calls instead, as vLLM runs without a KV connector. Only an engine whose
+/// traits allow it is run so (engine_traits::needs_offload empty: the simulated engine, whose
+/// steps are then its model's forward passes alone); the factories, and the role processes
+/// before them, refuse the others with offload_problem's error.
+///
 /// What an engine says goes through `engine_io::emit` as child events (child_events.hpp), in
 /// the order the launcher reads them; its stop is the process's signals.
 #include <functional>
@@ -44,16 +51,31 @@ class scheduler_engine : public embed::scheduler_engine {
   /// Once the connector listens: opens what the engine's ranks reach it by besides the step
   /// channel; the endpoint for the "listening" line (empty: none).
   virtual result<std::string> open() = 0;
-  /// After the connector's shutdown: the run's fault report (its seed `seed`).
+  /// The same run without a connector (offload.enabled false: no pool, no step channel), as
+  /// vLLM runs without a KV connector; the process's exit code so far. Only an engine whose
+  /// traits allow it (engine_traits::needs_offload empty) is run so: the factory refuses the
+  /// others; for them this is errc::invalid_argument's exit code 2 with the reason logged.
+  virtual int run_without_offload();
+  /// After the connector's shutdown: the run's fault report (its seed `seed`). Only with a
+  /// connector: injected faults need one (offload_problem).
   virtual fault_outcome outcome(const embed::scheduler_connector& sc, uint64_t seed) const = 0;
 };
 
 /// The rank side of an engine in a worker process: prepare, then run until the scheduler stops
-/// it or a signal; a worker process needs nothing more of it.
-using rank_engine = embed::rank_engine;
+/// it or a signal; without offloading, the same without a connector.
+class rank_engine : public embed::rank_engine {
+ public:
+  /// offload.enabled false: prepare() without a connector (the engine's KV cache in a copy
+  /// engine of its own). Only an engine whose traits allow it is run so; the others' default
+  /// is errc::invalid_argument.
+  virtual status prepare_without_offload();
+  /// offload.enabled false: the rank's steps until their end or a signal; what ended them.
+  virtual status run_without_offload();
+};
 
 /// The scheduler side of engine `kind` for a process started with `o` over the pool `plan`;
-/// the engine's own set-up errors (the smoke run's geometry).
+/// the engine's own set-up errors (the smoke run's geometry), and errc::invalid_argument with
+/// offload_problem's sentence when `o` turns offloading off for an engine that needs it.
 result<std::unique_ptr<scheduler_engine>> make_scheduler_engine(engine_kind kind,
                                                                 const scheduler_process_options& o,
                                                                 const pool_plan& plan,

@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/embed/worker_step.hpp"
+#include "cuda/engine_factory.hpp"
 #include "launch/engines/engine.hpp"
 #include "launch/engines/sim/executor_channel.hpp"
 #include "launch/engines/sim/model_runner.hpp"
@@ -51,7 +52,7 @@ status run_steps(embed::worker_connector& wc, signal_watcher& signals) {
 }
 
 /// The ranks of serving and of the smoke run: the synthetic KV cache (its bytes the smoke run
-/// checks), every step's transfers without a forward pass.
+/// checks), every step's transfers without a forward pass. Nothing to run without a connector.
 class synthetic_rank final : public rank_engine {
  public:
   synthetic_rank(const worker_process_options& o, engine_io io) : o_(o), io_(std::move(io)) {}
@@ -94,30 +95,45 @@ class connector_steps_out {
 /// The simulated engine's model on this rank: each step's model input from the executor
 /// channel, run through the model runner, until the channel's end, the scheduler's going or a
 /// signal; then its figures ("runner") and, like every rank, the steps until it is stopped.
+/// Without a connector (offloading off) the runner's KV cache is in a copy engine of its own
+/// (the worker's backend and device), each step is its forward pass alone, and the rank ends
+/// with the channel.
 class sim_rank final : public rank_engine {
  public:
   sim_rank(const worker_process_options& o, engine_io io)
       : o_(o), io_(std::move(io)), step_times_(o.rank, io_) {}
-  status prepare(embed::worker_connector& wc) override;
-  status run(embed::worker_connector& wc) override;
+  status prepare(embed::worker_connector& wc) override { return set_up(&wc); }
+  status prepare_without_offload() override { return set_up(nullptr); }
+  status run(embed::worker_connector& wc) override { return drive(&wc); }
+  status run_without_offload() override { return drive(nullptr); }
 
  private:
-  status run_model(embed::worker_connector& wc);
+  /// prepare over `wc` (null: offloading off).
+  status set_up(embed::worker_connector* wc);
+  /// run over `wc` (null: offloading off).
+  status drive(embed::worker_connector* wc);
+  status run_model(embed::worker_connector* wc);
 
   const worker_process_options& o_;
   engine_io io_;
   connector_steps_out step_times_;
+  std::unique_ptr<cuda::copy_engine> own_engine_;  ///< offloading off: the KV cache's
   std::optional<sim::model_runner> runner_;
   std::unique_ptr<sim::executor_subscriber> executor_;
 };
 
-status sim_rank::prepare(embed::worker_connector& wc) {
+status sim_rank::set_up(embed::worker_connector* wc) {
   const sim::runner_geometry g{.layers = o_.pool.kv.layers,
                                .page_bytes = o_.pool.kv.page_bytes,
                                .gpu_blocks = o_.pool.kv.gpu_blocks,
                                .gpu_block_size = o_.gpu_block_size,
                                .finish_transfers = true};
-  auto r = sim::model_runner::create(wc.copy_engine(), &wc, o_.rank, g);
+  if (wc == nullptr) {
+    auto e = cuda::make_copy_engine({.backend = o_.backend, .device = o_.device});
+    if (!e) return e.error();
+    own_engine_ = std::move(e).value();
+  }
+  auto r = sim::model_runner::create(wc ? wc->copy_engine() : *own_engine_, wc, o_.rank, g);
   if (!r) return r.error();
   runner_.emplace(std::move(r).value());
   runner_->on_step_connector_ns([this](step_id s, uint64_t ns) { step_times_.add(s, ns); });
@@ -127,30 +143,33 @@ status sim_rank::prepare(embed::worker_connector& wc) {
   return status::success();
 }
 
-status sim_rank::run_model(embed::worker_connector& wc) {
+status sim_rank::run_model(embed::worker_connector* wc) {
   constexpr std::chrono::seconds bind_timeout{30};
   while (!io_.signals.signalled()) {
     auto m = executor_->receive(idle_slice);
     if (!m) return m.error();
     if (!m->has_value()) {
-      if (!wc.connected()) return status::success();
+      if (wc != nullptr && !wc->connected()) return status::success();
       continue;
     }
     if ((*m)->end) return status::success();
     if (auto st = runner_->run_step((*m)->input, bind_timeout); !st) {
-      spdlog::error("worker {}: step {}: {}", wc.rank(), (*m)->input.step, st.to_string());
+      spdlog::error("worker {}: step {}: {}", o_.rank, (*m)->input.step, st.to_string());
+      if (wc == nullptr) return st;  // the forward failed: no step after it can be right
     }
-    if (auto health = wc.device_health(); !health) return health;  // the step was reported
+    if (wc == nullptr) continue;
+    if (auto health = wc->device_health(); !health) return health;  // the step was reported
   }
   return status::success();
 }
 
-status sim_rank::run(embed::worker_connector& wc) {
-  if (auto st = run_model(wc); !st) {
+status sim_rank::drive(embed::worker_connector* wc) {
+  const status model = run_model(wc);
+  if (!model) {
     // A lost device ends the process: its runner line is not printed (like a killed rank's,
     // its figures go with it).
-    if (st.code() == errc::device_unavailable) return st;
-    spdlog::error("worker {}: {}", o_.rank, st.to_string());
+    if (model.code() == errc::device_unavailable) return model;
+    spdlog::error("worker {}: {}", o_.rank, model.to_string());
   }
   step_times_.flush();
   const auto& s = runner_->stats();
@@ -165,10 +184,21 @@ status sim_rank::run(embed::worker_connector& wc) {
                         .steps_skipped = s.steps_skipped,
                         .connector_ns = static_cast<uint64_t>(s.connector_ns),
                         .mismatches = s.mismatches});
-  return run_steps(wc, io_.signals);
+  // With a connector the scheduler stops the rank; without, the model's end is the rank's.
+  return wc ? run_steps(*wc, io_.signals) : model;
 }
 
 }  // namespace
+
+status rank_engine::prepare_without_offload() {
+  return make_error(errc::invalid_argument,
+                    "this engine's ranks need the connector (offload.enabled true)");
+}
+
+status rank_engine::run_without_offload() {
+  return make_error(errc::invalid_argument,
+                    "this engine's ranks need the connector (offload.enabled true)");
+}
 
 std::unique_ptr<rank_engine> make_rank_engine(engine_kind kind, const worker_process_options& o,
                                               engine_io io) {

@@ -169,41 +169,51 @@ double thread_cpu_ns() {
 }
 
 /// The simulated engine's scheduler loop: waits for every rank and its executor-channel
-/// subscription, runs the workload (each step's model input published to the workers), ends
-/// the channel and prints its finished requests ("finished", for `launch --compare`) and the
-/// run's figures ("sim"), kept as its run report once the run started (the fault report's
-/// source too). 0 when the scheduler side saw no problem (nothing hung, pending or leaked);
-/// the workers report their load checks themselves.
+/// subscription, runs the workload (each step's model input published to the workers), prints
+/// its finished requests ("finished", for `launch --compare`) and the run's figures ("sim"),
+/// kept as its run report once the run started (the fault report's source too), and then ends
+/// the channel (a worker without offloading ends with it: the launcher reads these lines
+/// first). 0 when the scheduler side saw no problem (nothing hung, pending or leaked); the
+/// workers report their load checks themselves.
+///
+/// Without a connector (offloading off) the ranks are the channel's subscribers alone: the
+/// loop runs run_engine_loop's run without offloading, and no rank can be lost and come back
+/// (no connector tracks them; the factory refuses rank restarts, and a worker that exits ends
+/// the launch).
 class sim_scheduler final : public scheduler_engine {
  public:
   sim_scheduler(const scheduler_process_options& o, engine_io io) : o_(o), io_(std::move(io)) {}
   void configure(embed::scheduler_connector_config& cfg) const override {
-    cfg.planner = o_.sim_engine->plan.scheduler.planner;  // block sizes, policy
+    cfg.planner = o_.config->plan.scheduler.planner;  // block sizes, policy
   }
   result<std::string> open() override {
-    const uint16_t port = executor_port_of(o_.sim_engine->config.runtime);
+    const uint16_t port = executor_port_of(o_.config->config.runtime);
     auto p = sim::executor_publisher::create(o_.host, port, o_.token);
     if (!p) return p.error();
     executor_ = std::move(p).value();
     return executor_->endpoint();
   }
-  int run(embed::scheduler_connector& sc) override;
+  int run(embed::scheduler_connector& sc) override { return drive(&sc); }
+  int run_without_offload() override { return drive(nullptr); }
   fault_outcome outcome(const embed::scheduler_connector& sc, uint64_t seed) const override {
     return report_ ? sim::fault_outcome_of(*report_, seed) : scheduler_outcome(sc, seed);
   }
 
  private:
+  /// The run over `sc` (null: offloading off).
+  int drive(embed::scheduler_connector* sc);
+
   const scheduler_process_options& o_;
   engine_io io_;
   std::unique_ptr<sim::executor_publisher> executor_;
   std::optional<sim::run_report> report_;
 };
 
-int sim_scheduler::run(embed::scheduler_connector& sc) {
-  const launch_config& c = o_.sim_engine->config;
+int sim_scheduler::drive(embed::scheduler_connector* sc) {
+  const launch_config& c = o_.config->config;
   signal_watcher& signals = io_.signals;
   const milliseconds ready = ready_wait(o_);
-  if (auto st = sc.wait_for_workers(ready); !st) {
+  if (auto st = sc ? sc->wait_for_workers(ready) : status::success(); !st) {
     spdlog::error("sim: not every rank registered within {} ms: {}", ready.count(), st.to_string());
     return 1;
   }
@@ -214,18 +224,19 @@ int sim_scheduler::run(embed::scheduler_connector& sc) {
   io_.emit(ready_event{o_.topology.world_size()});
   sim::loop_options lo;
   lo.step_timeout = milliseconds{o_.step_timeout_ms};
-  lo.offloaded_block_bytes = o_.sim_engine->plan.kv.slot_bytes * o_.sim_engine->plan.kv.world_size;
+  lo.offloaded_block_bytes = o_.config->plan.kv.slot_bytes * o_.config->plan.kv.world_size;
   // A lost rank (under on-failure): no step until every rank registered again and the new
   // process subscribed to the executor channel (subscriptions count since its creation).
+  // Without a connector no rank change is ever seen: the loop never calls it.
   std::set<std::pair<rank_id, uint32_t>> told;
   lo.await_ranks = [&]() -> status {
     spdlog::warn("sim: a rank was lost: pausing until every rank is back");
-    report_lost_ranks(sc, io_, told);
-    if (auto st = wait_for_restarts(sc, o_, signals); !st) return st;
+    report_lost_ranks(*sc, io_, told);
+    if (auto st = wait_for_restarts(*sc, o_, signals); !st) return st;
     if (int sig = signals.signalled()) {
       return make_error(errc::io_error, "signal " + std::to_string(sig));
     }
-    const uint64_t subscribers = o_.topology.world_size() + sc.ranks_changed().restarts;
+    const uint64_t subscribers = o_.topology.world_size() + sc->ranks_changed().restarts;
     if (auto st = executor_->wait_for_subscribers(static_cast<uint32_t>(subscribers), ready); !st) {
       return st;
     }
@@ -241,7 +252,7 @@ int sim_scheduler::run(embed::scheduler_connector& sc) {
     return 0.0;  // the ranks' connector time is theirs, not measured here
   };
   lo.on_step = [&](const sim::run_report& r) {
-    report_lost_ranks(sc, io_, told);
+    if (sc) report_lost_ranks(*sc, io_, told);
     io_.emit(progress_event{
         r.steps,
         {{"event", "progress"},
@@ -254,20 +265,27 @@ int sim_scheduler::run(embed::scheduler_connector& sc) {
          {"gpu_hit_tokens", r.gpu_hit_tokens},
          {"jobs_failed", r.jobs_failed}}});
   };
-  auto rep = sim::run_engine_loop(c, &sc, lo);
-  if (auto st = executor_->publish({true, {}}); !st) spdlog::warn("sim: {}", st.to_string());
-  rep.busy_slots = sc.planner().manager().busy();
-  const embed::fault_stats f = sc.fault_statistics();
-  rep.faults_fired = f.injected;  // the channel's; the launcher adds the workers' copy faults
-  rep.late_reports_dropped = f.late_reports;
-  rep.duplicates_dropped = f.duplicates;
+  auto rep = sim::run_engine_loop(c, sc, lo);
+  if (sc) {
+    rep.busy_slots = sc->planner().manager().busy();
+    const embed::fault_stats f = sc->fault_statistics();
+    rep.faults_fired = f.injected;  // the channel's; the launcher adds the workers' copy faults
+    rep.late_reports_dropped = f.late_reports;
+    rep.duplicates_dropped = f.duplicates;
+  }
   io_.emit(finished_event{sim::finished_json(rep.finished)});  // what `launch --compare` pairs
   io_.emit(sim_event{sim::summary_json(rep)});  // the launcher adds the workers' checks
+  if (auto st = executor_->publish({true, {}}); !st) spdlog::warn("sim: {}", st.to_string());
   report_ = rep;
   return rep.ok() ? 0 : 1;
 }
 
 }  // namespace
+
+int scheduler_engine::run_without_offload() {
+  spdlog::error("scheduler: this engine needs offloading (offload.enabled true)");
+  return 2;
+}
 
 fault_outcome scheduler_outcome(const embed::scheduler_connector& sc, uint64_t seed) {
   const embed::fault_stats f = sc.fault_statistics();
@@ -285,6 +303,11 @@ result<std::unique_ptr<scheduler_engine>> make_scheduler_engine(engine_kind kind
                                                                 const scheduler_process_options& o,
                                                                 const pool_plan& plan,
                                                                 engine_io io) {
+  if (auto p =
+          offload_problem(traits_of(kind), o.offload, !o.faults.specs.empty(), o.rank_restarts);
+      !p.empty()) {
+    return make_error(errc::invalid_argument, p);
+  }
   switch (kind) {
     case engine_kind::smoke: {
       auto s = smoke_engine::create(plan.geometry.world_size, o.pool.slots, o.pool.kv,
@@ -294,7 +317,7 @@ result<std::unique_ptr<scheduler_engine>> make_scheduler_engine(engine_kind kind
           std::make_unique<smoke_scheduler>(std::move(s).value(), o, std::move(io)));
     }
     case engine_kind::sim:
-      if (!o.sim_engine) {
+      if (!o.config) {
         return make_error(errc::invalid_argument,
                           "the simulated engine needs its config (--config with --engine sim)");
       }

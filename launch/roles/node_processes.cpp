@@ -19,6 +19,7 @@ void fill_shared(Options& o, const launch_config& c, const launch_plan& p, uint3
   o.pool.instance = p.scheduler.pool.instance;
   o.pool.slots = p.scheduler.pool.slots_per_rank;
   o.pool.kv = p.synthetic;
+  o.offload = c.offload.enabled;
   if (const auto& t = p.scheduler.file_tier) o.pool.tier = tier_options::of(*t);
   o.network.heartbeat_ms = c.runtime.heartbeat_ms;
   o.network.connection_timeout_ms = c.runtime.connection_timeout_ms;
@@ -64,11 +65,9 @@ scheduler_process_options scheduler_options_of(const launch_config& c, const lau
   o.ready_timeout_ms = r.ready_timeout_ms;
   o.step_timeout_ms = r.step_timeout_ms;
   o.stop_timeout_ms = r.stop_timeout_ms;
-  switch (engine) {  // engine_of(o) gives `engine` back
-    case engine_kind::sim: o.sim_engine = config_input{c, p}; break;
-    case engine_kind::smoke: o.smoke_steps = c.workload.steps; break;
-    case engine_kind::serve: break;
-  }
+  o.engine = engine;
+  o.smoke_steps = c.workload.steps;
+  o.config = config_input{c, p};
   o.rank_restarts = restarts_allowed(c);
   if (c.topology.nodes.size() > 1) o.rank_nodes = p.rank_node;
   const auto& ob = c.observe;

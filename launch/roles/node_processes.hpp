@@ -44,8 +44,8 @@ bool restarts_allowed(const launch_config& config);
 
 /// The scheduler process's options (node 0) for `config` and its `plan`: topology, pool,
 /// network and timeouts, the observe section, the channel's faults, rank_restarts under
-/// on-failure, several nodes: the plan's rank → node map. With `engine` smoke: smoke_steps =
-/// workload.steps; sim: the simulated engine on `config` and `plan`; serve: neither.
+/// on-failure, several nodes: the plan's rank → node map; `engine`, with the config and plan
+/// (the simulated engine's workload) and smoke_steps = workload.steps (the smoke run's).
 scheduler_process_options scheduler_options_of(const launch_config& config,
                                                const launch_plan& plan, engine_kind engine);
 

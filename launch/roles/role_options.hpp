@@ -16,6 +16,7 @@
 #include "launch/config/launch_config.hpp"
 #include "launch/config/launch_plan.hpp"
 #include "launch/config/synthetic_kv_spec.hpp"
+#include "launch/roles/engine_traits.hpp"
 #include "proto/defaults.hpp"
 #include "proto/status.hpp"
 #include "shm/pool_geometry.hpp"
@@ -101,6 +102,9 @@ struct config_input {
 struct scheduler_process_options {
   topology_options topology;
   pool_options pool;
+  /// offload.enabled: false runs the engine without offloading: no connector, no pool, no
+  /// segment (only an engine that can, engine_traits::needs_offload; no injected faults).
+  bool offload = true;
   network_options network;
   std::string token;
   std::string host = defaults::host;  ///< the address to listen on
@@ -110,15 +114,16 @@ struct scheduler_process_options {
   uint32_t job_timeout_ms = defaults::job_timeout_ms;
   /// a job's deadline in later steps; 0: none by steps
   uint32_t job_timeout_steps = defaults::job_timeout_steps;
-  /// > 0: once every rank registered, drive this many steps of store/load round trips, check the
-  /// pool's bytes, then stop the workers and exit (0 when every job succeeded and every check
-  /// passed). 0: serve until SIGINT/SIGTERM.
+  /// The engine this process runs (launch/engines/engine.hpp; --engine): serve until
+  /// SIGINT/SIGTERM; the smoke run of smoke_steps store/load steps (the pool's bytes checked,
+  /// then the workers stopped; exit 0 when every job succeeded and every check passed); the
+  /// simulated engine on `config` (every rank registered and subscribed to the executor
+  /// channel, it runs the workload's steps, prints {"event":"sim",...} and stops the workers).
+  engine_kind engine = engine_kind::serve;
+  /// The smoke run's steps (--smoke-steps; with --config: workload.steps).
   uint32_t smoke_steps = 0;
-  /// Set: the launch config and plan (--config with --engine sim) of the simulated engine this
-  /// process runs instead of serving (launch/engines/sim/): every rank registered and subscribed
-  /// to the executor channel, it runs the workload's steps, prints {"event":"sim",...} and stops
-  /// the workers. Exclusive with smoke_steps.
-  std::optional<config_input> sim_engine;
+  /// Set with --config: the launch config and its plan (the simulated engine's workload).
+  std::optional<config_input> config;
   /// smoke / sim: how long to wait for every rank
   uint32_t ready_timeout_ms = defaults::ready_timeout_ms;
   /// smoke / sim: how long one step's output may take; above job_timeout_ms (step_wait_problem)
@@ -147,6 +152,9 @@ struct scheduler_process_options {
 struct worker_process_options {
   topology_options topology;
   pool_options pool;
+  /// offload.enabled: false: no worker_connector, no pool: the rank runs its engine's model
+  /// alone (the simulated engine's forward passes) on its own copy engine.
+  bool offload = true;
   network_options network;
   std::string token;
   std::string host = defaults::host;

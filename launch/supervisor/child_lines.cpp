@@ -49,6 +49,10 @@ std::optional<std::string> child_line_text(const child_event& event) {
           [](const connector_steps_event&) -> text { return std::nullopt; },
           [](const finished_event&) -> text { return std::nullopt; },
           [](const listening_event& e) -> text {
+            if (e.segment.empty()) {  // no connector, no pool (offload.enabled false)
+              return "without offloading (no connector, no pool) for " +
+                     plural(e.world_size, "rank", "ranks") + "; executor " + e.executor;
+            }
             return "listening on port " + std::to_string(e.port) + " for " +
                    plural(e.world_size, "rank", "ranks") + "; segment " + e.segment;
           },

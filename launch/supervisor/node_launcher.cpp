@@ -17,7 +17,9 @@
 #include "launch/config/launch_plan.hpp"
 #include "launch/config/tier_dirs.hpp"
 #include "launch/process/signal_watcher.hpp"
+#include "launch/roles/child_events.hpp"
 #include "launch/roles/engine_traits.hpp"
+#include "launch/roles/node_processes.hpp"
 #include "launch/supervisor/child_environment.hpp"
 #include "launch/supervisor/launch_summary.hpp"
 #include "launch/supervisor/launcher_output.hpp"
@@ -75,16 +77,16 @@ int run_launch(const launch_options& o) {
     return refuse("--node " + std::to_string(o.node) + ": topology.nodes has " +
                   std::to_string(nodes) + (nodes == 1 ? " node" : " nodes"));
   }
-  if (!c.offload.enabled) {
-    return refuse(
-        "offload.enabled is false: a launch needs the pool (`kvconnect soak --compare` runs the "
-        "simulated engine without offloading)");
-  }
   const auto kind = parse_engine_kind(o.engine);
   if (!kind || !traits_of(*kind).launchable) {
     return refuse("--engine " + o.engine + ": sim or smoke");
   }
   const engine_traits& engine = traits_of(*kind);
+  const bool offload = c.offload.enabled;
+  if (auto p = offload_problem(engine, offload, !c.runtime.faults.empty(), restarts_allowed(c));
+      !p.empty()) {
+    return refuse(p);
+  }
   // The engine of a launch waits for each step's output: a lost report must fail its jobs at
   // their deadline before that wait ends (check_config refuses a wait shorter than the
   // deadline; here also no deadline by time, which only the in-process soak can do without).
@@ -95,6 +97,10 @@ int run_launch(const launch_options& o) {
   }
   if (o.compare && (!engine.run_figures || o.node != 0)) {
     return refuse("--compare: the simulated engine's run on node 0 is what it compares");
+  }
+  if (o.compare && !offload) {
+    return refuse("--compare: offload.enabled is false: the launch is already the run without "
+                  "offloading that --compare adds");
   }
   std::string token = c.runtime.token;
   if (token.empty()) {
@@ -121,12 +127,17 @@ int run_launch(const launch_options& o) {
   if (token.empty()) token = generate_token();  // one node: nobody else needs to know it
   const std::string instance =
       c.runtime.instance.empty() ? "launch-" + std::to_string(::getpid()) : c.runtime.instance;
-  // The tier's directories first: then make_plan's tier check (check_tier_config).
-  if (auto st = check_tier_dirs(c); !st) return refuse(st.message());
-  auto plan = make_plan(c, instance, token);
+  // The tier's directories first: then make_plan's tier check (check_tier_config). Without
+  // offloading there is no pool, hence no tier behind it; the plan gives the geometry.
+  if (offload) {
+    if (auto st = check_tier_dirs(c); !st) return refuse(st.message());
+  }
+  auto plan = make_geometry_plan(c, instance, token);
   if (!plan) return refuse(plan.error().to_string());
   const auto ranks = plan->ranks_on(o.node);
-  if (auto st = check_tier_space(*plan, ranks); !st) return refuse(st.message());
+  if (offload) {
+    if (auto st = check_tier_space(*plan, ranks); !st) return refuse(st.message());
+  }
   // Process faults: node 0's launcher carries them out, on the ranks of node 0.
   auto faults = parse_fault_options(c.runtime.faults, c.runtime.fault_seed);
   if (!faults) return refuse("runtime.faults: " + faults.error().message());
@@ -144,7 +155,7 @@ int run_launch(const launch_options& o) {
   // Another node's segment: its launcher creates it (node 0's scheduler creates node 0's) and
   // removes it at the end; its workers attach to it.
   std::optional<shm::segment> own_segment;
-  if (o.node != 0) {
+  if (o.node != 0 && offload) {
     auto seg = shm::segment::create(segment, plan->pool);
     if (!seg) {
       say("cannot create " + segment + ": " + seg.error().to_string());
@@ -182,7 +193,7 @@ int run_launch(const launch_options& o) {
                {"ranks", ranks.size()},
                {"world_size", plan->kv.world_size},
                {"restarts", run.outcome().restarts()},
-               {"segment", segment},
+               {"segment", offload ? json(segment) : json()},  // none without offloading
                {"segment_left", segment_left},
                {"wall_seconds", std::round(wall * 1000) / 1000}};
   // From the launcher's start to the scheduler's first step (every rank registered).
@@ -229,9 +240,10 @@ int run_launch(const launch_options& o) {
       summary["exit_code"] = code;
     }
   } else {
-    for (const char* k :
-         {"steps", "jobs_ok", "jobs_failed", "rounds_interrupted", "slots_checked", "bytes"}) {
-      summary[k] = said.smoke() ? said.smoke()->value(k, json()) : json();
+    // The smoke line's fields (child_events.hpp), null when the scheduler printed none.
+    const json fields = to_json(child_event{smoke_event{}});
+    for (const auto& [k, v] : fields.items()) {
+      if (k != "event") summary[k] = said.smoke() ? said.smoke()->value(k, json()) : json();
     }
   }
   emit(summary);

@@ -30,6 +30,12 @@
 ///
 /// With --compare a {"event":"compare",...} line follows the summary.
 ///
+/// With offload.enabled false (an engine whose traits allow it: the simulated engine) nothing
+/// creates a pool or a segment: the scheduler runs the engine without a connector, the workers
+/// its model on the executor channel alone and end with it; the summary's "segment" is null.
+/// The engines that need offloading, injected faults, rank restarts and --compare are refused
+/// (exit 2, offload_problem).
+///
 /// With injected faults (runtime.faults), a {"event":"fault_report",...} line comes before the
 /// summary: the scheduler's report with the workers' copy faults and the launcher's process
 /// faults added to "fired". Process faults (kill_rank, hang_rank, kill_scheduler) are carried out

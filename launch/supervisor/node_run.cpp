@@ -89,9 +89,10 @@ class node_run::impl {
     } else {
       // The scheduler runs on node 0 at the fixed runtime.port, its executor channel at the
       // derived fixed port: the workers start at once.
-      listening_event at{
-          .port = config_.runtime.port,
-          .segment = shm::segment_name(::getuid(), plan_.scheduler.pool.instance, node_)};
+      listening_event at{.port = config_.runtime.port};
+      if (config_.offload.enabled) {
+        at.segment = shm::segment_name(::getuid(), plan_.scheduler.pool.instance, node_);
+      }
       if (traits_of(engine_).executor_channel) at.executor = remote_executor(config_);
       on_listening(at);
     }
@@ -217,6 +218,9 @@ class node_run::impl {
         continue;
       }
       read_output(child, true);  // what it wrote before it ended comes first
+      // So does what the scheduler wrote before it: a worker without offloading ends at the
+      // executor channel's end, which the scheduler sends after its run's last line.
+      if (child != 0) read_written(0);
       const int code = children_[child].reap();
       faults_.on_exit(child);
       tell(spdlog::level::info, role(child) + " (pid " + std::to_string(children_[child].pid()) +
@@ -254,6 +258,15 @@ class node_run::impl {
           {"incarnation", incarnation},
           {"pid", children_[child].pid()},
           {"restarts", sup_.restarts()}});
+  }
+
+  /// Reads every line `child` has written so far, without waiting for more.
+  void read_written(size_t child) {
+    for (;;) {
+      pollfd p{children_[child].stdout_fd(), POLLIN, 0};
+      if (p.fd < 0 || ::poll(&p, 1, 0) <= 0 || p.revents == 0) return;
+      read_output(child, false);
+    }
   }
 
   /// Reads what the child wrote (all of it up to the end when `to_end`) and handles its lines.
@@ -369,7 +382,7 @@ class node_run::impl {
     emit({{"event", "started"},
           {"node", node_},
           {"port", port_},
-          {"segment", e.segment},
+          {"segment", e.segment.empty() ? json() : json(e.segment)},  // none: no offloading
           {"scheduler_pid", node_ == 0 ? json(children_[0].pid()) : json()},
           {"ranks", ranks_},
           {"worker_pids", pids}});

@@ -173,6 +173,31 @@ TEST(LaunchPlanTest, NoPlanWithoutOffloadOrForAnInvalidConfig) {
   EXPECT_THAT(invalid.error().message(), ::testing::HasSubstr("offload.block_size"));
 }
 
+// A run without offloading shares the geometry of the same run with it (the ranks, their KV
+// cache, the network); its role processes are told to offload nothing.
+TEST(LaunchPlanTest, WithoutOffloadTheGeometryPlanIsTheOneWithItAndTheProcessesOffloadNothing) {
+  const auto off = loaded(tp4pp2, {"offload.enabled=false"});
+  auto geometry = make_geometry_plan(off, "inst", "secret");
+  ASSERT_TRUE(geometry.ok()) << geometry.error().to_string();
+  auto on = make_plan(loaded(tp4pp2), "inst", "secret");
+  ASSERT_TRUE(on.ok());
+  EXPECT_EQ(geometry->kv.slot_bytes, on->kv.slot_bytes);
+  EXPECT_EQ(geometry->kv.layers_per_rank, on->kv.layers_per_rank);
+  EXPECT_EQ(geometry->rank_node, on->rank_node);
+  EXPECT_EQ(geometry->synthetic.page_bytes, on->synthetic.page_bytes);
+  // With offloading on it is make_plan's plan.
+  auto same = make_geometry_plan(loaded(tp4pp2), "inst", "secret");
+  ASSERT_TRUE(same.ok());
+  EXPECT_EQ(same->pool.num_slots, on->pool.num_slots);
+  EXPECT_FALSE(scheduler_options_of(off, *geometry, engine_kind::sim).offload);
+  auto w = worker_options_of(off, *geometry, 1);
+  ASSERT_TRUE(w.ok());
+  EXPECT_FALSE(w->offload);
+  auto w_on = worker_options_of(loaded(tp4pp2), *on, 1);
+  ASSERT_TRUE(w_on.ok());
+  EXPECT_TRUE(w_on->offload);
+}
+
 // A child of a launch gets the plan, not flags rebuilt from it: the config on its stdin and
 // what only the run knows on its command line.
 TEST(LaunchPlanTest, TheNodesProcessesGetTheConfigAndWhatOnlyTheRunKnows) {
@@ -232,20 +257,21 @@ TEST(LaunchPlanTest, TheRolesMapOneConfigToTheSameTopologyAndPool) {
   EXPECT_EQ(s.ready_timeout_ms, 30000u);
   EXPECT_EQ(s.step_timeout_ms, 60000u);
   EXPECT_EQ(s.stop_timeout_ms, 5000u);
+  EXPECT_EQ(s.engine, engine_kind::smoke);
   EXPECT_EQ(s.smoke_steps, 30u);
-  EXPECT_FALSE(s.sim_engine);
+  ASSERT_TRUE(s.config);
+  EXPECT_EQ(s.config->config, c);
+  EXPECT_TRUE(s.offload);
   EXPECT_FALSE(s.rank_restarts);
   EXPECT_TRUE(s.rank_nodes.empty());  // one node
   EXPECT_TRUE(s.trace.dir.empty());
   // The simulated engine runs on the config and plan themselves.
   const auto sim = scheduler_options_of(c, *plan, engine_kind::sim);
-  EXPECT_EQ(sim.smoke_steps, 0u);
-  ASSERT_TRUE(sim.sim_engine);
-  EXPECT_EQ(sim.sim_engine->config, c);
-  EXPECT_EQ(sim.sim_engine->plan.kv.slot_bytes, plan->kv.slot_bytes);
-  const auto serve = scheduler_options_of(c, *plan, engine_kind::serve);
-  EXPECT_EQ(serve.smoke_steps, 0u);
-  EXPECT_FALSE(serve.sim_engine);
+  EXPECT_EQ(sim.engine, engine_kind::sim);
+  ASSERT_TRUE(sim.config);
+  EXPECT_EQ(sim.config->config, c);
+  EXPECT_EQ(sim.config->plan.kv.slot_bytes, plan->kv.slot_bytes);
+  EXPECT_EQ(scheduler_options_of(c, *plan, engine_kind::serve).engine, engine_kind::serve);
 
   auto w = worker_options_of(c, *plan, 5);
   ASSERT_TRUE(w.ok()) << w.error().to_string();

@@ -81,9 +81,8 @@ result<rig> build(const in_process_options& o, const launch::launch_plan& plan) 
 
 result<run_report> run_in_process(const in_process_options& o) {
   const auto wall0 = clock::now();
-  auto planned = o.config;
-  planned.offload.enabled = true;  // the reference run without offloading has the same geometry
-  auto plan = launch::make_plan(planned, o.instance, "in-process");
+  // The reference run without offloading has the same geometry.
+  auto plan = launch::make_geometry_plan(o.config, o.instance, "in-process");
   if (!plan) return plan.error();
   auto built = build(o, *plan);
   if (!built) return built.error();
