@@ -125,7 +125,8 @@ planner_tables planner::tables() const noexcept {
           .failed_flush = m.failed_flush_.size(),
           .tier_jobs = m.tier_jobs_.size(),
           .promoting = m.promoting_.size(),
-          .settled = m.settled_.size()};
+          .settled = m.settled_.size(),
+          .awaiting_engine = m.awaiting_engine_.size()};
 }
 std::span<const transfer_job> planner::pending_loads() const noexcept {
   return impl_->pending_loads_;
