@@ -408,9 +408,9 @@ TEST(TransferExecutorTest, AFlushedLoadNotYetReportedIsReportedOnceWithItsBlocks
                    {fault_target::load, fault_trigger::nth, 2, 0.0, fault_action::delay, 0, 0}}};
   rank_fixture f{1, plan};
   auto& w = *f.worker;
-  ASSERT_TRUE(w.bind_connector_metadata(meta(1, {load_job(2, "b", {1}, {5}),
-                                                 load_job(1, "a", {2, 3}, {3, 4}),
-                                                 load_job(3, "c", {4}, {6})}))
+  ASSERT_TRUE(w.bind_connector_metadata(
+                   meta(1, {load_job(2, "b", {1}, {5}), load_job(1, "a", {2, 3}, {3, 4}),
+                            load_job(3, "c", {4}, {6})}))
                   .ok());
   ASSERT_TRUE(w.handle_preemptions().ok());
   ASSERT_TRUE(w.start_load_kv().ok());
