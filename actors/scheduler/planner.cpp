@@ -118,14 +118,15 @@ planner_tables planner::tables() const noexcept {
           .loads = m.loads_in_flight_,
           .pending_loads = m.pending_loads_.size(),
           .owed_sending = m.owed_sending_.size(),
-          .completions = c.finished_sending.size() + c.finished_recving.size() +
-                         c.invalid_block_ids.size(),
+          .completions =
+              c.finished_sending.size() + c.finished_recving.size() + c.invalid_block_ids.size(),
           .finished_for_meta = m.finished_since_meta_.size(),
           .reset_flush = m.reset_flush_.size(),
           .failed_flush = m.failed_flush_.size(),
           .tier_jobs = m.tier_jobs_.size(),
           .promoting = m.promoting_.size(),
-          .settled = m.settled_.size()};
+          .settled = m.settled_.size(),
+          .awaiting_engine = m.awaiting_engine_.size()};
 }
 std::span<const transfer_job> planner::pending_loads() const noexcept {
   return impl_->pending_loads_;

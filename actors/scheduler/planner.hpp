@@ -54,6 +54,19 @@
 /// invalid_block_ids since it was planned (vLLM recomputes those; kvconnect does not report
 /// them again), ok otherwise. The coordinator's result for a settled job, when it comes (every
 /// rank's report, or its deadline when a report was lost), changes nothing: it is dropped.
+/// Conversely, once a releases_requests output came (the engine names loads), a load the
+/// coordinator completes before the engine's finished_recving named its request (it failed on a
+/// rank while another was still copying, or at its deadline) is completed in the ledger and
+/// flushed as any failed job, but neither its request nor its blocks reach
+/// take_request_completions: vLLM reads a connector's invalid blocks before it calls
+/// update_connector_output (Scheduler.update_from_output: _handle_invalid_blocks, then
+/// _update_from_kv_xfer_finished), so blocks added there would be lost and the request run on
+/// KV that never arrived. The workers report it instead: every rank that had not named the
+/// request names it when the flush reaches it, with the load's blocks as load errors
+/// (worker/transfer_executor.hpp, "Withdrawn loads"), so vLLM names it once with them. The
+/// request *awaits the engine* until then; its id in the engine's finished_recving is passed on.
+/// Without such outputs (an engine reading take_request_completions alone) the coordinator's
+/// result reports the request and, failed, its blocks, as before.
 ///
 /// Keys. A request's keys are block_hashes[hash_factor-1 :: hash_factor] (the last hash inside
 /// each full offloaded block), extended incrementally from the request view the engine passes in;
@@ -239,6 +252,8 @@ struct planner_tables {
   size_t tier_jobs = 0;            ///< file tier jobs recorded or in flight
   size_t promoting = 0;            ///< blocks with a promotion in flight
   size_t settled = 0;  ///< loads settled by the engine's sets, the coordinator's result to come
+  /// Loads the coordinator completed before the engine's sets named their request.
+  size_t awaiting_engine = 0;
   friend bool operator==(const planner_tables&, const planner_tables&) = default;
 };
 
@@ -322,11 +337,12 @@ class planner {
   /// in input order). Error, nothing changed, when a cached (non-new) request is unknown.
   result<connector_metadata> build_connector_meta(const step_input& in);
 
-  /// Consumes aggregated job results and completes each job exactly once. Results for unknown or
-  /// already completed job ids, or of the wrong kind, change nothing for that job; the others
-  /// are still applied and the returned status names the rejected ids (errc::not_found or
-  /// errc::invalid_argument) for the caller to log. Finished delay_free requests with nothing
-  /// in flight are released and reported in finished_sending.
+  /// Consumes aggregated job results and completes each job exactly once (a load of a request
+  /// the engine has not named, once the engine names loads, awaits it: see above). Results for
+  /// unknown or already completed job ids, or of the wrong kind, change nothing for that job;
+  /// the others are still applied and the returned status names the rejected ids
+  /// (errc::not_found or errc::invalid_argument) for the caller to log. Finished delay_free
+  /// requests with nothing in flight are released and reported in finished_sending.
   status update_connector_output(const connector_output& out);
 
   /// Consumes vLLM-style request-level outcomes (finished_sending first, then finished_recving,
@@ -339,8 +355,10 @@ class planner {
   /// nothing is in flight, else when its last job completes, without a second report); a
   /// request in finished_recving whose load is in flight goes to its finished_recving and the
   /// load is settled (see above: failed iff one of its blocks was in invalid_block_ids of this
-  /// or an earlier call while it was in flight; no invalid block reported); every other id is
-  /// dropped (reported already, or nothing to release).
+  /// or an earlier call while it was in flight; no invalid block reported), and a request
+  /// awaiting the engine (see above) goes to its finished_recving; every other id is dropped
+  /// (reported already, or nothing to release). The first releases_requests output makes the
+  /// engine's sets the only release of a loading request for the rest of the run.
   status update_connector_output(const request_output& out);
 
   /// The request-level outcomes gathered since the last call.

@@ -263,6 +263,12 @@ class planner::impl {
   /// Loads settled by the engine's finished_recving (release_requests) whose result from the
   /// coordinator has not come yet: that result is dropped when it does.
   absl::flat_hash_set<job_id> settled_;
+  /// Set by the first releases_requests output: the engine's finished_recving alone releases a
+  /// loading request (its workers name it, with a failed load's blocks: planner.hpp).
+  bool engine_names_loads_ = false;
+  /// Requests whose load the coordinator completed before the engine named them
+  /// (engine_names_loads_): the engine's finished_recving, when it names them, is passed on.
+  absl::flat_hash_set<std::string, id_hash, id_eq> awaiting_engine_;
   uint32_t first_cached_ = npos;       ///< the first running request of the last step (a hint)
   std::vector<uint32_t> next_cached_;  ///< by slot: the request after it in the last step
   size_t last_store_jobs_ = 0;         ///< store jobs of the last step (reserve hint)

@@ -299,6 +299,7 @@ status planner::impl::update_connector_output(const request_output& out) {
 }
 
 status planner::impl::release_requests(const request_output& out) {
+  engine_names_loads_ = true;
   for (std::string_view id : out.finished_sending) {
     const uint32_t slot = find(id);
     if (slot == npos) continue;  // released: reported when its last job completed
@@ -314,8 +315,17 @@ status planner::impl::release_requests(const request_output& out) {
   std::string rejected;  // complete_job's: a manager breaking its contract
   errc first_error = errc::ok;
   for (std::string_view id : out.finished_recving) {
+    if (!awaiting_engine_.empty()) {
+      if (auto it = awaiting_engine_.find(id); it != awaiting_engine_.end()) {
+        // Completed by the coordinator first: the engine's word releases it now (its workers
+        // named the failed load's blocks in this output or an earlier one).
+        completions_.finished_recving.push_back(*it);
+        awaiting_engine_.erase(it);
+        continue;
+      }
+    }
     const uint32_t slot = find(id);
-    if (slot == npos || !states_[slot].load_job) continue;  // reported with its outcome
+    if (slot == npos || !states_[slot].load_job) continue;  // reported already, or no load
     const job_id job = *states_[slot].load_job;
     if (job >= sent_below_) continue;  // recorded, not sent yet: no worker has it
     auto jit = jobs_.find(job);
@@ -373,7 +383,13 @@ void planner::impl::complete_job(job_map::iterator jit, bool ok, bool report, st
       ++(ok ? stats_.loads_ok : stats_.loads_failed);
     }
     --loads_in_flight_;
-    if (report) {
+    if (report && engine_names_loads_ && !settled) {
+      // The engine has not named the request: it will, once every worker did (a worker names a
+      // load failed elsewhere when the flush reaches it, with its blocks as load errors), and
+      // only then may the request run. Its blocks are not reported here: vLLM reads a
+      // connector's invalid blocks before update_connector_output, never after it.
+      awaiting_engine_.insert(st.id);
+    } else if (report) {
       // A settled load's failed blocks are the engine's own: it knows them already.
       if (!ok && !settled) {
         const auto end = std::min<size_t>(js.end_block, st.block_ids.size());

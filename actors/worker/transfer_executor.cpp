@@ -97,10 +97,25 @@ status transfer_executor::bind_connector_metadata(const connector_metadata& meta
   }
   meta_ = meta;
   known_.insert(ids.begin(), ids.end());
+  withdraw_flushed_loads(meta);
   deferred_submitted_ = false;
   loads_started_ = false;
   stores_queued_ = false;
   return {};
+}
+
+void transfer_executor::withdraw_flushed_loads(const connector_metadata& meta) {
+  for (job_id id : meta.flush) {
+    auto t = transfer_of_.find(id);
+    if (t == transfer_of_.end()) continue;  // not in flight here: reported, or failed already
+    const job_entry& entry = in_flight_.at(t->second);
+    if (entry.kind != transfer_kind::load) continue;
+    const auto& preempted = meta.flush_requests;
+    if (std::find(preempted.begin(), preempted.end(), entry.request_id) != preempted.end()) {
+      continue;  // flushed for a preemption: its copy is awaited, not failed
+    }
+    withdrawn_.insert(id);
+  }
 }
 
 void transfer_executor::clear_connector_metadata() {
@@ -229,7 +244,8 @@ void transfer_executor::finish_job(const job_entry& entry, rank_job_result resul
   out.jobs.push_back(std::move(result));
   known_.erase(entry.id);
   if (entry.kind == transfer_kind::load) {
-    if (!ok)
+    const bool withdrawn = !withdrawn_.empty() && withdrawn_.erase(entry.id) > 0;
+    if (!ok || withdrawn)
       load_errors_.insert(load_errors_.end(), entry.gpu_blocks.begin(), entry.gpu_blocks.end());
     out.finished_recving.push_back(entry.request_id);
     return;

@@ -226,8 +226,10 @@ class KvconnectConnector(_BASE):  # type: ignore[misc, valid-type]
         replaces vLLM's sets for vLLM's scheduler to read after this call: each request once;
         with kvconnect's workers a store's outcome is the coordinator's, and a load vLLM's
         finished_recving names is settled by vLLM's word (failed iff one of its blocks was in
-        invalid_block_ids), which the coordinator's later result does not change
-        (docs/python.md)."""
+        invalid_block_ids), which the coordinator's later result does not change. A load the
+        coordinator completed first is not released here: vLLM has read invalid_block_ids
+        before this call, so the workers name it, with its blocks as load errors, in the next
+        step, and vLLM's set then releases it (docs/python.md)."""
         self._scheduler.vllm_update_connector_output(connector_output)
 
     def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, dict | None]:

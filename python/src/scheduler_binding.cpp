@@ -332,6 +332,7 @@ py::dict tables_dict(const scheduler_connector::table_sizes& t, size_t cached) {
   d["tier_jobs"] = t.planner.tier_jobs;
   d["promoting"] = t.planner.promoting;
   d["settled"] = t.planner.settled;
+  d["awaiting_engine"] = t.planner.awaiting_engine;
   d["coordinator_jobs"] = t.coordinator_jobs;
   d["coordinator_deadlines"] = t.coordinator_deadlines;
   d["coordinator_ready_steps"] = t.coordinator_ready_steps;

@@ -154,26 +154,32 @@ class EmbedTest : public shm::testing::ShmTest,
   }
 
   /// The step up to its output: plan, then every worker's calls (their reports go out). Returns
-  /// the GPU blocks the workers report load errors for.
+  /// the GPU blocks the workers report load errors for. The ranks in `hold` run no copy during
+  /// the forward; `finished`, when given, gets every rank's get_finished.
   result<std::vector<gpu_block>> run_workers(
       scheduler_connector& sc, step_id s, std::vector<scheduler::scheduled_request> fresh = {},
-      std::vector<std::pair<gpu_block, uint64_t>> writes = {}) {
+      std::vector<std::pair<gpu_block, uint64_t>> writes = {},
+      const std::vector<rank_id>& hold = {}, std::vector<finished_requests>* finished = nullptr) {
     auto meta = sc.build_connector_meta({s, fresh, {}, {}});
     if (!meta) return meta.error();
     last_meta_ = *meta;
     std::vector<gpu_block> load_errors;
+    if (finished != nullptr) finished->clear();
     for (auto& rk : ranks_) {
       worker_connector& w = *rk.wc;
       if (auto st = w.bind_connector_metadata(s, 5s); !st) return st;
       if (auto st = w.handle_preemptions(); !st) return st;
       if (auto st = w.start_load_kv(); !st) return st;
-      rk.engine().advance_all();  // the copies run during the forward
+      if (std::find(hold.begin(), hold.end(), w.rank()) == hold.end()) {
+        rk.engine().advance_all();  // the copies run during the forward
+      }
       for (auto [b, tag] : writes) {
         const auto bytes = pattern(tag, w.rank(), b);
         if (auto st = w.copy_engine().upload(rk.block(b), bytes.data(), page); !st) return st;
       }
       if (auto st = w.wait_for_save(); !st) return st;
-      w.get_finished({});
+      auto done = w.get_finished({});
+      if (finished != nullptr) finished->push_back(std::move(done));
       for (gpu_block b : w.get_block_ids_with_load_errors()) load_errors.push_back(b);
       w.clear_connector_metadata();
     }
@@ -420,6 +426,75 @@ TEST_P(EmbedTest, ALoadThatFailedOnARankIsSettledByVllmsSetsWithTheEnginesInvali
   EXPECT_EQ((*sc)->jobs_in_flight(), 0u);
   EXPECT_EQ((*sc)->tables().planner.settled, 0u);
   EXPECT_FALSE((*sc)->request_finished("b"));
+}
+
+// vLLM reads failed loads only from its workers, before it calls the scheduler side's
+// update_connector_output. Rank 1's copy of b's load does not run before the load's step
+// deadline, so the coordinator fails the load before vLLM's sets name b: the scheduler side
+// releases nothing (vLLM would run b on blocks rank 1 never filled), and the next step's flush
+// makes rank 1, which had not named b, name it once with the load's blocks as load errors;
+// rank 0, which had, adds nothing. vLLM's aggregation then names b with those blocks invalid.
+TEST_P(EmbedTest, ALoadPastItsDeadlineIsNamedOnceByTheRankThatHadNotWithItsBlocksAsLoadErrors) {
+  auto cfg = sched_cfg(2);
+  cfg.job_timeout = 0ms;  // the step deadline alone
+  cfg.job_timeout_steps = 2;
+  auto sc = scheduler_connector::create(cfg);
+  ASSERT_TRUE(sc.ok()) << sc.error().to_string();
+  ASSERT_TRUE(add_worker(sc->get(), worker_cfg(0, 2)));
+  ASSERT_TRUE(add_worker(sc->get(), worker_cfg(1, 2)));
+  ASSERT_TRUE((*sc)->wait_for_workers(5s).ok());
+
+  const auto ka = keys({91, 92});
+  auto run = store_request_a(**sc, ka);
+  ASSERT_TRUE(run.ok()) << run.error().to_string();
+  ASSERT_TRUE((*sc)->apply_request_output({}, {}).ok());  // vLLM's sets, every step from now
+  const scheduler::request_view b{"b", ka, 9};
+  ASSERT_EQ((*sc)->get_num_new_matched_tokens(b, 0), (scheduler::match_result{8u, true}));
+  const std::vector<gpu_block> blocks_b{5, 6, 7};
+  ASSERT_TRUE((*sc)->update_state_after_alloc(b, blocks_b, 8).ok());
+  std::vector<finished_requests> fin;
+  const std::vector<std::string> just_b{"b"};
+  // Steps 3-5: rank 1 runs no copy; rank 0 names b in step 3. The load's deadline (its second
+  // later step) fails it in step 5: nothing is released to the engine.
+  for (step_id s = 3; s <= 5; ++s) {
+    auto errors = run_workers(**sc, s, {}, {}, {1}, &fin);
+    ASSERT_TRUE(errors.ok()) << errors.error().to_string();
+    EXPECT_TRUE(errors->empty());
+    EXPECT_EQ(fin[0].finished_recving, s == 3 ? just_b : std::vector<std::string>{});
+    EXPECT_TRUE(fin[1].finished_recving.empty());
+    ASSERT_TRUE((*sc)->apply_request_output({}, {}).ok());
+    auto out = (*sc)->update_connector_output(s, 5s);
+    ASSERT_TRUE(out.ok()) << out.error().to_string();
+    EXPECT_TRUE(out->completions.empty()) << "step " << s;
+  }
+  const job_id load = 1;  // a's store is job 0
+  EXPECT_EQ((*sc)->stats().loads_failed, 1u);
+  EXPECT_EQ((*sc)->tables().planner.awaiting_engine, 1u);
+  EXPECT_EQ((*sc)->fault_statistics().timed_out, 1u);
+
+  // Step 6 flushes the failed load: rank 1 waits for its copy (handle_preemptions) and names b
+  // with the load's blocks; rank 0 names nothing.
+  auto errors = run_workers(**sc, 6, {}, {}, {}, &fin);
+  ASSERT_TRUE(errors.ok()) << errors.error().to_string();
+  EXPECT_EQ(last_meta_.flush, std::vector<job_id>{load});
+  EXPECT_TRUE(fin[0].finished_recving.empty());
+  EXPECT_EQ(fin[1].finished_recving, just_b);
+  EXPECT_EQ(*errors, (std::vector<gpu_block>{5, 6}));
+  EXPECT_EQ(ranks_[1].read(5), pattern(100, 1, 1));  // the copy ran, at the flush's wait
+  // vLLM's aggregation names b (every rank did), with those blocks invalid: released once.
+  const std::vector<std::string_view> recving{"b"};
+  ASSERT_TRUE((*sc)->apply_request_output({}, recving, *errors).ok());
+  auto out = (*sc)->update_connector_output(6, 5s);
+  ASSERT_TRUE(out.ok()) << out.error().to_string();
+  EXPECT_EQ(out->completions.finished_recving, just_b);
+  EXPECT_TRUE(out->completions.invalid_block_ids.empty());
+  EXPECT_EQ((*sc)->tables().planner.awaiting_engine, 0u);
+  EXPECT_FALSE((*sc)->request_finished("b"));
+  errors = run_workers(**sc, 7, {}, {}, {}, &fin);  // nothing named again
+  ASSERT_TRUE(errors.ok()) << errors.error().to_string();
+  EXPECT_TRUE(errors->empty());
+  EXPECT_TRUE(fin[0].finished_recving.empty() && fin[1].finished_recving.empty());
+  EXPECT_EQ((*sc)->jobs_in_flight(), 0u);
 }
 
 TEST_P(EmbedTest, JobResultsFromOutsideTheStepChannelCompleteJobsOnce) {

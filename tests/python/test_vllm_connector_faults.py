@@ -17,6 +17,12 @@ when they fire is known without waiting on time.
   every worker reported it, with every worker's failed copies in the same output's
   invalid_block_ids (none): the load is settled ok in that step, and its deadline changes
   nothing. b, preempted and scheduled again before that deadline, loads again.
+- delay_copy: rank 1's copy of b's load is held (its forward does not wait for it), so
+  kvconnect's coordinator fails the load at its step deadline before vLLM's sets name b. vLLM
+  reads failed loads only from its workers, before it calls update_connector_output: the
+  scheduler side releases nothing itself; the next step flushes the failed load, rank 1 waits
+  for its copy and names b with the load's blocks as load errors, and vLLM names b once, with
+  those blocks invalid: b is recomputed, one step after its deadline.
 All: nothing is left (jobs, requests, transfers, processes, the segment).
 """
 from __future__ import annotations
@@ -176,3 +182,39 @@ def test_a_request_preempted_after_its_settled_load_loads_again():
 
     run("reload-after-preemption", ["drop_report:rank=1,step=3,nth=0"], check, straggling=1,
         job_timeout_steps=3)
+
+
+def test_a_load_failed_at_its_deadline_reaches_vllm_through_the_workers_and_is_recomputed():
+    def check(sched, workers):
+        blocks_a, stored = e.store_a(sched, workers)
+        # Step 3: b's load; rank 1's copy is held (rank 1's forward does not wait for it), rank
+        # 0's ends: vLLM's aggregation has not named b.
+        kv_out, blocks_b, b = e.start_b(sched, workers, hold=(1,))
+        load = sched.planned.loads[0].id
+        assert not kv_out.finished_recving and not kv_out.invalid_block_ids
+        # Step 4, then step 5: the load's second later step, whose deadline fails rank 1's part
+        # in the coordinator. Nothing reaches vLLM from the scheduler side (vLLM would not read
+        # invalid blocks given there, and would run b on blocks rank 1 never filled).
+        for _ in range(2):
+            out = e.engine_step(sched, workers, e.output(), hold=(1,))
+            assert not out.finished_recving and not out.invalid_block_ids
+        assert sched.scheduler.fault_statistics()["timed_out"] == 1
+        assert sched.scheduler.stats()["loads_failed"] == 1
+        assert sched.scheduler.tables()["awaiting_engine"] == 1
+        assert "b" in workers.kv_waits.loading
+        # Step 6 flushes the failed load: rank 1 waits for its copy and names b with the load's
+        # blocks as load errors; vLLM names b once, those blocks invalid: recomputed.
+        out = e.engine_step(sched, workers, e.output())
+        assert sched.planned.flush == [load]
+        assert out.finished_recving == {"b"}
+        assert out.invalid_block_ids == set(blocks_b[:4])
+        assert workers.kv_waits.recomputed == ["b"] and workers.kv_waits.ran == []
+        assert workers.all("faults") == [{}, {"delay_copy": 1}]
+        stats = sched.scheduler.stats()
+        assert (stats["loads_ok"], stats["loads_failed"], stats["loads_settled"]) == (0, 1, 0)
+        assert sched.scheduler.tables()["awaiting_engine"] == 0
+        assert sched.request_finished(b, blocks_b) == (False, None)
+        out = e.engine_step(sched, workers, e.output())  # the finished id goes to the workers
+        assert not out.finished_recving and not out.invalid_block_ids
+
+    run("deadline-load", ["delay_copy:rank=1,dir=load,nth=0"], check)

@@ -5,8 +5,15 @@ step's metadata shipped to the workers pickled (as vLLM's SchedulerOutput carrie
 aggregation of the workers' finished sets.
 
 The workers' "forward" is finish_transfers(): every transfer submitted so far has finished when
-it returns, so each step's outcome is known without waiting on time. Messages to and from the
-worker processes are waited for with a deadline (a worker that died fails the test).
+it returns, so each step's outcome is known without waiting on time (a rank told to hold skips
+it: a copy held by a delay_copy fault then stays in flight). Messages to and from the worker
+processes are waited for with a deadline (a worker that died fails the test).
+
+vLLM's scheduler is played for the requests waiting for their KV (KvWaits), in
+Scheduler.update_from_output's order: the output's invalid_block_ids first, then the
+connector's update_connector_output, then the finished sets. It fails the test where vLLM would
+silently go wrong: invalid block ids the connector adds in update_connector_output (vLLM never
+reads them), or a request released to run on KV that a rank has not finished loading.
 """
 from __future__ import annotations
 
@@ -91,11 +98,12 @@ def worker_main(conn, engine_id: str, rank: int, extra: dict) -> None:
             elif op == "read":
                 conn.send({b: [t[:, b].numpy().tobytes() for t in kv.values()] for b in args})
             elif op == "step":
-                meta, finished = pickle.loads(args)
+                meta, finished, hold = pickle.loads(args)
                 c.bind_connector_metadata(meta)
                 c.handle_preemptions(meta)
                 c.start_load_kv(None)
-                c.worker.finish_transfers()  # the forward: every transfer so far has finished
+                if not hold:
+                    c.worker.finish_transfers()  # the forward: every transfer so far has finished
                 c.wait_for_save()
                 sending, recving = c.get_finished(finished)
                 errors = c.get_block_ids_with_load_errors()
@@ -111,6 +119,62 @@ def worker_main(conn, engine_id: str, rank: int, extra: dict) -> None:
         conn.send("stopped")
 
 
+class KvWaits:
+    """vLLM's Scheduler for the requests waiting for their KV (WAITING_FOR_REMOTE_KVS), in the
+    order of Scheduler.update_from_output (R1 and main): _handle_invalid_blocks marks a waiting
+    request with one of its blocks among the output's invalid_block_ids to be recomputed; then
+    _update_from_kv_xfer_finished calls the connector's update_connector_output and releases
+    each request its finished_recving names (recomputed if marked, else run on its loaded
+    blocks). Beyond vLLM it checks that the connector adds no invalid block id in
+    update_connector_output (read by nobody) and that a request released to run was named
+    loaded by every rank (its load's copies all ended)."""
+
+    def __init__(self):
+        self.loading: dict[str, tuple[set[int], set[int]]] = {}  # id -> (blocks, ranks done)
+        self.marked: set[str] = set()  # to recompute once released
+        self.ran: list[str] = []  # released on their loaded blocks, in order
+        self.recomputed: list[str] = []  # released to recompute, in order
+
+    def planned(self, loads) -> None:
+        for job in loads:
+            self.loading[job.request_id] = (set(job.gpu_blocks), set())
+
+    def reported(self, results: list) -> None:
+        """The workers' step results: which rank named which request in finished_recving."""
+        for rank, (_, recving, _) in enumerate(results):
+            for req_id in recving:
+                if req_id in self.loading:
+                    self.loading[req_id][1].add(rank)
+
+    def handle_invalid_blocks(self, invalid: set[int]) -> None:
+        hit = set()
+        for req_id, (blocks, _) in self.loading.items():
+            if blocks & invalid:
+                self.marked.add(req_id)
+                hit |= blocks & invalid
+        assert invalid <= hit, f"invalid block ids {sorted(invalid - hit)} of no waiting request"
+
+    def release(self, finished_recving) -> None:
+        for req_id in sorted(finished_recving or ()):
+            assert req_id in self.loading, f"{req_id} released but not waiting for its KV"
+            _, ranks = self.loading.pop(req_id)
+            if req_id in self.marked:
+                self.marked.discard(req_id)
+                self.recomputed.append(req_id)
+                continue
+            missing = sorted(set(range(TP)) - ranks)
+            assert not missing, f"{req_id} runs on KV rank(s) {missing} did not finish loading"
+            self.ran.append(req_id)
+
+    def update_from_output(self, sched: KvconnectConnector, kv_out: v.KVConnectorOutput) -> None:
+        read = set(kv_out.invalid_block_ids or ())
+        self.handle_invalid_blocks(read)
+        sched.update_connector_output(kv_out)
+        added = set(kv_out.invalid_block_ids or ()) - read
+        assert not added, f"invalid block ids {sorted(added)} added after vLLM read them"
+        self.release(kv_out.finished_recving)
+
+
 class Workers:
     """TP worker processes, started at once; ready() waits for their connectors."""
 
@@ -119,6 +183,7 @@ class Workers:
         self.conns, self.procs = [], []
         # vLLM's KVOutputAggregator: per id, the workers that have not reported it yet.
         self.remaining: dict[str, dict[str, int]] = {"sending": {}, "recving": {}}
+        self.kv_waits = KvWaits()
         for rank in range(TP):
             parent, child = ctx.Pipe()
             p = ctx.Process(target=worker_main, args=(child, engine_id, rank, extra),
@@ -158,8 +223,12 @@ class Workers:
                                    set().union(*(e for _, _, e in results)))
 
     def all(self, op: str, args=None) -> list:
-        for conn in self.conns:
-            conn.send((op, args))
+        return self.each(op, [args] * TP)
+
+    def each(self, op: str, args: list) -> list:
+        """`op` on every rank r with args[r]."""
+        for conn, a in zip(self.conns, args):
+            conn.send((op, a))
         return [self.reply(r) for r in range(TP)]
 
     def stop(self) -> None:
@@ -198,24 +267,31 @@ def blocks_of(ids: list[int]) -> v.KVCacheBlocks:
 
 
 def engine_step(sched: KvconnectConnector, workers: Workers, out: v.SchedulerOutput,
-                wait: bool = True) -> v.KVConnectorOutput:
+                wait: bool = True, hold: tuple[int, ...] = ()) -> v.KVConnectorOutput:
     """One step in vLLM's order: build_connector_meta, the workers' execute_model (bind, load,
-    forward, save, get_finished, load errors, clear), vLLM's aggregation of their reports, then
-    update_connector_output (kvconnect's answer replaces vLLM's sets). With `wait`, the step's
-    reports to kvconnect's coordinator are then waited for and applied (explicit
-    synchronisation: vLLM's call takes what has arrived), and what they release is added to
-    the sets, as vLLM's next call would bring it."""
+    forward, save, get_finished, load errors, clear; the ranks in `hold` skip the forward's
+    finish_transfers), vLLM's aggregation of their reports, then vLLM's update_from_output
+    (KvWaits: invalid blocks, update_connector_output, whose answer replaces vLLM's sets, the
+    released requests). With `wait`, the step's reports to kvconnect's coordinator are then
+    waited for and applied (explicit synchronisation: vLLM's call takes what has arrived), and
+    what they release is added to the sets, as vLLM's next call would bring it: finished sets
+    only (vLLM reads invalid block ids before that call; none may come there)."""
     meta = sched.build_connector_meta(out)
-    kv_out = workers.aggregate(workers.all("step", pickle.dumps((meta, out.finished_req_ids))))
-    sched.update_connector_output(kv_out)
+    workers.kv_waits.planned(sched.planned.loads)
+    results = workers.each("step", [pickle.dumps((meta, out.finished_req_ids, r in hold))
+                                    for r in range(TP)])
+    workers.kv_waits.reported(results)
+    kv_out = workers.aggregate(results)
+    workers.kv_waits.update_from_output(sched, kv_out)
     if wait:
         late = sched.scheduler.update_connector_output(step=meta.step, timeout=REPLY_S)
+        assert not late.invalid_block_ids, \
+            f"invalid block ids {late.invalid_block_ids} only update_connector_output gives"
+        workers.kv_waits.release(late.finished_recving)
         kv_out.finished_sending = set(kv_out.finished_sending or ()) | \
             set(late.finished_sending) or None
         kv_out.finished_recving = set(kv_out.finished_recving or ()) | \
             set(late.finished_recving) or None
-        kv_out.invalid_block_ids = set(kv_out.invalid_block_ids or ()) | \
-            set(late.invalid_block_ids)
     return kv_out
 
 
@@ -252,15 +328,15 @@ def store_a(sched: KvconnectConnector, workers: Workers,
     return store_request(sched, workers, "a", prefix_hashes(), 1, wait)
 
 
-def start_b(sched: KvconnectConnector, workers: Workers,
-            wait: bool = True) -> tuple[v.KVConnectorOutput, list[int], v.Request]:
+def start_b(sched: KvconnectConnector, workers: Workers, wait: bool = True,
+            hold: tuple[int, ...] = ()) -> tuple[v.KVConnectorOutput, list[int], v.Request]:
     """Step 3: b shares a's 16 tokens: loaded into other blocks, in another order. Returns the
-    step's output, b's blocks and b (not finished). `wait`: engine_step's."""
+    step's output, b's blocks and b (not finished). `wait`, `hold`: engine_step's."""
     b = v.Request("b", prefix_hashes() + [(200).to_bytes(8, "big")], 20, 0, None)
     assert sched.get_num_new_matched_tokens(b, 0) == (16, True)
     blocks_b = [4, 3, 2, 1, 5]
     sched.update_state_after_alloc(b, blocks_of(blocks_b), 16)
-    kv_out = engine_step(sched, workers, output(), wait)
+    kv_out = engine_step(sched, workers, output(), wait, hold)
     assert [j.gpu_blocks for j in sched.planned.loads] == [blocks_b[:4]]
     return kv_out, blocks_b, b
 
@@ -287,6 +363,7 @@ def check_nothing_left(sched: KvconnectConnector, workers: Workers,
     failed at their deadline, whose entries wait (a bounded time, its straggler grace) for the
     late report to recognise it."""
     assert workers.remaining == {"sending": {}, "recving": {}}
+    assert (workers.kv_waits.loading, workers.kv_waits.marked) == ({}, set())
     assert sched.scheduler.jobs_in_flight == 0
     tables = sched.scheduler.tables()
     assert {k: tables[k] for k in ("requests", "jobs", "loads", "tier_jobs", "promoting",

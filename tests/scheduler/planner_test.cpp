@@ -1432,10 +1432,70 @@ TEST_F(PlannerTest, WithWorkersARequestPreemptedAfterASettledLoadLoadsAgain) {
   EXPECT_EQ(second[0].gpu_blocks, slice_ids(b.blocks, 0, 3));
   complete(first[0], /*ok=*/false);  // the first load's deadline: dropped
   complete(second[0]);
+  // The coordinator came first: b is released by vLLM's set, which names it once every worker
+  // reported it.
+  EXPECT_TRUE(planner_->take_request_completions().empty());
+  ASSERT_TRUE(planner_->update_connector_output(request_output{{}, recving, live}).ok());
   EXPECT_EQ(planner_->take_request_completions(), (request_completions{{}, {"b"}, {}}));
   EXPECT_EQ(planner_->stats().loads_ok, 2u);
   EXPECT_EQ(planner_->stats().settled_results, 1u);
   EXPECT_FALSE(planner_->request_finished("b"));
+  (void)step({});
+  EXPECT_EQ(planner_->tables(), planner_tables{});
+}
+
+// vLLM reads a connector's invalid blocks before update_connector_output: a load the
+// coordinator fails before vLLM's set named its request (a rank's copy past its deadline) is
+// completed and flushed, but neither the request nor its blocks are reported by the planner; the
+// workers name both (the flush withdraws the load) and vLLM's set, when it names the request,
+// releases it, once, even after the request was aborted. An engine that reads the planner's
+// completions alone (no releases_requests output ever) gets them from the coordinator's result.
+TEST_F(PlannerTest, WithWorkersALoadFailedBeforeTheEngineNamedItAwaitsTheEnginesSet) {
+  const auto live = request_output_role::releases_requests;
+  test_request w{"w", prompt(12, 1)};
+  store_fully(w);
+  auto start_load = [&](test_request& r) {
+    EXPECT_EQ(planner_->get_num_new_matched_tokens(r.view(), 0), (match_result{12u, true}));
+    r.alloc(16, next_block_);
+    EXPECT_TRUE(planner_->update_state_after_alloc(r.view(), r.blocks, 12).ok());
+    const auto loads = step({}).loads;
+    EXPECT_EQ(loads.size(), 1u);
+    return loads.empty() ? transfer_job{} : loads[0];
+  };
+
+  // Without the engine's sets the coordinator's failure reports the request and its blocks.
+  test_request a{"a", prompt(16, 1)};
+  const auto load_a = start_load(a);
+  complete(load_a, /*ok=*/false);
+  EXPECT_EQ(planner_->take_request_completions(),
+            (request_completions{{}, {"a"}, slice_ids(a.blocks, 0, 3)}));
+  EXPECT_FALSE(planner_->request_finished("a"));
+  EXPECT_EQ(step({}).flush, (std::vector<job_id>{load_a.id}));
+
+  // From the first output of vLLM's sets on, the engine names loading requests.
+  ASSERT_TRUE(planner_->update_connector_output(request_output{{}, {}, live}).ok());
+  test_request b{"b", prompt(16, 1)};
+  const auto load_b = start_load(b);
+  mgr_->calls.clear();
+  complete(load_b, /*ok=*/false);  // rank 1's copy missed its deadline
+  EXPECT_EQ(mgr_->ops(), (std::vector<std::string>{"complete_load"}));
+  EXPECT_TRUE(planner_->take_request_completions().empty());
+  EXPECT_FALSE(planner_->load_in_flight("b"));
+  EXPECT_EQ(planner_->stats().loads_failed, 2u);
+  EXPECT_EQ(planner_->tables().awaiting_engine, 1u);
+  EXPECT_EQ(step({}).flush, (std::vector<job_id>{load_b.id}));  // the workers withdraw it
+  // b is aborted while vLLM still waits for its load: its state goes, the wait does not.
+  EXPECT_FALSE(planner_->request_finished("b"));
+  EXPECT_EQ(planner_->tracked_requests(), 0u);
+  // vLLM names b with the blocks its workers reported (its own invalid_block_ids): released
+  // now, once, with no blocks of the planner's.
+  const std::vector<std::string_view> recving{"b"};
+  const auto invalid = slice_ids(b.blocks, 0, 3);
+  ASSERT_TRUE(planner_->update_connector_output(request_output{{}, recving, live, invalid}).ok());
+  EXPECT_EQ(planner_->take_request_completions(), (request_completions{{}, {"b"}, {}}));
+  ASSERT_TRUE(planner_->update_connector_output(request_output{{}, recving, live}).ok());
+  EXPECT_TRUE(planner_->take_request_completions().empty());
+  EXPECT_EQ(planner_->stats().loads_settled, 0u);
   (void)step({});
   EXPECT_EQ(planner_->tables(), planner_tables{});
 }

@@ -397,6 +397,53 @@ TEST(TransferExecutorTest, WaitTransfersWaitsOnlyForTheNamedJobsInFlight) {
   ASSERT_TRUE(f.worker->wait_in_flight().ok());
 }
 
+// A load that failed elsewhere (another rank, its deadline) comes back in a later step's flush.
+// A rank that had not reported it names its request once, with the load's blocks as load
+// errors although its own copy succeeded (vLLM reads failed loads only from its workers); a rank
+// that had reported it adds nothing. A load flushed for its request's preemption is not failed.
+TEST(TransferExecutorTest, AFlushedLoadNotYetReportedIsReportedOnceWithItsBlocksAsLoadErrors) {
+  // Loads #1 and #2 (jobs 1 and 3) are held back until waited on; job 2 ahead of them is not.
+  fault_plan plan{1,
+                  {{fault_target::load, fault_trigger::nth, 1, 0.0, fault_action::delay, 0, 0},
+                   {fault_target::load, fault_trigger::nth, 2, 0.0, fault_action::delay, 0, 0}}};
+  rank_fixture f{1, plan};
+  auto& w = *f.worker;
+  ASSERT_TRUE(w.bind_connector_metadata(
+                   meta(1, {load_job(2, "b", {1}, {5}), load_job(1, "a", {2, 3}, {3, 4}),
+                            load_job(3, "c", {4}, {6})}))
+                  .ok());
+  ASSERT_TRUE(w.handle_preemptions().ok());
+  ASSERT_TRUE(w.start_load_kv().ok());
+  ASSERT_TRUE(w.wait_for_save().ok());
+  ASSERT_TRUE(w.wait_transfers(std::vector<job_id>{2}).ok());
+  auto out1 = w.get_finished({});
+  w.clear_connector_metadata();
+  EXPECT_EQ(ids_of(out1), std::vector<job_id>{2});
+  EXPECT_EQ(out1.finished_recving, strings{"b"});
+  EXPECT_EQ(w.phase(1), job_phase::in_flight);
+  EXPECT_EQ(w.phase(3), job_phase::in_flight);
+
+  // Step 2: the scheduler failed a's and b's loads (flushed, with an id never seen); c is
+  // preempted, its load flushed with it.
+  connector_metadata m2 = meta(2, {}, {}, {1, 2, 3, 99});
+  m2.flush_requests = {"c"};
+  auto out2 = f.step(m2, {}, /*wait=*/false);
+  EXPECT_EQ(ids_of(out2), (std::vector<job_id>{1, 3}));  // handle_preemptions waited for both
+  EXPECT_TRUE(out2.jobs[0].ok);
+  EXPECT_EQ(out2.finished_recving, (strings{"a", "c"}));  // b once, in step 1
+  EXPECT_EQ(w.get_block_ids_with_load_errors(), (std::vector<gpu_block>{3, 4}));
+  EXPECT_EQ(w.withdrawn_loads(), 0u);
+  // The copy itself succeeded: the blocks hold the slots' bytes.
+  EXPECT_EQ(std::memcmp(f.cpu_page(2, 0, 0), f.gpu_page(0, 3).data(), k_page), 0);
+
+  // Later steps name none of them again.
+  auto out3 = f.step(meta(3, {}, {}, {1, 2, 3}));
+  EXPECT_TRUE(out3.jobs.empty());
+  EXPECT_TRUE(out3.finished_recving.empty());
+  EXPECT_TRUE(w.get_block_ids_with_load_errors().empty());
+  EXPECT_EQ(w.jobs_known(), 0u);
+}
+
 TEST(TransferExecutorTest, HandlePreemptionsSubmitsDeferredStoresBeforeFlushing) {
   rank_fixture f{1};
   f.sim->pause(cuda::direction::gpu_to_cpu);
