@@ -613,6 +613,48 @@ TEST_F(LaunchMultiprocTest, TwoNodesOnTwoLoopbackAddressesRunTheSimulatedEngineV
   EXPECT_TRUE(leftover_segments().empty());
 }
 
+TEST_F(LaunchMultiprocTest, TwoNodesWithoutOffloadingRunTheSimulatedEngineWithNoSegment) {
+  // offload.enabled false over two "nodes": no node creates a segment or a connector; node 1's
+  // workers run the forward passes of node 0's executor channel and end with it.
+  token_env token;
+  const auto argv =
+      two_nodes_argv({"--set", "topology.restart.policy=never", "--set", "offload.enabled=false"});
+  launch(with_node(argv, 0), "sim");
+  const auto s0 = started();
+  EXPECT_TRUE(s0.at("segment").is_null()) << s0.dump();
+  auto c = child_process::start(launch_argv(with_node(argv, 1), "sim"));
+  ASSERT_TRUE(c.ok()) << c.error().to_string();
+  child_process node1 = std::move(c).value();
+  auto line = node1.find_stdout("\"started\"", patience);
+  ASSERT_TRUE(line.ok()) << node1.stderr_text();
+  const auto s1 = json::parse(*line);
+  for (const auto& p : s1.at("worker_pids")) children_.push_back(p.get<pid_t>());
+  EXPECT_EQ(s1.at("ranks"), json({2, 3}));
+  EXPECT_TRUE(s1.at("segment").is_null()) << s1.dump();
+  EXPECT_EQ(exit_code(), 0) << launcher_.stderr_text();
+  const auto j = summary();
+  EXPECT_EQ(j.at("ok"), true) << j.dump();
+  EXPECT_EQ(j.at("offload"), false);
+  EXPECT_EQ(j.at("world_size"), 4);
+  EXPECT_GE(j.at("steps").get<uint64_t>(), 200u);  // and the drain
+  EXPECT_GT(j.at("requests_finished").get<uint64_t>(), 0u);
+  EXPECT_EQ(j.at("bytes_stored"), 0);
+  EXPECT_EQ(j.at("jobs_failed"), 0);
+  auto code = node1.wait_exit(patience);
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, 0) << node1.stderr_text();
+  line = node1.find_stdout("\"summary\"", patience);
+  ASSERT_TRUE(line.ok());
+  const auto j1 = json::parse(*line);
+  EXPECT_EQ(j1.at("ok"), true) << j1.dump();
+  EXPECT_EQ(j1.at("ranks_reported"), 2);
+  EXPECT_EQ(j1.at("step_errors"), 0);
+  EXPECT_EQ(j1.at("steps"), j.at("steps"));  // every step's forward reached node 1 too
+  EXPECT_TRUE(j1.at("segment").is_null());
+  EXPECT_EQ(j1.at("segment_left"), false);
+  EXPECT_TRUE(leftover_segments().empty());
+}
+
 TEST_F(LaunchMultiprocTest, SigtermToTheFirstNodeEndsBothNodesLeavingNothing) {
   token_env token;
   const auto argv = two_nodes_argv({"--set", "workload.steps=4000000000"});
