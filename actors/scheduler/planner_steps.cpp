@@ -2,6 +2,8 @@
 // and the completion of jobs from the aggregated outputs (planner_impl.hpp).
 #include "actors/scheduler/planner_impl.hpp"
 
+#include <algorithm>
+
 // GCC 12 reports absl::InlinedVector's allocated-storage fields of a job's inline keys as maybe
 // uninitialized once emit_store_job inlines their construction: a false positive (the
 // inlined-storage path never reads them).
@@ -71,11 +73,16 @@ result<connector_metadata> planner::impl::build_connector_meta(const step_input&
   if (tier_) emit_tier_jobs(meta);
   meta.finished_requests = std::exchange(finished_since_meta_, {});
   // After a reset: first every job that was in flight then (each listed once); then the jobs
-  // that failed since the last metadata; then the preempted requests' other jobs.
+  // that failed since the last metadata (a stale one is listed already); then the preempted
+  // requests' other jobs. `failed` names every failed one.
   const bool after_reset = !reset_flush_.empty();
   if (after_reset) meta.flush.swap(reset_flush_);
-  meta.flush.insert(meta.flush.end(), failed_flush_.begin(), failed_flush_.end());
-  failed_flush_.clear();
+  const auto stale_end = meta.flush.end() - meta.flush.begin();  // ascending
+  for (job_id j : failed_flush_) {
+    if (!std::binary_search(meta.flush.begin(), meta.flush.begin() + stale_end, j))
+      meta.flush.push_back(j);
+  }
+  meta.failed.swap(failed_flush_);
   for (const auto& id : in.preempted) {
     meta.flush_requests.emplace_back(id);
     const uint32_t slot = find(id);
@@ -362,8 +369,9 @@ void planner::impl::complete_job(job_map::iterator jit, bool ok, bool report, st
   // now), so only the request-level outcome remains.
   const bool stale = id < stale_below_;
   if (stale) ++stats_.stale_results;
-  // A stale job is in the reset's flush already.
-  if (!ok && !stale) failed_flush_.push_back(id);
+  // A stale job that fails before the reset's flush went out is named failed with it; one that
+  // fails later was flushed already (every rank ended its I/O of it then).
+  if (!ok && (!stale || !reset_flush_.empty())) failed_flush_.push_back(id);
   if (js.kind == transfer_kind::store) {
     if (!stale) {
       manager_->complete_store(keys_of(js), ok);
