@@ -223,6 +223,7 @@ void planner::impl::emit_store_job(uint32_t slot, std::span<const block_key> key
 // Completions
 
 status planner::impl::update_connector_output(const connector_output& out) {
+  settled_dropped_.clear();
   errc first_error = errc::ok;
   std::string rejected;
   // One allocation for this output's finished_recving (the vector starts empty each step).
@@ -233,9 +234,13 @@ status planner::impl::update_connector_output(const connector_output& out) {
     completions_.finished_recving.reserve(completions_.finished_recving.size() + loads);
   for (const auto& r : out.jobs) {
     if (tier_ && complete_tier_job(r, rejected, first_error)) continue;
-    if (!settled_.empty() && settled_.erase(r.job) != 0) {
-      ++stats_.settled_results;  // the engine's sets completed it already
-      continue;
+    if (!settled_.empty()) {
+      if (auto it = settled_.find(r.job); it != settled_.end()) {
+        settled_dropped_.push_back({r.job, it->second});
+        settled_.erase(it);
+        ++stats_.settled_results;  // the engine's sets completed it already
+        continue;
+      }
     }
     auto jit = jobs_.find(r.job);
     if (jit == jobs_.end()) {
@@ -337,7 +342,7 @@ status planner::impl::release_requests(const request_output& out) {
     if (job >= sent_below_) continue;  // recorded, not sent yet: no worker has it
     auto jit = jobs_.find(job);
     const bool ok = !jit->second.engine_failed;
-    settled_.insert(job);
+    settled_.emplace(job, ok);
     ++stats_.loads_settled;
     complete_job(jit, ok, /*report=*/true, rejected, first_error, /*settled=*/true);
   }
