@@ -60,8 +60,12 @@ TEST(SchedulerMetricsTest, ASettledLoadCountsAsTheEnginesSetsSettledIt) {
   scheduler_metrics m;
   connector_output out;
   out.step = 4;
-  out.jobs = {{.job = 1, .kind = transfer_kind::load, .ok = false, .error = errc::timeout,
-               .bytes = 2048, .seconds = 0.5},
+  out.jobs = {{.job = 1,
+               .kind = transfer_kind::load,
+               .ok = false,
+               .error = errc::timeout,
+               .bytes = 2048,
+               .seconds = 0.5},
               {.job = 2, .kind = transfer_kind::load, .ok = true, .bytes = 4096, .seconds = 1},
               {.job = 3, .kind = transfer_kind::load, .ok = false, .error = errc::device_error}};
   const std::vector<scheduler::settled_result> settled{{1, true}, {2, false}, {3, false}};

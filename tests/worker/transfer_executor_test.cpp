@@ -449,8 +449,7 @@ TEST(TransferExecutorTest, AFailedLoadNotYetReportedIsReportedOnceWithItsBlocksA
 // A load `flush` names without `failed` (in flight at a reset: stale) is waited for and
 // reported with its own outcome: its request once, its bytes good, no load error.
 TEST(TransferExecutorTest, AFlushedLoadThatDidNotFailEndsWithItsBytesAndNoLoadError) {
-  fault_plan plan{
-      1, {{fault_target::load, fault_trigger::nth, 0, 0.0, fault_action::delay, 0, 0}}};
+  fault_plan plan{1, {{fault_target::load, fault_trigger::nth, 0, 0.0, fault_action::delay, 0, 0}}};
   rank_fixture f{1, plan};
   auto& w = *f.worker;
   auto out1 = f.step(meta(1, {load_job(1, "a", {2, 3}, {3, 4})}), {}, /*wait=*/false);
@@ -458,7 +457,7 @@ TEST(TransferExecutorTest, AFlushedLoadThatDidNotFailEndsWithItsBytesAndNoLoadEr
   EXPECT_EQ(w.phase(1), job_phase::in_flight);
 
   auto out2 = f.step(meta(2, {}, {}, {1}), {}, /*wait=*/false);  // stale: flushed, not failed
-  EXPECT_EQ(ids_of(out2), std::vector<job_id>{1});  // handle_preemptions waited for it
+  EXPECT_EQ(ids_of(out2), std::vector<job_id>{1});               // handle_preemptions waited for it
   EXPECT_TRUE(out2.jobs[0].ok);
   EXPECT_EQ(out2.finished_recving, strings{"a"});
   EXPECT_TRUE(w.get_block_ids_with_load_errors().empty());
