@@ -257,7 +257,6 @@ struct planner_tables {
   friend bool operator==(const planner_tables&, const planner_tables&) = default;
 };
 
-/// Cumulative counters, cheap to read.
 /// A coordinator result that update_connector_output dropped because the engine's sets had
 /// settled its load already: the job and the outcome the sets gave it.
 struct settled_result {
@@ -266,6 +265,7 @@ struct settled_result {
   friend bool operator==(const settled_result&, const settled_result&) = default;
 };
 
+/// Cumulative counters, cheap to read.
 struct connector_stats {
   uint64_t lookups = 0;         ///< manager lookups issued by get_num_new_matched_tokens
   uint64_t hit_blocks = 0;      ///< offloaded blocks found (sum over answers with tokens > 0)

@@ -1333,7 +1333,10 @@ TEST_F(PlannerTest, WithWorkersVllmsSetsReleaseRequestsAndTheJobResultsDecide) {
   (void)planner_->take_events();
   mgr_->calls.clear();
   complete(store[0], /*ok=*/false);
+  EXPECT_TRUE(planner_->settled_results_dropped().empty());
   complete(load[0], /*ok=*/false);
+  const std::vector<settled_result> dropped{{load[0].id, true}};  // as the sets settled it
+  EXPECT_TRUE(std::ranges::equal(planner_->settled_results_dropped(), dropped));
   EXPECT_EQ(mgr_->ops(), (std::vector<std::string>{"complete_store_failed"}));
   EXPECT_TRUE(planner_->take_request_completions().empty());
   EXPECT_TRUE(planner_->take_events().empty());  // no stored event
