@@ -133,9 +133,15 @@ struct connector_metadata {
   /// Stores planned this step: workers queue them in wait_for_save and submit them at the start
   /// of the next step, so offloading starts after the step's sampling transfers.
   std::vector<transfer_job> stores;
-  /// Jobs that must have finished before this step overwrites GPU blocks (preempted requests):
-  /// workers submit deferred stores, then wait for these in handle_preemptions.
+  /// Jobs that must have finished before this step overwrites GPU blocks or reuses slots:
+  /// workers submit deferred stores, then wait for these in handle_preemptions. Three kinds
+  /// together: a reset's stale jobs, the `failed` jobs, the preempted requests' jobs.
   std::vector<job_id> flush;
+  /// The jobs of `flush` that the coordinator failed since the previous step's metadata (a
+  /// failure on one rank, or a deadline), each named once, in the order their results came. A
+  /// rank withdraws a load of these it has not reported (transfer_executor); a stale or
+  /// preempted request's job that did not fail is not here.
+  std::vector<job_id> failed;
   /// The requests preempted in this step, in the engine's order, whether or not they have jobs
   /// (vLLM's reqs_to_flush); `flush` lists their jobs.
   std::vector<std::string> flush_requests;
@@ -171,8 +177,8 @@ typename Inspector::result_type inspect(Inspector& f, tier_job& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, connector_metadata& x) {
-  return f(x.step, x.loads, x.stores, x.flush, x.flush_requests, x.finished_requests, x.tier_jobs,
-           x.tier_removed);
+  return f(x.step, x.loads, x.stores, x.flush, x.failed, x.flush_requests, x.finished_requests,
+           x.tier_jobs, x.tier_removed);
 }
 
 }  // namespace kvc

@@ -25,7 +25,9 @@ namespace kvc {
 /// 8: connector_metadata's `flush` also names the jobs that failed since the previous step
 ///    (transfers and tier jobs), and a rank ends its I/O of a flushed tier job before the
 ///    step's removals and tier jobs start (docs/disk_tier.md, "Failed jobs").
-inline constexpr uint32_t protocol_version = 8;
+/// 9: connector_metadata carries `failed`, the jobs of `flush` that failed since the previous
+///    step: a rank withdraws only those loads (a reset's stale load ends with its bytes).
+inline constexpr uint32_t protocol_version = 9;
 
 struct worker_registration {
   uint32_t protocol_version = 0;

@@ -1,8 +1,10 @@
 #include "actors/channel/wire_codec.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include <caf/binary_deserializer.hpp>
 #include <caf/binary_serializer.hpp>
@@ -44,6 +46,15 @@ bool valid(transfer_kind k) noexcept { return is_gpu_transfer(k) || is_tier_job(
 status check(const wire_hello&) { return {}; }
 
 status check(const connector_metadata& m) {
+  if (!m.failed.empty()) {
+    std::vector<job_id> flushed = m.flush;
+    std::sort(flushed.begin(), flushed.end());
+    for (job_id id : m.failed) {
+      if (!std::binary_search(flushed.begin(), flushed.end(), id)) {
+        return refuse("metadata names job " + std::to_string(id) + " failed but not flushed");
+      }
+    }
+  }
   for (const auto* jobs : {&m.loads, &m.stores}) {
     for (const transfer_job& j : *jobs) {
       if (!is_gpu_transfer(j.kind)) return refuse("a job of unknown kind in metadata");

@@ -46,7 +46,7 @@ void metrics_observer::on_step_sent(const connector_metadata& meta, int64_t /*st
 }
 
 void metrics_observer::on_output_applied(const connector_output& out, int64_t /*started*/) {
-  metrics_.on_output_applied(out, now_ns());
+  metrics_.on_output_applied(out, now_ns(), planner_.settled_results_dropped());
 }
 
 void metrics_observer::on_stopping() {

@@ -148,7 +148,7 @@ class worker_connector {
   /// Collects finished transfers without blocking; sends this rank's report of the bound step
   /// (the first call per step; later results go with the next step's report).
   finished_requests get_finished(std::span<const std::string> finished_req_ids);
-  /// GPU blocks of the loads that failed, or that a flush withdrew (failed elsewhere: on another
+  /// GPU blocks of the loads that failed, or that `failed` withdrew (failed elsewhere: on another
   /// rank or at its deadline, and not reported by this rank before; transfer_executor.hpp),
   /// reported since the last call.
   std::vector<gpu_block> get_block_ids_with_load_errors();

@@ -1,5 +1,6 @@
 #include "actors/metrics/scheduler_metrics.hpp"
 
+#include <algorithm>
 #include <cassert>
 
 #include "actors/metrics/exposition.hpp"
@@ -66,12 +67,17 @@ void scheduler_metrics::on_step_sent(const connector_metadata& meta, uint64_t no
   open_steps_.emplace_back(meta.step, now);
 }
 
-void scheduler_metrics::on_output_applied(const connector_output& out, uint64_t now) {
+void scheduler_metrics::on_output_applied(const connector_output& out, uint64_t now,
+                                          std::span<const scheduler::settled_result> settled) {
   for (const job_result& r : out.jobs) {
     count_tier_job(r);
-    if (!r.ok) {
+    const auto s = std::find_if(settled.begin(), settled.end(),
+                                [&](const scheduler::settled_result& x) { return x.job == r.job; });
+    const bool ok = s != settled.end() ? s->ok : r.ok;
+    if (!ok) {
+      // A failure's cause is the coordinator's; a load only the engine's sets failed has none.
       const auto code = static_cast<size_t>(r.error);
-      if (code < errc_count) ++failures_by_error_[code];
+      if (!r.ok && code < errc_count) ++failures_by_error_[code];
       continue;
     }
     if (!is_gpu_transfer(r.kind)) continue;  // the file tier's jobs have their own metrics

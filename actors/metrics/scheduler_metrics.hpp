@@ -100,7 +100,11 @@ class scheduler_metrics {
   /// The step's metadata went to the ranks at `now`.
   void on_step_sent(const connector_metadata& meta, uint64_t now);
   /// The output of `out.step` (and of every earlier step still open) was applied at `now`.
-  void on_output_applied(const connector_output& out, uint64_t now);
+  /// `settled`: the planner's settled_results_dropped() for it: a load the engine's sets
+  /// settled counts as they settled it (its bytes if ok, as its ranks reported them; failed
+  /// without them), whatever the coordinator's result says.
+  void on_output_applied(const connector_output& out, uint64_t now,
+                         std::span<const scheduler::settled_result> settled = {});
 
   scheduler_sample sample(const scheduler_sources& src) const;
 

@@ -165,7 +165,7 @@ record_event event_from(const object& o, hash_memory& mem) {
       e.cached_requests = scheduled_as(p[2], "cached requests", mem);
       e.preempted = strs_as(p[3], "preempted");
       e.ok = bool_as(p[4], "ok");
-      e.digest.fields = digests_as<6>(p[5], "metadata digest");
+      e.digest.fields = digests_as<metadata_digest::names.size()>(p[5], "metadata digest");
       return e;
     }
     case pack::kind::finished: {

@@ -75,8 +75,15 @@ metadata_digest digest_of(const connector_metadata& m) {
   step.u64(m.step);
   hasher flush;
   flush.uints(m.flush);
-  d.fields = {step.value(),  jobs_digest(m.loads),           jobs_digest(m.stores),
-              flush.value(), strings_digest(m.flush_requests), strings_digest(m.finished_requests)};
+  hasher failed;
+  failed.uints(m.failed);
+  d.fields = {step.value(),
+              jobs_digest(m.loads),
+              jobs_digest(m.stores),
+              flush.value(),
+              failed.value(),
+              strings_digest(m.flush_requests),
+              strings_digest(m.finished_requests)};
   return d;
 }
 

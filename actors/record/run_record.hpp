@@ -26,8 +26,8 @@ namespace kvc::record {
 /// Bumped whenever the byte layout or the meaning of an event changes; a reader refuses
 /// another version. 2: a completion event carries its failure detail. 3: every frame ends with
 /// a checksum. 4: a request output carries its role (scheduler::request_output_role). 5: and
-/// the engine's invalid block ids (they settle loads).
-inline constexpr uint32_t record_schema_version = 5;
+/// the engine's invalid block ids (they settle loads). 6: a metadata digest has a `failed` field.
+inline constexpr uint32_t record_schema_version = 6;
 
 /// The cores' configuration, everything a replay needs to rebuild them.
 struct recorded_config {
@@ -44,9 +44,9 @@ struct record_header {
 
 /// Per-field digests of a ConnectorMetadata, in connector_metadata's field order.
 struct metadata_digest {
-  static constexpr std::array<std::string_view, 6> names = {
-      "step", "loads", "stores", "flush", "flush_requests", "finished_requests"};
-  std::array<uint64_t, 6> fields{};
+  static constexpr std::array<std::string_view, 7> names = {
+      "step", "loads", "stores", "flush", "failed", "flush_requests", "finished_requests"};
+  std::array<uint64_t, 7> fields{};
   uint64_t combined() const noexcept;
   friend bool operator==(const metadata_digest&, const metadata_digest&) = default;
 };

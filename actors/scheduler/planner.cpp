@@ -96,6 +96,9 @@ const connector_geometry& planner::geometry() const noexcept {
 bool planner::settled(job_id job) const {
   return impl_->settled_.contains(job);
 }
+std::span<const settled_result> planner::settled_results_dropped() const noexcept {
+  return impl_->settled_dropped_;
+}
 bool planner::load_in_flight(std::string_view req_id) const {
   const uint32_t slot = impl_->find(req_id);
   return slot != impl::npos && impl_->states_[slot].load_job.has_value();

@@ -257,6 +257,14 @@ struct planner_tables {
   friend bool operator==(const planner_tables&, const planner_tables&) = default;
 };
 
+/// A coordinator result that update_connector_output dropped because the engine's sets had
+/// settled its load already: the job and the outcome the sets gave it.
+struct settled_result {
+  job_id job = 0;
+  bool ok = false;  ///< the settled outcome, not the coordinator's
+  friend bool operator==(const settled_result&, const settled_result&) = default;
+};
+
 /// Cumulative counters, cheap to read.
 struct connector_stats {
   uint64_t lookups = 0;         ///< manager lookups issued by get_num_new_matched_tokens
@@ -365,6 +373,10 @@ class planner {
   request_completions take_request_completions();
   /// A load the engine's sets settled whose result from the coordinator has not come yet.
   bool settled(job_id job) const;
+  /// The results of settled loads that the last update_connector_output(connector_output)
+  /// dropped, in the output's order, with the outcomes the engine's sets gave them (so the
+  /// metrics count such a load as the engine saw it, once).
+  std::span<const settled_result> settled_results_dropped() const noexcept;
 
   /// The request finished (or was aborted); call once, before its blocks are freed. Returns
   /// delay_free: true iff a store job was ever planned for it (R1, see above) - then the engine

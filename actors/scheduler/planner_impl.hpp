@@ -261,8 +261,11 @@ class planner::impl {
   /// or out of their slots, which the failure gave back to the pool.
   std::vector<job_id> failed_flush_;
   /// Loads settled by the engine's finished_recving (release_requests) whose result from the
-  /// coordinator has not come yet: that result is dropped when it does.
-  absl::flat_hash_set<job_id> settled_;
+  /// coordinator has not come yet, with the settled outcome: that result is dropped when it
+  /// does.
+  absl::flat_hash_map<job_id, bool> settled_;
+  /// The results the last update_connector_output(connector_output) dropped as settled.
+  std::vector<settled_result> settled_dropped_;
   /// Set by the first releases_requests output: the engine's finished_recving alone releases a
   /// loading request (its workers name it, with a failed load's blocks: planner.hpp).
   bool engine_names_loads_ = false;

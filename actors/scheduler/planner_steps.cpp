@@ -2,6 +2,8 @@
 // and the completion of jobs from the aggregated outputs (planner_impl.hpp).
 #include "actors/scheduler/planner_impl.hpp"
 
+#include <algorithm>
+
 // GCC 12 reports absl::InlinedVector's allocated-storage fields of a job's inline keys as maybe
 // uninitialized once emit_store_job inlines their construction: a false positive (the
 // inlined-storage path never reads them).
@@ -71,11 +73,16 @@ result<connector_metadata> planner::impl::build_connector_meta(const step_input&
   if (tier_) emit_tier_jobs(meta);
   meta.finished_requests = std::exchange(finished_since_meta_, {});
   // After a reset: first every job that was in flight then (each listed once); then the jobs
-  // that failed since the last metadata; then the preempted requests' other jobs.
+  // that failed since the last metadata (a stale one is listed already); then the preempted
+  // requests' other jobs. `failed` names every failed one.
   const bool after_reset = !reset_flush_.empty();
   if (after_reset) meta.flush.swap(reset_flush_);
-  meta.flush.insert(meta.flush.end(), failed_flush_.begin(), failed_flush_.end());
-  failed_flush_.clear();
+  const auto stale_end = meta.flush.end() - meta.flush.begin();  // ascending
+  for (job_id j : failed_flush_) {
+    if (!std::binary_search(meta.flush.begin(), meta.flush.begin() + stale_end, j))
+      meta.flush.push_back(j);
+  }
+  meta.failed.swap(failed_flush_);
   for (const auto& id : in.preempted) {
     meta.flush_requests.emplace_back(id);
     const uint32_t slot = find(id);
@@ -216,6 +223,7 @@ void planner::impl::emit_store_job(uint32_t slot, std::span<const block_key> key
 // Completions
 
 status planner::impl::update_connector_output(const connector_output& out) {
+  settled_dropped_.clear();
   errc first_error = errc::ok;
   std::string rejected;
   // One allocation for this output's finished_recving (the vector starts empty each step).
@@ -226,9 +234,13 @@ status planner::impl::update_connector_output(const connector_output& out) {
     completions_.finished_recving.reserve(completions_.finished_recving.size() + loads);
   for (const auto& r : out.jobs) {
     if (tier_ && complete_tier_job(r, rejected, first_error)) continue;
-    if (!settled_.empty() && settled_.erase(r.job) != 0) {
-      ++stats_.settled_results;  // the engine's sets completed it already
-      continue;
+    if (!settled_.empty()) {
+      if (auto it = settled_.find(r.job); it != settled_.end()) {
+        settled_dropped_.push_back({r.job, it->second});
+        settled_.erase(it);
+        ++stats_.settled_results;  // the engine's sets completed it already
+        continue;
+      }
     }
     auto jit = jobs_.find(r.job);
     if (jit == jobs_.end()) {
@@ -330,7 +342,7 @@ status planner::impl::release_requests(const request_output& out) {
     if (job >= sent_below_) continue;  // recorded, not sent yet: no worker has it
     auto jit = jobs_.find(job);
     const bool ok = !jit->second.engine_failed;
-    settled_.insert(job);
+    settled_.emplace(job, ok);
     ++stats_.loads_settled;
     complete_job(jit, ok, /*report=*/true, rejected, first_error, /*settled=*/true);
   }
@@ -362,8 +374,9 @@ void planner::impl::complete_job(job_map::iterator jit, bool ok, bool report, st
   // now), so only the request-level outcome remains.
   const bool stale = id < stale_below_;
   if (stale) ++stats_.stale_results;
-  // A stale job is in the reset's flush already.
-  if (!ok && !stale) failed_flush_.push_back(id);
+  // A stale job that fails before the reset's flush went out is named failed with it; one that
+  // fails later was flushed already (every rank ended its I/O of it then).
+  if (!ok && (!stale || !reset_flush_.empty())) failed_flush_.push_back(id);
   if (js.kind == transfer_kind::store) {
     if (!stale) {
       manager_->complete_store(keys_of(js), ok);

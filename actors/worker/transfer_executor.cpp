@@ -97,22 +97,22 @@ status transfer_executor::bind_connector_metadata(const connector_metadata& meta
   }
   meta_ = meta;
   known_.insert(ids.begin(), ids.end());
-  withdraw_flushed_loads(meta);
+  withdraw_failed_loads(meta);
   deferred_submitted_ = false;
   loads_started_ = false;
   stores_queued_ = false;
   return {};
 }
 
-void transfer_executor::withdraw_flushed_loads(const connector_metadata& meta) {
-  for (job_id id : meta.flush) {
+void transfer_executor::withdraw_failed_loads(const connector_metadata& meta) {
+  for (job_id id : meta.failed) {
     auto t = transfer_of_.find(id);
     if (t == transfer_of_.end()) continue;  // not in flight here: reported, or failed already
     const job_entry& entry = in_flight_.at(t->second);
     if (entry.kind != transfer_kind::load) continue;
     const auto& preempted = meta.flush_requests;
     if (std::find(preempted.begin(), preempted.end(), entry.request_id) != preempted.end()) {
-      continue;  // flushed for a preemption: its copy is awaited, not failed
+      continue;  // preempted in this step: its copy is awaited, not withdrawn
     }
     withdrawn_.insert(id);
   }

@@ -28,16 +28,18 @@
 ///
 /// Withdrawn loads. A load can fail without failing here: on another rank, or at its deadline
 /// when a rank's copy or report does not come in time. The scheduler then lists it in a later
-/// step's `flush` (every failed job, once), and a load of a request not preempted in that step
-/// that this rank has not reported yet is *withdrawn*: handle_preemptions waits for its copy as
-/// for any flushed job, and when it is reported (by that step's get_finished, unless the wait
-/// failed) its GPU block ids go to get_block_ids_with_load_errors whatever the copy's outcome,
-/// beside its request in finished_recving. vLLM reads failed loads only from its workers
-/// (KVOutputAggregator: a request is done once every worker named it, with the union of their
-/// load errors in the same output), so every rank that names the request after the failure also
-/// names its blocks, and the engine recomputes them. A rank that reported the load before it
-/// was flushed adds nothing: the request is named once per job. A load in flight at a reset
-/// (flushed as stale) is withdrawn too: the engine recomputes what the emptied tier held.
+/// step's `failed` (every failed job, once; `flush` lists it too), and a load of a request not
+/// preempted in that step that this rank has not reported yet is *withdrawn*: handle_preemptions
+/// waits for its copy as for any flushed job, and when it is reported (by that step's
+/// get_finished, unless the wait failed) its GPU block ids go to get_block_ids_with_load_errors
+/// whatever the copy's outcome, beside its request in finished_recving. vLLM reads failed loads
+/// only from its workers (KVOutputAggregator: a request is done once every worker named it, with
+/// the union of their load errors in the same output), so every rank that names the request
+/// after the failure also names its blocks, and the engine recomputes them. A rank that reported
+/// the load before it failed adds nothing: the request is named once per job. A load `flush`
+/// names without `failed` (in flight at a reset, or a preempted request's) is only waited for:
+/// its copy ends before the step reuses a slot, and it is reported with its own outcome (a
+/// stale load's bytes are good: the reset empties the pool's index, not the slots it reads).
 ///
 /// Request-level sets (R1 §6): a store job joins its request's set when it is queued; a finished
 /// store leaves it, and an emptied set of a request that finished earlier ("waiting") gives
@@ -126,7 +128,7 @@ class transfer_executor {
   /// Binds this step's metadata (copied). errc::precondition_failed when one is bound already;
   /// errc::invalid_argument when a job id repeats inside it or names a job this worker still
   /// knows (queued, in flight or not yet reported). Nothing changes on error. The loads in flight
-  /// here that its `flush` names, but for those of its flushed requests, are withdrawn (see the
+  /// here that its `failed` names, but for those of its flushed requests, are withdrawn (see the
   /// file comment).
   status bind_connector_metadata(const connector_metadata& meta);
   /// Unbinds the metadata. Jobs of it that were never started (no start_load_kv for its loads,
@@ -194,8 +196,8 @@ class transfer_executor {
   /// Builds the ops of `job` and submits them; a failure becomes a finished, failed job.
   void submit_job(const transfer_job& job, const cuda::submit_options& opts);
   void fail_job(job_entry entry, errc error, std::string why);
-  /// Marks the loads in flight that `meta` flushes, but for its preempted requests', withdrawn.
-  void withdraw_flushed_loads(const connector_metadata& meta);
+  /// Marks the loads in flight that `meta` names failed, but for preempted requests', withdrawn.
+  void withdraw_failed_loads(const connector_metadata& meta);
   void finish_job(const job_entry& entry, rank_job_result result, worker_output& out);
   void flush_deferred(const cuda::submit_options& opts);
 
@@ -223,7 +225,7 @@ class transfer_executor {
   std::unordered_map<std::string, std::unordered_set<job_id>> store_jobs_;
   std::unordered_set<std::string> waiting_;
   std::vector<gpu_block> load_errors_;
-  /// Loads in flight that a flush withdrew: reported with their blocks as load errors.
+  /// Loads in flight that `failed` withdrew: reported with their blocks as load errors.
   std::unordered_set<job_id> withdrawn_;
   uint64_t foreign_reports_ = 0;
 

@@ -385,6 +385,7 @@ void bind_metadata(py::module_& m) {
       .def_readonly("loads", &connector_metadata::loads)
       .def_readonly("stores", &connector_metadata::stores)
       .def_readonly("flush", &connector_metadata::flush)
+      .def_readonly("failed", &connector_metadata::failed)
       .def_readonly("flush_requests", &connector_metadata::flush_requests)
       .def_readonly("finished_requests", &connector_metadata::finished_requests)
       .def_readonly("tier_jobs", &connector_metadata::tier_jobs)

@@ -47,6 +47,7 @@ connector_metadata sample_metadata_full() {
           .loads = {sample_job(1, transfer_kind::load)},
           .stores = {sample_job(2, transfer_kind::store), sample_job(3, transfer_kind::store)},
           .flush = {1, std::numeric_limits<job_id>::max()},
+          .failed = {std::numeric_limits<job_id>::max()},
           .flush_requests = {"preempted-a", ""},
           .finished_requests = {"done-b"}};
 }
@@ -80,6 +81,7 @@ connector_metadata sample_metadata() {
   m.loads.push_back({7, "req-a", transfer_kind::load, {1, 2, 3}, {10, 11, 12}, 1, {16}, {0}});
   m.stores.push_back({8, "req-b", transfer_kind::store, {4}, {13}, 0, {}, {}});
   m.flush = {5, 6};
+  m.failed = {6};
   return m;
 }
 
@@ -206,6 +208,10 @@ TEST(WireCodecTest, ValuesNoPeerSendsAreRefused) {
   connector_metadata meta = sample_metadata();
   meta.stores.push_back(sample_job(99, static_cast<transfer_kind>(2)));
   EXPECT_THAT(decode_metadata(encode(meta)).error().message(), HasSubstr("unknown kind"));
+  connector_metadata unflushed = sample_metadata();
+  unflushed.failed = {6, 7};  // a failed job is flushed too
+  EXPECT_THAT(decode_metadata(encode(unflushed)).error().message(),
+              HasSubstr("names job 7 failed but not flushed"));
   EXPECT_TRUE(decode_report(encode(sample_report())).ok());
 }
 

@@ -428,6 +428,60 @@ TEST_P(EmbedTest, ALoadThatFailedOnARankIsSettledByVllmsSetsWithTheEnginesInvali
   EXPECT_FALSE((*sc)->request_finished("b"));
 }
 
+// /metrics counts a load vLLM's sets settled as they settled it, once: rank 1's report of b's
+// load is lost, vLLM's sets name b with no invalid block (settled ok), and the coordinator's
+// later failure at the load's deadline counts neither as a failed job nor against the load
+// series, which hold rank 0's reported bytes (half of a's store: the same two blocks).
+TEST_P(EmbedTest, ALoadSettledOkCountsInTheMetricsAsLoadedThoughItsDeadlineFailedIt) {
+  auto cfg = sched_cfg(2);
+  cfg.job_timeout = 0ms;  // the step deadline alone
+  cfg.job_timeout_steps = 2;
+  auto drop = parse_fault_spec("drop_report:rank=1,step=3,nth=0");
+  ASSERT_TRUE(drop.ok()) << drop.error().to_string();
+  cfg.faults.specs.push_back(*drop);
+  auto sc = scheduler_connector::create(cfg);
+  ASSERT_TRUE(sc.ok()) << sc.error().to_string();
+  ASSERT_TRUE(add_worker(sc->get(), worker_cfg(0, 2)));
+  ASSERT_TRUE(add_worker(sc->get(), worker_cfg(1, 2)));
+  ASSERT_TRUE((*sc)->wait_for_workers(5s).ok());
+
+  const auto ka = keys({97, 98});
+  auto run = store_request_a(**sc, ka);
+  ASSERT_TRUE(run.ok()) << run.error().to_string();
+  ASSERT_TRUE((*sc)->apply_request_output({}, {}).ok());  // vLLM's sets, every step from now
+  const scheduler::request_view b{"b", ka, 9};
+  ASSERT_EQ((*sc)->get_num_new_matched_tokens(b, 0), (scheduler::match_result{8u, true}));
+  const std::vector<gpu_block> blocks_b{5, 6, 7};
+  ASSERT_TRUE((*sc)->update_state_after_alloc(b, blocks_b, 8).ok());
+  auto errors = run_workers(**sc, 3);  // both copies run; rank 1's report is lost
+  ASSERT_TRUE(errors.ok()) << errors.error().to_string();
+  EXPECT_TRUE(errors->empty());
+  const std::vector<std::string_view> recving{"b"};
+  ASSERT_TRUE((*sc)->apply_request_output({}, recving, {}).ok());
+  EXPECT_EQ((*sc)->stats().loads_settled, 1u);
+  ASSERT_TRUE((*sc)->update_connector_output().ok());
+  ASSERT_TRUE(run_workers(**sc, 4).ok());
+  ASSERT_TRUE((*sc)->update_connector_output().ok());
+  ASSERT_TRUE(run_workers(**sc, 5).ok());
+  auto out = (*sc)->update_connector_output(5, 5s);  // the load's deadline fails rank 1's part
+  ASSERT_TRUE(out.ok()) << out.error().to_string();
+  EXPECT_EQ((*sc)->fault_statistics().timed_out, 1u);
+  EXPECT_EQ((*sc)->stats().settled_results, 1u);
+  EXPECT_EQ((*sc)->stats().loads_ok, 1u);
+
+  const std::string text = (*sc)->metrics_text();
+  auto value = [&](const std::string& series) -> double {
+    const auto at = text.find("\n" + series + " ");
+    if (at == std::string::npos) return -1;
+    return std::stod(text.substr(at + series.size() + 2));
+  };
+  const double stored = value("vllm:kv_offload_store_bytes_total");
+  ASSERT_GT(stored, 0);
+  EXPECT_EQ(value("vllm:kv_offload_load_bytes_total"), stored / 2);  // rank 0's report
+  EXPECT_EQ(value("vllm:kv_offload_load_size_count"), 1);
+  EXPECT_EQ(text.find("kvconnect_job_failures_total{error=\"timeout\"}"), std::string::npos);
+}
+
 // vLLM reads failed loads only from its workers, before it calls the scheduler side's
 // update_connector_output. Rank 1's copy of b's load does not run before the load's step
 // deadline, so the coordinator fails the load before vLLM's sets name b: the scheduler side

@@ -1,6 +1,7 @@
 #include "actors/metrics/scheduler_metrics.hpp"
 
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -50,6 +51,36 @@ TEST(SchedulerMetricsTest, TransfersCountOnlySuccessfulJobsPerDirection) {
   EXPECT_TRUE(
       has_line(text, "vllm:kv_offload_size_bucket{transfer_type=\"GPU_to_CPU\",le=\"1000000\"} 0"));
   EXPECT_TRUE(has_line(text, "vllm:kv_offload_store_size_count 1"));
+}
+
+// A load the engine's sets settled counts as they settled it: ok with the bytes its ranks
+// reported although the coordinator failed it at its deadline (a lost report), failed without
+// its bytes although the coordinator said ok; a failure's cause is only ever the coordinator's.
+TEST(SchedulerMetricsTest, ASettledLoadCountsAsTheEnginesSetsSettledIt) {
+  scheduler_metrics m;
+  connector_output out;
+  out.step = 4;
+  out.jobs = {{.job = 1,
+               .kind = transfer_kind::load,
+               .ok = false,
+               .error = errc::timeout,
+               .bytes = 2048,
+               .seconds = 0.5},
+              {.job = 2, .kind = transfer_kind::load, .ok = true, .bytes = 4096, .seconds = 1},
+              {.job = 3, .kind = transfer_kind::load, .ok = false, .error = errc::device_error}};
+  const std::vector<scheduler::settled_result> settled{{1, true}, {2, false}, {3, false}};
+  m.on_output_applied(out, 0, settled);
+  const scheduler_sample s = m.sample({});
+  EXPECT_EQ(s.load.bytes, 2048u);
+  EXPECT_DOUBLE_EQ(s.load.seconds, 0.5);
+  EXPECT_EQ(s.load.size.count(), 1u);
+  EXPECT_EQ(s.failures_by_error[static_cast<size_t>(errc::timeout)], 0u);
+  EXPECT_EQ(s.failures_by_error[static_cast<size_t>(errc::device_error)], 1u);
+  const std::string text = render(s);
+  EXPECT_TRUE(has_line(text, "vllm:kv_offload_load_bytes_total 2048"));
+  EXPECT_TRUE(
+      has_line(text, "vllm:kv_offload_total_bytes_total{transfer_type=\"CPU_to_GPU\"} 2048"));
+  EXPECT_EQ(text.find("error=\"timeout\""), std::string::npos);
 }
 
 TEST(SchedulerMetricsTest, TheFileTiersJobsAreNoTransfers) {

@@ -9,7 +9,8 @@ In vLLM's order of building (the workers and their KV caches first, then the sch
 vllm/v1/engine/core.py), and in the other order. A worker whose scheduler side never comes gets
 a timeout naming the segment, after runtime.ready_timeout_ms. A scheduler side that died leaves
 the segment to the next one (never a live one's). A reset_cache with a store in flight
-empties the tier and the same cycle then runs byte-exact.
+empties the tier and the same cycle then runs byte-exact; one with a load in flight on a rank
+ends its request's wait with its loaded bytes (stale, not failed: no rank withdraws it).
 """
 from __future__ import annotations
 
@@ -131,6 +132,44 @@ def test_a_scheduler_side_that_died_leaves_the_segment_to_the_next_one():
         if sched is not None:
             sched.shutdown()
         worker.shutdown()
+    assert not e.segment_path(engine_id).exists()
+
+
+def test_reset_cache_with_a_load_in_flight_ends_its_wait_with_its_bytes():
+    """vLLM main's reset_cache while b's load is in flight on rank 1 (its copy held, so rank 1
+    has not named b): the next step flushes the stale load without naming it failed, rank 1
+    waits for its copy and names b with no load error (the reset empties the tier's index, not
+    the slots the copy reads), vLLM names b once with no invalid block and b runs on its loaded
+    blocks, byte-exact on both ranks."""
+    engine_id = f"pytest-{os.getpid()}-reset-load"
+    extra = e.extra_config(faults=["delay_copy:rank=1,dir=load,nth=0"])
+    workers = e.Workers(engine_id, extra)
+    sched = None
+    try:
+        workers.ready()
+        sched = e.scheduler(engine_id, extra)
+        blocks_a, stored = e.store_a(sched, workers)
+        kv_out, blocks_b, b = e.start_b(sched, workers, hold=(1,))
+        (load,) = sched.planned.loads
+        assert not kv_out.finished_recving and not kv_out.invalid_block_ids
+
+        assert sched.reset_cache() is True
+        out = e.engine_step(sched, workers, e.output())
+        assert (sched.planned.flush, sched.planned.failed) == ([load.id], [])
+        assert out.finished_recving == {"b"}
+        assert not out.invalid_block_ids
+        assert (workers.kv_waits.ran, workers.kv_waits.recomputed) == (["b"], [])
+        assert workers.all("faults") == [{}, {"delay_copy": 1}]
+        e.check_loaded(workers, blocks_a, stored, blocks_b)
+        stats = sched.scheduler.stats()
+        assert (stats["stale_results"], stats["loads_failed"]) == (1, 0)
+        assert sched.request_finished(b, blocks_b) == (False, None)
+        e.engine_step(sched, workers, e.output(finished=["b"]))
+        e.check_nothing_left(sched, workers)
+    finally:
+        if sched is not None:
+            sched.shutdown()
+        workers.stop()
     assert not e.segment_path(engine_id).exists()
 
 

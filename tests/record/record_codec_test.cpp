@@ -42,7 +42,7 @@ std::vector<record_event> every_kind() {
   b.new_requests.push_back({req("a"), {4, 5}, 0, 32, false});
   b.preempted = {"z"};
   b.ok = true;
-  b.digest.fields = {1, 2, 3, 4, 5, 6};
+  b.digest.fields = {1, 2, 3, 4, 5, 6, 7};
   step_report r{1, 0, 3, {{1, 0, 7, 3, 9, transfer_kind::store, true, errc::ok, 4096, 0.25, ""},
                           {1, 0, 8, 3, 10, transfer_kind::load, false, errc::device_error, 0, 0.5,
                            "cudaEventQuery returned cudaErrorIllegalAddress (700)"}}};

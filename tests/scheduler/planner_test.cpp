@@ -939,6 +939,7 @@ TEST_F(PlannerTest, ResetFlushesJobsInFlightAndKeepsTheirResultsFromTheManager) 
   b.alloc(24, next_block_);
   m = step({fresh(b, 0, 24)}, {running(a, {}, 12, 0)});
   EXPECT_EQ(m.flush, (std::vector<job_id>{store.id, load.id}));
+  EXPECT_TRUE(m.failed.empty());  // stale, not failed: the workers end them with their outcome
   ASSERT_EQ(m.stores.size(), 2u);
   EXPECT_EQ(m.stores[0].request_id, "b");
   EXPECT_EQ(m.stores[0].slots, (std::vector<cpu_slot>{0, 1}));
@@ -972,6 +973,32 @@ TEST_F(PlannerTest, ResetFlushesJobsInFlightAndKeepsTheirResultsFromTheManager) 
   EXPECT_EQ(planner_->get_num_new_matched_tokens(w2.view(), 0), (match_result{0u, false}));
   test_request b2{"b2", prompt(24, 600)};
   EXPECT_EQ(planner_->get_num_new_matched_tokens(b2.view(), 0), (match_result{24u, true}));
+}
+
+// A stale job that fails before the reset's flush went out is flushed once and named failed
+// there; one that fails after it was flushed already and is named nowhere.
+TEST_F(PlannerTest, AStaleJobIsNamedFailedOnlyWhenItFailedBeforeTheResetsFlush) {
+  std::vector<transfer_job> loads;
+  for (const uint32_t first : {1u, 100u}) {
+    test_request w{"w" + std::to_string(first), prompt(12, first)};
+    store_fully(w);
+    test_request r{"r" + std::to_string(first), prompt(16, first)};
+    ASSERT_EQ(planner_->get_num_new_matched_tokens(r.view(), 0), (match_result{12u, true}));
+    r.alloc(16, next_block_);
+    ASSERT_TRUE(planner_->update_state_after_alloc(r.view(), r.blocks, 12).ok());
+    const auto m = step({});
+    ASSERT_EQ(m.loads.size(), 1u);
+    loads.push_back(m.loads[0]);
+  }
+  ASSERT_TRUE(planner_->reset().ok());
+  complete(loads[0], /*ok=*/false);
+  const auto m = step({});
+  EXPECT_EQ(m.flush, (std::vector<job_id>{loads[0].id, loads[1].id}));  // each once
+  EXPECT_EQ(m.failed, std::vector<job_id>{loads[0].id});
+  complete(loads[1], /*ok=*/false);
+  const auto m2 = step({});
+  EXPECT_TRUE(m2.flush.empty());
+  EXPECT_TRUE(m2.failed.empty());
 }
 
 TEST_F(PlannerTest, StaleJobsStillReleaseTheirRequests) {
@@ -1120,6 +1147,7 @@ TEST_F(PlannerTest, FailedLoadUnpinsAndReportsInvalidBlocks) {
   auto m2 = step({}, {running(x, {}, 12, 0)});
   EXPECT_EQ(m2.stores.size(), 1u);
   EXPECT_EQ(m2.flush, std::vector<job_id>{m.loads[0].id});
+  EXPECT_EQ(m2.failed, std::vector<job_id>{m.loads[0].id});
   EXPECT_TRUE(m2.flush_requests.empty());
   EXPECT_TRUE(step({}).flush.empty());
 }
@@ -1305,7 +1333,10 @@ TEST_F(PlannerTest, WithWorkersVllmsSetsReleaseRequestsAndTheJobResultsDecide) {
   (void)planner_->take_events();
   mgr_->calls.clear();
   complete(store[0], /*ok=*/false);
+  EXPECT_TRUE(planner_->settled_results_dropped().empty());
   complete(load[0], /*ok=*/false);
+  const std::vector<settled_result> dropped{{load[0].id, true}};  // as the sets settled it
+  EXPECT_TRUE(std::ranges::equal(planner_->settled_results_dropped(), dropped));
   EXPECT_EQ(mgr_->ops(), (std::vector<std::string>{"complete_store_failed"}));
   EXPECT_TRUE(planner_->take_request_completions().empty());
   EXPECT_TRUE(planner_->take_events().empty());  // no stored event
@@ -1483,7 +1514,9 @@ TEST_F(PlannerTest, WithWorkersALoadFailedBeforeTheEngineNamedItAwaitsTheEngines
   EXPECT_FALSE(planner_->load_in_flight("b"));
   EXPECT_EQ(planner_->stats().loads_failed, 2u);
   EXPECT_EQ(planner_->tables().awaiting_engine, 1u);
-  EXPECT_EQ(step({}).flush, (std::vector<job_id>{load_b.id}));  // the workers withdraw it
+  const auto withdrawing = step({});
+  EXPECT_EQ(withdrawing.flush, (std::vector<job_id>{load_b.id}));
+  EXPECT_EQ(withdrawing.failed, (std::vector<job_id>{load_b.id}));  // the workers withdraw it
   // b is aborted while vLLM still waits for its load: its state goes, the wait does not.
   EXPECT_FALSE(planner_->request_finished("b"));
   EXPECT_EQ(planner_->tracked_requests(), 0u);
@@ -1794,6 +1827,7 @@ TEST_F(PlannerTest, RandomWorkloadCompletesEveryJobOnceAndLeavesNothingPinned) {
     // bytes), each once, then the preempted requests' jobs in flight.
     ASSERT_GE(meta->flush.size(), failed_unflushed.size());
     ASSERT_TRUE(std::equal(failed_unflushed.begin(), failed_unflushed.end(), meta->flush.begin()));
+    ASSERT_EQ(meta->failed, failed_unflushed);  // named failed, once
     meta->flush.erase(meta->flush.begin(),
                       meta->flush.begin() + static_cast<ptrdiff_t>(failed_unflushed.size()));
     failed_unflushed.clear();

@@ -397,11 +397,12 @@ TEST(TransferExecutorTest, WaitTransfersWaitsOnlyForTheNamedJobsInFlight) {
   ASSERT_TRUE(f.worker->wait_in_flight().ok());
 }
 
-// A load that failed elsewhere (another rank, its deadline) comes back in a later step's flush.
-// A rank that had not reported it names its request once, with the load's blocks as load
-// errors although its own copy succeeded (vLLM reads failed loads only from its workers); a rank
-// that had reported it adds nothing. A load flushed for its request's preemption is not failed.
-TEST(TransferExecutorTest, AFlushedLoadNotYetReportedIsReportedOnceWithItsBlocksAsLoadErrors) {
+// A load that failed elsewhere (another rank, its deadline) comes back in a later step's
+// `failed` (and flush). A rank that had not reported it names its request once, with the load's
+// blocks as load errors although its own copy succeeded (vLLM reads failed loads only from its
+// workers); a rank that had reported it adds nothing. A load flushed for its request's
+// preemption is not withdrawn.
+TEST(TransferExecutorTest, AFailedLoadNotYetReportedIsReportedOnceWithItsBlocksAsLoadErrors) {
   // Loads #1 and #2 (jobs 1 and 3) are held back until waited on; job 2 ahead of them is not.
   fault_plan plan{1,
                   {{fault_target::load, fault_trigger::nth, 1, 0.0, fault_action::delay, 0, 0},
@@ -425,7 +426,8 @@ TEST(TransferExecutorTest, AFlushedLoadNotYetReportedIsReportedOnceWithItsBlocks
 
   // Step 2: the scheduler failed a's and b's loads (flushed, with an id never seen); c is
   // preempted, its load flushed with it.
-  connector_metadata m2 = meta(2, {}, {}, {1, 2, 3, 99});
+  connector_metadata m2 = meta(2, {}, {}, {1, 2, 99, 3});
+  m2.failed = {1, 2, 99};
   m2.flush_requests = {"c"};
   auto out2 = f.step(m2, {}, /*wait=*/false);
   EXPECT_EQ(ids_of(out2), (std::vector<job_id>{1, 3}));  // handle_preemptions waited for both
@@ -441,6 +443,25 @@ TEST(TransferExecutorTest, AFlushedLoadNotYetReportedIsReportedOnceWithItsBlocks
   EXPECT_TRUE(out3.jobs.empty());
   EXPECT_TRUE(out3.finished_recving.empty());
   EXPECT_TRUE(w.get_block_ids_with_load_errors().empty());
+  EXPECT_EQ(w.jobs_known(), 0u);
+}
+
+// A load `flush` names without `failed` (in flight at a reset: stale) is waited for and
+// reported with its own outcome: its request once, its bytes good, no load error.
+TEST(TransferExecutorTest, AFlushedLoadThatDidNotFailEndsWithItsBytesAndNoLoadError) {
+  fault_plan plan{1, {{fault_target::load, fault_trigger::nth, 0, 0.0, fault_action::delay, 0, 0}}};
+  rank_fixture f{1, plan};
+  auto& w = *f.worker;
+  auto out1 = f.step(meta(1, {load_job(1, "a", {2, 3}, {3, 4})}), {}, /*wait=*/false);
+  EXPECT_TRUE(out1.jobs.empty());
+  EXPECT_EQ(w.phase(1), job_phase::in_flight);
+
+  auto out2 = f.step(meta(2, {}, {}, {1}), {}, /*wait=*/false);  // stale: flushed, not failed
+  EXPECT_EQ(ids_of(out2), std::vector<job_id>{1});               // handle_preemptions waited for it
+  EXPECT_TRUE(out2.jobs[0].ok);
+  EXPECT_EQ(out2.finished_recving, strings{"a"});
+  EXPECT_TRUE(w.get_block_ids_with_load_errors().empty());
+  EXPECT_EQ(std::memcmp(f.cpu_page(2, 0, 0), f.gpu_page(0, 3).data(), k_page), 0);
   EXPECT_EQ(w.jobs_known(), 0u);
 }
 
