@@ -234,6 +234,21 @@ class PlannerTest : public ::testing::Test {
     (void)planner_->take_request_completions();
   }
 
+  /// `r` (16 tokens whose first 12 are a stored block's): looked up (a 12-token hit),
+  /// allocated and its load recorded for the next metadata.
+  void record_load_of_12(test_request& r) {
+    EXPECT_EQ(planner_->get_num_new_matched_tokens(r.view(), 0), (match_result{12u, true}));
+    r.alloc(16, next_block_);
+    EXPECT_TRUE(planner_->update_state_after_alloc(r.view(), r.blocks, 12).ok());
+  }
+  /// The same, then the step that sends the load: that load (empty when none was sent).
+  transfer_job send_load_of_12(test_request& r) {
+    record_load_of_12(r);
+    const auto loads = step({}).loads;
+    EXPECT_EQ(loads.size(), 1u);
+    return loads.empty() ? transfer_job{} : loads[0];
+  }
+
   /// An output with no job results: releases finished requests owed finished_sending.
   void release_owed() {
     auto s = planner_->update_connector_output(connector_output{step_, {}});
@@ -1305,9 +1320,7 @@ TEST_F(PlannerTest, WithWorkersVllmsSetsReleaseRequestsAndTheJobResultsDecide) {
   ASSERT_EQ(store.size(), 1u);
   EXPECT_TRUE(planner_->request_finished("a"));
   test_request b{"b", prompt(16, 1)};
-  ASSERT_EQ(planner_->get_num_new_matched_tokens(b.view(), 0), (match_result{12u, true}));
-  b.alloc(16, next_block_);
-  ASSERT_TRUE(planner_->update_state_after_alloc(b.view(), b.blocks, 12).ok());
+  record_load_of_12(b);
   const auto load = step({}).loads;
   ASSERT_EQ(load.size(), 1u);
 
@@ -1378,9 +1391,7 @@ TEST_F(PlannerTest, WithWorkersALoadWhoseBlocksTheEngineNamedInvalidIsSettledAsF
   test_request w{"w", prompt(12, 1)};
   store_fully(w);
   test_request b{"b", prompt(16, 1)};
-  ASSERT_EQ(planner_->get_num_new_matched_tokens(b.view(), 0), (match_result{12u, true}));
-  b.alloc(16, next_block_);
-  ASSERT_TRUE(planner_->update_state_after_alloc(b.view(), b.blocks, 12).ok());
+  record_load_of_12(b);
   const auto load = step({}).loads;
   ASSERT_EQ(load.size(), 1u);
 
@@ -1412,9 +1423,7 @@ TEST_F(PlannerTest, WithWorkersTheSameOutputsInvalidBlocksFailTheLoadAndAnUnsent
   test_request w{"w", prompt(12, 1)};
   store_fully(w);
   test_request b{"b", prompt(16, 1)};
-  ASSERT_EQ(planner_->get_num_new_matched_tokens(b.view(), 0), (match_result{12u, true}));
-  b.alloc(16, next_block_);
-  ASSERT_TRUE(planner_->update_state_after_alloc(b.view(), b.blocks, 12).ok());
+  record_load_of_12(b);
   const std::vector<std::string_view> recving{"b"};
   const std::vector<gpu_block> invalid{b.blocks[2]};
   ASSERT_TRUE(planner_->update_connector_output(request_output{{}, recving, live, invalid}).ok());
@@ -1442,9 +1451,7 @@ TEST_F(PlannerTest, WithWorkersARequestPreemptedAfterASettledLoadLoadsAgain) {
   test_request w{"w", prompt(12, 1)};
   store_fully(w);
   test_request b{"b", prompt(16, 1)};
-  ASSERT_EQ(planner_->get_num_new_matched_tokens(b.view(), 0), (match_result{12u, true}));
-  b.alloc(16, next_block_);
-  ASSERT_TRUE(planner_->update_state_after_alloc(b.view(), b.blocks, 12).ok());
+  record_load_of_12(b);
   const auto first = step({}).loads;
   ASSERT_EQ(first.size(), 1u);
   const std::vector<std::string_view> recving{"b"};
@@ -1485,18 +1492,10 @@ TEST_F(PlannerTest, WithWorkersALoadFailedBeforeTheEngineNamedItAwaitsTheEngines
   const auto live = request_output_role::releases_requests;
   test_request w{"w", prompt(12, 1)};
   store_fully(w);
-  auto start_load = [&](test_request& r) {
-    EXPECT_EQ(planner_->get_num_new_matched_tokens(r.view(), 0), (match_result{12u, true}));
-    r.alloc(16, next_block_);
-    EXPECT_TRUE(planner_->update_state_after_alloc(r.view(), r.blocks, 12).ok());
-    const auto loads = step({}).loads;
-    EXPECT_EQ(loads.size(), 1u);
-    return loads.empty() ? transfer_job{} : loads[0];
-  };
 
   // Without the engine's sets the coordinator's failure reports the request and its blocks.
   test_request a{"a", prompt(16, 1)};
-  const auto load_a = start_load(a);
+  const auto load_a = send_load_of_12(a);
   complete(load_a, /*ok=*/false);
   EXPECT_EQ(planner_->take_request_completions(),
             (request_completions{{}, {"a"}, slice_ids(a.blocks, 0, 3)}));
@@ -1506,7 +1505,7 @@ TEST_F(PlannerTest, WithWorkersALoadFailedBeforeTheEngineNamedItAwaitsTheEngines
   // From the first output of vLLM's sets on, the engine names loading requests.
   ASSERT_TRUE(planner_->update_connector_output(request_output{{}, {}, live}).ok());
   test_request b{"b", prompt(16, 1)};
-  const auto load_b = start_load(b);
+  const auto load_b = send_load_of_12(b);
   mgr_->calls.clear();
   complete(load_b, /*ok=*/false);  // rank 1's copy missed its deadline
   EXPECT_EQ(mgr_->ops(), (std::vector<std::string>{"complete_load"}));
