@@ -43,7 +43,8 @@ struct listening_event {
   friend bool operator==(const listening_event&, const listening_event&) = default;
 };
 
-/// Scheduler: every rank registered; the engine's first step follows.
+/// Scheduler: every rank is ready (registered; without offloading, subscribed to the executor
+/// channel); the engine's first step follows.
 struct ready_event {
   uint64_t world_size = 0;
   friend bool operator==(const ready_event&, const ready_event&) = default;

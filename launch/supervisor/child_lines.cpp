@@ -57,7 +57,7 @@ std::optional<std::string> child_line_text(const child_event& event) {
                    plural(e.world_size, "rank", "ranks") + "; segment " + e.segment;
           },
           [](const ready_event& e) -> text {
-            return "every rank registered (" + plural(e.world_size, "rank", "ranks") +
+            return "every rank ready (" + plural(e.world_size, "rank", "ranks") +
                    "): running";
           },
           [](const registered_event& e) -> text {

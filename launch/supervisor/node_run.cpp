@@ -106,7 +106,8 @@ class node_run::impl {
   const supervision& outcome() const { return sup_; }
   /// The scheduler process this launch started (node 0); -1 when none started.
   pid_t scheduler_pid() const { return node_ == 0 ? children_[0].pid() : -1; }
-  /// When the scheduler said every rank registered (its first step follows at once).
+  /// When the scheduler said every rank is ready (registered, or without offloading subscribed to
+  /// the executor channel): its first step follows at once.
   const std::optional<clock::time_point>& ready_at() const { return ready_at_; }
   child_reports& reports() { return reports_; }
   std::optional<json> fault_report() const {

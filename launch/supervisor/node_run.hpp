@@ -52,7 +52,8 @@ class node_run {
   const supervision& outcome() const;
   /// The scheduler process this launch started (node 0); -1 when none started.
   pid_t scheduler_pid() const;
-  /// When the scheduler said every rank registered (its first step follows at once).
+  /// When the scheduler said every rank is ready (registered, or without offloading subscribed to
+  /// the executor channel): its first step follows at once.
   const std::optional<std::chrono::steady_clock::time_point>& ready_at() const;
   /// What the children reported.
   child_reports& reports();

@@ -29,7 +29,7 @@ TEST(ChildLinesTest, EachKnownLineIsOneSentence) {
             "listening on port 37843 for 4 ranks; segment /kvc-0-a-node0");
   EXPECT_EQ(text_of(listening_event{.world_size = 2, .executor = "tcp://127.0.0.1:9", .pid = 7}),
             "without offloading (no connector, no pool) for 2 ranks; executor tcp://127.0.0.1:9");
-  EXPECT_EQ(text_of(ready_event{4}), "every rank registered (4 ranks): running");
+  EXPECT_EQ(text_of(ready_event{4}), "every rank ready (4 ranks): running");
   EXPECT_EQ(text_of(registered_event{1, 0, 9}), "registered as rank 1");
   EXPECT_EQ(text_of(registered_event{1, 2, 9}), "registered as rank 1 (incarnation 2)");
   EXPECT_EQ(text_of(runner_event{.rank = 0,
