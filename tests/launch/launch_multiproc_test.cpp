@@ -376,6 +376,24 @@ TEST_F(LaunchMultiprocTest, SigtermMidSimulatedRunLeavesNoChildAndNoSegment) {
   // TearDown checks that no child and no segment is left.
 }
 
+TEST_F(LaunchMultiprocTest, SigintOrSigtermMidRunWithoutOffloadingLeavesNoChild) {
+  for (const int sig : {SIGINT, SIGTERM}) {
+    SCOPED_TRACE(sig);
+    children_.clear();
+    launch({"--set", "workload.steps=4000000000", "--set", "offload.enabled=false"}, "sim");
+    started();
+    ASSERT_TRUE(launcher_.find_stdout("\"ready\"", patience).ok()) << launcher_.stderr_text();
+    ASSERT_TRUE(launcher_.signal(sig).ok());
+    EXPECT_EQ(exit_code(), 128 + sig) << launcher_.stderr_text();
+    const auto j = summary();
+    EXPECT_EQ(j.at("ok"), false);
+    EXPECT_EQ(j.at("reason"), "signal " + std::to_string(sig));
+    EXPECT_TRUE(j.at("segment").is_null());
+    for (const pid_t p : children_) EXPECT_NE(::kill(p, 0), 0) << "child " << p << " is left";
+    EXPECT_TRUE(leftover_segments().empty());
+  }
+}
+
 TEST_F(LaunchMultiprocTest, AWorkerKilledEndsTheLaunchAtOnce) {
   launch({"--set", "workload.steps=4000000000"});
   auto s = started();
