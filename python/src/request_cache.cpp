@@ -102,6 +102,7 @@ void request_cache::forget(std::string_view id) {
   e.request = py::object();
   e.hashes = py::object();
   e.remote_decode = false;
+  e.tokens_read = false;
   e.next = npos;
   e.live = false;
   free_.push_back(at);

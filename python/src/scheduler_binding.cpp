@@ -100,6 +100,7 @@ class py_scheduler {
     std::string_view id;
     const uint32_t at = cache_.find_or_create(r.id_object, id, "Request.request_id");
     request_cache::entry& e = cache_.at(at);
+    if (e.request.ptr() != request.ptr()) e.tokens_read = false;  // another Request object
     e.request = py::reinterpret_borrow<py::object>(request);
     e.hashes = r.hashes;
     e.remote_decode = r.remote_decode;
@@ -167,7 +168,8 @@ class py_scheduler {
 
   /// build_connector_meta of vLLM's SchedulerOutput (step_requests::read_vllm).
   connector_metadata build_vllm(step_id step, py::handle scheduler_output, py::handle requests) {
-    step_.read_vllm(scheduler_output, requests, cache_);
+    step_.read_vllm(scheduler_output, requests, cache_,
+                    sc().planner().geometry().offloaded_block_size);
     return plan(step);
   }
 

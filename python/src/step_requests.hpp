@@ -81,16 +81,19 @@ struct step_requests {
   void read_tuples(pybind11::handle fresh, pybind11::handle cached, pybind11::handle preempted,
                    request_cache& cache);
 
-  /// vLLM's SchedulerOutput (scheduled_new_reqs, scheduled_cached_reqs, num_scheduled_tokens,
-  /// preempted_req_ids) and the Request of each scheduled request (request_id, block_hashes,
-  /// num_tokens, num_computed_tokens, kv_transfer_params): from `requests`, a dict {req_id:
-  /// Request}, or, when it is None, the Request last passed to vllm_get_num_new_matched_tokens
-  /// or vllm_update_state_after_alloc for the id (kept in `cache` until request_finished). A
-  /// scheduled id missing there raises KeyError. A Request's block_hashes and
-  /// kv_transfer_params are read once per Request object and kept in `cache`
-  /// (request_cache.hpp).
+  /// vLLM's SchedulerOutput (scheduled_new_reqs: req_id, block_ids, num_computed_tokens;
+  /// scheduled_cached_reqs: req_ids, resumed_req_ids, new_block_ids, num_computed_tokens;
+  /// num_scheduled_tokens; preempted_req_ids) and the Request of each scheduled request
+  /// (request_id, block_hashes, num_tokens, kv_transfer_params): from `requests`, a dict
+  /// {req_id: Request}, or, when it is None, the Request last passed to
+  /// vllm_get_num_new_matched_tokens or vllm_update_state_after_alloc for the id (kept in
+  /// `cache` until request_finished). A scheduled id missing there raises KeyError. A Request's
+  /// block_hashes and kv_transfer_params are read once per Request object and kept in `cache`
+  /// (request_cache.hpp); its num_tokens only when a request is new or resumed, or when
+  /// computed + scheduled tokens may complete an offloaded block of `offloaded_block_size`
+  /// tokens past the count read last time (the planner reads nothing else of it).
   void read_vllm(pybind11::handle scheduler_output, pybind11::handle requests,
-                 request_cache& cache);
+                 request_cache& cache, uint32_t offloaded_block_size);
 
  private:
   void clear();

@@ -162,14 +162,15 @@ class VllmCalls(Calls):
     def scheduled(r, computed, scheduled, blocks):
         r.vllm.num_tokens = r.num_tokens
         r.vllm.num_computed_tokens = computed
-        return (r.id, scheduled, blocks)
+        return (r.vllm.request_id, scheduled, blocks, computed)
 
     def build(self, step, fresh, cached):
         out = v.SchedulerOutput(
-            [v.NewRequestData(rid, (blocks,)) for rid, _, blocks in fresh],
-            v.CachedRequestData([rid for rid, _, _ in cached], set(),
-                                [None if b is None else (b,) for _, _, b in cached]),
-            {rid: n for rid, n, _ in cached + fresh}, set(), [])
+            [v.NewRequestData(rid, (blocks,), c) for rid, _, blocks, c in fresh],
+            v.CachedRequestData([rid for rid, _, _, _ in cached], set(),
+                                [None if b is None else (b,) for _, _, b, _ in cached],
+                                [c for _, _, _, c in cached]),
+            {rid: n for rid, n, _, _ in cached + fresh}, set(), [])
         self.timed(self.connector.build_connector_meta, out)
         return self.connector.planned
 

@@ -67,9 +67,10 @@ def test_vllms_scheduler_output_plans_what_the_same_fields_as_tuples_plan():
                 r.num_tokens += 0 if rid in resumed else 1
                 r.num_computed_tokens = 0 if rid in resumed else r.num_tokens - 1
             out = v.SchedulerOutput(
-                [v.NewRequestData(rid, (ids,)) for rid, ids in new],
+                [v.NewRequestData(rid, (ids,), reqs[rid].num_computed_tokens) for rid, ids in new],
                 v.CachedRequestData([rid for rid, _ in cached], resumed,
-                                    [None if ids is None else (ids,) for _, ids in cached]),
+                                    [None if ids is None else (ids,) for _, ids in cached],
+                                    [reqs[rid].num_computed_tokens for rid, _ in cached]),
                 scheduled, set(), preempted)
             got = by_vllm.vllm_build_connector_meta(step, out, reqs)
             want = by_tuples.build_connector_meta(
@@ -96,8 +97,8 @@ def test_wrong_input_from_python_is_an_error_naming_the_field():
         sc.get_num_new_matched_tokens("a", r.block_hashes, r.num_tokens, 0)
 
         def output(new=(("a", ([1, 2],)),), scheduled=None):
-            return v.SchedulerOutput([v.NewRequestData(rid, ids) for rid, ids in new],
-                                     v.CachedRequestData([], set(), []),
+            return v.SchedulerOutput([v.NewRequestData(rid, ids, 0) for rid, ids in new],
+                                     v.CachedRequestData([], set(), [], []),
                                      scheduled if scheduled is not None else {"a": 32}, set(),
                                      [])
 
@@ -188,7 +189,7 @@ def test_a_requests_block_hashes_and_params_are_read_once_per_request_object():
         by_vllm.vllm_get_num_new_matched_tokens(r, 0)
         by_tuples.get_num_new_matched_tokens("a", r.block_hashes, r.num_tokens, 0)
         hashes = r.block_hashes
-        r.reads = {}
+        counted = {}  # the reads vllm_build_connector_meta makes
         for step in range(1, 6):
             new = [("a", [1, 2])] if step == 1 else []
             cached = [] if step == 1 else [("a", [2 + step] if step % 2 else None)]
@@ -199,11 +200,15 @@ def test_a_requests_block_hashes_and_params_are_read_once_per_request_object():
                     hashes.append(f"a{len(hashes)}".encode())
             scheduled = {"a": r.num_tokens - r.num_computed_tokens}
             out = v.SchedulerOutput(
-                [v.NewRequestData(rid, (ids,)) for rid, ids in new],
+                [v.NewRequestData(rid, (ids,), r.num_computed_tokens) for rid, ids in new],
                 v.CachedRequestData([rid for rid, _ in cached], set(),
-                                    [None if ids is None else (ids,) for _, ids in cached]),
+                                    [None if ids is None else (ids,) for _, ids in cached],
+                                    [r.num_computed_tokens for _ in cached]),
                 scheduled, set(), [])
+            r.reads = {}
             got = by_vllm.vllm_build_connector_meta(step, out, reqs)
+            for name, n in object.__getattribute__(r, "reads").items():
+                counted[name] = counted.get(name, 0) + n
             want = by_tuples.build_connector_meta(
                 step, [as_tuple(r, scheduled["a"], ids, False) for _, ids in new],
                 [as_tuple(r, scheduled["a"], ids, False) for _, ids in cached], [])
@@ -211,16 +216,17 @@ def test_a_requests_block_hashes_and_params_are_read_once_per_request_object():
         # The list vLLM extends in place is read through, its blocks stored as they fill.
         assert by_vllm.stats() == by_tuples.stats()
         assert by_vllm.stats()["store_blocks"] == 4
-        counted = dict(r.reads)
-        for name in ("block_hashes", "kv_transfer_params"):
-            counted[name] -= 5  # as_tuple's reads for the tuples
-        assert counted.get("block_hashes") == 0 and counted.get("kv_transfer_params") == 0
-        assert r.reads["num_tokens"] >= 5 and r.reads["num_computed_tokens"] >= 5
+        # Neither block_hashes nor kv_transfer_params again (the match read them); nor
+        # num_computed_tokens (the SchedulerOutput's); num_tokens when the request is new (step
+        # 1) and when computed + scheduled reaches a block past the count read last (steps 3 and
+        # 5: 48 and 64 tokens), not in steps 2 and 4 (40 and 56, in the same block).
+        assert counted == {"num_tokens": 3}
         # Another Request object for the same id is read anew.
         again = CountingRequest("a", r.block_hashes, r.num_tokens, r.num_computed_tokens,
                                 {"do_remote_decode": True})
-        out = v.SchedulerOutput([], v.CachedRequestData(["a"], set(), [None]), {"a": 1},
-                                set(), [])
+        out = v.SchedulerOutput([], v.CachedRequestData(["a"], set(), [None],
+                                                        [again.num_computed_tokens]),
+                                {"a": 1}, set(), [])
         by_vllm.vllm_build_connector_meta(6, out, {"a": again})
         assert again.reads["block_hashes"] == 1 and again.reads["kv_transfer_params"] == 1
     finally:
@@ -294,6 +300,101 @@ def test_int_hashes_of_any_width_below_2_to_the_128_come_back_as_themselves():
         sc.shutdown()
 
 
+def test_num_tokens_read_only_when_a_block_may_complete_plans_what_reading_it_always_plans():
+    """The binding reads Request.num_tokens again only for a new or resumed request, or when
+    computed + scheduled tokens reach an offloaded block past the count it read last
+    (step_requests::read_vllm): over random schedules (chunked prefill, several tokens a step,
+    computed + scheduled above num_tokens as with vLLM's async scheduling, requests idle for a
+    while, preempted and resumed) it plans exactly what the tuples, which pass num_tokens every
+    step, plan."""
+    import random
+    rng = random.Random(24)
+    by_vllm, by_tuples = connector("lazy"), connector("lazy-tuples")
+    try:
+        reqs, blocks, next_block, paused = {}, {}, [1], set()
+
+        def grow(r, n):
+            r.num_tokens += n
+            while len(r.block_hashes) < r.num_tokens // BLOCK:
+                r.block_hashes.append(f"{r.request_id}-{len(r.block_hashes)}".encode())
+
+        def give_blocks(rid, upto):
+            fresh = []
+            while len(blocks[rid]) * BLOCK < upto:
+                blocks[rid].append(next_block[0])
+                fresh.append(next_block[0])
+                next_block[0] += 1
+            return fresh
+
+        for step in range(1, 300):
+            new, cached, resumed, scheduled, preempted = [], [], set(), {}, []
+            if len(reqs) < 6 and rng.random() < 0.3:
+                rid = f"q{step}"
+                r = v.Request(rid, [], 0, 0, None)
+                grow(r, rng.randrange(1, 5 * BLOCK))
+                by_tuples.get_num_new_matched_tokens(rid, r.block_hashes, r.num_tokens, 0)
+                by_vllm.vllm_get_num_new_matched_tokens(r, 0)
+                reqs[rid], blocks[rid] = r, []
+                n = min(r.num_tokens, rng.choice([BLOCK, 3 * BLOCK, 1 << 20]))
+                give_blocks(rid, n)
+                new.append((rid, list(blocks[rid])))
+                scheduled[rid] = n
+            for rid, r in list(reqs.items()):
+                if any(rid == x for x, _ in new):
+                    continue
+                roll = rng.random()
+                if roll < 0.05:  # preempted: its blocks freed, computed again when resumed
+                    preempted.append(rid)
+                    r.num_computed_tokens = 0
+                    blocks[rid] = []
+                    paused.add(rid)
+                    continue
+                if roll < 0.25:
+                    continue  # not scheduled this step
+                if rid in paused:
+                    paused.discard(rid)
+                    resumed.add(rid)
+                if r.num_computed_tokens >= r.num_tokens:
+                    grow(r, rng.choice([1, 1, 1, 2, 4]))  # tokens sampled since
+                left = r.num_tokens - r.num_computed_tokens
+                n = rng.choice([1, 1, 2, 3, BLOCK, left])
+                if rng.random() < 0.2:
+                    n += rng.randrange(1, 2 * BLOCK)  # async: beyond the known tokens
+                fresh = give_blocks(rid, r.num_computed_tokens + n)
+                cached.append((rid, list(blocks[rid]) if rid in resumed else (fresh or None)))
+                scheduled[rid] = n
+            out = v.SchedulerOutput(
+                [v.NewRequestData(rid, (ids,), reqs[rid].num_computed_tokens) for rid, ids in new],
+                v.CachedRequestData([rid for rid, _ in cached], resumed,
+                                    [None if ids is None else (ids,) for _, ids in cached],
+                                    [reqs[rid].num_computed_tokens for rid, _ in cached]),
+                scheduled, set(), preempted)
+            got = by_vllm.vllm_build_connector_meta(step, out, reqs)
+            want = by_tuples.build_connector_meta(
+                step, [as_tuple(reqs[rid], scheduled[rid], ids, False) for rid, ids in new],
+                [as_tuple(reqs[rid], scheduled[rid], ids, rid in resumed) for rid, ids in cached],
+                preempted)
+            assert jobs(got) == jobs(want), f"step {step}"
+            done = [(j.id, j.kind, True) for j in list(want.loads) + list(want.stores)]
+            for sc in (by_vllm, by_tuples):
+                sc.apply_job_results(step, done)
+                sc.update_connector_output()
+            for rid, _ in new + cached:  # vLLM advances computed after building the metadata
+                r = reqs[rid]
+                r.num_computed_tokens = min(r.num_computed_tokens + scheduled[rid], r.num_tokens)
+            for rid in [rid for rid, r in reqs.items()
+                        if r.num_tokens > 12 * BLOCK and rid not in paused]:
+                for sc in (by_vllm, by_tuples):
+                    sc.request_finished(rid)
+                del reqs[rid]
+        stats = by_vllm.stats()
+        assert stats == by_tuples.stats()
+        assert stats["store_blocks"] > 50
+    finally:
+        by_vllm.shutdown()
+        by_tuples.shutdown()
+
+
 def test_without_a_requests_dict_the_requests_kept_since_the_match_plan_the_same():
     """vllm_build_connector_meta(step, out) reads each scheduled request's Request from the
     binding (the one last passed to a vllm_* call, until request_finished): the same plan as the
@@ -309,8 +410,8 @@ def test_without_a_requests_dict_the_requests_kept_since_the_match_plan_the_same
 
         def step_output(step: int):
             if step == 1:
-                return v.SchedulerOutput([v.NewRequestData(rid, (ids,)) for rid, ids in new],
-                                         v.CachedRequestData([], set(), []),
+                return v.SchedulerOutput([v.NewRequestData(rid, (ids,), 0) for rid, ids in new],
+                                         v.CachedRequestData([], set(), [], []),
                                          {rid: 32 for rid in reqs}, set(), [])
             for r in reqs.values():  # decoding: one token a step, a block every 16
                 r.num_computed_tokens = r.num_tokens
@@ -323,7 +424,8 @@ def test_without_a_requests_dict_the_requests_kept_since_the_match_plan_the_same
                 assert all(i is not r.request_id for i, r in zip(ids, reqs.values()))
             order = ids if step % 2 else list(reversed(ids))
             new_blocks = [([7 + step],) if step % 16 == 0 else None for _ in ids]
-            return v.SchedulerOutput([], v.CachedRequestData(ids, set(), new_blocks),
+            computed = [r.num_computed_tokens for r in reqs.values()]
+            return v.SchedulerOutput([], v.CachedRequestData(ids, set(), new_blocks, computed),
                                      {rid: 1 for rid in order}, set(), [])
 
         for step in range(1, 40):
@@ -342,15 +444,15 @@ def test_without_a_requests_dict_the_requests_kept_since_the_match_plan_the_same
         kept.request_finished("rc")
         kept.get_num_new_matched_tokens("rd", [b"rd0"], BLOCK, 0)
         for rid in ("rc", "rd"):
-            out = v.SchedulerOutput([], v.CachedRequestData([rid], set(), [None]), {rid: 1},
-                                    set(), [])
+            out = v.SchedulerOutput([], v.CachedRequestData([rid], set(), [None], [0]),
+                                    {rid: 1}, set(), [])
             with pytest.raises(KeyError, match=f"request {rid} is scheduled but was never "
                                                "passed to get_num_new_matched_tokens"):
                 kept.vllm_build_connector_meta(40, out)
         with pytest.raises(TypeError, match="req_id must be a str, got int"):
             kept.vllm_build_connector_meta(
-                40, v.SchedulerOutput([], v.CachedRequestData([7], set(), [None]), {7: 1}, set(),
-                                      []))
+                40, v.SchedulerOutput([], v.CachedRequestData([7], set(), [None], [0]), {7: 1},
+                                      set(), []))
     finally:
         kept.shutdown()
         by_dict.shutdown()

@@ -86,6 +86,7 @@ class KVCacheBlocks:
 class NewRequestData:
     req_id: str
     block_ids: tuple
+    num_computed_tokens: int  # the Request's, when vLLM's scheduler built the output
 
 
 @dataclass
@@ -93,6 +94,7 @@ class CachedRequestData:
     req_ids: list
     resumed_req_ids: set
     new_block_ids: list
+    num_computed_tokens: list  # per request: the Request's, when the output was built
 
 
 @dataclass
