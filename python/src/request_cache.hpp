@@ -35,6 +35,9 @@ class request_cache {
   /// second): the guess check, the id's str and text, the Request's identity, its list.
   struct alignas(64) entry {
     uint32_t next = npos;         ///< the entry looked up after this one last time (a hint)
+    /// num_computed of the request's last get_num_new_matched_tokens (the planner's, as it keeps
+    /// it for update_state_after_alloc: which of vLLM's blocks a load fills)
+    uint32_t num_computed = 0;
     bool live = false;            ///< false: free, for a later request
     bool remote_decode = false;   ///< the Request's kv_transfer_params["do_remote_decode"]
     pybind11::object id_object;   ///< the first str seen for this id; empty until one is
@@ -52,6 +55,13 @@ class request_cache {
   uint32_t find_or_create(pybind11::handle id, std::string_view& text, const char* what);
   /// The entry of the str `id`, npos when there is none; `text` as find_or_create sets it.
   uint32_t find(pybind11::handle id, std::string_view& text, const char* what);
+  /// A new entry for the str `id` of text `text`, which find() did not find.
+  uint32_t create(pybind11::handle id, std::string_view text);
+  /// The last lookup's entry when it holds the Request object `request` (identity), else npos;
+  /// changes no hint.
+  uint32_t last_holding(pybind11::handle request) const noexcept {
+    return last_ != npos && entries_[last_].request.ptr() == request.ptr() ? last_ : npos;
+  }
   entry& at(uint32_t index) noexcept { return entries_[index]; }
 
   /// The keys of `hashes` (a list or tuple) for the entry, converting only those beyond the
