@@ -43,6 +43,19 @@ block_key key_of(py::handle h) {
     const size_t hi_n = n <= 8 ? 0 : (n < 16 ? n - 8 : 8);
     return {big_endian(p + n - lo_n - hi_n, hi_n), big_endian(p + n - lo_n, lo_n)};
   }
+#if PY_VERSION_HEX < 0x030C0000
+  // Before 3.12 an int is its size and 30-bit digits: one below 2**64 is read from them directly
+  // (PyLong_AsUnsignedLong's call and checks cost several times more per hash).
+  if (PyLong_CheckExact(o)) {
+    const Py_ssize_t size = Py_SIZE(o);
+    const digit* d = reinterpret_cast<PyLongObject*>(o)->ob_digit;
+    static_assert(PyLong_SHIFT == 30);
+    if (size == 0) return {0, 0};
+    if (size == 1) return {0, d[0]};
+    if (size == 2) return {0, d[0] | uint64_t{d[1]} << 30};
+    if (size == 3 && d[2] < 16) return {0, d[0] | uint64_t{d[1]} << 30 | uint64_t{d[2]} << 60};
+  }
+#endif
   if (PyLong_Check(o) && !PyBool_Check(o)) {
     // PyLong_AsUnsignedLong reads the digits directly; CPython's ...LongLong converts an int of
     // more than one digit through a byte array, several times slower.

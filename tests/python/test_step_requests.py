@@ -373,11 +373,13 @@ def test_job_results_of_another_shape_are_an_error_naming_it():
 def test_int_hashes_of_any_width_below_2_to_the_128_come_back_as_themselves():
     sc = connector("wide")
     try:
-        hashes = [5, 2**63 + 5, 2**64 - 1, 2**64 + 7, 2**128 - 1]
+        # (CPython before 3.12 keeps ints as 30-bit digits: 0 to 3 of them below 2**64.)
+        hashes = [0, 5, 2**30 - 1, 2**30, 2**60 - 1, 2**60, 2**63 + 5, 2**64 - 1, 2**64,
+                  2**64 + 7, 2**90 + 3, 2**128 - 1]
         assert sc.get_num_new_matched_tokens("a", hashes, len(hashes) * BLOCK, 0) == (0, False)
         meta = sc.build_connector_meta(
-            1, [("a", hashes, len(hashes) * BLOCK, 0, len(hashes) * BLOCK, [1, 2, 3, 4, 5],
-                 False, False)], [], [])
+            1, [("a", hashes, len(hashes) * BLOCK, 0, len(hashes) * BLOCK,
+                 list(range(1, len(hashes) + 1)), False, False)], [], [])
         sc.apply_job_results(1, [(j.id, "store", True) for j in meta.stores])
         sc.update_connector_output()
         stored = [h for kind, hs, _ in sc.take_events() if kind == "stored" for h in hs]
