@@ -4,8 +4,10 @@
 /// added since the last one into `keys`. For vLLM's Request objects it also keeps the object
 /// itself, its block_hashes list and its kv_transfer_params' do_remote_decode, read once per
 /// Request object: vLLM creates a Request's block_hashes list once and only extends it in place
-/// (vllm/v1/request.py), so a step reads that list's length, not the attribute. A request's
-/// entry lives until forget() (request_finished); it holds a reference to the objects.
+/// (vllm/v1/request.py), so a step reads that list's length, not the attribute. And the
+/// num_computed of its last get_num_new_matched_tokens, which tells update_state_after_alloc
+/// how many of vLLM's blocks a load reads. A request's entry lives until forget()
+/// (request_finished); it holds a reference to the objects.
 ///
 /// Requests live in a dense array of entries found through an id map; as the planner does, each
 /// lookup first tries the entry that followed the previous lookup's entry last time (an engine
@@ -35,9 +37,7 @@ class request_cache {
   /// second): the guess check, the id's str and text, the Request's identity, its list.
   struct alignas(64) entry {
     uint32_t next = npos;         ///< the entry looked up after this one last time (a hint)
-    /// num_computed of the request's last get_num_new_matched_tokens (the planner's, as it keeps
-    /// it for update_state_after_alloc: which of vLLM's blocks a load fills)
-    uint32_t num_computed = 0;
+    uint32_t num_computed = 0;    ///< of the last get_num_new_matched_tokens (as the planner's)
     bool live = false;            ///< false: free, for a later request
     bool remote_decode = false;   ///< the Request's kv_transfer_params["do_remote_decode"]
     pybind11::object id_object;   ///< the first str seen for this id; empty until one is
