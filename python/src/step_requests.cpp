@@ -1,5 +1,6 @@
 #include "python/src/step_requests.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <string>
 
@@ -112,18 +113,26 @@ void add_texts(py::handle ids, const char* what, std::vector<std::string_view>& 
 
 }  // namespace
 
-vllm_request read_vllm_request(py::handle request) {
+uint32_t read_vllm_request(py::handle request, request_cache& cache) {
+  uint32_t at = cache.last_holding(request);
+  if (at != request_cache::npos) return at;
   const vllm_names& n = names();
-  vllm_request r;
-  r.id_object = attr(request, n.request_id);
-  r.id = text_of(r.id_object, "Request.request_id");
-  r.hashes = attr(request, n.block_hashes);
-  r.num_tokens = u32_of(attr(request, n.num_tokens).ptr(), "Request.num_tokens");
-  r.remote_decode = remote_decode_of(request);
-  return r;
+  const py::object id = attr(request, n.request_id);
+  std::string_view text;
+  at = cache.find(id, text, "Request.request_id");
+  if (at != request_cache::npos && cache.at(at).request.ptr() == request.ptr()) return at;
+  py::object hashes = attr(request, n.block_hashes);  // a Request object not seen before
+  const bool remote = remote_decode_of(request);
+  if (at == request_cache::npos) at = cache.create(id, text);
+  cache.adopt(at, request, std::move(hashes), remote);
+  return at;
 }
 
-void read_vllm_blocks(py::handle blocks, std::vector<gpu_block>& ids,
+uint32_t read_vllm_num_tokens(py::handle request) {
+  return u32_of(attr(request, names().num_tokens).ptr(), "Request.num_tokens");
+}
+
+void read_vllm_blocks(py::handle blocks, size_t num_gpu_blocks, std::vector<gpu_block>& ids,
                       std::vector<uint8_t>& hashed) {
   const vllm_names& n = names();
   ids.clear();
@@ -135,17 +144,22 @@ void read_vllm_blocks(py::handle blocks, std::vector<gpu_block>& ids,
                           std::to_string(groups.size));
   }
   const items group = items_of(groups.at[0], "KVCacheBlocks.blocks[0]");
-  ids.reserve(static_cast<size_t>(group.size));
-  hashed.reserve(static_cast<size_t>(group.size));
-  bool past_first_unhashed = false;
-  for (Py_ssize_t i = 0; i < group.size; ++i) {
-    const py::handle b(group.at[i]);
-    const gpu_block id = u32_of(attr(b, n.block_id).ptr(), "KVCacheBlock.block_id");
-    ids.push_back(id);
-    const bool is_hashed = !past_first_unhashed && !attr(b, n.block_hash).is_none();
-    hashed.push_back(is_hashed ? 1 : 0);
-    past_first_unhashed = past_first_unhashed || (id != 0 && !is_hashed);
+  const size_t count = std::min(num_gpu_blocks, static_cast<size_t>(group.size));
+  ids.resize(count);
+  hashed.resize(count);
+  auto id_of = [&](size_t i) {
+    return u32_of(attr(group.at[i], n.block_id).ptr(), "KVCacheBlock.block_id");
+  };
+  size_t i = 0;
+  while (i < count) {  // through the first block to fill
+    if (!attr(group.at[i], n.block_hash).is_none()) {
+      hashed[i++] = 1;  // its id stays 0: not read
+      continue;
+    }
+    ids[i] = id_of(i);
+    if (ids[i++] != 0) break;
   }
+  for (; i < count; ++i) ids[i] = id_of(i);
 }
 
 void read_vllm_finished(py::handle out, std::vector<std::string_view>& sending,
@@ -295,15 +309,11 @@ void step_requests::read_vllm(py::handle out, py::handle requests_by_id, request
     const py::handle r(req);
     if (by_dict) at = cache.find_or_create(id, f.id, "req_id");
     request_cache::entry& e = cache.at(at);
-    bool read_tokens = is_new || resumed || !e.tokens_read;
     if (e.request.ptr() != req) {  // a Request object not seen before
       py::object hashes = attr(r, n.block_hashes);
-      const bool remote = remote_decode_of(r);
-      e.request = py::reinterpret_borrow<py::object>(r);
-      e.hashes = std::move(hashes);
-      e.remote_decode = remote;
-      read_tokens = true;
+      cache.adopt(at, r, std::move(hashes), remote_decode_of(r));
     }
+    const bool read_tokens = is_new || resumed || !e.tokens_read;
     f.keys = cache.keys(at, e.hashes);
     f.remote_decode = e.remote_decode;
     // The planner reads num_tokens only through min(computed + scheduled, num_tokens) / obs,
