@@ -143,14 +143,23 @@ void cpu_offload_manager<Policy>::touch_hinted(std::span<const block_key> keys,
   }
   const size_t n = keys.size();
   uint32_t* ids = memo_room(n);
-  for (size_t i = 0; i < n; ++i) {
+  // LRU checks the hints and moves the blocks in one pass from the end while the hints are
+  // right; what it leaves (usually nothing) is resolved and touched below.
+  size_t rest = n;
+  if constexpr (requires { policy_.touch_hinted_suffix(keys, hints.data(), ids); })
+    rest = policy_.touch_hinted_suffix(keys, hints.data(), ids);
+  if (rest == 0) {
+    memo_keep(keys);
+    return;
+  }
+  for (size_t i = 0; i < rest; ++i) {
     if (hints[i] < cap_) __builtin_prefetch(&policy_.node(hints[i]));
   }
   // A hint is right when its slot is in use and holds the key: a tracked slot maps exactly its
   // key (freed and leaked slots carry free_ref); the others are looked up in one batch.
   miss_keys_.clear();
   miss_at_.clear();
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < rest; ++i) {
     const uint32_t h = hints[i];
     if (h < cap_ && policy_.node(h).ref != free_ref && policy_.node(h).has_key(keys[i])) {
       ids[i] = h;
@@ -171,7 +180,7 @@ void cpu_offload_manager<Policy>::touch_hinted(std::span<const block_key> keys,
   // The resolved ids become the memo, as resolve() would have left it (a lookup_prefix of
   // these keys, e.g. right after touching a request's blocks, reuses them).
   memo_keep(keys);
-  policy_.touch_ids(std::span<const uint32_t>{ids, n});
+  policy_.touch_ids(std::span<const uint32_t>{ids, rest});
 }
 
 template <class Policy>

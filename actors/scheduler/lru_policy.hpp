@@ -13,6 +13,7 @@
 /// such blocks sitting at the cold end (in practice: none; they were just touched).
 ///
 /// Thread-safety: none; the owning offload manager serialises all calls.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -103,6 +104,46 @@ class lru_policy {
       order_.splice_to_back(first, last);
       if (moves_scout) scout_.moved(scout_at);
     }
+  }
+
+  /// touch_ids of the keys' slots as `hints` gives them, walked from the end while the hints
+  /// are right (a hint is right when its node is live and holds the key: live nodes hold
+  /// distinct keys). Checking a hint and extending a run read the same node, so both are done
+  /// in one pass. Stops at the first key whose hint is wrong or npos and returns its count
+  /// plus one: keys [0, returned) are left to the caller (find their slots, then touch_ids of
+  /// them: the same as touching every key in one touch_ids). Writes the slots of the keys it
+  /// touched to ids[returned, n).
+  size_t touch_hinted_suffix(std::span<const block_key> keys, const uint32_t* hints,
+                             uint32_t* ids) {
+    scout();
+    const uint32_t scout_at = scout_.at();
+    constexpr size_t ahead = 8;  // nodes prefetched ahead of the walk
+    const size_t n = keys.size();
+    for (size_t j = n; j > 0 && j + ahead > n; --j)
+      __builtin_prefetch(&nodes_[std::min(hints[j - 1], cap_)]);
+    size_t i = n;
+    uint32_t first = npos;
+    uint32_t last = npos;
+    bool moves_scout = false;
+    for (; i > 0; --i) {
+      if (i > ahead) __builtin_prefetch(&nodes_[std::min(hints[i - 1 - ahead], cap_)]);
+      const uint32_t h = hints[i - 1];
+      if (h >= cap_) break;
+      const block_node& node = nodes_[h];
+      if (node.ref == block_node::dead_ref || !node.has_key(keys[i - 1])) break;
+      ids[i - 1] = h;
+      if (first != npos && nodes_[last].next == h) {
+        last = h;
+      } else {
+        if (first != npos) order_.splice_to_back(first, last);
+        first = h;
+        last = h;
+      }
+      moves_scout |= h == scout_at;
+    }
+    if (first != npos) order_.splice_to_back(first, last);
+    if (moves_scout) scout_.moved(scout_at);
+    return i;
   }
 
   /// Picks n victims (n >= 1) among idle blocks not protected under `epoch`, least recent
