@@ -146,8 +146,10 @@ void cpu_offload_manager<Policy>::touch_hinted(std::span<const block_key> keys,
   // LRU checks the hints and moves the blocks in one pass from the end while the hints are
   // right; what it leaves (usually nothing) is resolved and touched below.
   size_t rest = n;
-  if constexpr (requires { policy_.touch_hinted_suffix(keys, hints.data(), ids); })
-    rest = policy_.touch_hinted_suffix(keys, hints.data(), ids);
+  if constexpr (requires { policy_.touch_hinted_suffix(keys, hints.data()); }) {
+    rest = policy_.touch_hinted_suffix(keys, hints.data());
+    std::copy(hints.begin() + rest, hints.end(), ids + rest);  // right hints are the ids
+  }
   if (rest == 0) {
     memo_keep(keys);
     return;

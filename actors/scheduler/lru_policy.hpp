@@ -111,37 +111,44 @@ class lru_policy {
   /// distinct keys). Checking a hint and extending a run read the same node, so both are done
   /// in one pass. Stops at the first key whose hint is wrong or npos and returns its count
   /// plus one: keys [0, returned) are left to the caller (find their slots, then touch_ids of
-  /// them: the same as touching every key in one touch_ids). Writes the slots of the keys it
-  /// touched to ids[returned, n).
-  size_t touch_hinted_suffix(std::span<const block_key> keys, const uint32_t* hints,
-                             uint32_t* ids) {
+  /// them: the same as touching every key in one touch_ids); hints [returned, n) are the
+  /// slots of the keys it touched.
+  size_t touch_hinted_suffix(std::span<const block_key> keys, const uint32_t* hints) {
     scout();
+    // Locals, not members: the list writes below are uint32_t stores that may alias them.
+    block_node* const nodes = nodes_.get();
+    const uint32_t cap = cap_;
     const uint32_t scout_at = scout_.at();
     constexpr size_t ahead = 8;  // nodes prefetched ahead of the walk
     const size_t n = keys.size();
     for (size_t j = n; j > 0 && j + ahead > n; --j)
-      __builtin_prefetch(&nodes_[std::min(hints[j - 1], cap_)]);
+      __builtin_prefetch(&nodes[std::min(hints[j - 1], cap)]);
+    // The key's slot if its hint is right, else npos.
+    auto checked = [&](size_t j) {
+      const uint32_t h = hints[j];
+      if (h >= cap) return npos;
+      const block_node& node = nodes[h];
+      const uint64_t differ = (node.key_hi ^ keys[j].hi) | (node.key_lo ^ keys[j].lo);
+      return differ == 0 && node.ref != block_node::dead_ref ? h : npos;
+    };
     size_t i = n;
-    uint32_t first = npos;
-    uint32_t last = npos;
     bool moves_scout = false;
-    for (; i > 0; --i) {
-      if (i > ahead) __builtin_prefetch(&nodes_[std::min(hints[i - 1 - ahead], cap_)]);
-      const uint32_t h = hints[i - 1];
-      if (h >= cap_) break;
-      const block_node& node = nodes_[h];
-      if (node.ref == block_node::dead_ref || !node.has_key(keys[i - 1])) break;
-      ids[i - 1] = h;
-      if (first != npos && nodes_[last].next == h) {
-        last = h;
-      } else {
-        if (first != npos) order_.splice_to_back(first, last);
-        first = h;
+    uint32_t first = i > 0 ? checked(i - 1) : npos;
+    while (first != npos) {  // a run first .. last, extended while the next key follows it
+      --i;
+      moves_scout |= first == scout_at;
+      uint32_t last = first;
+      uint32_t h = npos;
+      for (; i > 0; --i) {
+        if (i > ahead) __builtin_prefetch(&nodes[std::min(hints[i - 1 - ahead], cap)]);
+        h = checked(i - 1);
+        if (h == npos || nodes[last].next != h) break;
+        moves_scout |= h == scout_at;
         last = h;
       }
-      moves_scout |= h == scout_at;
+      order_.splice_to_back(first, last);
+      first = i > 0 ? h : npos;
     }
-    if (first != npos) order_.splice_to_back(first, last);
     if (moves_scout) scout_.moved(scout_at);
     return i;
   }
