@@ -144,10 +144,11 @@ void cpu_offload_manager<Policy>::touch_hinted(std::span<const block_key> keys,
   const size_t n = keys.size();
   uint32_t* ids = memo_room(n);
   // LRU checks the hints and moves the blocks in one pass from the end while the hints are
-  // right; what it leaves (usually nothing) is resolved and touched below.
+  // right; what it leaves (usually nothing) is resolved and touched below. A last key with no
+  // hint (a new request's keys, blocks not stored yet) leaves everything: not even tried.
   size_t rest = n;
   if constexpr (requires { policy_.touch_hinted_suffix(keys, hints.data()); }) {
-    rest = policy_.touch_hinted_suffix(keys, hints.data());
+    if (n > 0 && hints[n - 1] < cap_) rest = policy_.touch_hinted_suffix(keys, hints.data());
     std::copy(hints.begin() + rest, hints.end(), ids + rest);  // right hints are the ids
   }
   if (rest == 0) {
