@@ -109,10 +109,12 @@ class lru_policy {
   /// touch_ids of the keys' slots as `hints` gives them, walked from the end while the hints
   /// are right (a hint is right when its node is live and holds the key: live nodes hold
   /// distinct keys). Checking a hint and extending a run read the same node, so both are done
-  /// in one pass. Stops at the first key whose hint is wrong or npos and returns its count
-  /// plus one: keys [0, returned) are left to the caller (find their slots, then touch_ids of
-  /// them: the same as touching every key in one touch_ids); hints [returned, n) are the
-  /// slots of the keys it touched.
+  /// in one pass. Stops at the first key (from the end) whose hint is wrong or npos and
+  /// returns r, its position plus one: keys [0, r) are left to the caller (find their slots,
+  /// then touch_ids of them: the same as touching every key in one touch_ids, as moving a run
+  /// in two parts is the same as moving it whole); hints [r, n) are the slots of the keys it
+  /// touched. The nodes are fetched 8 keys ahead: a pool larger than the L2 cache would
+  /// otherwise stall on each.
   size_t touch_hinted_suffix(std::span<const block_key> keys, const uint32_t* hints) {
     scout();
     // Locals, not members: the list writes below are uint32_t stores that may alias them.
