@@ -82,7 +82,7 @@ class Request:
         self.doc = serial % DOCS
         self.num_tokens = PROMPT + extra
         self.hashes = []
-        # vLLM's block hashes (32 bytes) for the "r1" path, kept next to the integers.
+        # vLLM's block hashes (32 bytes) for the "vllm" and "r1" paths, next to the integers.
         self.hash_bytes = [] if hash_bytes else None
         self.blocks = []
         self.extend()
@@ -216,7 +216,10 @@ class VllmObjects:
 
 
 class VllmCalls(VllmObjects, KvconnectCalls):
-    """The connector calls through kvconnect.vllm.KvconnectConnector, with vLLM's objects."""
+    """The connector calls through kvconnect.vllm.KvconnectConnector, with vLLM's objects (its
+    block hashes 32-byte strings, as vLLM's and the r1 path's)."""
+
+    hash_bytes = True
 
     def __init__(self, n, instance):
         super().__init__()
