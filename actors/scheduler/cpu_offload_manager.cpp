@@ -143,35 +143,59 @@ void cpu_offload_manager<Policy>::touch_hinted(std::span<const block_key> keys,
   }
   const size_t n = keys.size();
   uint32_t* ids = memo_room(n);
-  for (size_t i = 0; i < n; ++i) {
-    if (hints[i] < cap_) __builtin_prefetch(&policy_.node(hints[i]));
+  // LRU checks the hints and moves the blocks in one pass from the end while the hints are
+  // right; what it leaves (usually nothing) is resolved and touched below. A last key with no
+  // hint (a new request's keys, blocks not stored yet) leaves everything: not even tried.
+  size_t rest = n;
+  if constexpr (requires { policy_.touch_hinted_suffix(keys, hints.data()); }) {
+    if (n > 0 && hints[n - 1] < cap_) rest = policy_.touch_hinted_suffix(keys, hints.data());
+    std::copy(hints.begin() + rest, hints.end(), ids + rest);  // right hints are the ids
   }
-  // A hint is right when its slot is in use and holds the key: a tracked slot maps exactly its
-  // key (freed and leaked slots carry free_ref); the others are looked up in one batch.
-  miss_keys_.clear();
-  miss_at_.clear();
-  for (size_t i = 0; i < n; ++i) {
-    const uint32_t h = hints[i];
-    if (h < cap_ && policy_.node(h).ref != free_ref && policy_.node(h).has_key(keys[i])) {
-      ids[i] = h;
-    } else {
-      miss_at_.push_back(static_cast<uint32_t>(i));
-      miss_keys_.push_back(keys[i]);
+  if (rest == 0) {
+    memo_keep(keys);
+    return;
+  }
+  const auto no_hint = [this](cpu_slot h) { return h >= cap_; };
+  if (std::all_of(hints.begin(), hints.begin() + rest, no_hint)) {
+    // Nothing to check (a new request's keys): all looked up in one batch, in place.
+    policy_.find_all(keys.first(rest), ids);
+    for (size_t i = 0; i < rest; ++i) hints[i] = ids[i] < cap_ ? ids[i] : npos;
+  } else {
+    for (size_t i = 0; i < rest; ++i) {
+      if (hints[i] < cap_) __builtin_prefetch(&policy_.node(hints[i]));
     }
-  }
-  if (!miss_at_.empty()) {
-    miss_ids_.resize(miss_at_.size());
-    policy_.find_all(miss_keys_, miss_ids_.data());
-    for (size_t j = 0; j < miss_at_.size(); ++j) {
-      const uint32_t id = miss_ids_[j];
-      ids[miss_at_[j]] = id;
-      hints[miss_at_[j]] = id < cap_ ? id : npos;
+    // A hint is right when its slot is in use and holds the key: a tracked slot maps exactly
+    // its key (freed and leaked slots carry free_ref); the others are looked up in one batch.
+    if (miss_at_.size() < rest) {  // grow only: no per-call fill
+      miss_at_.resize(rest);
+      miss_keys_.resize(rest);
+      miss_ids_.resize(rest);
+    }
+    uint32_t* const at = miss_at_.data();
+    block_key* const missed = miss_keys_.data();
+    size_t m = 0;
+    for (size_t i = 0; i < rest; ++i) {
+      const uint32_t h = hints[i];
+      if (h < cap_ && policy_.node(h).ref != free_ref && policy_.node(h).has_key(keys[i])) {
+        ids[i] = h;
+      } else {
+        at[m] = static_cast<uint32_t>(i);
+        missed[m++] = keys[i];
+      }
+    }
+    if (m > 0) {
+      policy_.find_all(std::span<const block_key>{missed, m}, miss_ids_.data());
+      for (size_t j = 0; j < m; ++j) {
+        const uint32_t id = miss_ids_[j];
+        ids[at[j]] = id;
+        hints[at[j]] = id < cap_ ? id : npos;
+      }
     }
   }
   // The resolved ids become the memo, as resolve() would have left it (a lookup_prefix of
   // these keys, e.g. right after touching a request's blocks, reuses them).
   memo_keep(keys);
-  policy_.touch_ids(std::span<const uint32_t>{ids, n});
+  policy_.touch_ids(std::span<const uint32_t>{ids, rest});
 }
 
 template <class Policy>

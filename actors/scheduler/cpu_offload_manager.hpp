@@ -141,7 +141,7 @@ class cpu_offload_manager final : public offload_manager {
   size_t memo_len_ = 0;               ///< and its length
   bool memo_served_ = false;          ///< the last resolve() came from the memo (not recall)
   std::vector<uint32_t> absent_at_;   ///< store(): position in `keys` of each to_store_ key
-  std::vector<block_key> miss_keys_;  ///< touch_hinted(): keys whose hint was wrong
+  std::vector<block_key> miss_keys_;  ///< touch_hinted(): keys whose hint was wrong (grow only)
   std::vector<uint32_t> miss_at_;     ///< and their positions
   std::vector<uint32_t> miss_ids_;    ///< and the ids found for them
   /// Slots of recent batches, direct-mapped by (first key, length).

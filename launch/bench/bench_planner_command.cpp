@@ -8,7 +8,10 @@
 // requests finish and 4 new ones arrive whose first 512 tokens are one of `docs` shared prefixes
 // (offloaded by earlier requests) followed by 512 unique tokens: they look up, load the prefix
 // (async, done the next step), then prefill and store the rest. Only the connector calls are
-// timed (steady_clock around them, per step); the engine stand-in's own work is not.
+// timed (steady_clock around them, per step); the engine stand-in's own work is not. With
+// --engine-bytes the stand-in also writes that much memory of its own before each step, as an
+// engine's own work between steps does (vLLM's Python scheduler, the model runner), so the
+// planner meets the caches such an engine leaves it.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -124,6 +127,7 @@ struct planner_options {
   uint32_t capacity_per_request = 160;  // CPU slots per running request
   bool events = false;
   bool split = false;  // also report the time spent inside the manager (perturbs slightly)
+  uint64_t engine_bytes = 0;  // written by the engine stand-in before each step (untimed)
 };
 
 /// One engine request: its block hashes (chained, extended as tokens arrive) and GPU blocks.
@@ -159,6 +163,7 @@ class planner_bench {
     check(made.ok() ? status{} : made.error());
     planner_ = std::move(*made);
 
+    engine_memory_.assign(opt_.engine_bytes, 0);
     populate();
     const uint32_t warmup = n_ / kTurnover + 64;
     step_us.clear();
@@ -272,6 +277,7 @@ class planner_bench {
   /// One engine step; returns the microseconds spent in connector calls.
   double step() {
     clock::duration spent{};
+    engine_work();
 
     // 1. Last step's job results.
     auto t0 = clock::now();
@@ -365,8 +371,14 @@ class planner_bench {
     return std::chrono::duration<double, std::micro>(spent).count();
   }
 
+  /// The engine's own work between steps: one write per cache line of its memory.
+  void engine_work() {
+    for (size_t i = 0; i < engine_memory_.size(); i += 64) ++engine_memory_[i];
+  }
+
   const planner_options& opt_;
   uint32_t n_;
+  std::vector<uint8_t> engine_memory_;
   std::unique_ptr<planner> planner_;
   std::deque<std::unique_ptr<bench_request>> running_;
   std::vector<std::unique_ptr<bench_request>> waiting_;
@@ -427,6 +439,7 @@ std::string report(const planner_options& opt, uint32_t n, const std::vector<run
     << R"(,"load_blocks_per_step":)" << st.load_blocks / steps << R"(,"lookups_per_step":)"
     << st.lookups / steps << R"(,"deferred":)" << st.deferred << R"(,"store_retries":)"
     << st.store_retries;
+  if (opt.engine_bytes > 0) o << R"(,"engine_bytes":)" << opt.engine_bytes;
   if (opt.split) {
     const double mgr = best.manager_us / steps;
     o << R"(,"manager_us_per_step":)" << mgr << R"(,"connector_us_per_step":)" << best.mean_us - mgr
@@ -456,6 +469,10 @@ void add_bench_planner_command(CLI::App& app, int& exit_code) {
                   "CPU slots per running request")
       ->check(CLI::Range(80u, 100'000u));
   cmd->add_flag("--events", opt->events, "Record kv events and take them every step");
+  cmd->add_option("--engine-bytes", opt->engine_bytes,
+                  "Memory the engine stand-in writes before each step, untimed (its own work "
+                  "between steps; 0: none)")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 34));
   cmd->add_flag("--split", opt->split,
                 "Also time the manager calls (manager_us_per_step; adds clock reads)");
   cmd->callback([opt, &exit_code] {

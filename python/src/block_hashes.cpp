@@ -1,6 +1,8 @@
 #include "python/src/block_hashes.hpp"
 
+#include <bit>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "python/src/errors.hpp"
@@ -16,6 +18,14 @@ uint64_t big_endian(const unsigned char* p, size_t n) {
   return v;
 }
 
+/// The 8 bytes at `p`, big-endian: one load (vLLM's hashes are 32 bytes, two of these a key).
+uint64_t big_endian8(const unsigned char* p) {
+  uint64_t v;
+  std::memcpy(&v, p, sizeof v);
+  if constexpr (std::endian::native == std::endian::little) v = __builtin_bswap64(v);
+  return v;
+}
+
 [[noreturn]] void value_error(const std::string& message) {
   throw py::value_error(message);
 }
@@ -27,11 +37,25 @@ block_key key_of(py::handle h) {
   if (PyBytes_Check(o)) {
     const auto* p = reinterpret_cast<const unsigned char*>(PyBytes_AS_STRING(o));
     const auto n = static_cast<size_t>(PyBytes_GET_SIZE(o));
+    if (n >= 16) return {big_endian8(p + n - 16), big_endian8(p + n - 8)};
     if (n == 0) value_error("a block hash must not be empty");
     const size_t lo_n = n < 8 ? n : 8;
     const size_t hi_n = n <= 8 ? 0 : (n < 16 ? n - 8 : 8);
     return {big_endian(p + n - lo_n - hi_n, hi_n), big_endian(p + n - lo_n, lo_n)};
   }
+#if PY_VERSION_HEX < 0x030C0000
+  // Before 3.12 an int is its size and 30-bit digits: one below 2**64 is read from them directly
+  // (PyLong_AsUnsignedLong's call and checks cost several times more per hash).
+  if (PyLong_CheckExact(o)) {
+    const Py_ssize_t size = Py_SIZE(o);
+    const digit* d = reinterpret_cast<PyLongObject*>(o)->ob_digit;
+    static_assert(PyLong_SHIFT == 30);
+    if (size == 0) return {0, 0};
+    if (size == 1) return {0, d[0]};
+    if (size == 2) return {0, d[0] | uint64_t{d[1]} << 30};
+    if (size == 3 && d[2] < 16) return {0, d[0] | uint64_t{d[1]} << 30 | uint64_t{d[2]} << 60};
+  }
+#endif
   if (PyLong_Check(o) && !PyBool_Check(o)) {
     // PyLong_AsUnsignedLong reads the digits directly; CPython's ...LongLong converts an int of
     // more than one digit through a byte array, several times slower.

@@ -44,7 +44,10 @@ uint32_t request_cache::find(py::handle id, std::string_view& text, const char* 
 
 uint32_t request_cache::find_or_create(py::handle id, std::string_view& text, const char* what) {
   const uint32_t found = find(id, text, what);
-  if (found != npos) return found;
+  return found != npos ? found : create(id, text);
+}
+
+uint32_t request_cache::create(py::handle id, std::string_view text) {
   const uint32_t made = find_or_create(text);
   entry& e = entries_[made];
   e.id_object = py::reinterpret_borrow<py::object>(id);
@@ -89,6 +92,15 @@ const std::vector<block_key>& request_cache::keys(uint32_t index, py::handle has
   return out;
 }
 
+void request_cache::adopt(uint32_t index, py::handle request, py::object hashes,
+                          bool remote_decode) {
+  entry& e = entries_[index];
+  e.request = py::reinterpret_borrow<py::object>(request);
+  e.hashes = std::move(hashes);
+  e.remote_decode = remote_decode;
+  e.tokens_read = false;
+}
+
 void request_cache::forget(std::string_view id) {
   auto it = index_.find(id);
   if (it == index_.end()) return;
@@ -102,6 +114,8 @@ void request_cache::forget(std::string_view id) {
   e.request = py::object();
   e.hashes = py::object();
   e.remote_decode = false;
+  e.tokens_read = false;
+  e.num_computed = 0;
   e.next = npos;
   e.live = false;
   free_.push_back(at);

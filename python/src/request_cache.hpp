@@ -4,8 +4,10 @@
 /// added since the last one into `keys`. For vLLM's Request objects it also keeps the object
 /// itself, its block_hashes list and its kv_transfer_params' do_remote_decode, read once per
 /// Request object: vLLM creates a Request's block_hashes list once and only extends it in place
-/// (vllm/v1/request.py), so a step reads that list's length, not the attribute. A request's
-/// entry lives until forget() (request_finished); it holds a reference to the objects.
+/// (vllm/v1/request.py), so a step reads that list's length, not the attribute. And the
+/// num_computed of its last get_num_new_matched_tokens, which tells update_state_after_alloc
+/// how many of vLLM's blocks a load reads. A request's entry lives until forget()
+/// (request_finished); it holds a reference to the objects.
 ///
 /// Requests live in a dense array of entries found through an id map; as the planner does, each
 /// lookup first tries the entry that followed the previous lookup's entry last time (an engine
@@ -35,8 +37,11 @@ class request_cache {
   /// second): the guess check, the id's str and text, the Request's identity, its list.
   struct alignas(64) entry {
     uint32_t next = npos;         ///< the entry looked up after this one last time (a hint)
+    uint32_t num_computed = 0;    ///< of the last get_num_new_matched_tokens (as the planner's)
     bool live = false;            ///< false: free, for a later request
     bool remote_decode = false;   ///< the Request's kv_transfer_params["do_remote_decode"]
+    bool tokens_read = false;     ///< tokens_known holds the Request's num_tokens of a read
+    uint32_t tokens_known = 0;    ///< Request.num_tokens when last read (read_vllm)
     pybind11::object id_object;   ///< the first str seen for this id; empty until one is
     std::string_view id_text;     ///< id_object's UTF-8 (valid while id_object lives)
     pybind11::object request;     ///< vLLM's Request last seen for this id; empty on the tuples
@@ -52,7 +57,18 @@ class request_cache {
   uint32_t find_or_create(pybind11::handle id, std::string_view& text, const char* what);
   /// The entry of the str `id`, npos when there is none; `text` as find_or_create sets it.
   uint32_t find(pybind11::handle id, std::string_view& text, const char* what);
+  /// A new entry for the str `id` of text `text`, which find() did not find.
+  uint32_t create(pybind11::handle id, std::string_view text);
+  /// The last lookup's entry when it holds the Request object `request` (identity), else npos;
+  /// changes no hint.
+  uint32_t last_holding(pybind11::handle request) const noexcept {
+    return last_ != npos && entries_[last_].request.ptr() == request.ptr() ? last_ : npos;
+  }
   entry& at(uint32_t index) noexcept { return entries_[index]; }
+  /// The entry now holds `request`, a Request object not seen for it before, with its
+  /// block_hashes list and do_remote_decode; the num_tokens read of another object is dropped.
+  void adopt(uint32_t index, pybind11::handle request, pybind11::object hashes,
+             bool remote_decode);
 
   /// The keys of `hashes` (a list or tuple) for the entry, converting only those beyond the
   /// ones seen before (all of them when the list is shorter than that: another list). Valid

@@ -78,6 +78,7 @@ class py_scheduler {
       made = scheduler_connector::create(c);
     }
     sc_ = take(std::move(made));
+    gpu_block_size_ = sc_->planner().geometry().gpu_block_size;
   }
 
   ~py_scheduler() {
@@ -90,38 +91,51 @@ class py_scheduler {
     return *sc_;
   }
 
-  scheduler::request_view view(std::string_view id, py::handle hashes, uint32_t num_tokens,
-                               bool remote_decode) {
-    return {id, cache_.keys(cache_.find_or_create(id), hashes), num_tokens, remote_decode};
+  scheduler::request_view view(uint32_t at, std::string_view id, py::handle hashes,
+                               uint32_t num_tokens, bool remote_decode) {
+    return {id, cache_.keys(at, hashes), num_tokens, remote_decode};
   }
 
-  /// The view of vLLM's Request, read now (read_vllm_request); the request's entry keeps it.
-  scheduler::request_view vllm_view(py::handle request, const vllm_request& r) {
-    std::string_view id;
-    const uint32_t at = cache_.find_or_create(r.id_object, id, "Request.request_id");
-    request_cache::entry& e = cache_.at(at);
-    e.request = py::reinterpret_borrow<py::object>(request);
-    e.hashes = r.hashes;
-    e.remote_decode = r.remote_decode;
-    return {r.id, cache_.keys(at, r.hashes), r.num_tokens, r.remote_decode};
+  /// The view of vLLM's Request of the entry `at` (read_vllm_request), `num_tokens` read now.
+  scheduler::request_view vllm_view(uint32_t at, uint32_t num_tokens) {
+    const request_cache::entry& e = cache_.at(at);
+    return view(at, e.id_text, e.hashes, num_tokens, e.remote_decode);
   }
 
   py::tuple match(const std::string& id, py::handle hashes, uint32_t num_tokens,
                   uint32_t num_computed, bool remote_decode) {
-    return answer(
-        sc().get_num_new_matched_tokens(view(id, hashes, num_tokens, remote_decode), num_computed));
+    const uint32_t at = cache_.find_or_create(id);
+    cache_.at(at).num_computed = num_computed;
+    return answer(sc().get_num_new_matched_tokens(view(at, id, hashes, num_tokens, remote_decode),
+                                                  num_computed));
   }
 
   py::tuple vllm_match(py::handle request, uint32_t num_computed) {
-    const vllm_request r = read_vllm_request(request);
-    return answer(sc().get_num_new_matched_tokens(vllm_view(request, r), num_computed));
+    const uint32_t num_tokens = read_vllm_num_tokens(request);
+    const uint32_t at = read_vllm_request(request, cache_);
+    cache_.at(at).num_computed = num_computed;
+    return answer(sc().get_num_new_matched_tokens(vllm_view(at, num_tokens), num_computed));
   }
 
+  /// Reads of `blocks` only what R1's update_state_after_alloc reads (read_vllm_blocks): none
+  /// when there is nothing to load, else up to the request's num_gpu_blocks, cdiv(num_computed
+  /// of its last get_num_new_matched_tokens + num_external, gpu_block_size). The planner's
+  /// answer depends on no other block: it loads into the blocks from the first one to fill up
+  /// to num_gpu_blocks, and keeps the table only until the step that schedules the request
+  /// gives all of its blocks (build_connector_meta).
   void vllm_alloc(py::handle request, py::handle blocks, uint32_t num_external) {
-    const vllm_request r = read_vllm_request(request);
-    read_vllm_blocks(blocks, block_ids_, hashed_);
-    check(
-        sc().update_state_after_alloc(vllm_view(request, r), {block_ids_, hashed_}, num_external));
+    const uint32_t num_tokens = read_vllm_num_tokens(request);
+    const uint32_t at = read_vllm_request(request, cache_);
+    if (num_external == 0) {
+      block_ids_.clear();
+      hashed_.clear();
+    } else {
+      const uint64_t cached = uint64_t{cache_.at(at).num_computed} + num_external;
+      read_vllm_blocks(blocks, (cached + gpu_block_size_ - 1) / gpu_block_size_, block_ids_,
+                       hashed_);
+    }
+    check(sc().update_state_after_alloc(vllm_view(at, num_tokens), {block_ids_, hashed_},
+                                        num_external));
   }
 
   /// vLLM's finished sets in, then the planner's answer written back over them for vLLM's
@@ -149,7 +163,7 @@ class py_scheduler {
              const std::vector<gpu_block>& block_ids,
              const std::optional<std::vector<bool>>& hashed, uint32_t num_external,
              bool remote_decode) {
-    const auto req = view(id, hashes, num_tokens, remote_decode);
+    const auto req = view(cache_.find_or_create(id), id, hashes, num_tokens, remote_decode);
     if (!hashed) {
       check(sc().update_state_after_alloc(req, block_ids, num_external));
       return;
@@ -167,7 +181,8 @@ class py_scheduler {
 
   /// build_connector_meta of vLLM's SchedulerOutput (step_requests::read_vllm).
   connector_metadata build_vllm(step_id step, py::handle scheduler_output, py::handle requests) {
-    step_.read_vllm(scheduler_output, requests, cache_);
+    step_.read_vllm(scheduler_output, requests, cache_,
+                    sc().planner().geometry().offloaded_block_size);
     return plan(step);
   }
 
@@ -277,6 +292,7 @@ class py_scheduler {
   request_cache cache_;
   step_requests step_;  // the buffers of the last step read, reused
   std::vector<scheduler::scheduled_request> reqs_;
+  uint32_t gpu_block_size_ = 1;
   std::vector<gpu_block> block_ids_;  // vllm_alloc's, reused
   std::vector<uint8_t> hashed_;
   std::vector<std::string_view> sending_, recving_;  // vllm_output's, reused

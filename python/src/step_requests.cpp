@@ -1,5 +1,6 @@
 #include "python/src/step_requests.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <string>
 
@@ -112,18 +113,26 @@ void add_texts(py::handle ids, const char* what, std::vector<std::string_view>& 
 
 }  // namespace
 
-vllm_request read_vllm_request(py::handle request) {
+uint32_t read_vllm_request(py::handle request, request_cache& cache) {
+  uint32_t at = cache.last_holding(request);
+  if (at != request_cache::npos) return at;
   const vllm_names& n = names();
-  vllm_request r;
-  r.id_object = attr(request, n.request_id);
-  r.id = text_of(r.id_object, "Request.request_id");
-  r.hashes = attr(request, n.block_hashes);
-  r.num_tokens = u32_of(attr(request, n.num_tokens).ptr(), "Request.num_tokens");
-  r.remote_decode = remote_decode_of(request);
-  return r;
+  const py::object id = attr(request, n.request_id);
+  std::string_view text;
+  at = cache.find(id, text, "Request.request_id");
+  if (at != request_cache::npos && cache.at(at).request.ptr() == request.ptr()) return at;
+  py::object hashes = attr(request, n.block_hashes);  // a Request object not seen before
+  const bool remote = remote_decode_of(request);
+  if (at == request_cache::npos) at = cache.create(id, text);
+  cache.adopt(at, request, std::move(hashes), remote);
+  return at;
 }
 
-void read_vllm_blocks(py::handle blocks, std::vector<gpu_block>& ids,
+uint32_t read_vllm_num_tokens(py::handle request) {
+  return u32_of(attr(request, names().num_tokens).ptr(), "Request.num_tokens");
+}
+
+void read_vllm_blocks(py::handle blocks, size_t num_gpu_blocks, std::vector<gpu_block>& ids,
                       std::vector<uint8_t>& hashed) {
   const vllm_names& n = names();
   ids.clear();
@@ -135,17 +144,22 @@ void read_vllm_blocks(py::handle blocks, std::vector<gpu_block>& ids,
                           std::to_string(groups.size));
   }
   const items group = items_of(groups.at[0], "KVCacheBlocks.blocks[0]");
-  ids.reserve(static_cast<size_t>(group.size));
-  hashed.reserve(static_cast<size_t>(group.size));
-  bool past_first_unhashed = false;
-  for (Py_ssize_t i = 0; i < group.size; ++i) {
-    const py::handle b(group.at[i]);
-    const gpu_block id = u32_of(attr(b, n.block_id).ptr(), "KVCacheBlock.block_id");
-    ids.push_back(id);
-    const bool is_hashed = !past_first_unhashed && !attr(b, n.block_hash).is_none();
-    hashed.push_back(is_hashed ? 1 : 0);
-    past_first_unhashed = past_first_unhashed || (id != 0 && !is_hashed);
+  const size_t count = std::min(num_gpu_blocks, static_cast<size_t>(group.size));
+  ids.resize(count);
+  hashed.resize(count);
+  auto id_of = [&](size_t i) {
+    return u32_of(attr(group.at[i], n.block_id).ptr(), "KVCacheBlock.block_id");
+  };
+  size_t i = 0;
+  while (i < count) {  // through the first block to fill
+    if (!attr(group.at[i], n.block_hash).is_none()) {
+      hashed[i++] = 1;  // its id stays 0: not read
+      continue;
+    }
+    ids[i] = id_of(i);
+    if (ids[i++] != 0) break;
   }
+  for (; i < count; ++i) ids[i] = id_of(i);
 }
 
 void read_vllm_finished(py::handle out, std::vector<std::string_view>& sending,
@@ -246,7 +260,8 @@ void step_requests::read_tuples(py::handle fresh, py::handle cached, py::handle 
   for (Py_ssize_t i = 0; i < pre.size; ++i) preempted.push_back(hold_id(pre.at[i], "preempted"));
 }
 
-void step_requests::read_vllm(py::handle out, py::handle requests_by_id, request_cache& cache) {
+void step_requests::read_vllm(py::handle out, py::handle requests_by_id, request_cache& cache,
+                              uint32_t offloaded_block_size) {
   clear();
   const vllm_names& n = names();
   const bool by_dict = !requests_by_id.is_none();
@@ -257,10 +272,14 @@ void step_requests::read_vllm(py::handle out, py::handle requests_by_id, request
   if (!PyDict_Check(scheduled.ptr())) {
     wrong_type("num_scheduled_tokens", "a dict", scheduled.ptr());
   }
-  // The fields of vLLM's Request that the connector reads, and num_scheduled_tokens[id]
-  // (`tokens`, when the caller found it already, held: reading the Request may run Python code;
-  // else looked up here).
-  auto add = [&](py::handle id, py::handle block_ids, bool resumed, py::object tokens) {
+  const uint64_t obs = offloaded_block_size;
+  // One scheduled request: its id, its block ids, its num_computed_tokens as the SchedulerOutput
+  // gives it (Request.num_computed_tokens while vLLM builds the metadata: vLLM advances it
+  // after build_connector_meta), whether it is new, whether it resumed, and
+  // num_scheduled_tokens[id] (`tokens`, when the caller found it already, held: reading the
+  // Request may run Python code; else looked up here).
+  auto add = [&](py::handle id, py::handle block_ids, PyObject* computed, bool is_new,
+                 bool resumed, py::object tokens) {
     scheduled_fields f;
     uint32_t at = request_cache::npos;
     PyObject* req = nullptr;
@@ -286,20 +305,32 @@ void step_requests::read_vllm(py::handle out, py::handle requests_by_id, request
       tokens = py::reinterpret_borrow<py::object>(t);
     }
     f.num_scheduled = u32_of(tokens.ptr(), "num_scheduled_tokens[req_id]");
+    f.num_computed = u32_of(computed, "num_computed_tokens");
     const py::handle r(req);
     if (by_dict) at = cache.find_or_create(id, f.id, "req_id");
     request_cache::entry& e = cache.at(at);
     if (e.request.ptr() != req) {  // a Request object not seen before
       py::object hashes = attr(r, n.block_hashes);
-      const bool remote = remote_decode_of(r);
-      e.request = py::reinterpret_borrow<py::object>(r);
-      e.hashes = std::move(hashes);
-      e.remote_decode = remote;
+      cache.adopt(at, r, std::move(hashes), remote_decode_of(r));
     }
+    const bool read_tokens = is_new || resumed || !e.tokens_read;
     f.keys = cache.keys(at, e.hashes);
     f.remote_decode = e.remote_decode;
-    f.num_tokens = u32_of(attr(r, n.num_tokens).ptr(), "Request.num_tokens");
-    f.num_computed = u32_of(attr(r, n.num_computed_tokens).ptr(), "Request.num_computed_tokens");
+    // The planner reads num_tokens only through min(computed + scheduled, num_tokens) / obs,
+    // the request's complete offloadable blocks (planner_steps.cpp). Request.num_tokens (a
+    // property in vLLM) only grows while the request runs, so the count read last time gives
+    // that quotient whenever computed + scheduled is not above it, or is in the same offloaded
+    // block: it is read again only when a block may have completed, and for a new or resumed
+    // request (docs/python.md).
+    const uint64_t after = uint64_t{f.num_computed} + f.num_scheduled;
+    if (!read_tokens &&
+        (after <= e.tokens_known || after / obs == uint64_t{e.tokens_known} / obs)) {
+      f.num_tokens = e.tokens_known;
+    } else {
+      f.num_tokens = u32_of(attr(r, n.num_tokens).ptr(), "Request.num_tokens");
+      e.tokens_known = f.num_tokens;
+      e.tokens_read = true;
+    }
     // vLLM's block ids are per KV-cache group; kvconnect serves one group (load_config).
     if (!block_ids.is_none()) {
       const items groups = items_of(block_ids, "block_ids");
@@ -315,18 +346,22 @@ void step_requests::read_vllm(py::handle out, py::handle requests_by_id, request
   const items news = items_of(fresh, "scheduled_new_reqs");
   for (Py_ssize_t i = 0; i < news.size; ++i) {
     const py::handle r(news.at[i]);
-    add(attr(r, n.req_id), attr(r, n.block_ids), false, py::object());
+    const py::object computed = attr(r, n.num_computed_tokens);
+    add(attr(r, n.req_id), attr(r, n.block_ids), computed.ptr(), true, false, py::object());
   }
   num_new = requests.size();
 
   const py::object cached = attr(out, n.scheduled_cached_reqs);
   const py::object ids_obj = attr(cached, n.req_ids);
   const py::object new_blocks_obj = attr(cached, n.new_block_ids);
+  const py::object computed_obj = attr(cached, n.num_computed_tokens);
   const py::object resumed_ids = attr(cached, n.resumed_req_ids);
   const items ids = items_of(ids_obj, "scheduled_cached_reqs.req_ids");
   const items new_blocks = items_of(new_blocks_obj, "scheduled_cached_reqs.new_block_ids");
-  if (new_blocks.size != ids.size) {
-    throw py::value_error("scheduled_cached_reqs: req_ids and new_block_ids differ in length");
+  const items computed = items_of(computed_obj, "scheduled_cached_reqs.num_computed_tokens");
+  if (new_blocks.size != ids.size || computed.size != ids.size) {
+    throw py::value_error(
+        "scheduled_cached_reqs: req_ids, new_block_ids and num_computed_tokens differ in length");
   }
   const bool any_resumed = !resumed_ids.is_none() && PyObject_Length(resumed_ids.ptr()) != 0;
   if (PyErr_Occurred()) throw py::error_already_set();
@@ -345,7 +380,7 @@ void step_requests::read_vllm(py::handle out, py::handle requests_by_id, request
     PyObject* key = nullptr;
     PyObject* tokens = nullptr;
     in_order = in_order && PyDict_Next(scheduled.ptr(), &pos, &key, &tokens) && key == ids.at[i];
-    add(ids.at[i], new_blocks.at[i], resumed,
+    add(ids.at[i], new_blocks.at[i], computed.at[i], false, resumed,
         in_order ? py::reinterpret_borrow<py::object>(tokens) : py::object());
   }
 

@@ -24,24 +24,27 @@
 
 namespace kvc::python {
 
-/// The fields of a vLLM Request that get_num_new_matched_tokens and update_state_after_alloc
-/// read (request_id, block_hashes, num_tokens, kv_transfer_params["do_remote_decode"]). `id`
-/// points into `id_object`, which the struct keeps alive, as it does `hashes`.
-struct vllm_request {
-  pybind11::object id_object;
-  std::string_view id;
-  pybind11::object hashes;
-  uint32_t num_tokens = 0;
-  bool remote_decode = false;
-};
-vllm_request read_vllm_request(pybind11::handle request);
+/// vLLM's Request for get_num_new_matched_tokens and update_state_after_alloc: the index of its
+/// entry in `cache`, which holds the Request object, its block_hashes list and its
+/// kv_transfer_params["do_remote_decode"] (request_cache::entry). Those two fields are read only
+/// when the entry holds another Request object or none: vLLM sets both once, in Request's
+/// constructor, and only extends the list in place. The entry is found without reading
+/// `request_id` when it is the last lookup's and holds this very object (vLLM calls
+/// update_state_after_alloc right after get_num_new_matched_tokens for the same Request), else
+/// by `request_id`. Nothing changes in `cache` when a field is of a wrong type.
+uint32_t read_vllm_request(pybind11::handle request, request_cache& cache);
+/// Request.num_tokens (read on every call: it grows as the request decodes).
+uint32_t read_vllm_num_tokens(pybind11::handle request);
 
-/// vLLM's KVCacheBlocks of the one KV-cache group kvconnect serves: each block's id, and
-/// whether it is hashed (block_hash is not None) up to the first block that is not the null
-/// block (id 0) and not hashed, the first one a load may fill: the planner reads no flag past it
-/// (as vLLM's connector reads no block_hash past it), so the later blocks' flags are 0, unread.
-/// The vectors are cleared first.
-void read_vllm_blocks(pybind11::handle blocks, std::vector<gpu_block>& ids,
+/// vLLM's KVCacheBlocks of the one KV-cache group kvconnect serves, as far as R1's
+/// update_state_after_alloc reads them for a load into the first `num_gpu_blocks` blocks (all
+/// of them when there are fewer: the planner then refuses the table): `block_hash` from the
+/// start up to the first block that is neither the null block (id 0) nor hashed, the first one
+/// a load fills, and `block_id` of each block without a hash up to there and of every block from
+/// there to `num_gpu_blocks`. A hashed block's id is not read: it is given as 0 (hashed 1), which
+/// the planner skips as it skips a hashed block; past the first block to fill the flags are 0.
+/// No block past `num_gpu_blocks` is read. The vectors are cleared first.
+void read_vllm_blocks(pybind11::handle blocks, size_t num_gpu_blocks, std::vector<gpu_block>& ids,
                       std::vector<uint8_t>& hashed);
 
 /// A KVConnectorOutput's finished_sending / finished_recving (None, or an iterable of strs)
@@ -81,16 +84,19 @@ struct step_requests {
   void read_tuples(pybind11::handle fresh, pybind11::handle cached, pybind11::handle preempted,
                    request_cache& cache);
 
-  /// vLLM's SchedulerOutput (scheduled_new_reqs, scheduled_cached_reqs, num_scheduled_tokens,
-  /// preempted_req_ids) and the Request of each scheduled request (request_id, block_hashes,
-  /// num_tokens, num_computed_tokens, kv_transfer_params): from `requests`, a dict {req_id:
-  /// Request}, or, when it is None, the Request last passed to vllm_get_num_new_matched_tokens
-  /// or vllm_update_state_after_alloc for the id (kept in `cache` until request_finished). A
-  /// scheduled id missing there raises KeyError. A Request's block_hashes and
-  /// kv_transfer_params are read once per Request object and kept in `cache`
-  /// (request_cache.hpp).
+  /// vLLM's SchedulerOutput (scheduled_new_reqs: req_id, block_ids, num_computed_tokens;
+  /// scheduled_cached_reqs: req_ids, resumed_req_ids, new_block_ids, num_computed_tokens;
+  /// num_scheduled_tokens; preempted_req_ids) and the Request of each scheduled request
+  /// (request_id, block_hashes, num_tokens, kv_transfer_params): from `requests`, a dict
+  /// {req_id: Request}, or, when it is None, the Request last passed to
+  /// vllm_get_num_new_matched_tokens or vllm_update_state_after_alloc for the id (kept in
+  /// `cache` until request_finished). A scheduled id missing there raises KeyError. A Request's
+  /// block_hashes and kv_transfer_params are read once per Request object and kept in `cache`
+  /// (request_cache.hpp); its num_tokens only when a request is new or resumed, or when
+  /// computed + scheduled tokens may complete an offloaded block of `offloaded_block_size`
+  /// tokens past the count read last time (the planner reads nothing else of it).
   void read_vllm(pybind11::handle scheduler_output, pybind11::handle requests,
-                 request_cache& cache);
+                 request_cache& cache, uint32_t offloaded_block_size);
 
  private:
   void clear();

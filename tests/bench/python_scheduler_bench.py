@@ -11,12 +11,24 @@ rest. Every job's result is fed back, successful, one step after it was planned
 (apply_job_results; no workers). Only the connector calls are timed (perf_counter_ns around
 them); the Python engine stand-in's own work is not.
 
-Two ways in, each timed (--path): "tuples", kvconnect.SchedulerConnector's calls with each
-scheduled request spelled out as a tuple (the engine stand-in builds the tuples, untimed); and
+Three ways in, each timed (--path): "tuples", kvconnect.SchedulerConnector's calls with each
+scheduled request spelled out as a tuple (the engine stand-in builds the tuples, untimed);
 "vllm", kvconnect.vllm.KvconnectConnector's calls with vLLM's objects (stand-ins with exactly
 vLLM's fields, tests/python/vllm_standins.py; the engine stand-in builds them, as vLLM's
-scheduler does): what a vLLM engine pays per step. Job results go back through
-apply_job_results on both paths (no workers).
+scheduler does): what a vLLM engine pays per step; and "r1", the baseline: vLLM R1's own
+OffloadingConnector (scheduler role) in Python, tests/bench/reference_connector.py, called with
+the same objects (its block hashes are 32-byte strings, as vLLM's). Job results go back through
+apply_job_results on the kvconnect paths (no workers); R1 learns of them from
+update_connector_output's KVConnectorOutput.finished_sending / finished_recving, which name the
+requests whose stores / loads it planned the step before (R1's own worker names a storing request
+in finished_sending only once it has finished; completing its stores a step after they were
+planned, as kvconnect's jobs are, keeps the two connectors' offloaded blocks, hits and loads the
+same).
+
+The r1 line's planned counts (loads_planned, load_blocks, stores_planned, store_blocks over the
+timed steps) must equal each kvconnect path's (stats()): both connectors plan the same transfers
+on this workload, or the benchmark fails. The vllm line's r1_over_vllm is r1's mean over vllm's
+mean in the same run.
 
 The Python side goes through the whole scheduler facade (planner, coordinator, step channel to
 no rank), the C++ figure is the bare planner: the difference is the binding plus the facade.
@@ -24,7 +36,7 @@ Also measured: the cost of one cheap call through the binding (request_finished 
 a property read).
 
 usage: python_scheduler_bench.py KVCONNECT [--requests 64,256,1024] [--steps 1000]
-                                 [--path tuples,vllm] [--by-call]
+                                 [--path tuples,vllm,r1] [--by-call]
   (PYTHONPATH must hold build/python)
 """
 import argparse
@@ -39,6 +51,8 @@ from pathlib import Path
 import kvconnect
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import reference_connector as rc  # noqa: E402
 import vllm_standins as v  # noqa: E402
 from kvconnect.vllm import KVConnectorRole, KvconnectConnector  # noqa: E402
 
@@ -49,6 +63,7 @@ TURNOVER = 4
 DOCS = 64
 CAPACITY_PER_REQUEST = 160
 MASK = (1 << 64) - 1
+PLANNED = ("loads_planned", "load_blocks", "stores_planned", "store_blocks")
 
 
 def chain(parent, salt):
@@ -59,18 +74,22 @@ def chain(parent, salt):
 
 
 class Request:
-    __slots__ = ("id", "serial", "doc", "num_tokens", "hashes", "blocks", "vllm")
+    __slots__ = ("id", "serial", "doc", "num_tokens", "hashes", "hash_bytes", "blocks", "vllm")
 
-    def __init__(self, serial, extra):
+    def __init__(self, serial, extra, hash_bytes=False):
         self.id = f"req-{serial}"
         self.serial = serial
         self.doc = serial % DOCS
         self.num_tokens = PROMPT + extra
         self.hashes = []
+        # vLLM's block hashes (32 bytes) for the "vllm" and "r1" paths, next to the integers.
+        self.hash_bytes = [] if hash_bytes else None
         self.blocks = []
         self.extend()
-        # vLLM's Request for the "vllm" path: the same hash list, its counts kept in step.
-        self.vllm = v.Request(self.id, self.hashes, self.num_tokens, 0, None)
+        # vLLM's Request for the "vllm" and "r1" paths: the same hash list, its counts kept in
+        # step.
+        self.vllm = v.Request(self.id, self.hashes if self.hash_bytes is None else
+                              self.hash_bytes, self.num_tokens, 0, None)
 
     def extend(self):
         while (len(self.hashes) + 1) * BLOCK <= self.num_tokens:
@@ -79,6 +98,8 @@ class Request:
             salt = (self.doc << 32) | b if b < SHARED // BLOCK else \
                 ((self.serial << 20) ^ (b + 0xABCDEF)) + (1 << 62)
             self.hashes.append(chain(parent, salt))
+            if self.hash_bytes is not None:
+                self.hash_bytes.append(self.hashes[-1].to_bytes(32, "big"))
 
 
 def bench_config(n):
@@ -91,7 +112,10 @@ def bench_config(n):
 
 class Calls:
     """Times only the connector's calls (perf_counter_ns around each), not the engine stand-in's
-    work of building their arguments; by_call sums each call's time apart (--by-call)."""
+    work of building their arguments; by_call sums each call's time apart (--by-call).
+    hash_bytes: whether the requests carry vLLM's bytes block hashes."""
+
+    hash_bytes = False
 
     def __init__(self):
         self.ns = 0
@@ -106,7 +130,31 @@ class Calls:
         return out
 
 
-class TupleCalls(Calls):
+class KvconnectCalls(Calls):
+    """kvconnect's scheduler (self.sc): each job's result goes back, successful, through
+    apply_job_results the step after the job was planned."""
+
+    def __init__(self):
+        super().__init__()
+        self.pending = []  # (job id, kind, ok) of the last metadata
+
+    def planned(self, meta):
+        self.pending = [(j.id, "load", True) for j in meta.loads] + \
+            [(j.id, "store", True) for j in meta.stores]
+        return meta
+
+    def complete(self, step):
+        self.timed(self.sc.apply_job_results, step, self.pending)
+        self.pending = []
+
+    def stats(self):
+        return {k: self.sc.stats()[k] for k in PLANNED}
+
+    def shutdown(self):
+        self.sc.shutdown()
+
+
+class TupleCalls(KvconnectCalls):
     """The connector calls through kvconnect.SchedulerConnector, requests as tuples."""
 
     def __init__(self, n, instance):
@@ -127,7 +175,7 @@ class TupleCalls(Calls):
         return (r.id, r.hashes, r.num_tokens, computed, scheduled, blocks, False, False)
 
     def build(self, step, fresh, cached):
-        return self.timed(self.sc.build_connector_meta, step, fresh, cached, [])
+        self.planned(self.timed(self.sc.build_connector_meta, step, fresh, cached, []))
 
     def finished(self, r):
         self.timed(self.sc.request_finished, r.id)
@@ -136,19 +184,9 @@ class TupleCalls(Calls):
         return self.timed(self.sc.update_connector_output).finished_recving
 
 
-class VllmCalls(Calls):
-    """The connector calls through kvconnect.vllm.KvconnectConnector, with vLLM's objects (the
-    stand-ins), which the engine stand-in builds untimed, as vLLM's scheduler does."""
-
-    def __init__(self, n, instance):
-        super().__init__()
-        extra = {"cpu_bytes_to_use": n * CAPACITY_PER_REQUEST * 4096,
-                 "runtime": {"instance": instance, "token": "bench", "job_timeout_ms": 0,
-                             "job_timeout_steps": 0}}
-        self.connector = KvconnectConnector(
-            v.vllm_config(extra, instance, BLOCK), KVConnectorRole.SCHEDULER,
-            v.kv_cache_config(1 << 20, 4096, BLOCK))
-        self.sc = self.connector.scheduler
+class VllmObjects:
+    """The engine stand-in's side of a vLLM connector: vLLM's objects (the stand-ins), built
+    untimed as vLLM's scheduler builds them, and the calls that take them."""
 
     def match(self, r, computed):
         r.vllm.num_tokens = r.num_tokens
@@ -162,19 +200,40 @@ class VllmCalls(Calls):
     def scheduled(r, computed, scheduled, blocks):
         r.vllm.num_tokens = r.num_tokens
         r.vllm.num_computed_tokens = computed
-        return (r.id, scheduled, blocks)
+        return (r.vllm.request_id, scheduled, blocks, computed)
 
-    def build(self, step, fresh, cached):
-        out = v.SchedulerOutput(
-            [v.NewRequestData(rid, (blocks,)) for rid, _, blocks in fresh],
-            v.CachedRequestData([rid for rid, _, _ in cached], set(),
-                                [None if b is None else (b,) for _, _, b in cached]),
-            {rid: n for rid, n, _ in cached + fresh}, set(), [])
-        self.timed(self.connector.build_connector_meta, out)
-        return self.connector.planned
+    @staticmethod
+    def scheduler_output(fresh, cached):
+        return v.SchedulerOutput(
+            [v.NewRequestData(rid, (blocks,), c) for rid, _, blocks, c in fresh],
+            v.CachedRequestData([rid for rid, _, _, _ in cached], set(),
+                                [None if b is None else (b,) for _, _, b, _ in cached],
+                                [c for _, _, _, c in cached]),
+            {rid: n for rid, n, _, _ in cached + fresh}, set(), [])
 
     def finished(self, r):
         self.timed(self.connector.request_finished, r.vllm, r.blocks)
+
+
+class VllmCalls(VllmObjects, KvconnectCalls):
+    """The connector calls through kvconnect.vllm.KvconnectConnector, with vLLM's objects (its
+    block hashes 32-byte strings, as vLLM's and the r1 path's)."""
+
+    hash_bytes = True
+
+    def __init__(self, n, instance):
+        super().__init__()
+        extra = {"cpu_bytes_to_use": n * CAPACITY_PER_REQUEST * 4096,
+                 "runtime": {"instance": instance, "token": "bench", "job_timeout_ms": 0,
+                             "job_timeout_steps": 0}}
+        self.connector = KvconnectConnector(
+            v.vllm_config(extra, instance, BLOCK), KVConnectorRole.SCHEDULER,
+            v.kv_cache_config(1 << 20, 4096, BLOCK))
+        self.sc = self.connector.scheduler
+
+    def build(self, step, fresh, cached):
+        self.timed(self.connector.build_connector_meta, self.scheduler_output(fresh, cached))
+        self.planned(self.connector.planned)
 
     def output(self):
         out = v.KVConnectorOutput()
@@ -182,11 +241,61 @@ class VllmCalls(Calls):
         return out.finished_recving or ()
 
 
+class R1Calls(VllmObjects, Calls):
+    """The baseline: vLLM R1's OffloadingConnector in Python (reference_connector), with the same
+    objects, on the settings kvconnect gets (one KV-cache group of BLOCK-token blocks, factor 1,
+    the same CPU blocks, LRU, no reuse filter, prefix caching and events on). Its transfers
+    complete through update_connector_output the step after they were planned; the planned
+    counts are read off the metadata, untimed."""
+
+    hash_bytes = True
+
+    def __init__(self, n, instance):
+        super().__init__()
+        self.connector = rc.OffloadingConnector(rc.OffloadingSpec(
+            gpu_block_size=(BLOCK,), block_size_factor=1, hash_block_size=BLOCK,
+            num_cpu_blocks=n * CAPACITY_PER_REQUEST))
+        self.finished_sending = set()
+        self.finished_recving = set()
+        self.counts = dict.fromkeys(PLANNED, 0)
+
+    def build(self, step, fresh, cached):
+        meta = self.timed(self.connector.build_connector_meta,
+                          self.scheduler_output(fresh, cached))
+        self.finished_recving = set(meta.reqs_to_load)
+        self.finished_sending = set(meta.reqs_to_store)
+        self.counts["loads_planned"] += len(meta.reqs_to_load)
+        self.counts["load_blocks"] += sum(len(cpu.block_ids)
+                                          for cpu, _ in meta.reqs_to_load.values())
+        self.counts["stores_planned"] += len(meta.reqs_to_store)
+        self.counts["store_blocks"] += sum(len(cpu.block_ids)
+                                           for _, cpu in meta.reqs_to_store.values())
+
+    def complete(self, step):
+        pass  # R1 hears of finished transfers in update_connector_output only
+
+    def output(self):
+        out = v.KVConnectorOutput(self.finished_sending, self.finished_recving)
+        self.finished_sending, self.finished_recving = set(), set()
+        self.timed(self.connector.update_connector_output, out)
+        for _ in self.connector.take_events():  # untimed: the engine's kv-events publisher
+            pass
+        return out.finished_recving
+
+    def stats(self):
+        return dict(self.counts)
+
+    def shutdown(self):
+        pass
+
+
+PATHS = {"tuples": TupleCalls, "vllm": VllmCalls, "r1": R1Calls}
+
+
 class Bench:
     def __init__(self, n, instance, path="tuples"):
         self.n = n
-        self.calls = (VllmCalls if path == "vllm" else TupleCalls)(n, instance)
-        self.sc = self.calls.sc
+        self.calls = PATHS[path](n, instance)
         self.step_no = 0
         self.serial = 0
         self.next_gpu = 1
@@ -194,39 +303,32 @@ class Bench:
         self.waiting = []
         self.loading = {}
         self.promoted = []
-        self.pending = []  # (job id, kind) of the last metadata
 
     def alloc(self, r):
         while len(r.blocks) * BLOCK < r.num_tokens:
             r.blocks.append(self.next_gpu)
             self.next_gpu = 1 if self.next_gpu >= (1 << 31) else self.next_gpu + 1
 
-    def done_jobs(self, meta):
-        self.pending = [(j.id, "load", True) for j in meta.loads] + \
-            [(j.id, "store", True) for j in meta.stores]
-
     def populate(self):
         calls = self.calls
         for i in range(self.n):
-            r = Request(self.serial, i % BLOCK)
+            r = Request(self.serial, i % BLOCK, calls.hash_bytes)
             self.serial += 1
             calls.match(r, 0)
             self.alloc(r)
             self.step_no += 1
-            meta = calls.build(self.step_no, [calls.scheduled(r, 0, r.num_tokens, r.blocks)], [])
-            self.done_jobs(meta)
-            self.sc.apply_job_results(self.step_no, self.pending)
+            calls.build(self.step_no, [calls.scheduled(r, 0, r.num_tokens, r.blocks)], [])
+            calls.complete(self.step_no)
             calls.output()
             r.num_tokens += 1
             r.extend()
             self.running.append(r)
-        self.pending = []
 
     def step(self):
         """One engine step; returns the microseconds its connector calls took."""
         calls = self.calls
         before = calls.ns
-        calls.timed(self.sc.apply_job_results, self.step_no, self.pending)
+        calls.complete(self.step_no)
         for rid in calls.output():
             r = self.loading.pop(rid, None)
             if r is not None:
@@ -235,7 +337,7 @@ class Bench:
         for _ in range(min(TURNOVER, len(self.running))):
             calls.finished(self.running.pop(0))
         for _ in range(TURNOVER):
-            self.waiting.append(Request(self.serial, 0))
+            self.waiting.append(Request(self.serial, 0, calls.hash_bytes))
             self.serial += 1
 
         fresh, owners = [], []
@@ -268,7 +370,7 @@ class Bench:
                                           r.blocks[before_blocks:] or None))
 
         self.step_no += 1
-        self.done_jobs(calls.build(self.step_no, fresh, cached))
+        calls.build(self.step_no, fresh, cached)
         for r in self.running:
             r.num_tokens += 1
             r.extend()
@@ -283,10 +385,11 @@ class Bench:
         for _ in range(self.n // TURNOVER + 64):
             self.step()
         self.calls.by_call = {}
+        before = self.calls.stats()
         out = [self.step() for _ in range(steps)]
-        stats = self.sc.stats()
-        self.sc.shutdown()
-        return out, stats
+        after = self.calls.stats()
+        self.calls.shutdown()
+        return out, {k: after[k] - before[k] for k in PLANNED}
 
     def by_call_us(self, steps):
         """Each call's µs per step over the timed steps."""
@@ -329,14 +432,14 @@ def main():
     ap.add_argument("kvconnect")
     ap.add_argument("--requests", default="64,256,1024")
     ap.add_argument("--steps", type=int, default=1000)
-    ap.add_argument("--path", default="tuples,vllm")
+    ap.add_argument("--path", default="tuples,vllm,r1")
     ap.add_argument("--by-call", action="store_true",
                     help="also give each connector call's µs per step")
     args = ap.parse_args()
     counts = [int(x) for x in args.requests.split(",")]
     paths = args.path.split(",")
-    if not paths or any(p not in ("tuples", "vllm") for p in paths):
-        ap.error("--path: tuples, vllm or both, comma-separated")
+    if not paths or any(p not in PATHS for p in paths):
+        ap.error("--path: tuples, vllm, r1 or several, comma-separated")
     tag = f"bench-py-{os.getpid()}"
     print(json.dumps({"bench": "python_call", **call_cost_ns(tag + "-call")}))
     for n in counts:
@@ -344,20 +447,30 @@ def main():
                               "--steps", str(args.steps), "--rounds", "1"],
                              capture_output=True, text=True, check=True)
         cxx_line = json.loads(cxx.stdout.strip().splitlines()[-1])
+        lines, means, planned = {}, {}, {}
         for path in paths:
             bench = Bench(n, f"{tag}-{n}-{path}", path)
-            step_us, _ = bench.run(args.steps)
-            mean = statistics.fmean(step_us)
+            step_us, planned[path] = bench.run(args.steps)
+            means[path] = mean = statistics.fmean(step_us)
             s = sorted(step_us)
-            line = {
+            lines[path] = line = {
                 "bench": "python_scheduler", "path": path, "requests": n, "steps": len(s),
                 "us_per_step": round(mean, 2), "p50_us": round(s[len(s) // 2], 2),
                 "p99_us": round(s[int(0.99 * len(s))], 2),
                 "cxx_planner_us_per_step": cxx_line["us_per_step"],
-                "ratio_to_cxx": round(mean / cxx_line["us_per_step"], 2)}
+                "ratio_to_cxx": round(mean / cxx_line["us_per_step"], 2), **planned[path]}
             if args.by_call:
                 line["by_call_us"] = bench.by_call_us(args.steps)
-            print(json.dumps(line))
+        if "r1" in means and "vllm" in means:
+            lines["vllm"]["r1_over_vllm"] = round(means["r1"] / means["vllm"], 2)
+        for path in paths:
+            print(json.dumps(lines[path]), flush=True)
+        if "r1" in planned:
+            for path in paths:
+                if planned[path] != planned["r1"]:
+                    print(f"python_scheduler_bench: {n} requests: r1 planned {planned['r1']}, "
+                          f"{path} planned {planned[path]}: not the same work", file=sys.stderr)
+                    return 1
     return 0
 
 

@@ -9,6 +9,9 @@ It serves two purposes:
   bench --trace F   the same benchmark loop as `kvconnect bench manager` (same JSON line), the
                     baseline the C++ manager is measured against.
 
+lookup / prepare_load / prepare_store take vLLM's req_context argument and ignore it, as vLLM's
+CPU manager does (reference_connector.py passes it).
+
 Deviation from vLLM, mirrored by the C++ port: precondition violations of prepare_load /
 complete_load raise ManagerError after undoing the partial work (vLLM asserts mid-way).
 """
@@ -209,11 +212,11 @@ class CPUOffloadingManager:
     def _free_block(self, block):
         self._free_list.append(block.block_id)
 
-    def lookup(self, key):
+    def lookup(self, key, req_context=None):
         block = self._policy.get(key)
         return block is not None and block.is_ready
 
-    def prepare_load(self, keys):
+    def prepare_load(self, keys, req_context=None):
         blocks = []
         for key in keys:
             block = self._policy.get(key)
@@ -251,7 +254,7 @@ class CPUOffloadingManager:
     def touch(self, keys):
         self._policy.touch(keys)
 
-    def prepare_store(self, keys):
+    def prepare_store(self, keys, req_context=None):
         keys_to_store = [key for key in keys if self._policy.get(key) is None]
         if not keys_to_store:
             return PrepareStoreOutput([], [], [])
@@ -312,7 +315,7 @@ class FilterReusedOffloadingManager:
         self.max_tracker_size = max_tracker_size
         self.counts = OrderedDict()
 
-    def lookup(self, key):
+    def lookup(self, key, req_context=None):
         if key in self.counts:
             self.counts.move_to_end(key)
             self.counts[key] += 1
@@ -322,11 +325,11 @@ class FilterReusedOffloadingManager:
             self.counts[key] = 1
         return self._backing.lookup(key)
 
-    def prepare_store(self, keys):
+    def prepare_store(self, keys, req_context=None):
         eligible = [k for k in keys if self.counts.get(k, 0) >= self.store_threshold]
         return self._backing.prepare_store(eligible)
 
-    def prepare_load(self, keys):
+    def prepare_load(self, keys, req_context=None):
         return self._backing.prepare_load(keys)
 
     def complete_load(self, keys):

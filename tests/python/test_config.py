@@ -92,14 +92,16 @@ def test_a_request_stored_then_hit(sc):
 
 
 def test_hashes_as_ints_and_long_bytes_are_keys(sc):
-    long_hash = bytes(range(32))  # vLLM's 32-byte hashes: the last 16 bytes make the key
-    sc.get_num_new_matched_tokens("a", [long_hash, 2**100], 8, 0)
-    sc.update_state_after_alloc("a", [long_hash, 2**100], 8, [1, 2], None, 0)
-    sc.build_connector_meta(1, [("a", [long_hash, 2**100], 8, 0, 8, [1, 2], False, False)], [],
-                            [])
+    # vLLM's 32-byte hashes: the last 16 bytes make the key; a shorter one all of its bytes.
+    by_bytes = [bytes(range(32)), bytes(range(1, 17)), bytes(range(2, 11))]
+    hashes = by_bytes + [2**100]
+    n = 4 * len(hashes)
+    sc.get_num_new_matched_tokens("a", hashes, n, 0)
+    sc.update_state_after_alloc("a", hashes, n, [1, 2, 3, 4], None, 0)
+    sc.build_connector_meta(1, [("a", hashes, n, 0, n, [1, 2, 3, 4], False, False)], [], [])
     sc.apply_request_output(["a"], [])
-    (kind, hashes, medium), = sc.take_events()
-    assert sorted(hashes) == sorted([int.from_bytes(long_hash[16:], "big"), 2**100])
+    (kind, keys, medium), = sc.take_events()
+    assert sorted(keys) == sorted([int.from_bytes(h[-16:], "big") for h in by_bytes] + [2**100])
 
 
 def test_wrong_python_types_are_type_errors(sc):

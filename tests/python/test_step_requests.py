@@ -67,9 +67,10 @@ def test_vllms_scheduler_output_plans_what_the_same_fields_as_tuples_plan():
                 r.num_tokens += 0 if rid in resumed else 1
                 r.num_computed_tokens = 0 if rid in resumed else r.num_tokens - 1
             out = v.SchedulerOutput(
-                [v.NewRequestData(rid, (ids,)) for rid, ids in new],
+                [v.NewRequestData(rid, (ids,), reqs[rid].num_computed_tokens) for rid, ids in new],
                 v.CachedRequestData([rid for rid, _ in cached], resumed,
-                                    [None if ids is None else (ids,) for _, ids in cached]),
+                                    [None if ids is None else (ids,) for _, ids in cached],
+                                    [reqs[rid].num_computed_tokens for rid, _ in cached]),
                 scheduled, set(), preempted)
             got = by_vllm.vllm_build_connector_meta(step, out, reqs)
             want = by_tuples.build_connector_meta(
@@ -96,8 +97,8 @@ def test_wrong_input_from_python_is_an_error_naming_the_field():
         sc.get_num_new_matched_tokens("a", r.block_hashes, r.num_tokens, 0)
 
         def output(new=(("a", ([1, 2],)),), scheduled=None):
-            return v.SchedulerOutput([v.NewRequestData(rid, ids) for rid, ids in new],
-                                     v.CachedRequestData([], set(), []),
+            return v.SchedulerOutput([v.NewRequestData(rid, ids, 0) for rid, ids in new],
+                                     v.CachedRequestData([], set(), [], []),
                                      scheduled if scheduled is not None else {"a": 32}, set(),
                                      [])
 
@@ -157,11 +158,12 @@ def test_vllms_request_blocks_and_output_are_read_as_the_plain_calls_read_them()
         assert out.finished_recving == (set(update.finished_recving) or None)
         assert out.invalid_block_ids == {99} | set(update.invalid_block_ids)
 
+        # (Blocks are read only for a load: num_external_tokens > 0.)
         with pytest.raises(ValueError, match="KVCacheBlocks.blocks must hold one KV-cache group"):
-            by_vllm.vllm_update_state_after_alloc(r, v.KVCacheBlocks(([], [])), 0)
+            by_vllm.vllm_update_state_after_alloc(r, v.KVCacheBlocks(([], [])), BLOCK)
         with pytest.raises(TypeError, match="KVCacheBlock.block_id must be an int, got str"):
             by_vllm.vllm_update_state_after_alloc(
-                r, v.KVCacheBlocks(([v.KVCacheBlock("1", None, False)],)), 0)
+                r, v.KVCacheBlocks(([v.KVCacheBlock("1", None, False)],)), BLOCK)
         with pytest.raises(TypeError, match="Request.request_id must be a str, got int"):
             by_vllm.vllm_get_num_new_matched_tokens(v.Request(7, [], 0, 0, None), 0)
         with pytest.raises(TypeError, match="finished_recving must be a str, got int"):
@@ -172,12 +174,19 @@ def test_vllms_request_blocks_and_output_are_read_as_the_plain_calls_read_them()
 
 
 class CountingRequest(v.Request):
-    """vLLM's Request that counts the reads of each of its fields."""
+    """vLLM's Request that counts the reads of each of its fields (not the stand-in's own
+    underscored ones, such as the num_tokens property's)."""
 
     def __getattribute__(self, name):
-        reads = object.__getattribute__(self, "__dict__").setdefault("reads", {})
-        reads[name] = reads.get(name, 0) + 1
+        if not name.startswith("_"):
+            reads = object.__getattribute__(self, "__dict__").setdefault("reads", {})
+            reads[name] = reads.get(name, 0) + 1
         return object.__getattribute__(self, name)
+
+
+def fields_read(r: CountingRequest) -> dict:
+    """The reads of each of vLLM's fields of `r` since r.reads was last emptied."""
+    return {name: n for name, n in r.reads.items() if name != "reads"}
 
 
 def test_a_requests_block_hashes_and_params_are_read_once_per_request_object():
@@ -188,7 +197,7 @@ def test_a_requests_block_hashes_and_params_are_read_once_per_request_object():
         by_vllm.vllm_get_num_new_matched_tokens(r, 0)
         by_tuples.get_num_new_matched_tokens("a", r.block_hashes, r.num_tokens, 0)
         hashes = r.block_hashes
-        r.reads = {}
+        counted = {}  # the reads vllm_build_connector_meta makes
         for step in range(1, 6):
             new = [("a", [1, 2])] if step == 1 else []
             cached = [] if step == 1 else [("a", [2 + step] if step % 2 else None)]
@@ -199,11 +208,15 @@ def test_a_requests_block_hashes_and_params_are_read_once_per_request_object():
                     hashes.append(f"a{len(hashes)}".encode())
             scheduled = {"a": r.num_tokens - r.num_computed_tokens}
             out = v.SchedulerOutput(
-                [v.NewRequestData(rid, (ids,)) for rid, ids in new],
+                [v.NewRequestData(rid, (ids,), r.num_computed_tokens) for rid, ids in new],
                 v.CachedRequestData([rid for rid, _ in cached], set(),
-                                    [None if ids is None else (ids,) for _, ids in cached]),
+                                    [None if ids is None else (ids,) for _, ids in cached],
+                                    [r.num_computed_tokens for _ in cached]),
                 scheduled, set(), [])
+            r.reads = {}
             got = by_vllm.vllm_build_connector_meta(step, out, reqs)
+            for name, n in object.__getattribute__(r, "reads").items():
+                counted[name] = counted.get(name, 0) + n
             want = by_tuples.build_connector_meta(
                 step, [as_tuple(r, scheduled["a"], ids, False) for _, ids in new],
                 [as_tuple(r, scheduled["a"], ids, False) for _, ids in cached], [])
@@ -211,16 +224,17 @@ def test_a_requests_block_hashes_and_params_are_read_once_per_request_object():
         # The list vLLM extends in place is read through, its blocks stored as they fill.
         assert by_vllm.stats() == by_tuples.stats()
         assert by_vllm.stats()["store_blocks"] == 4
-        counted = dict(r.reads)
-        for name in ("block_hashes", "kv_transfer_params"):
-            counted[name] -= 5  # as_tuple's reads for the tuples
-        assert counted.get("block_hashes") == 0 and counted.get("kv_transfer_params") == 0
-        assert r.reads["num_tokens"] >= 5 and r.reads["num_computed_tokens"] >= 5
+        # Neither block_hashes nor kv_transfer_params again (the match read them); nor
+        # num_computed_tokens (the SchedulerOutput's); num_tokens when the request is new (step
+        # 1) and when computed + scheduled reaches a block past the count read last (steps 3 and
+        # 5: 48 and 64 tokens), not in steps 2 and 4 (40 and 56, in the same block).
+        assert counted == {"num_tokens": 3}
         # Another Request object for the same id is read anew.
         again = CountingRequest("a", r.block_hashes, r.num_tokens, r.num_computed_tokens,
                                 {"do_remote_decode": True})
-        out = v.SchedulerOutput([], v.CachedRequestData(["a"], set(), [None]), {"a": 1},
-                                set(), [])
+        out = v.SchedulerOutput([], v.CachedRequestData(["a"], set(), [None],
+                                                        [again.num_computed_tokens]),
+                                {"a": 1}, set(), [])
         by_vllm.vllm_build_connector_meta(6, out, {"a": again})
         assert again.reads["block_hashes"] == 1 and again.reads["kv_transfer_params"] == 1
     finally:
@@ -228,35 +242,121 @@ def test_a_requests_block_hashes_and_params_are_read_once_per_request_object():
         by_tuples.shutdown()
 
 
-class UnreadableHashBlock:
-    """A KVCacheBlock whose block_hash must not be read."""
+class GuardedBlock:
+    """A KVCacheBlock (vLLM's fields) of which only the fields named in `readable` may be read."""
 
-    def __init__(self, block_id: int):
-        self.block_id = block_id
-        self.is_null = False
+    def __init__(self, block_id: int, block_hash, is_null: bool, readable: tuple = ()):
+        self._fields = {"block_id": block_id, "block_hash": block_hash, "is_null": is_null}
+        self._readable = readable
 
-    @property
-    def block_hash(self):
-        raise AssertionError("block_hash read past the first block a load may fill")
+    def __getattr__(self, name):
+        if name in self._readable:
+            return self._fields[name]
+        raise AssertionError(f"KVCacheBlock.{name} of block {self._fields['block_id']} read")
 
 
-def test_no_block_hash_is_read_past_the_first_block_a_load_may_fill():
-    by_vllm, plain = connector("lazy-hash"), connector("lazy-hash-plain")
+class Unreadable:
+    """An object none of whose fields may be read."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"{name} read")
+
+
+def stored_prefix(sc: kvconnect.SchedulerConnector, hashes: list) -> None:
+    """Request "a" of `hashes` stored into the CPU pool (step 1), then finished."""
+    n = len(hashes)
+    sc.get_num_new_matched_tokens("a", hashes, n * BLOCK, 0)
+    meta = sc.build_connector_meta(
+        1, [("a", hashes, n * BLOCK, 0, n * BLOCK, list(range(1, n + 1)), False, False)], [], [])
+    sc.apply_job_results(1, [(j.id, "store", True) for j in meta.stores])
+    sc.update_connector_output()
+    sc.request_finished("a")
+
+
+def test_a_load_reads_only_the_blocks_it_fills_and_gets_the_answer_of_the_whole_table():
+    """R1's update_state_after_alloc reads block_hash (and whether a block is null) up to the
+    first block a load fills, and block_id from there to num_gpu_blocks (of num_computed +
+    num_external tokens); the binding reads no more, and the planner answers as it does for the
+    whole table: the same load, and on its failure the same invalid blocks."""
+    by_vllm, plain = connector("load-reads"), connector("load-reads-plain")
     try:
-        r = request("a", 4)
+        prefix = [b"p%d" % b for b in range(4)]
+        hashes = prefix + [b"b%d" % b for b in range(4)]
+        r = CountingRequest("b", list(hashes), len(hashes) * BLOCK, 32, None)
         for sc in (by_vllm, plain):
-            assert sc.get_num_new_matched_tokens("a", r.block_hashes, r.num_tokens, 0) == \
-                (0, False)
-        # The null block (0), a hashed one, then the first one to fill: no hash read after it.
-        blocks = v.KVCacheBlocks(([v.KVCacheBlock(0, None, True), v.KVCacheBlock(1, b"h", False),
-                                   v.KVCacheBlock(2, None, False), UnreadableHashBlock(3)],))
-        by_vllm.vllm_update_state_after_alloc(r, blocks, 0)
-        plain.update_state_after_alloc("a", r.block_hashes, r.num_tokens, [0, 1, 2, 3],
-                                       [False, True, False, False], 0)
+            stored_prefix(sc, prefix)
+        # 2 blocks computed on the GPU, the next 2 of the CPU pool's prefix to load.
+        assert by_vllm.vllm_get_num_new_matched_tokens(r, 32) == (32, True)
+        assert plain.get_num_new_matched_tokens("b", hashes, r.num_tokens, 32) == (32, True)
+        # The null block (0), a hashed one, then the first to fill (6) and the last (7): 4 of
+        # num_gpu_blocks; the 4 blocks after them are never read.
+        blocks = v.KVCacheBlocks(([GuardedBlock(0, None, True, ("block_hash", "block_id")),
+                                   GuardedBlock(5, b"h", False, ("block_hash",)),
+                                   GuardedBlock(6, None, False, ("block_hash", "block_id")),
+                                   GuardedBlock(7, None, False, ("block_id",))] +
+                                  [GuardedBlock(b, None, False) for b in range(8, 12)],))
+        r.reads = {}
+        by_vllm.vllm_update_state_after_alloc(r, blocks, 32)
+        # The Request object of the last call: only num_tokens is read again.
+        assert fields_read(r) == {"num_tokens": 1}
+        plain.update_state_after_alloc("b", hashes, r.num_tokens, [0, 5, 6, 7, 8, 9, 10, 11],
+                                       [False, True] + [False] * 6, 32)
         assert by_vllm.tables() == plain.tables()
+        metas = [sc.build_connector_meta(2, [], [], []) for sc in (by_vllm, plain)]
+        assert jobs(metas[0]) == jobs(metas[1])
+        assert [list(j.gpu_blocks) for j in metas[0].loads] == [[6, 7]]
+        updates = []
+        for sc, meta in zip((by_vllm, plain), metas):
+            sc.apply_job_results(2, [(j.id, "load", False) for j in meta.loads])
+            updates.append(sc.update_connector_output())
+        for u in updates:
+            assert (list(u.finished_recving), sorted(u.invalid_block_ids)) == (["b"], [6, 7])
     finally:
         by_vllm.shutdown()
         plain.shutdown()
+
+
+def test_without_tokens_to_load_no_block_is_read():
+    """R1's update_state_after_alloc returns at once when num_external_tokens is 0."""
+    sc = connector("no-load")
+    try:
+        r = request("a", 4)
+        assert sc.vllm_get_num_new_matched_tokens(r, 0) == (0, False)
+        sc.vllm_update_state_after_alloc(r, Unreadable(), 0)
+        # A Request object not seen before (another request's lookup came between) is read.
+        other = request("a", 4)
+        sc.vllm_update_state_after_alloc(other, Unreadable(), 0)
+        meta = sc.vllm_build_connector_meta(
+            1, v.SchedulerOutput([v.NewRequestData("a", ([1, 2, 3, 4],), 0)],
+                                 v.CachedRequestData([], set(), [], []), {"a": 64}, set(), []))
+        assert [j.request_id for j in meta.stores] == ["a"]
+    finally:
+        sc.shutdown()
+
+
+def test_a_request_seen_before_is_read_for_its_id_and_num_tokens_only():
+    sc = connector("seen")
+    try:
+        a = CountingRequest("a", [b"a0", b"a1"], 2 * BLOCK, 0, {"do_remote_decode": True})
+        b = request("b", 2)
+        assert sc.vllm_get_num_new_matched_tokens(a, 0) == (0, False)
+        assert a.reads.get("block_hashes") == 1 and a.reads.get("kv_transfer_params") == 1
+        assert sc.vllm_get_num_new_matched_tokens(b, 0) == (0, False)
+        a.reads = {}
+        assert sc.vllm_get_num_new_matched_tokens(a, 0) == (0, False)
+        assert fields_read(a) == {"request_id": 1, "num_tokens": 1}
+        a.reads = {}
+        sc.vllm_update_state_after_alloc(a, Unreadable(), 0)
+        assert fields_read(a) == {"num_tokens": 1}
+        # Its fields of a wrong type are an error whichever call reads them first, and leave
+        # nothing behind.
+        with pytest.raises(TypeError, match="Request.num_tokens must be an int, got str"):
+            sc.vllm_update_state_after_alloc(v.Request("c", [], "0", 0, None), Unreadable(), 0)
+        with pytest.raises(TypeError, match="Request.kv_transfer_params must be a dict or None"):
+            sc.vllm_update_state_after_alloc(v.Request("c", [], 0, 0, [1]), Unreadable(), 0)
+        assert sc.tables()["binding_requests"] == 2
+    finally:
+        sc.shutdown()
 
 
 def test_job_results_of_another_shape_are_an_error_naming_it():
@@ -281,17 +381,114 @@ def test_job_results_of_another_shape_are_an_error_naming_it():
 def test_int_hashes_of_any_width_below_2_to_the_128_come_back_as_themselves():
     sc = connector("wide")
     try:
-        hashes = [5, 2**63 + 5, 2**64 - 1, 2**64 + 7, 2**128 - 1]
+        # (CPython before 3.12 keeps ints as 30-bit digits: 0 to 3 of them below 2**64.)
+        hashes = [0, 5, 2**30 - 1, 2**30, 2**60 - 1, 2**60, 2**63 + 5, 2**64 - 1, 2**64,
+                  2**64 + 7, 2**90 + 3, 2**128 - 1]
         assert sc.get_num_new_matched_tokens("a", hashes, len(hashes) * BLOCK, 0) == (0, False)
         meta = sc.build_connector_meta(
-            1, [("a", hashes, len(hashes) * BLOCK, 0, len(hashes) * BLOCK, [1, 2, 3, 4, 5],
-                 False, False)], [], [])
+            1, [("a", hashes, len(hashes) * BLOCK, 0, len(hashes) * BLOCK,
+                 list(range(1, len(hashes) + 1)), False, False)], [], [])
         sc.apply_job_results(1, [(j.id, "store", True) for j in meta.stores])
         sc.update_connector_output()
         stored = [h for kind, hs, _ in sc.take_events() if kind == "stored" for h in hs]
         assert stored == hashes
     finally:
         sc.shutdown()
+
+
+def test_num_tokens_read_only_when_a_block_may_complete_plans_what_reading_it_always_plans():
+    """The binding reads Request.num_tokens again only for a new or resumed request, or when
+    computed + scheduled tokens reach an offloaded block past the count it read last
+    (step_requests::read_vllm): over random schedules (chunked prefill, several tokens a step,
+    computed + scheduled above num_tokens as with vLLM's async scheduling, requests idle for a
+    while, preempted and resumed) it plans exactly what the tuples, which pass num_tokens every
+    step, plan."""
+    import random
+    rng = random.Random(24)
+    by_vllm, by_tuples = connector("lazy"), connector("lazy-tuples")
+    try:
+        reqs, blocks, next_block, paused = {}, {}, [1], set()
+
+        def grow(r, n):
+            r.num_tokens += n
+            while len(r.block_hashes) < r.num_tokens // BLOCK:
+                r.block_hashes.append(f"{r.request_id}-{len(r.block_hashes)}".encode())
+
+        def give_blocks(rid, upto):
+            fresh = []
+            while len(blocks[rid]) * BLOCK < upto:
+                blocks[rid].append(next_block[0])
+                fresh.append(next_block[0])
+                next_block[0] += 1
+            return fresh
+
+        for step in range(1, 300):
+            new, cached, resumed, scheduled, preempted = [], [], set(), {}, []
+            if len(reqs) < 6 and rng.random() < 0.3:
+                rid = f"q{step}"
+                r = v.Request(rid, [], 0, 0, None)
+                grow(r, rng.randrange(1, 5 * BLOCK))
+                by_tuples.get_num_new_matched_tokens(rid, r.block_hashes, r.num_tokens, 0)
+                by_vllm.vllm_get_num_new_matched_tokens(r, 0)
+                reqs[rid], blocks[rid] = r, []
+                n = min(r.num_tokens, rng.choice([BLOCK, 3 * BLOCK, 1 << 20]))
+                give_blocks(rid, n)
+                new.append((rid, list(blocks[rid])))
+                scheduled[rid] = n
+            for rid, r in list(reqs.items()):
+                if any(rid == x for x, _ in new):
+                    continue
+                roll = rng.random()
+                if roll < 0.05:  # preempted: its blocks freed, computed again when resumed
+                    preempted.append(rid)
+                    r.num_computed_tokens = 0
+                    blocks[rid] = []
+                    paused.add(rid)
+                    continue
+                if roll < 0.25:
+                    continue  # not scheduled this step
+                if rid in paused:
+                    paused.discard(rid)
+                    resumed.add(rid)
+                if r.num_computed_tokens >= r.num_tokens:
+                    grow(r, rng.choice([1, 1, 1, 2, 4]))  # tokens sampled since
+                left = r.num_tokens - r.num_computed_tokens
+                n = rng.choice([1, 1, 2, 3, BLOCK, left])
+                if rng.random() < 0.2:
+                    n += rng.randrange(1, 2 * BLOCK)  # async: beyond the known tokens
+                fresh = give_blocks(rid, r.num_computed_tokens + n)
+                cached.append((rid, list(blocks[rid]) if rid in resumed else (fresh or None)))
+                scheduled[rid] = n
+            out = v.SchedulerOutput(
+                [v.NewRequestData(rid, (ids,), reqs[rid].num_computed_tokens) for rid, ids in new],
+                v.CachedRequestData([rid for rid, _ in cached], resumed,
+                                    [None if ids is None else (ids,) for _, ids in cached],
+                                    [reqs[rid].num_computed_tokens for rid, _ in cached]),
+                scheduled, set(), preempted)
+            got = by_vllm.vllm_build_connector_meta(step, out, reqs)
+            want = by_tuples.build_connector_meta(
+                step, [as_tuple(reqs[rid], scheduled[rid], ids, False) for rid, ids in new],
+                [as_tuple(reqs[rid], scheduled[rid], ids, rid in resumed) for rid, ids in cached],
+                preempted)
+            assert jobs(got) == jobs(want), f"step {step}"
+            done = [(j.id, j.kind, True) for j in list(want.loads) + list(want.stores)]
+            for sc in (by_vllm, by_tuples):
+                sc.apply_job_results(step, done)
+                sc.update_connector_output()
+            for rid, _ in new + cached:  # vLLM advances computed after building the metadata
+                r = reqs[rid]
+                r.num_computed_tokens = min(r.num_computed_tokens + scheduled[rid], r.num_tokens)
+            for rid in [rid for rid, r in reqs.items()
+                        if r.num_tokens > 12 * BLOCK and rid not in paused]:
+                for sc in (by_vllm, by_tuples):
+                    sc.request_finished(rid)
+                del reqs[rid]
+        stats = by_vllm.stats()
+        assert stats == by_tuples.stats()
+        assert stats["store_blocks"] > 50
+    finally:
+        by_vllm.shutdown()
+        by_tuples.shutdown()
 
 
 def test_without_a_requests_dict_the_requests_kept_since_the_match_plan_the_same():
@@ -309,8 +506,8 @@ def test_without_a_requests_dict_the_requests_kept_since_the_match_plan_the_same
 
         def step_output(step: int):
             if step == 1:
-                return v.SchedulerOutput([v.NewRequestData(rid, (ids,)) for rid, ids in new],
-                                         v.CachedRequestData([], set(), []),
+                return v.SchedulerOutput([v.NewRequestData(rid, (ids,), 0) for rid, ids in new],
+                                         v.CachedRequestData([], set(), [], []),
                                          {rid: 32 for rid in reqs}, set(), [])
             for r in reqs.values():  # decoding: one token a step, a block every 16
                 r.num_computed_tokens = r.num_tokens
@@ -323,7 +520,8 @@ def test_without_a_requests_dict_the_requests_kept_since_the_match_plan_the_same
                 assert all(i is not r.request_id for i, r in zip(ids, reqs.values()))
             order = ids if step % 2 else list(reversed(ids))
             new_blocks = [([7 + step],) if step % 16 == 0 else None for _ in ids]
-            return v.SchedulerOutput([], v.CachedRequestData(ids, set(), new_blocks),
+            computed = [r.num_computed_tokens for r in reqs.values()]
+            return v.SchedulerOutput([], v.CachedRequestData(ids, set(), new_blocks, computed),
                                      {rid: 1 for rid in order}, set(), [])
 
         for step in range(1, 40):
@@ -342,15 +540,15 @@ def test_without_a_requests_dict_the_requests_kept_since_the_match_plan_the_same
         kept.request_finished("rc")
         kept.get_num_new_matched_tokens("rd", [b"rd0"], BLOCK, 0)
         for rid in ("rc", "rd"):
-            out = v.SchedulerOutput([], v.CachedRequestData([rid], set(), [None]), {rid: 1},
-                                    set(), [])
+            out = v.SchedulerOutput([], v.CachedRequestData([rid], set(), [None], [0]),
+                                    {rid: 1}, set(), [])
             with pytest.raises(KeyError, match=f"request {rid} is scheduled but was never "
                                                "passed to get_num_new_matched_tokens"):
                 kept.vllm_build_connector_meta(40, out)
         with pytest.raises(TypeError, match="req_id must be a str, got int"):
             kept.vllm_build_connector_meta(
-                40, v.SchedulerOutput([], v.CachedRequestData([7], set(), [None]), {7: 1}, set(),
-                                      []))
+                40, v.SchedulerOutput([], v.CachedRequestData([7], set(), [None], [0]), {7: 1},
+                                      set(), []))
     finally:
         kept.shutdown()
         by_dict.shutdown()

@@ -154,13 +154,13 @@ def test_a_request_preempted_after_its_settled_load_loads_again():
         kv_out, blocks_b, b = e.start_b(sched, workers, wait=False)
         assert kv_out.finished_recving == {"b"}
         b.num_computed_tokens = 16
-        running = v.SchedulerOutput([], v.CachedRequestData(["b"], set(), [None]), {"b": 1},
-                                    set(), [])
+        running = v.SchedulerOutput([], v.CachedRequestData(["b"], set(), [None], [16]),
+                                    {"b": 1}, set(), [])
         e.engine_step(sched, workers, running)
         # Step 5: b is preempted (its GPU blocks freed and overwritten), before the coordinator
         # decided the first load (its deadline is step 6's planning, after b's next alloc).
         b.num_computed_tokens = 0
-        e.engine_step(sched, workers, v.SchedulerOutput([], v.CachedRequestData([], set(), []),
+        e.engine_step(sched, workers, v.SchedulerOutput([], v.CachedRequestData([], set(), [], []),
                                                         {}, set(), ["b"]))
         workers.all("write", (blocks_b, 98))
         # Scheduled again: b loads a's prefix a second time, into other blocks.

@@ -123,9 +123,11 @@ class Replay:
             r.num_computed_tokens = s["num_computed_tokens"]
         cached = v.CachedRequestData([s["req"] for s in o["cached"]],
                                      {s["req"] for s in o["cached"] if s["resumed"]},
-                                     [s["new_block_ids"] for s in o["cached"]])
+                                     [s["new_block_ids"] for s in o["cached"]],
+                                     [s["num_computed_tokens"] for s in o["cached"]])
         out = v.SchedulerOutput(
-            [v.NewRequestData(s["req"], tuple(s["block_ids"])) for s in o["new"]], cached,
+            [v.NewRequestData(s["req"], tuple(s["block_ids"]), s["num_computed_tokens"])
+             for s in o["new"]], cached,
             {s["req"]: s["num_scheduled_tokens"] for s in o["new"] + o["cached"]},
             set(o["finished"]), list(o["preempted"]))
         meta = self.connector.build_connector_meta(out)

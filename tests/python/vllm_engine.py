@@ -257,8 +257,9 @@ def scheduler_that_dies(engine_id: str, extra: dict) -> None:
 
 
 def output(new=(), finished=()) -> v.SchedulerOutput:
-    return v.SchedulerOutput([v.NewRequestData(r.request_id, (blocks,)) for r, blocks in new],
-                             v.CachedRequestData([], set(), []),
+    return v.SchedulerOutput([v.NewRequestData(r.request_id, (blocks,), r.num_computed_tokens)
+                              for r, blocks in new],
+                             v.CachedRequestData([], set(), [], []),
                              {r.request_id: r.num_tokens for r, _ in new}, set(finished), [])
 
 

@@ -61,13 +61,29 @@ class KVCacheConfig:
     kv_cache_groups: list
 
 
-@dataclass
 class Request:
-    request_id: str
-    block_hashes: list  # bytes; only ever appended to
-    num_tokens: int
-    num_computed_tokens: int
-    kv_transfer_params: dict | None
+    """vLLM's Request. Its num_tokens is a property (len of its token list in vLLM): a read is a
+    Python call, as in vLLM; settable here, where the tests move it themselves."""
+
+    def __init__(self, request_id: str, block_hashes: list, num_tokens: int,
+                 num_computed_tokens: int, kv_transfer_params: dict | None):
+        self.request_id = request_id
+        self.block_hashes = block_hashes  # bytes; only ever appended to
+        self._num_tokens = num_tokens
+        self.num_computed_tokens = num_computed_tokens
+        self.kv_transfer_params = kv_transfer_params
+
+    @property
+    def num_tokens(self) -> int:
+        return self._num_tokens
+
+    @num_tokens.setter
+    def num_tokens(self, n: int) -> None:
+        self._num_tokens = n
+
+    def __repr__(self) -> str:
+        return (f"Request({self.request_id!r}, num_tokens={self.num_tokens}, "
+                f"num_computed_tokens={self.num_computed_tokens})")
 
 
 @dataclass
@@ -86,6 +102,7 @@ class KVCacheBlocks:
 class NewRequestData:
     req_id: str
     block_ids: tuple
+    num_computed_tokens: int  # the Request's, when vLLM's scheduler built the output
 
 
 @dataclass
@@ -93,6 +110,7 @@ class CachedRequestData:
     req_ids: list
     resumed_req_ids: set
     new_block_ids: list
+    num_computed_tokens: list  # per request: the Request's, when the output was built
 
 
 @dataclass

@@ -2,6 +2,7 @@
 #include "actors/scheduler/cpu_offload_manager.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <random>
 #include <span>
 #include <vector>
@@ -127,6 +128,156 @@ TEST(LruManagerTest, TouchOfRunsMatchesKeyByKeyTouch) {
     for (size_t j = touched.size(); j-- > 0;) single->touch(std::span{&touched[j], 1});
   }
   EXPECT_EQ(batch->policy().keys(), single->policy().keys());
+}
+
+// R1's LRUCachePolicy + CPUOffloadingManager as a plain list, oldest first: the reference for
+// touch_hinted's one-pass walk (hint check and run moves together).
+struct reference_lru {
+  struct entry {
+    block_key key;
+    int ref;  // -1 store in flight, 0 idle, n loads
+  };
+  uint32_t cap;
+  std::vector<entry> order;
+
+  std::vector<entry>::iterator find(const block_key& key) {
+    return std::find_if(order.begin(), order.end(), [&](const entry& e) { return e.key == key; });
+  }
+  void touch(std::span<const block_key> ks) {
+    for (size_t j = ks.size(); j-- > 0;) {
+      auto it = find(ks[j]);
+      if (it == order.end()) continue;
+      const entry e = *it;
+      order.erase(it);
+      order.push_back(e);
+    }
+  }
+  /// The evicted keys, or nullopt when eviction cannot make room (nothing changes).
+  std::optional<std::vector<block_key>> prepare_store(std::span<const block_key> ks) {
+    std::vector<block_key> fresh;
+    for (const block_key& key : ks) {
+      if (find(key) == order.end() && std::find(fresh.begin(), fresh.end(), key) == fresh.end())
+        fresh.push_back(key);
+    }
+    std::vector<block_key> evicted;
+    if (fresh.empty()) return evicted;
+    const size_t need = order.size() + fresh.size() > cap ? order.size() + fresh.size() - cap : 0;
+    for (const entry& e : order) {
+      if (evicted.size() == need) break;
+      if (e.ref == 0 && std::find(ks.begin(), ks.end(), e.key) == ks.end())
+        evicted.push_back(e.key);
+    }
+    if (evicted.size() < need) return std::nullopt;
+    for (const block_key& key : evicted) order.erase(find(key));
+    for (const block_key& key : fresh) order.push_back({key, -1});
+    return evicted;
+  }
+  void complete_store(std::span<const block_key> ks, bool success) {
+    for (const block_key& key : ks) {
+      auto it = find(key);
+      if (it == order.end() || it->ref != -1) continue;
+      if (success) it->ref = 0;
+      else order.erase(it);
+    }
+  }
+  std::vector<block_key> keys() const {
+    std::vector<block_key> out;
+    for (const entry& e : order) out.push_back(e.key);
+    return out;
+  }
+};
+
+// touch_hinted walks the keys from the end, checking each hint and extending runs of blocks
+// that already follow each other in one pass. Against a plain list: hints that are right,
+// stale (the key was evicted and its slot now holds another key, often a neighbour in the
+// list), out of range or absent; pinned and in-flight blocks that eviction skips; failed
+// stores that remove blocks; keys touched again and repeated within one touch.
+TEST(LruManagerTest, TouchHintedMatchesPlainList) {
+  constexpr uint32_t cap = 48;
+  auto m = make_lru(cap);
+  reference_lru ref{cap, {}};
+  std::mt19937_64 rng{11};
+  // Requests: key lists with their hints, as the planner keeps them.
+  struct request {
+    std::vector<block_key> keys;
+    std::vector<cpu_slot> hints;
+  };
+  std::vector<request> reqs(6);
+  auto fill = [&](request& r) {
+    r.keys.clear();
+    const size_t len = 1 + rng() % 20;
+    while (r.keys.size() < len) {  // distinct keys, as a request's blocks are
+      const block_key key = k(rng() % 80);
+      if (std::find(r.keys.begin(), r.keys.end(), key) == r.keys.end()) r.keys.push_back(key);
+    }
+    r.hints.assign(r.keys.size(), UINT32_MAX);
+  };
+  for (request& r : reqs) fill(r);
+  // The touch, and then every hint is the key's slot, or npos for an untracked key.
+  auto touch = [&](std::span<const block_key> ks, std::span<cpu_slot> hints) {
+    m->touch_hinted(ks, hints);
+    ref.touch(ks);
+    for (size_t j = 0; j < ks.size(); ++j) {
+      const bool tracked = ref.find(ks[j]) != ref.order.end();
+      ASSERT_EQ(hints[j] < cap, tracked);
+      if (tracked) {
+        ASSERT_TRUE(m->policy().node(hints[j]).has_key(ks[j]));
+      }
+    }
+  };
+  std::vector<std::vector<block_key>> pinned;
+  for (int step = 0; step < 20000; ++step) {
+    request& r = reqs[rng() % reqs.size()];
+    switch (rng() % 8) {
+      case 0:
+        fill(r);
+        break;
+      case 1:
+      case 2: {  // store, then the planner's touch of every key
+        const auto want = ref.prepare_store(r.keys);
+        const auto got = m->prepare_store(r.keys);
+        ASSERT_EQ(want.has_value(), got.has_value());
+        if (!got) break;
+        ASSERT_EQ(ids(*want), ids(got->evicted));
+        const std::vector<block_key> stored{got->keys.begin(), got->keys.end()};
+        touch(r.keys, r.hints);
+        const bool ok = rng() % 5 != 0;
+        m->complete_store(stored, ok);
+        ref.complete_store(stored, ok);
+        break;
+      }
+      case 3:
+        if (rng() % 8 == 0) r.hints[rng() % r.hints.size()] = static_cast<cpu_slot>(rng() % 64);
+        [[fallthrough]];
+      default:
+        touch(r.keys, r.hints);
+        break;
+      case 4: {  // keys repeated within one touch
+        std::vector<block_key> twice = r.keys;
+        twice.insert(twice.end(), r.keys.begin(), r.keys.end());
+        std::vector<cpu_slot> hints = r.hints;
+        hints.insert(hints.end(), r.hints.begin(), r.hints.end());
+        touch(twice, hints);
+        break;
+      }
+      case 5: {  // pin the request's longest stored prefix (or release the oldest pins)
+        if (!pinned.empty() && rng() % 2 == 0) {
+          ASSERT_TRUE(m->complete_load(pinned.front()).ok());
+          for (const block_key& key : pinned.front()) --ref.find(key)->ref;
+          pinned.erase(pinned.begin());
+          break;
+        }
+        const uint32_t hits = m->lookup_prefix(r.keys);
+        if (hits == 0) break;
+        std::vector<block_key> prefix{r.keys.begin(), r.keys.begin() + hits};
+        ASSERT_TRUE(m->prepare_load(prefix).ok());
+        for (const block_key& key : prefix) ++ref.find(key)->ref;
+        pinned.push_back(std::move(prefix));
+        break;
+      }
+    }
+    ASSERT_EQ(ids(m->policy().keys()), ids(ref.keys())) << "step " << step;
+  }
 }
 
 }  // namespace

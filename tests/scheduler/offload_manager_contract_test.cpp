@@ -2,6 +2,7 @@
 // depend on the eviction order (reference spec §9 items 3, 15, 16) and the edge cases.
 #include "actors/scheduler/offload_manager.hpp"
 
+#include <algorithm>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -314,6 +315,39 @@ TEST_P(OffloadManagerContract, TouchHintedWritesBackEachKeysSlot) {
   std::vector<cpu_slot> short_hints{0};  // not one per key: a plain touch, hints untouched
   m->touch_hinted(asked, short_hints);
   EXPECT_EQ(short_hints, std::vector<cpu_slot>{0});
+}
+
+// touch_hinted is touch whatever the hints: none at all (a new request's keys: looked up in one
+// batch), all right, or some right and some not; with ARC, ghost keys among them adapt p as a
+// touch does. Twins driven by touch and by touch_hinted end in the same state.
+TEST_P(OffloadManagerContract, TouchHintedIsTouchWithOrWithoutHints) {
+  auto hinted = make(6);
+  auto plain = make(6);
+  std::mt19937_64 rng{GetParam() == eviction_policy::arc ? 5u : 3u};
+  std::vector<block_key> ks;
+  for (uint64_t i = 0; i < 10; ++i) ks.push_back(k(i));
+  std::vector<cpu_slot> hints(ks.size(), UINT32_MAX);
+  for (int step = 0; step < 3000; ++step) {
+    const size_t from = rng() % ks.size();
+    const size_t len = 1 + rng() % (ks.size() - from);
+    const std::span<const block_key> part{ks.data() + from, len};
+    if (rng() % 3 == 0) {  // store some keys (evicting others: ARC keeps them as ghosts)
+      const auto a = hinted->prepare_store(part);
+      const auto b = plain->prepare_store(part);
+      ASSERT_EQ(a.has_value(), b.has_value());
+      if (!a) continue;
+      ASSERT_EQ(ids(a->evicted), ids(b->evicted));
+      const std::vector<block_key> stored{a->keys.begin(), a->keys.end()};
+      hinted->complete_store(stored, true);
+      plain->complete_store(stored, true);
+    } else {
+      if (rng() % 4 == 0) std::fill(hints.begin(), hints.end(), UINT32_MAX);  // no hints
+      hinted->touch_hinted(part, std::span<cpu_slot>{hints.data() + from, len});
+      plain->touch(part);
+    }
+    if (rng() % 8 == 0) std::shuffle(ks.begin(), ks.end(), rng);  // hints go stale
+    ASSERT_EQ(snap_any(*hinted), snap_any(*plain)) << "step " << step;
+  }
 }
 
 // The manager caches key -> slot resolutions between calls (same keys, unchanged index) and
