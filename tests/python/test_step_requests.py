@@ -41,6 +41,25 @@ def as_tuple(r: v.Request, scheduled: int, block_ids, resumed: bool) -> tuple:
             block_ids, resumed, remote)
 
 
+def plan_both(by_vllm, by_tuples, step: int, reqs: dict, new: list, cached: list, resumed: set,
+              scheduled: dict, preempted: list) -> tuple:
+    """The step planned from vLLM's SchedulerOutput, built as vLLM's scheduler builds it from
+    `reqs` (new: [(id, block ids)], cached: [(id, new block ids or None)]), and from the same
+    fields spelled out as tuples: (vllm_build_connector_meta's, build_connector_meta's)."""
+    out = v.SchedulerOutput(
+        [v.NewRequestData(rid, (ids,), reqs[rid].num_computed_tokens) for rid, ids in new],
+        v.CachedRequestData([rid for rid, _ in cached], resumed,
+                            [None if ids is None else (ids,) for _, ids in cached],
+                            [reqs[rid].num_computed_tokens for rid, _ in cached]),
+        scheduled, set(), preempted)
+    got = by_vllm.vllm_build_connector_meta(step, out, reqs)
+    want = by_tuples.build_connector_meta(
+        step, [as_tuple(reqs[rid], scheduled[rid], ids, False) for rid, ids in new],
+        [as_tuple(reqs[rid], scheduled[rid], ids, rid in resumed) for rid, ids in cached],
+        preempted)
+    return got, want
+
+
 def test_vllms_scheduler_output_plans_what_the_same_fields_as_tuples_plan():
     by_vllm, by_tuples = connector("vllm"), connector("tuples")
     try:
@@ -66,17 +85,8 @@ def test_vllms_scheduler_output_plans_what_the_same_fields_as_tuples_plan():
                 r = reqs[rid]
                 r.num_tokens += 0 if rid in resumed else 1
                 r.num_computed_tokens = 0 if rid in resumed else r.num_tokens - 1
-            out = v.SchedulerOutput(
-                [v.NewRequestData(rid, (ids,), reqs[rid].num_computed_tokens) for rid, ids in new],
-                v.CachedRequestData([rid for rid, _ in cached], resumed,
-                                    [None if ids is None else (ids,) for _, ids in cached],
-                                    [reqs[rid].num_computed_tokens for rid, _ in cached]),
-                scheduled, set(), preempted)
-            got = by_vllm.vllm_build_connector_meta(step, out, reqs)
-            want = by_tuples.build_connector_meta(
-                step, [as_tuple(reqs[rid], scheduled[rid], ids, False) for rid, ids in new],
-                [as_tuple(reqs[rid], scheduled[rid], ids, rid in resumed) for rid, ids in cached],
-                preempted)
+            got, want = plan_both(by_vllm, by_tuples, step, reqs, new, cached, resumed, scheduled,
+                                  preempted)
             assert jobs(got) == jobs(want)
             if step == 1:
                 assert sorted(j.request_id for j in got.stores) == ["a", "b", "c"]
@@ -459,17 +469,8 @@ def test_num_tokens_read_only_when_a_block_may_complete_plans_what_reading_it_al
                 fresh = give_blocks(rid, r.num_computed_tokens + n)
                 cached.append((rid, list(blocks[rid]) if rid in resumed else (fresh or None)))
                 scheduled[rid] = n
-            out = v.SchedulerOutput(
-                [v.NewRequestData(rid, (ids,), reqs[rid].num_computed_tokens) for rid, ids in new],
-                v.CachedRequestData([rid for rid, _ in cached], resumed,
-                                    [None if ids is None else (ids,) for _, ids in cached],
-                                    [reqs[rid].num_computed_tokens for rid, _ in cached]),
-                scheduled, set(), preempted)
-            got = by_vllm.vllm_build_connector_meta(step, out, reqs)
-            want = by_tuples.build_connector_meta(
-                step, [as_tuple(reqs[rid], scheduled[rid], ids, False) for rid, ids in new],
-                [as_tuple(reqs[rid], scheduled[rid], ids, rid in resumed) for rid, ids in cached],
-                preempted)
+            got, want = plan_both(by_vllm, by_tuples, step, reqs, new, cached, resumed, scheduled,
+                                  preempted)
             assert jobs(got) == jobs(want), f"step {step}"
             done = [(j.id, j.kind, True) for j in list(want.loads) + list(want.stores)]
             for sc in (by_vllm, by_tuples):

@@ -30,22 +30,13 @@ import vllm_standins as v
 # The comparison rules of the C++ replay check (events merged by type, stored hashes sorted).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scheduler"))
 from connector_replay_check import norm_events  # noqa: E402
+from connector_trace_engine import TRACE_FILES, TRACES, TraceEngine, replay_trace  # noqa: E402
 from kvconnect.vllm import BlockStored, KVConnectorRole, KvconnectConnector
-
-TRACES = Path(os.environ.get("KVC_CONNECTOR_TRACES",
-                             Path(__file__).resolve().parents[1] / "scheduler" /
-                             "connector_traces"))
-TRACE_FILES = sorted(p for p in TRACES.glob("*.jsonl*") if p.suffix in (".jsonl", ".gz"))
-
 
 def read_trace(path: Path) -> list[dict]:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt") as f:
         return [json.loads(line) for line in f if line.strip()]
-
-
-def hash_bytes(h: int) -> bytes:
-    return h.to_bytes(8, "big")  # how vLLM sees a trace's hash
 
 
 def event_json(e) -> dict:
@@ -75,10 +66,11 @@ def norm(op: str, out):
     return out
 
 
-class Replay:
-    """The engine's side of one trace: its request table and the stand-in objects."""
+class Replay(TraceEngine):
+    """The engine's side of one trace through kvconnect.vllm."""
 
     def __init__(self, cfg: dict, instance: str):
+        super().__init__()
         extra = dict(cfg["kv_connector_extra_config"])
         # No deadlines: nothing completes by time while no worker is attached.
         extra["runtime"] = {"instance": instance, "job_timeout_ms": 0, "job_timeout_steps": 0}
@@ -90,46 +82,10 @@ class Replay:
             KVConnectorRole.SCHEDULER,
             v.kv_cache_config(cfg["num_gpu_blocks"], page, cfg["gpu_block_size"]))
         assert self.connector.scheduler.num_cpu_blocks == cfg["num_cpu_blocks"]
-        self.requests: dict[str, v.Request] = {}
         self.store_jobs: set[int] = set()
 
-    def add_request(self, o: dict) -> None:
-        self.requests[o["req"]] = v.Request(o["req"], [hash_bytes(h) for h in o["block_hashes"]],
-                                            o["num_tokens"], 0, o["kv_transfer_params"])
-
-    def append_tokens(self, o: dict) -> None:
-        r = self.requests[o["req"]]
-        r.num_tokens = o["num_tokens"]
-        r.block_hashes.extend(hash_bytes(h) for h in o["new_block_hashes"])
-
-    def get_num_new_matched_tokens(self, o: dict):
-        r = self.requests[o["req"]]
-        assert r.num_tokens == o["num_tokens"]
-        n, is_async = self.connector.get_num_new_matched_tokens(r, o["num_computed_tokens"])
-        return [n, is_async]
-
-    def update_state_after_alloc(self, o: dict):
-        (group,) = o["blocks"]
-        blocks = v.KVCacheBlocks(([v.KVCacheBlock(b, b"cached" if hashed else None, b == 0)
-                                   for b, hashed in group],))
-        self.connector.update_state_after_alloc(self.requests[o["req"]], blocks,
-                                                o["num_external_tokens"])
-        return None
-
     def build_connector_meta(self, o: dict):
-        for s in o["new"] + o["cached"]:
-            r = self.requests[s["req"]]
-            assert r.num_tokens == s["num_tokens"]
-            r.num_computed_tokens = s["num_computed_tokens"]
-        cached = v.CachedRequestData([s["req"] for s in o["cached"]],
-                                     {s["req"] for s in o["cached"] if s["resumed"]},
-                                     [s["new_block_ids"] for s in o["cached"]],
-                                     [s["num_computed_tokens"] for s in o["cached"]])
-        out = v.SchedulerOutput(
-            [v.NewRequestData(s["req"], tuple(s["block_ids"]), s["num_computed_tokens"])
-             for s in o["new"]], cached,
-            {s["req"]: s["num_scheduled_tokens"] for s in o["new"] + o["cached"]},
-            set(o["finished"]), list(o["preempted"]))
+        out = self.scheduler_output(o)
         meta = self.connector.build_connector_meta(out)
         planned = self.connector.planned
         assert meta.step == planned.step
@@ -142,16 +98,6 @@ class Replay:
         return {"load": [job_json(j) for j in planned.loads],
                 "store": [job_json(j) for j in planned.stores],
                 "flush": list(planned.flush_requests)}
-
-    def request_finished(self, o: dict):
-        r = self.requests.pop(o["req"])
-        delay_free, params = self.connector.request_finished(r, o["block_ids"])
-        return [delay_free, params]
-
-    def update_connector_output(self, o: dict):
-        self.connector.update_connector_output(
-            v.KVConnectorOutput(list(o["finished_sending"]), list(o["finished_recving"])))
-        return None
 
     def take_events(self, o: dict):
         return [event_json(e) for e in self.connector.take_events()]
@@ -172,21 +118,8 @@ def test_replay_gives_vllms_answers(path: Path):
     replay = Replay(trace[0], f"pytest-{os.getpid()}-{path.name.split('.')[0]}")
     segment = Path("/dev/shm") / replay.connector.scheduler.segment_name.lstrip("/")
     assert segment.exists()
-    mismatches = []
-    answers = 0
     try:
-        for i, line in enumerate(trace[1:], start=2):
-            op = line["op"]
-            given = {k: x for k, x in line.items() if k not in ("out", "calls")}
-            if op in ("add_request", "append_tokens"):
-                getattr(replay, op)(given)
-            elif op in CALLS:
-                got = getattr(replay, op)(given)
-                answers += 1
-                if norm(op, got) != norm(op, line["out"]):
-                    mismatches.append(f"trace line {i} ({op}):\n  got:  "
-                                      f"{json.dumps(norm(op, got))}\n  want: "
-                                      f"{json.dumps(norm(op, line['out']))}")
+        mismatches, answers = replay_trace(replay, trace, CALLS, norm, json.dumps)
     finally:
         replay.connector.shutdown()
     assert not mismatches, f"{len(mismatches)} of {answers} answers differ:\n" + \
