@@ -11,7 +11,8 @@ and the paired ratio new / base of the same round (median and range).
 
 usage: python_scheduler_ab.py BASE_DIR NEW_DIR [--rounds 10] [--realtime] [bench arguments...]
   e.g. python_scheduler_ab.py /tmp/base /tmp/new --rounds 10 --requests 64,256,1024 --steps 500
-  (--realtime runs each benchmark under `chrt -f 10`)
+  (--realtime runs each benchmark under `chrt -f 10`; without --path the builds run the
+  tuples and vllm paths, not the r1 baseline, which is the same code in both)
 """
 import argparse
 import json
@@ -45,6 +46,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--realtime", action="store_true")
     args, bench_args = ap.parse_known_args()
+    if not any(a == "--path" or a.startswith("--path=") for a in bench_args):
+        bench_args += ["--path", "tuples,vllm"]
     for build in (args.base, args.new):
         if not (build / "kvconnect").is_file() or not (build / "python" / "kvconnect").is_dir():
             ap.error(f"{build}: needs kvconnect and python/kvconnect (a build's outputs)")
