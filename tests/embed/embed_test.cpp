@@ -210,6 +210,42 @@ class EmbedTest : public shm::testing::ShmTest,
     return run;
   }
 
+  /// TP=2 with the step deadline alone (a job fails two steps after it was planned) and the
+  /// channel faults `faults`; both ranks registered.
+  result<std::unique_ptr<scheduler_connector>> tp2_with_step_deadline(
+      const std::vector<std::string>& faults = {}) {
+    auto cfg = sched_cfg(2);
+    cfg.job_timeout = 0ms;
+    cfg.job_timeout_steps = 2;
+    for (const auto& spec : faults) {
+      auto parsed = parse_fault_spec(spec);
+      if (!parsed) return parsed.error();
+      cfg.faults.specs.push_back(*parsed);
+    }
+    auto sc = scheduler_connector::create(cfg);
+    if (!sc) return sc.error();
+    for (uint32_t r = 0; r < 2; ++r) {
+      if (auto added = add_worker(sc->get(), worker_cfg(r, 2)); !added) {
+        return make_error(errc::internal, added.message());
+      }
+    }
+    if (auto st = (*sc)->wait_for_workers(5s); !st) return st;
+    return std::move(*sc);
+  }
+
+  /// store_request_a of `ka`, then, with vLLM's sets applied from then on, request b (9 tokens,
+  /// the same two blocks) hits both and loads them into GPU blocks 5-6 of its 5-7.
+  status store_a_then_load_b(scheduler_connector& sc, const std::vector<block_key>& ka) {
+    if (auto run = store_request_a(sc, ka); !run) return run.error();
+    if (auto st = sc.apply_request_output({}, {}); !st) return st;
+    const scheduler::request_view b{"b", ka, 9};
+    if (sc.get_num_new_matched_tokens(b, 0) != scheduler::match_result{8u, true}) {
+      return make_error(errc::internal, "b does not hit both blocks of a");
+    }
+    const std::vector<gpu_block> blocks_b{5, 6, 7};
+    return sc.update_state_after_alloc(b, blocks_b, 8);
+  }
+
   const std::string instance_ = shm::testing::test_instance_prefix() + "embed";
   std::vector<rank_kv> ranks_;
   connector_metadata last_meta_;
@@ -433,26 +469,10 @@ TEST_P(EmbedTest, ALoadThatFailedOnARankIsSettledByVllmsSetsWithTheEnginesInvali
 // later failure at the load's deadline counts neither as a failed job nor against the load
 // series, which hold rank 0's reported bytes (half of a's store: the same two blocks).
 TEST_P(EmbedTest, ALoadSettledOkCountsInTheMetricsAsLoadedThoughItsDeadlineFailedIt) {
-  auto cfg = sched_cfg(2);
-  cfg.job_timeout = 0ms;  // the step deadline alone
-  cfg.job_timeout_steps = 2;
-  auto drop = parse_fault_spec("drop_report:rank=1,step=3,nth=0");
-  ASSERT_TRUE(drop.ok()) << drop.error().to_string();
-  cfg.faults.specs.push_back(*drop);
-  auto sc = scheduler_connector::create(cfg);
+  auto sc = tp2_with_step_deadline({"drop_report:rank=1,step=3,nth=0"});
   ASSERT_TRUE(sc.ok()) << sc.error().to_string();
-  ASSERT_TRUE(add_worker(sc->get(), worker_cfg(0, 2)));
-  ASSERT_TRUE(add_worker(sc->get(), worker_cfg(1, 2)));
-  ASSERT_TRUE((*sc)->wait_for_workers(5s).ok());
-
-  const auto ka = keys({97, 98});
-  auto run = store_request_a(**sc, ka);
-  ASSERT_TRUE(run.ok()) << run.error().to_string();
-  ASSERT_TRUE((*sc)->apply_request_output({}, {}).ok());  // vLLM's sets, every step from now
-  const scheduler::request_view b{"b", ka, 9};
-  ASSERT_EQ((*sc)->get_num_new_matched_tokens(b, 0), (scheduler::match_result{8u, true}));
-  const std::vector<gpu_block> blocks_b{5, 6, 7};
-  ASSERT_TRUE((*sc)->update_state_after_alloc(b, blocks_b, 8).ok());
+  const auto st = store_a_then_load_b(**sc, keys({97, 98}));
+  ASSERT_TRUE(st.ok()) << st.to_string();
   auto errors = run_workers(**sc, 3);  // both copies run; rank 1's report is lost
   ASSERT_TRUE(errors.ok()) << errors.error().to_string();
   EXPECT_TRUE(errors->empty());
@@ -489,23 +509,10 @@ TEST_P(EmbedTest, ALoadSettledOkCountsInTheMetricsAsLoadedThoughItsDeadlineFaile
 // makes rank 1, which had not named b, name it once with the load's blocks as load errors;
 // rank 0, which had, adds nothing. vLLM's aggregation then names b with those blocks invalid.
 TEST_P(EmbedTest, ALoadPastItsDeadlineIsNamedOnceByTheRankThatHadNotWithItsBlocksAsLoadErrors) {
-  auto cfg = sched_cfg(2);
-  cfg.job_timeout = 0ms;  // the step deadline alone
-  cfg.job_timeout_steps = 2;
-  auto sc = scheduler_connector::create(cfg);
+  auto sc = tp2_with_step_deadline();
   ASSERT_TRUE(sc.ok()) << sc.error().to_string();
-  ASSERT_TRUE(add_worker(sc->get(), worker_cfg(0, 2)));
-  ASSERT_TRUE(add_worker(sc->get(), worker_cfg(1, 2)));
-  ASSERT_TRUE((*sc)->wait_for_workers(5s).ok());
-
-  const auto ka = keys({91, 92});
-  auto run = store_request_a(**sc, ka);
-  ASSERT_TRUE(run.ok()) << run.error().to_string();
-  ASSERT_TRUE((*sc)->apply_request_output({}, {}).ok());  // vLLM's sets, every step from now
-  const scheduler::request_view b{"b", ka, 9};
-  ASSERT_EQ((*sc)->get_num_new_matched_tokens(b, 0), (scheduler::match_result{8u, true}));
-  const std::vector<gpu_block> blocks_b{5, 6, 7};
-  ASSERT_TRUE((*sc)->update_state_after_alloc(b, blocks_b, 8).ok());
+  const auto st = store_a_then_load_b(**sc, keys({91, 92}));
+  ASSERT_TRUE(st.ok()) << st.to_string();
   std::vector<finished_requests> fin;
   const std::vector<std::string> just_b{"b"};
   // Steps 3-5: rank 1 runs no copy; rank 0 names b in step 3. The load's deadline (its second

@@ -159,6 +159,29 @@ class LaunchMultiprocTest : public launch_fixture {
     return line ? json::parse(*line) : json{};
   }
 
+  /// Starts node 1 of the two-node `argv` (engine `engine`) as `node`; `started_line` is its
+  /// "started" line, and its workers join children_.
+  void start_node1(const std::vector<std::string>& argv, const std::string& engine,
+                   child_process& node, json& started_line) {
+    auto c = child_process::start(launch_argv(with_node(argv, 1), engine));
+    ASSERT_TRUE(c.ok()) << c.error().to_string();
+    node = std::move(c).value();
+    auto line = node.find_stdout("\"started\"", patience);
+    ASSERT_TRUE(line.ok()) << node.stderr_text();
+    started_line = json::parse(*line);
+    for (const auto& p : started_line.at("worker_pids")) children_.push_back(p.get<pid_t>());
+  }
+
+  /// Waits for node 1's launch to exit with 0; `summary_line` is its "summary" line.
+  static void node1_summary(child_process& node, json& summary_line) {
+    auto code = node.wait_exit(patience);
+    ASSERT_TRUE(code.ok());
+    EXPECT_EQ(*code, 0) << node.stderr_text();
+    auto line = node.find_stdout("\"summary\"", patience);
+    ASSERT_TRUE(line.ok());
+    summary_line = json::parse(*line);
+  }
+
   std::vector<pid_t> children_;
 };
 
@@ -589,13 +612,9 @@ TEST_F(LaunchMultiprocTest, TwoNodesOnTwoLoopbackAddressesRunTheSimulatedEngineV
   launch(with_node(argv, 0), "sim");
   const auto s0 = started();
   EXPECT_EQ(s0.at("ranks"), json({0, 1}));
-  auto c = child_process::start(launch_argv(with_node(argv, 1), "sim"));
-  ASSERT_TRUE(c.ok()) << c.error().to_string();
-  child_process node1 = std::move(c).value();
-  auto line = node1.find_stdout("\"started\"", patience);
-  ASSERT_TRUE(line.ok()) << node1.stderr_text();
-  const auto s1 = json::parse(*line);
-  for (const auto& p : s1.at("worker_pids")) children_.push_back(p.get<pid_t>());
+  child_process node1;
+  json s1;
+  ASSERT_NO_FATAL_FAILURE(start_node1(argv, "sim", node1, s1));
   EXPECT_EQ(s1.at("ranks"), json({2, 3}));
   EXPECT_TRUE(s1.at("scheduler_pid").is_null());
   EXPECT_EQ(s1.at("segment"), "/kvc-" + std::to_string(::getuid()) + "-" + instance_ + "-node1");
@@ -612,12 +631,8 @@ TEST_F(LaunchMultiprocTest, TwoNodesOnTwoLoopbackAddressesRunTheSimulatedEngineV
   EXPECT_EQ(j.at("jobs_failed"), 0);
   // The scheduler stopped node 1's workers: its launch ends on its own, cleanly, with its ranks'
   // checks.
-  auto code = node1.wait_exit(patience);
-  ASSERT_TRUE(code.ok());
-  EXPECT_EQ(*code, 0) << node1.stderr_text();
-  line = node1.find_stdout("\"summary\"", patience);
-  ASSERT_TRUE(line.ok());
-  const auto j1 = json::parse(*line);
+  json j1;
+  ASSERT_NO_FATAL_FAILURE(node1_summary(node1, j1));
   EXPECT_EQ(j1.at("ok"), true) << j1.dump();
   EXPECT_EQ(j1.at("reason"), "the scheduler stopped the node's workers");
   EXPECT_EQ(j1.at("ranks"), 2);
@@ -640,13 +655,9 @@ TEST_F(LaunchMultiprocTest, TwoNodesWithoutOffloadingRunTheSimulatedEngineWithNo
   launch(with_node(argv, 0), "sim");
   const auto s0 = started();
   EXPECT_TRUE(s0.at("segment").is_null()) << s0.dump();
-  auto c = child_process::start(launch_argv(with_node(argv, 1), "sim"));
-  ASSERT_TRUE(c.ok()) << c.error().to_string();
-  child_process node1 = std::move(c).value();
-  auto line = node1.find_stdout("\"started\"", patience);
-  ASSERT_TRUE(line.ok()) << node1.stderr_text();
-  const auto s1 = json::parse(*line);
-  for (const auto& p : s1.at("worker_pids")) children_.push_back(p.get<pid_t>());
+  child_process node1;
+  json s1;
+  ASSERT_NO_FATAL_FAILURE(start_node1(argv, "sim", node1, s1));
   EXPECT_EQ(s1.at("ranks"), json({2, 3}));
   EXPECT_TRUE(s1.at("segment").is_null()) << s1.dump();
   EXPECT_EQ(exit_code(), 0) << launcher_.stderr_text();
@@ -658,12 +669,8 @@ TEST_F(LaunchMultiprocTest, TwoNodesWithoutOffloadingRunTheSimulatedEngineWithNo
   EXPECT_GT(j.at("requests_finished").get<uint64_t>(), 0u);
   EXPECT_EQ(j.at("bytes_stored"), 0);
   EXPECT_EQ(j.at("jobs_failed"), 0);
-  auto code = node1.wait_exit(patience);
-  ASSERT_TRUE(code.ok());
-  EXPECT_EQ(*code, 0) << node1.stderr_text();
-  line = node1.find_stdout("\"summary\"", patience);
-  ASSERT_TRUE(line.ok());
-  const auto j1 = json::parse(*line);
+  json j1;
+  ASSERT_NO_FATAL_FAILURE(node1_summary(node1, j1));
   EXPECT_EQ(j1.at("ok"), true) << j1.dump();
   EXPECT_EQ(j1.at("ranks_reported"), 2);
   EXPECT_EQ(j1.at("step_errors"), 0);
@@ -678,13 +685,9 @@ TEST_F(LaunchMultiprocTest, SigtermToTheFirstNodeEndsBothNodesLeavingNothing) {
   const auto argv = two_nodes_argv({"--set", "workload.steps=4000000000"});
   launch(with_node(argv, 0));
   started();
-  auto c = child_process::start(launch_argv(with_node(argv, 1)));
-  ASSERT_TRUE(c.ok()) << c.error().to_string();
-  child_process node1 = std::move(c).value();
-  auto line = node1.find_stdout("\"started\"", patience);
-  ASSERT_TRUE(line.ok()) << node1.stderr_text();
-  const json node1_started = json::parse(*line);  // named: a range-for over a temporary dangles
-  for (const auto& p : node1_started.at("worker_pids")) children_.push_back(p.get<pid_t>());
+  child_process node1;
+  json node1_started;
+  ASSERT_NO_FATAL_FAILURE(start_node1(argv, "smoke", node1, node1_started));
   ASSERT_TRUE(launcher_.find_stdout("\"ready\"", patience).ok()) << launcher_.stderr_text();
   ASSERT_EQ(leftover_segments().size(), 2u);
   ASSERT_TRUE(launcher_.signal(SIGTERM).ok());

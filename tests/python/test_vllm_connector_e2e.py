@@ -143,11 +143,7 @@ def test_reset_cache_with_a_load_in_flight_ends_its_wait_with_its_bytes():
     blocks, byte-exact on both ranks."""
     engine_id = f"pytest-{os.getpid()}-reset-load"
     extra = e.extra_config(faults=["delay_copy:rank=1,dir=load,nth=0"])
-    workers = e.Workers(engine_id, extra)
-    sched = None
-    try:
-        workers.ready()
-        sched = e.scheduler(engine_id, extra)
+    with e.engine(engine_id, extra) as (sched, workers):
         blocks_a, stored = e.store_a(sched, workers)
         kv_out, blocks_b, b = e.start_b(sched, workers, hold=(1,))
         (load,) = sched.planned.loads
@@ -166,11 +162,6 @@ def test_reset_cache_with_a_load_in_flight_ends_its_wait_with_its_bytes():
         assert sched.request_finished(b, blocks_b) == (False, None)
         e.engine_step(sched, workers, e.output(finished=["b"]))
         e.check_nothing_left(sched, workers)
-    finally:
-        if sched is not None:
-            sched.shutdown()
-        workers.stop()
-    assert not e.segment_path(engine_id).exists()
 
 
 def test_reset_cache_with_a_store_in_flight_then_store_and_load_byte_exact():
@@ -179,13 +170,8 @@ def test_reset_cache_with_a_store_in_flight_then_store_and_load_byte_exact():
     result never reaches the tier: a's prefix no longer hits), and the tier then stores and
     loads a's prefix again byte-exact, leaving nothing behind."""
     engine_id = f"pytest-{os.getpid()}-reset"
-    segment = e.segment_path(engine_id)
     extra = e.extra_config()
-    workers = e.Workers(engine_id, extra)
-    sched = None
-    try:
-        workers.ready()
-        sched = e.scheduler(engine_id, extra)
+    with e.engine(engine_id, extra) as (sched, workers):
         a = v.Request("a0", e.prefix_hashes(), 16, 0, None)
         assert sched.get_num_new_matched_tokens(a, 0) == (0, False)
         blocks_a = [1, 2, 3, 4]
@@ -211,8 +197,3 @@ def test_reset_cache_with_a_store_in_flight_then_store_and_load_byte_exact():
         assert sched.get_num_new_matched_tokens(probe, 0) == (0, False)
         assert sched.request_finished(probe, []) == (False, None)
         check_prefix_reuse(sched, workers)
-    finally:
-        if sched is not None:
-            sched.shutdown()
-        workers.stop()
-    assert not segment.exists()

@@ -41,18 +41,9 @@ def run(name: str, faults: list[str], check, straggling: int = 0,
         job_timeout_steps: int = 2) -> None:
     engine_id = f"pytest-{os.getpid()}-{name}"
     extra = e.extra_config(job_timeout_steps=job_timeout_steps, faults=faults)
-    workers = e.Workers(engine_id, extra)
-    sched = None
-    try:
-        workers.ready()
-        sched = e.scheduler(engine_id, extra)
+    with e.engine(engine_id, extra) as (sched, workers):
         check(sched, workers)
         e.check_nothing_left(sched, workers, straggling)
-    finally:
-        if sched is not None:
-            sched.shutdown()
-        workers.stop()
-    assert not e.segment_path(engine_id).exists()
 
 
 def test_a_failed_load_comes_back_as_invalid_block_ids_and_the_request_still_finishes():

@@ -52,13 +52,8 @@ def block_files(root: Path, rank: int) -> list[Path]:
 def test_file_tier_from_extra_config_cascades_asks_again_promotes_and_loads_byte_exact(
         tmp_path: Path):
     engine_id = f"pytest-{os.getpid()}-tier"
-    segment = e.segment_path(engine_id)
     extra = e.tier_extra_config(tmp_path, POOL_BLOCKS)
-    workers = e.Workers(engine_id, extra)
-    sched = None
-    try:
-        workers.ready()
-        sched = e.scheduler(engine_id, extra)
+    with e.engine(engine_id, extra) as (sched, workers):
         keys_a = ints(e.prefix_hashes())
         blocks_a, stored = e.store_a(sched, workers)
         assert sched.planned.tier_jobs == []
@@ -105,10 +100,5 @@ def test_file_tier_from_extra_config_cascades_asks_again_promotes_and_loads_byte
         with pytest.raises(kvconnect.Error, match="reset_cache with a file tier is not supported"):
             sched.reset_cache()
         e.check_nothing_left(sched, workers)
-    finally:
-        if sched is not None:
-            sched.shutdown()
-        workers.stop()
-    assert not segment.exists()
     # The files stay: a's and c's blocks, on each rank.
     assert [len(block_files(tmp_path, r)) for r in range(e.TP)] == [8] * e.TP

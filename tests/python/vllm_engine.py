@@ -17,6 +17,8 @@ reads them), or a request released to run on KV that a rank has not finished loa
 """
 from __future__ import annotations
 
+import contextlib
+
 import multiprocessing
 import os
 import pickle
@@ -246,6 +248,25 @@ class Workers:
 def scheduler(engine_id: str, extra: dict) -> KvconnectConnector:
     return KvconnectConnector(vllm_config(extra, engine_id), KVConnectorRole.SCHEDULER,
                               kv_cache_config())
+
+
+@contextlib.contextmanager
+def engine(engine_id: str, extra: dict):
+    """vLLM's order: the workers (TP ranks) build their connectors and register their KV caches
+    first, then the scheduler side is built; yields (scheduler side, workers). On the way out the
+    scheduler side shuts down and the workers stop; after a body that raised nothing, the node's
+    segment must be gone."""
+    workers = Workers(engine_id, extra)
+    sched = None
+    try:
+        workers.ready()
+        sched = scheduler(engine_id, extra)
+        yield sched, workers
+    finally:
+        if sched is not None:
+            sched.shutdown()
+        workers.stop()
+    assert not segment_path(engine_id).exists()
 
 
 def scheduler_that_dies(engine_id: str, extra: dict) -> None:
