@@ -98,7 +98,7 @@ void request_cache::adopt(uint32_t index, py::handle request, py::object hashes,
   e.request = py::reinterpret_borrow<py::object>(request);
   e.hashes = std::move(hashes);
   e.remote_decode = remote_decode;
-  e.tokens_read = false;
+  e.tokens_block_end = 0;
 }
 
 void request_cache::forget(std::string_view id) {
@@ -114,7 +114,7 @@ void request_cache::forget(std::string_view id) {
   e.request = py::object();
   e.hashes = py::object();
   e.remote_decode = false;
-  e.tokens_read = false;
+  e.tokens_block_end = 0;
   e.num_computed = 0;
   e.next = npos;
   e.live = false;

@@ -40,8 +40,9 @@ class request_cache {
     uint32_t num_computed = 0;    ///< of the last get_num_new_matched_tokens (as the planner's)
     bool live = false;            ///< false: free, for a later request
     bool remote_decode = false;   ///< the Request's kv_transfer_params["do_remote_decode"]
-    bool tokens_read = false;     ///< tokens_known holds the Request's num_tokens of a read
     uint32_t tokens_known = 0;    ///< Request.num_tokens when last read (read_vllm)
+    /// The first token count past tokens_known's offloaded block (saturated); 0: none read.
+    uint32_t tokens_block_end = 0;
     pybind11::object id_object;   ///< the first str seen for this id; empty until one is
     std::string_view id_text;     ///< id_object's UTF-8 (valid while id_object lives)
     pybind11::object request;     ///< vLLM's Request last seen for this id; empty on the tuples

@@ -313,23 +313,23 @@ void step_requests::read_vllm(py::handle out, py::handle requests_by_id, request
       py::object hashes = attr(r, n.block_hashes);
       cache.adopt(at, r, std::move(hashes), remote_decode_of(r));
     }
-    const bool read_tokens = is_new || resumed || !e.tokens_read;
+    const bool read_tokens = is_new || resumed;
     f.keys = cache.keys(at, e.hashes);
     f.remote_decode = e.remote_decode;
     // The planner reads num_tokens only through min(computed + scheduled, num_tokens) / obs,
     // the request's complete offloadable blocks (planner_steps.cpp). Request.num_tokens (a
     // property in vLLM) only grows while the request runs, so the count read last time gives
     // that quotient whenever computed + scheduled is not above it, or is in the same offloaded
-    // block: it is read again only when a block may have completed, and for a new or resumed
-    // request (docs/python.md).
+    // block, i.e. is below the end of that count's block: it is read again only when a block
+    // may have completed, and for a new or resumed request (docs/python.md).
     const uint64_t after = uint64_t{f.num_computed} + f.num_scheduled;
-    if (!read_tokens &&
-        (after <= e.tokens_known || after / obs == uint64_t{e.tokens_known} / obs)) {
+    if (!read_tokens && after < e.tokens_block_end) {
       f.num_tokens = e.tokens_known;
     } else {
       f.num_tokens = u32_of(attr(r, n.num_tokens).ptr(), "Request.num_tokens");
       e.tokens_known = f.num_tokens;
-      e.tokens_read = true;
+      e.tokens_block_end = static_cast<uint32_t>(
+          std::min<uint64_t>((f.num_tokens / obs + 1) * obs, UINT32_MAX));
     }
     // vLLM's block ids are per KV-cache group; kvconnect serves one group (load_config).
     if (!block_ids.is_none()) {
