@@ -129,6 +129,25 @@ def test_wrong_input_from_python_is_an_error_naming_the_field():
             sc.vllm_build_connector_meta(1, output(), [r])
         with pytest.raises(AttributeError):
             sc.vllm_build_connector_meta(1, object(), {"a": r})
+        # num_computed_tokens, from the SchedulerOutput.
+        with pytest.raises(TypeError, match="num_computed_tokens must be an int, got str"):
+            sc.vllm_build_connector_meta(1, v.SchedulerOutput(
+                [v.NewRequestData("a", ([1, 2],), "0")], v.CachedRequestData([], set(), [], []),
+                {"a": 32}, set(), []), {"a": r})
+        with pytest.raises(ValueError, match=r"num_computed_tokens must be in \[0, 2\*\*32\)"):
+            sc.vllm_build_connector_meta(1, v.SchedulerOutput(
+                [v.NewRequestData("a", ([1, 2],), -1)], v.CachedRequestData([], set(), [], []),
+                {"a": 32}, set(), []), {"a": r})
+        with pytest.raises(ValueError, match="req_ids, new_block_ids and num_computed_tokens "
+                                             "differ in length"):
+            sc.vllm_build_connector_meta(1, v.SchedulerOutput(
+                [], v.CachedRequestData(["a"], set(), [None], []), {"a": 1}, set(), []),
+                {"a": r})
+        with pytest.raises(TypeError, match="scheduled_cached_reqs.num_computed_tokens must be "
+                                            "a list or tuple, got NoneType"):
+            sc.vllm_build_connector_meta(1, v.SchedulerOutput(
+                [], v.CachedRequestData(["a"], set(), [None], None), {"a": 1}, set(), []),
+                {"a": r})
 
         t = ("a", r.block_hashes, 32, 0, 32, [1, 2], False, False)
         with pytest.raises(ValueError, match=r"num_scheduled must be in \[0, 2\*\*32\)"):
