@@ -130,10 +130,14 @@ def load_config(vllm_config: Any, kv_cache_config: Any) -> kvconnect.Config:
         runtime.setdefault("instance", f"vllm-{transfer.engine_id}-dp{dp_rank}")
         runtime.setdefault("token", os.environ.get("KVCONNECT_TOKEN") or str(transfer.engine_id))
 
+    # KvconnectConnector is not a SupportsHMA, as vLLM R1's OffloadingConnector is not: vLLM
+    # turns its hybrid KV-cache manager off for such a connector and gives it one group
+    # (vllm/config/vllm.py, R1 and main). More come only from a kv_cache_config built otherwise.
     groups = kv_cache_config.kv_cache_groups
     if len(groups) != 1:
         raise kvconnect.ConfigError(
-            f"kv_cache_config has {len(groups)} KV-cache groups; kvconnect serves one")
+            f"kv_cache_config has {len(groups)} KV-cache groups; kvconnect serves one (it does "
+            f"not support vLLM's hybrid KV-cache manager, which vLLM turns off for it)")
     parallel = vllm_config.parallel_config
     cache = vllm_config.cache_config
     num_blocks = kv_cache_config.num_blocks

@@ -43,6 +43,17 @@ def test_bad_extra_config_is_a_value_error_naming_the_key():
                   "process-fault")
 
 
+def test_more_than_one_kv_cache_group_is_a_config_error_and_nothing_is_created():
+    # vLLM gives a connector that is not a SupportsHMA one group (its hybrid manager off).
+    cfg = v.kv_cache_config(64, 4096, 4)
+    cfg.kv_cache_groups = cfg.kv_cache_groups * 2
+    name = f"pytest-{os.getpid()}-groups"
+    for role in (KVConnectorRole.SCHEDULER, KVConnectorRole.WORKER):
+        with pytest.raises(kvconnect.ConfigError, match="2 KV-cache groups; kvconnect serves one"):
+            KvconnectConnector(v.vllm_config({"cpu_bytes_to_use": 1 << 20}, name, 4), role, cfg)
+    assert not [e for e in os.listdir("/dev/shm") if name in e]
+
+
 def test_reset_cache_empties_the_cpu_tier_and_answers_true():
     # vLLM main's OffloadingConnector.reset_cache answers True (vLLM's Scheduler.
     # reset_connector_cache treats only False as a failed reset).
