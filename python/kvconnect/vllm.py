@@ -28,6 +28,9 @@ build_connector_meta waits (up to runtime.ready_timeout_ms) for every rank to jo
 whose scheduler side never comes raises kvconnect.Timeout from its first
 bind_connector_metadata, after runtime.ready_timeout_ms.
 
+The worker role hands vLLM its finished transfers (get_kv_connector_stats) for vLLM's own log
+line and Prometheus series, as vLLM's OffloadingConnector does (kvconnect.vllm_stats).
+
 reset_cache follows vLLM main (vLLM R1's OffloadingConnector has none): it empties the CPU tier
 and answers True (docs/python.md). Not yet: more than one KV-cache group.
 """
@@ -39,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import kvconnect
+from kvconnect.vllm_stats import KvconnectConnectorStats, KvconnectPromMetrics
 
 try:  # vLLM's own types when vLLM is importable; stand-ins with the same fields otherwise.
     from vllm.distributed.kv_events import BlockRemoved, BlockStored
@@ -179,6 +183,7 @@ class KvconnectConnector(_BASE):  # type: ignore[misc, valid-type]
             # vLLM builds the workers first: the node's segment is created by whichever side
             # comes first, and the worker finds the scheduler side's port in it (port 0).
             self._num_blocks = kv_cache_config.num_blocks
+            self._stats = KvconnectConnectorStats()  # this rank's jobs since vLLM last asked
             self._worker = kvconnect.WorkerConnector(self.config, _worker_rank(vllm_config),
                                                      port=0, create_or_attach=True)
             return
@@ -306,8 +311,39 @@ class KvconnectConnector(_BASE):  # type: ignore[misc, valid-type]
         self.worker.wait_for_save()
 
     def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str], set[str]]:
-        sending, recving, _ = self.worker.get_finished(list(finished_req_ids))
+        sending, recving, jobs = self.worker.get_finished(list(finished_req_ids))
+        for job in jobs:
+            if job.ok:
+                self._stats.record(job.kind, job.bytes, job.seconds)
         return set(sending), set(recving)
+
+    # --- vLLM's metrics (kvconnect.vllm_stats) ------------------------------------------------
+
+    def get_kv_connector_stats(self) -> KvconnectConnectorStats | None:
+        """The worker role's successful loads and stores since the last call (vLLM calls it
+        after get_finished each step), or None when there were none; the scheduler role's is
+        None, as vLLM's OffloadingConnector's."""
+        if self._worker is None or self._stats.is_empty():
+            return None
+        stats, self._stats = self._stats, KvconnectConnectorStats()
+        return stats
+
+    @classmethod
+    def build_kv_connector_stats(cls, data: dict | None = None) -> KvconnectConnectorStats:
+        """vLLM's front end rebuilds the aggregated stats from their serialised data (checked,
+        and copied: aggregating into them leaves vLLM's dict, which its Prometheus logger reads
+        too, as it was)."""
+        stats = KvconnectConnectorStats()
+        if data is not None:
+            stats.aggregate(KvconnectConnectorStats(data=data))
+        return stats
+
+    @classmethod
+    def build_prom_metrics(cls, vllm_config: Any, metric_types: dict, labelnames: list[str],
+                           per_engine_labelvalues: dict[int, list[object]]
+                           ) -> KvconnectPromMetrics:
+        return KvconnectPromMetrics(vllm_config, metric_types, labelnames,
+                                    per_engine_labelvalues)
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         return set(self.worker.get_block_ids_with_load_errors())

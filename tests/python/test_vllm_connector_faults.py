@@ -60,6 +60,11 @@ def test_a_failed_load_comes_back_as_invalid_block_ids_and_the_request_still_fin
         loaded = workers.all("read", blocks_b[:4])
         for src, dst in zip(blocks_a, blocks_b):
             assert loaded[0][dst] == stored[0][src], f"rank 0: block {dst}"
+        # vLLM's own metrics count the transfers that succeeded: rank 0's load, both stores.
+        rank_bytes = 4 * e.page_bytes() * e.LAYERS
+        logged = workers.front_end.logged.data
+        assert [b for b, _ in logged["CPU_to_GPU"]] == [rank_bytes]
+        assert [b for b, _ in logged["GPU_to_CPU"]] == [rank_bytes] * e.TP
 
     run("fail-load", ["fail_copy:rank=1,dir=load,nth=0"], check)
 

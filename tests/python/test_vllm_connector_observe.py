@@ -192,3 +192,45 @@ def test_metrics_kv_events_traces_and_record_through_the_extra_config(tmp_path: 
     private_file(record)
     assert record.read_bytes().startswith(b"KVCREC\n\0")
     assert stat.S_IMODE(record_dir.stat().st_mode) == 0o700
+
+
+def test_vllms_own_metrics_get_each_ranks_store_and_load_through_vllms_stats_path():
+    # vLLM's own log line and Prometheus series (no kvconnect observer on): each worker's
+    # get_kv_connector_stats after its get_finished, vLLM's aggregation over the workers, the
+    # scheduler side's added, the data serialised to the front end (vllm_engine.FrontEnd).
+    engine_id = f"pytest-{os.getpid()}-vllm-stats"
+    with e.engine(engine_id, e.extra_config()) as (sched, workers):
+        assert sched.get_kv_connector_stats() is None  # only the workers' transfers count
+        front = workers.front_end
+        blocks_a, stored = e.store_a(sched, workers)
+        rank_bytes = 4 * e.page_bytes() * e.LAYERS  # a's 4 blocks on one rank
+        assert front.logged.data.keys() == {"GPU_to_CPU"}
+        assert [b for b, _ in front.logged.data["GPU_to_CPU"]] == [rank_bytes] * e.TP
+        e.load_b_checked(sched, workers, blocks_a, stored)
+        e.check_nothing_left(sched, workers)
+
+    summary = front.logged.reduce()
+    assert summary.keys() == {"GPU_to_CPU_total_bytes", "GPU_to_CPU_total_time",
+                              "CPU_to_GPU_total_bytes", "CPU_to_GPU_total_time"}
+    assert summary["GPU_to_CPU_total_bytes"] == summary["CPU_to_GPU_total_bytes"] == \
+        e.TP * rank_bytes
+    seconds = {t: [s for _, s in front.logged.data[t]] for t in ("GPU_to_CPU", "CPU_to_GPU")}
+    assert all(s > 0 for ops in seconds.values() for s in ops)  # each rank's copy, timed
+    assert summary["CPU_to_GPU_total_time"] == pytest.approx(sum(seconds["CPU_to_GPU"]))
+
+    m = front.metrics
+    # R1's series, by transfer type; one observation per rank's job.
+    for transfer_type, key in (("GPU_to_CPU", "store"), ("CPU_to_GPU", "load")):
+        labels = ("m", "0", transfer_type)
+        assert sum(m["vllm:kv_offload_total_bytes"].values[labels]) == e.TP * rank_bytes
+        assert m["vllm:kv_offload_total_time"].values[labels] == seconds[transfer_type]
+        assert m["vllm:kv_offload_size"].values[labels] == [rank_bytes] * e.TP
+        # vLLM main's per-direction series carry the same observations.
+        assert m[f"vllm:kv_offload_{key}_bytes"].values[("m", "0")] == [rank_bytes] * e.TP
+        assert m[f"vllm:kv_offload_{key}_time"].values[("m", "0")] == seconds[transfer_type]
+        assert m[f"vllm:kv_offload_{key}_size"].values[("m", "0")] == [rank_bytes] * e.TP
+    assert m["vllm:kv_offload_size"].buckets == [1e6, 5e6, 10e6, 20e6, 40e6, 60e6, 80e6,
+                                                  100e6, 150e6, 200e6]
+    assert m["vllm:kv_offload_total_bytes"].labelnames == ["model_name", "engine",
+                                                           "transfer_type"]
+    assert m["vllm:kv_offload_store_bytes"].labelnames == ["model_name", "engine"]

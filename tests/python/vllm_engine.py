@@ -18,7 +18,7 @@ reads them), or a request released to run on KV that a rank has not finished loa
 from __future__ import annotations
 
 import contextlib
-
+import json
 import multiprocessing
 import os
 import pickle
@@ -109,8 +109,9 @@ def worker_main(conn, engine_id: str, rank: int, extra: dict) -> None:
                 c.wait_for_save()
                 sending, recving = c.get_finished(finished)
                 errors = c.get_block_ids_with_load_errors()
+                stats = c.get_kv_connector_stats()  # pickled to the engine, as vLLM's are
                 c.clear_connector_metadata()
-                conn.send((sending, recving, errors))
+                conn.send((sending, recving, errors, stats))
             elif op == "tables":
                 w = c.worker
                 conn.send((w.jobs_known, w.tracked_requests, w.transfers_in_flight))
@@ -143,7 +144,7 @@ class KvWaits:
 
     def reported(self, results: list) -> None:
         """The workers' step results: which rank named which request in finished_recving."""
-        for rank, (_, recving, _) in enumerate(results):
+        for rank, (_, recving, *_) in enumerate(results):
             for req_id in recving:
                 if req_id in self.loading:
                     self.loading[req_id][1].add(rank)
@@ -177,6 +178,37 @@ class KvWaits:
         self.release(kv_out.finished_recving)
 
 
+class FrontEnd:
+    """vLLM's way for a connector's stats from a step's output to its front end, R1's: the
+    Scheduler (update_from_output) adds the scheduler role's get_kv_connector_stats to the
+    workers' when they sent some, and make_stats ships their `data`, serialised (JSON here:
+    plain lists and numbers, as msgspec's encoding needs), to the front end, whose
+    KVConnectorLogging rebuilds them with the connector class's build_kv_connector_stats and
+    accumulates them (`logged`, what its log line reduces), and whose KVConnectorProm feeds them
+    to the class's build_prom_metrics (`metrics`: the series made, by name)."""
+
+    LABELS = ["model_name", "engine"]
+
+    def __init__(self):
+        metric_types, self.metrics = v.prom_metric_types()
+        self.logged = None
+        self.prom = KvconnectConnector.build_prom_metrics(None, metric_types, self.LABELS,
+                                                          {0: ["m", "0"]})
+
+    def step(self, sched: KvconnectConnector, kv_out: v.KVConnectorOutput) -> None:
+        stats = kv_out.kv_connector_stats
+        if stats and sched:
+            own = sched.get_kv_connector_stats()
+            if own:
+                stats = stats.aggregate(own)
+        if stats is None:
+            return
+        data = json.loads(json.dumps(stats.data))
+        rebuilt = KvconnectConnector.build_kv_connector_stats(data)
+        self.logged = rebuilt if self.logged is None else self.logged.aggregate(rebuilt)
+        self.prom.observe(data, 0)
+
+
 class Workers:
     """TP worker processes, started at once; ready() waits for their connectors."""
 
@@ -186,6 +218,7 @@ class Workers:
         # vLLM's KVOutputAggregator: per id, the workers that have not reported it yet.
         self.remaining: dict[str, dict[str, int]] = {"sending": {}, "recving": {}}
         self.kv_waits = KvWaits()
+        self.front_end = FrontEnd()
         for rank in range(TP):
             parent, child = ctx.Pipe()
             p = ctx.Process(target=worker_main, args=(child, engine_id, rank, extra),
@@ -205,9 +238,9 @@ class Workers:
         assert [self.reply(r) for r in range(TP)] == ["ready"] * TP
 
     def aggregate(self, results: list) -> v.KVConnectorOutput:
-        """vLLM's KVOutputAggregator over one step's (sending, recving, load errors): an id is
-        finished once every worker reported it (in this step or earlier ones); load errors are
-        the union."""
+        """vLLM's KVOutputAggregator over one step's (sending, recving, load errors, stats): an
+        id is finished once every worker reported it (in this step or earlier ones); load errors
+        are the union; the first worker's stats take the others' (aggregate)."""
         finished = {}
         for i, which in enumerate(("sending", "recving")):
             remaining = self.remaining[which]
@@ -221,8 +254,15 @@ class Workers:
                     else:
                         remaining[req_id] = left
             finished[which] = sorted(done)
+        stats = None
+        for _, _, _, rank_stats in results:
+            if stats is None:
+                stats = rank_stats
+            elif rank_stats is not None:
+                assert isinstance(stats, type(rank_stats))
+                stats = stats.aggregate(rank_stats)
         return v.KVConnectorOutput(finished["sending"], finished["recving"],
-                                   set().union(*(e for _, _, e in results)))
+                                   set().union(*(r[2] for r in results)), stats or None)
 
     def all(self, op: str, args=None) -> list:
         return self.each(op, [args] * TP)
@@ -305,6 +345,7 @@ def engine_step(sched: KvconnectConnector, workers: Workers, out: v.SchedulerOut
     workers.kv_waits.reported(results)
     kv_out = workers.aggregate(results)
     workers.kv_waits.update_from_output(sched, kv_out)
+    workers.front_end.step(sched, kv_out)
     if wait:
         late = sched.scheduler.update_connector_output(step=meta.step, timeout=REPLY_S)
         assert not late.invalid_block_ids, \

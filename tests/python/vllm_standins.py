@@ -127,6 +127,59 @@ class KVConnectorOutput:
     finished_sending: Any = None
     finished_recving: Any = None
     invalid_block_ids: set = field(default_factory=set)
+    kv_connector_stats: Any = None  # the workers' get_kv_connector_stats, aggregated
+
+
+class _Metric:
+    """prometheus_client's metric classes as vLLM's KVConnectorProm passes them to a
+    connector's build_prom_metrics (prom_metric_types): every metric made is kept in its class's
+    `made` by name, with its label names, buckets and, per label values, its increments (a
+    counter) or observations (a histogram)."""
+
+    made: dict[str, _Metric]
+
+    def __init__(self, name: str, documentation: str, labelnames: list[str],
+                 buckets: list[float] | None = None):
+        assert name not in self.made, f"{name} registered twice"
+        assert documentation
+        self.name, self.labelnames, self.buckets = name, list(labelnames), buckets
+        self.values: dict[tuple, list] = {}
+        self.made[name] = self
+
+    def labels(self, *values) -> _Metric._Child:
+        assert len(values) == len(self.labelnames), (self.name, values, self.labelnames)
+        return _Metric._Child(self.values.setdefault(tuple(str(x) for x in values), []))
+
+    class _Child:
+        def __init__(self, seen: list):
+            self.seen = seen
+
+        def inc(self, amount: float = 1) -> None:
+            assert amount >= 0
+            self.seen.append(amount)
+
+        def observe(self, value: float) -> None:
+            self.seen.append(value)
+
+
+class Counter(_Metric):
+    pass
+
+
+class Gauge(_Metric):
+    pass
+
+
+class Histogram(_Metric):
+    pass
+
+
+def prom_metric_types() -> tuple[dict, dict[str, _Metric]]:
+    """vLLM's metric_types ({Counter: class, Gauge: class, Histogram: class}, fresh classes of
+    one registry) and that registry."""
+    made: dict[str, _Metric] = {}
+    return {kind: type(kind.__name__, (kind,), {"made": made})
+            for kind in (Counter, Gauge, Histogram)}, made
 
 
 def vllm_config(extra: dict, engine_id: str, hash_block_size: int, prefix_caching: bool = True,
