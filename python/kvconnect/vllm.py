@@ -183,6 +183,7 @@ class KvconnectConnector(_BASE):  # type: ignore[misc, valid-type]
             # vLLM builds the workers first: the node's segment is created by whichever side
             # comes first, and the worker finds the scheduler side's port in it (port 0).
             self._num_blocks = kv_cache_config.num_blocks
+            self._kv_bytes = sum(t.size for t in kv_cache_config.kv_cache_tensors)
             self._stats = KvconnectConnectorStats()  # this rank's jobs since vLLM last asked
             self._worker = kvconnect.WorkerConnector(self.config, _worker_rank(vllm_config),
                                                      port=0, create_or_attach=True)
@@ -275,11 +276,42 @@ class KvconnectConnector(_BASE):  # type: ignore[misc, valid-type]
 
     # --- worker side ------------------------------------------------------------------------
 
+    @property
+    def prefer_cross_layer_blocks(self) -> bool:
+        """True, as vLLM's OffloadingConnector: where the model allows it (one KV-cache group of
+        attention layers of one page size, an attention backend with a num_layers dimension),
+        vLLM allocates one KV cache whose block holds every layer's K and V together and calls
+        register_cross_layers_kv_cache, so a block moves as one copy instead of one per layer
+        (and K/V half)."""
+        return True
+
     def register_kv_caches(self, kv_caches: dict) -> None:
         """The rank's KV tensors (torch, or anything with data_ptr(), shape, stride(),
         element_size()); then the rank joins the scheduler side in the background (vLLM builds
         the scheduler after this returns)."""
         self.worker.register_kv_caches(list(kv_caches.values()), self._num_blocks)
+        self.worker.register_in_background()
+
+    def register_cross_layers_kv_cache(self, kv_cache: Any, attn_backend: Any) -> None:
+        """vLLM's cross-layer KV cache (prefer_cross_layer_blocks): one contiguous tensor in
+        the attention backend's physical order. As vLLM's OffloadingConnector, it needs the
+        blocks to be the outermost physical dimension (then block b is the b-th num_blocks-th of
+        the tensor's bytes), which the backend's shape and stride order tell; else a
+        ValueError. Then the rank joins the scheduler side in the background."""
+        shape = attn_backend.get_kv_cache_shape(num_blocks=1234, block_size=16, num_kv_heads=1,
+                                                head_size=256)
+        blocks_dim = list(shape).index(1234) + 1  # after the num_layers dimension vLLM adds
+        order = list(attn_backend.get_kv_cache_stride_order(include_num_layers_dimension=True))
+        if blocks_dim not in order or order.index(blocks_dim) != 0:
+            raise ValueError(
+                f"kvconnect.vllm: a cross-layer KV cache must keep the blocks outermost; "
+                f"{getattr(attn_backend, '__name__', attn_backend)} orders the dimensions "
+                f"{tuple(order)} of (num_layers,) + {tuple(shape)} with 1234 blocks")
+        nbytes = kv_cache.numel() * kv_cache.element_size()
+        if nbytes != self._kv_bytes:
+            raise ValueError(f"kvconnect.vllm: a cross-layer KV cache of {nbytes} bytes; vLLM's "
+                             f"kv_cache_config has {self._kv_bytes} in its KV cache tensors")
+        self.worker.register_cross_layers_kv_cache(kv_cache, self._num_blocks)
         self.worker.register_in_background()
 
     def bind_connector_metadata(self, connector_metadata: KvconnectConnectorMetadata) -> None:

@@ -40,7 +40,8 @@ int block_dim_of(const std::vector<int64_t>& shape, int64_t num_blocks) {
       std::string(py::str(py::cast(shape))) + ")");
 }
 
-cuda::kv_tensor_desc describe(py::handle t, int64_t num_blocks) {
+/// A KV tensor's address, shape and byte strides (block_dim not set).
+cuda::kv_tensor_desc describe_fields(py::handle t) {
   for (const char* attr : {"data_ptr", "shape", "stride", "element_size"}) {
     if (!py::hasattr(t, attr)) {
       type_error(std::string("a KV tensor needs data_ptr(), shape, stride() and element_size(); ") +
@@ -54,8 +55,39 @@ cuda::kv_tensor_desc describe(py::handle t, int64_t num_blocks) {
   for (int64_t s : py::cast<std::vector<int64_t>>(py::tuple(t.attr("stride")()))) {
     d.strides.push_back(s * static_cast<int64_t>(d.element_size));
   }
+  return d;
+}
+
+cuda::kv_tensor_desc describe(py::handle t, int64_t num_blocks) {
+  cuda::kv_tensor_desc d = describe_fields(t);
   d.block_dim = block_dim_of(d.shape, num_blocks);
   return d;
+}
+
+/// vLLM's cross-layer KV cache: one C-contiguous tensor whose GPU block b is the bytes
+/// [b * page, (b + 1) * page) of it, page = its bytes / num_blocks (every layer's K and V of the
+/// block together; the caller checked that blocks are its outermost physical dimension).
+cuda::kv_region cross_layer_region(py::handle t, int64_t num_blocks) {
+  if (num_blocks <= 0) throw py::value_error("num_blocks must be > 0");
+  const cuda::kv_tensor_desc d = describe_fields(t);
+  int64_t expected = static_cast<int64_t>(d.element_size);
+  uint64_t bytes = d.element_size;
+  for (size_t i = d.shape.size(); i-- > 0;) {
+    if (d.shape[i] != 1 && d.strides[i] != expected) {
+      throw py::value_error("a cross-layer KV cache must be contiguous (shape " +
+                            std::string(py::str(py::cast(d.shape))) + ", byte strides " +
+                            std::string(py::str(py::cast(d.strides))) + ")");
+    }
+    expected *= d.shape[i];
+    bytes *= static_cast<uint64_t>(d.shape[i]);
+  }
+  if (bytes == 0 || bytes % static_cast<uint64_t>(num_blocks) != 0) {
+    throw py::value_error("a cross-layer KV cache of " + std::to_string(bytes) +
+                          " bytes is not num_blocks = " + std::to_string(num_blocks) +
+                          " blocks of whole bytes");
+  }
+  const uint64_t page = bytes / static_cast<uint64_t>(num_blocks);
+  return {d.base, page, page};
 }
 
 class py_worker {
@@ -111,6 +143,14 @@ class py_worker {
       kept.append(t);
     }
     check(wc().register_kv_caches(descs));
+    tensors_ = kept;  // the engine's memory stays alive while the connector may copy it
+  }
+
+  void register_cross_layers(py::handle tensor, int64_t num_blocks) {
+    check(wc().register_kv_regions({cross_layer_region(tensor, num_blocks)},
+                                   static_cast<uint64_t>(num_blocks)));
+    py::list kept;
+    kept.append(tensor);
     tensors_ = kept;  // the engine's memory stays alive while the connector may copy it
   }
 
@@ -192,6 +232,10 @@ void bind_worker(py::module_& m) {
            "port=0: the port the scheduler side published in the node's segment.")
       .def("register_kv_caches", &py_worker::register_kv_caches, py::arg("tensors"),
            py::arg("num_blocks"))
+      .def("register_cross_layers_kv_cache", &py_worker::register_cross_layers,
+           py::arg("tensor"), py::arg("num_blocks"),
+           "vLLM's cross-layer KV cache: one contiguous tensor, GPU block b its bytes "
+           "[b * page, (b + 1) * page), page = its bytes / num_blocks (blocks outermost).")
       .def("register_with_scheduler", &py_worker::register_with_scheduler)
       .def("register_in_background", &py_worker::register_in_background,
            "register_with_scheduler on a thread of kvconnect's; returns at once. The first "

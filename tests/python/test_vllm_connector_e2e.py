@@ -197,3 +197,43 @@ def test_reset_cache_with_a_store_in_flight_then_store_and_load_byte_exact():
         assert sched.get_num_new_matched_tokens(probe, 0) == (0, False)
         assert sched.request_finished(probe, []) == (False, None)
         check_prefix_reuse(sched, workers)
+
+
+def test_vllms_cross_layer_kv_cache_moves_each_block_whole_and_loads_byte_exact():
+    # The connector prefers cross-layer blocks, as vLLM's OffloadingConnector does: vLLM then
+    # allocates one cache with every layer's K and V of a block together (vllm_engine.
+    # cross_layer_kv_cache) and registers it whole. The engine writes and reads each layer
+    # through its own view: a's blocks, stored and loaded into b's, are byte-exact per layer.
+    engine_id = f"pytest-{os.getpid()}-cross-layers"
+    with e.engine(engine_id, e.extra_config(), cross_layers=True) as (sched, workers):
+        check_prefix_reuse(sched, workers)
+        # One observation per rank's job: a block of all layers moved as one slot.
+        logged = workers.front_end.logged.data
+        rank_bytes = 4 * e.page_bytes() * e.LAYERS
+        assert logged == {"GPU_to_CPU": [[rank_bytes, logged["GPU_to_CPU"][r][1]]
+                                         for r in range(e.TP)],
+                          "CPU_to_GPU": [[rank_bytes, logged["CPU_to_GPU"][r][1]]
+                                         for r in range(e.TP)]}
+
+
+def test_a_cross_layer_kv_cache_whose_blocks_are_not_outermost_is_refused():
+    engine_id = f"pytest-{os.getpid()}-cross-refused"
+    extra = e.extra_config()
+    c = KvconnectConnector(e.vllm_config(extra, engine_id, 0), KVConnectorRole.WORKER,
+                           e.kv_cache_config())
+    try:
+        cross, _ = e.cross_layer_kv_cache()
+        with pytest.raises(ValueError, match="must keep the blocks outermost.*LayersOutermost"):
+            c.register_cross_layers_kv_cache(cross, v.LayersOutermostBackend)
+        with pytest.raises(ValueError, match="must be contiguous"):
+            c.register_cross_layers_kv_cache(cross.transpose(0, 1), v.FlashAttentionBackend)
+        with pytest.raises(ValueError, match="of 3584 bytes; vLLM's kv_cache_config has 4096"):
+            c.register_cross_layers_kv_cache(cross[:7], v.FlashAttentionBackend)
+        with pytest.raises(ValueError, match="of 3584 bytes is not num_blocks = 5 blocks"):
+            c.worker.register_cross_layers_kv_cache(cross[:7], 5)  # the binding's own check
+        assert c.worker.transfers_in_flight == 0
+        # Nothing was registered: the right cache still is.
+        c.register_cross_layers_kv_cache(cross, v.FlashAttentionBackend)
+    finally:
+        c.shutdown()
+    assert not e.segment_path(engine_id).exists()

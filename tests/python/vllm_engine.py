@@ -79,12 +79,31 @@ def kv_tensors() -> dict:
             for i in range(LAYERS)}
 
 
-def worker_main(conn, engine_id: str, rank: int, extra: dict) -> None:
-    """One GPU worker process: its connector and KV cache, then the steps the engine sends."""
-    kv = kv_tensors()
+def cross_layer_kv_cache() -> tuple[torch.Tensor, dict]:
+    """vLLM's cross-layer KV cache for a backend with FlashAttention's order
+    (allocate_uniform_kv_caches, R1): one buffer in the physical order (blocks, layers, K/V,
+    block size, heads, head_dim), and each layer's view of it in its logical shape."""
+    backend = v.FlashAttentionBackend
+    shape = (LAYERS,) + backend.get_kv_cache_shape(NUM_BLOCKS, BLOCK, HEADS, HEAD_DIM)
+    order = backend.get_kv_cache_stride_order(include_num_layers_dimension=True)
+    cross = torch.zeros(NUM_BLOCKS * LAYERS * page_bytes(), dtype=torch.int8) \
+        .view(torch.float16).view(tuple(shape[i] for i in order))
+    layers = cross.permute(*[order.index(i) for i in range(len(order))])
+    return cross, {f"layer{i}": layers[i] for i in range(LAYERS)}
+
+
+def worker_main(conn, engine_id: str, rank: int, extra: dict, cross_layers: bool) -> None:
+    """One GPU worker process: its connector and KV cache (per layer, or vLLM's cross-layer
+    one: `cross_layers`), then the steps the engine sends."""
     c = KvconnectConnector(vllm_config(extra, engine_id, rank), KVConnectorRole.WORKER,
                            kv_cache_config())
-    c.register_kv_caches(kv)
+    if cross_layers:
+        assert c.prefer_cross_layer_blocks
+        cross, kv = cross_layer_kv_cache()
+        c.register_cross_layers_kv_cache(cross, v.FlashAttentionBackend)
+    else:
+        kv = kv_tensors()
+        c.register_kv_caches(kv)
     conn.send("ready")
     try:
         while True:
@@ -212,7 +231,7 @@ class FrontEnd:
 class Workers:
     """TP worker processes, started at once; ready() waits for their connectors."""
 
-    def __init__(self, engine_id: str, extra: dict):
+    def __init__(self, engine_id: str, extra: dict, cross_layers: bool = False):
         ctx = multiprocessing.get_context("spawn")
         self.conns, self.procs = [], []
         # vLLM's KVOutputAggregator: per id, the workers that have not reported it yet.
@@ -221,8 +240,8 @@ class Workers:
         self.front_end = FrontEnd()
         for rank in range(TP):
             parent, child = ctx.Pipe()
-            p = ctx.Process(target=worker_main, args=(child, engine_id, rank, extra),
-                            daemon=True)
+            p = ctx.Process(target=worker_main,
+                            args=(child, engine_id, rank, extra, cross_layers), daemon=True)
             p.start()
             self.conns.append(parent)
             self.procs.append(p)
@@ -291,12 +310,12 @@ def scheduler(engine_id: str, extra: dict) -> KvconnectConnector:
 
 
 @contextlib.contextmanager
-def engine(engine_id: str, extra: dict):
+def engine(engine_id: str, extra: dict, cross_layers: bool = False):
     """vLLM's order: the workers (TP ranks) build their connectors and register their KV caches
-    first, then the scheduler side is built; yields (scheduler side, workers). On the way out the
-    scheduler side shuts down and the workers stop; after a body that raised nothing, the node's
-    segment must be gone."""
-    workers = Workers(engine_id, extra)
+    (vLLM's cross-layer one with `cross_layers`) first, then the scheduler side is built; yields
+    (scheduler side, workers). On the way out the scheduler side shuts down and the workers
+    stop; after a body that raised nothing, the node's segment must be gone."""
+    workers = Workers(engine_id, extra, cross_layers)
     sched = None
     try:
         workers.ready()

@@ -194,3 +194,27 @@ def kv_cache_config(num_blocks: int, page_bytes: int, gpu_block_size: int,
     """`layers` per-layer tensors of num_blocks pages of page_bytes each."""
     return KVCacheConfig(num_blocks, [KVCacheTensor(num_blocks * page_bytes)] * layers,
                          [KVCacheGroupSpec(KVCacheSpec(gpu_block_size))])
+
+
+class FlashAttentionBackend:
+    """vLLM's FlashAttentionBackend as a cross-layer KV cache sees it (NHD layout): the logical
+    shape of one layer's cache and the physical order of (num_layers,) + that shape."""
+
+    @staticmethod
+    def get_kv_cache_shape(num_blocks: int, block_size: int, num_kv_heads: int, head_size: int,
+                           cache_dtype_str: str = "auto") -> tuple[int, ...]:
+        return (2, num_blocks, block_size, num_kv_heads, head_size)
+
+    @staticmethod
+    def get_kv_cache_stride_order(include_num_layers_dimension: bool = False) -> tuple[int, ...]:
+        # (num_blocks, num_layers, 2, block_size, num_kv_heads, head_size) in memory
+        return (2, 0, 1, 3, 4, 5) if include_num_layers_dimension else (0, 1, 2, 3, 4)
+
+
+class LayersOutermostBackend(FlashAttentionBackend):
+    """A backend whose cross-layer order keeps the layers outermost: a block's bytes are not
+    together."""
+
+    @staticmethod
+    def get_kv_cache_stride_order(include_num_layers_dimension: bool = False) -> tuple[int, ...]:
+        return (0, 1, 2, 3, 4, 5) if include_num_layers_dimension else (0, 1, 2, 3, 4)
