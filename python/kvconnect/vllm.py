@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import kvconnect
+from kvconnect import vllm_stages
 from kvconnect.vllm_stats import KvconnectConnectorStats, KvconnectPromMetrics
 
 try:  # vLLM's own types when vLLM is importable; stand-ins with the same fields otherwise.
@@ -115,13 +116,16 @@ def _worker_rank(vllm_config: Any) -> int:
     return vllm_config.parallel_config.rank
 
 
-def load_config(vllm_config: Any, kv_cache_config: Any) -> kvconnect.Config:
+def load_config(vllm_config: Any, kv_cache_config: Any, stage: int = 0) -> kvconnect.Config:
     """kvconnect's config of this vLLM engine: the extra config as the YAML file's keys (see the
-    module's docstring), vLLM's facts as the engine's overrides."""
+    module's docstring), vLLM's facts as the engine's overrides. `stage`: the PP stage whose
+    layers kv_cache_config holds (a worker's own; the scheduler's is stage 0's)."""
     transfer = vllm_config.kv_transfer_config
     extra = dict(transfer.kv_connector_extra_config or {})
     sections = set(kvconnect.config_sections())
-    config: dict[str, Any] = {k: v for k, v in extra.items() if k in sections}
+    # The sections copied: what is added below must not reach vLLM's extra config.
+    config: dict[str, Any] = {k: dict(v) if isinstance(v, dict) else v
+                              for k, v in extra.items() if k in sections}
     offload = config.setdefault("offload", {})
     if not isinstance(offload, dict):
         raise TypeError(f"kv_connector_extra_config: offload must be a dict, got "
@@ -146,17 +150,29 @@ def load_config(vllm_config: Any, kv_cache_config: Any) -> kvconnect.Config:
     cache = vllm_config.cache_config
     num_blocks = kv_cache_config.num_blocks
     total_bytes = sum(t.size for t in kv_cache_config.kv_cache_tensors)
+    gpu_block_size = groups[0].kv_cache_spec.block_size
+    # One page per layer of the model, the slot a rank's ceil(layers / PP) of them: every stage
+    # derives the same pool, with as many blocks as vLLM's scheduler counts (vllm_stages).
+    layers, page, stage0_bytes = vllm_stages.rank_geometry(
+        vllm_config, total_bytes // num_blocks if num_blocks > 0 else 0, stage)
+    if isinstance(offload, dict) and parallel.pipeline_parallel_size > 1:
+        block_size = offload.get("block_size", gpu_block_size)
+        factor = block_size // gpu_block_size if isinstance(block_size, int) else 0
+        offload["cpu_bytes_to_use"] = vllm_stages.pool_bytes(
+            offload.get("cpu_bytes_to_use"), stage0_bytes,
+            -(-layers // parallel.pipeline_parallel_size), page,
+            parallel.tensor_parallel_size * parallel.pipeline_parallel_size, factor)
     engine = {
         "topology": {
             "tensor_parallel": parallel.tensor_parallel_size,
             "pipeline_parallel": parallel.pipeline_parallel_size,
         },
         "kv_cache": {
-            # One page per rank and stage: vLLM sizes the pool from the bytes of one GPU block
-            # over all of the rank's KV tensors.
-            "layers": parallel.pipeline_parallel_size,
-            "page_bytes": total_bytes // num_blocks if num_blocks > 0 else 0,
-            "gpu_block_size": groups[0].kv_cache_spec.block_size,
+            # vLLM sizes the pool from the bytes of one GPU block over all of the rank's KV
+            # tensors: without PP one page per rank.
+            "layers": layers,
+            "page_bytes": page,
+            "gpu_block_size": gpu_block_size,
             "hash_block_size": cache.block_size,
             "gpu_blocks": num_blocks,
             "enable_prefix_caching": bool(cache.enable_prefix_caching),
@@ -175,7 +191,10 @@ class KvconnectConnector(_BASE):  # type: ignore[misc, valid-type]
         if kv_cache_config is None:
             raise ValueError("KvconnectConnector needs vLLM's kv_cache_config")
         self._role_name = _role_name(role)
-        self.config = load_config(vllm_config, kv_cache_config)
+        # A worker's kv_cache_config holds its own PP stage's layers, the scheduler's stage 0's.
+        stage = _worker_rank(vllm_config) // vllm_config.parallel_config.tensor_parallel_size \
+            if self._role_name == "WORKER" else 0
+        self.config = load_config(vllm_config, kv_cache_config, stage)
         self._scheduler: kvconnect.SchedulerConnector | None = None
         self._worker: kvconnect.WorkerConnector | None = None
         self._bound: KvconnectConnectorMetadata | None = None

@@ -80,3 +80,63 @@ def test_the_pool_is_sized_as_vllm_sizes_it():
         assert c.scheduler.num_cpu_blocks == 10
     finally:
         c.shutdown()
+
+
+def stage_connector(extra: dict, name: str, role, rank: int, stage_layers: int,
+                    num_layers: int = 6, pp: int = 4) -> KvconnectConnector:
+    """A connector of PP rank `rank` (TP 1) whose kv_cache_config holds `stage_layers` layers
+    of 8 blocks of 256 bytes, of a model of `num_layers` layers."""
+    config = v.vllm_config(extra, f"pytest-{os.getpid()}-{name}", 4, pp=pp,
+                           num_layers=num_layers)
+    config.parallel_config.rank = rank
+    return KvconnectConnector(config, role, v.kv_cache_config(8, 256, 4, layers=stage_layers))
+
+
+def test_uneven_pipeline_stages_share_one_pool_with_as_many_blocks_as_vllm_counts():
+    torch = pytest.importorskip("torch")
+    # vLLM splits 6 layers over 4 stages as [1, 2, 2, 1]: stage 0 (the scheduler's
+    # kv_cache_config) is not a largest one. Every rank attaches the one segment and its
+    # stage's layers fit a slot; the scheduler counts vLLM's blocks from stage 0's bytes.
+    extra = {"cpu_bytes_to_use": 100_000, "offload": {"eviction_policy": "lru"},
+             "runtime": {"job_timeout_ms": 0}}
+    before = {k: dict(x) if isinstance(x, dict) else x for k, x in extra.items()}
+    workers = []
+    try:
+        for rank, layers in enumerate((1, 2, 2, 1)):
+            c = stage_connector(extra, "stages", KVConnectorRole.WORKER, rank, layers)
+            workers.append(c)
+            c.register_kv_caches({f"layer{i}": torch.zeros((2, 8, 4, 2, 8), dtype=torch.float16)
+                                  for i in range(layers)})
+        sched = stage_connector(extra, "stages", KVConnectorRole.SCHEDULER, 0, 1)
+        try:
+            assert sched.scheduler.num_cpu_blocks == 100_000 // (1 * 256 * 4)  # vLLM's count
+            sched.scheduler.wait_for_workers(timeout=60)
+        finally:
+            sched.shutdown()
+    finally:
+        for c in workers:
+            c.shutdown()
+    assert extra == before  # vLLM's extra config is not written to
+
+
+@pytest.mark.parametrize("partition, why", [
+    ("1,3,1,1", r"pipeline stages of \[1, 3, 1, 1\] layers: kvconnect's slot holds "
+                r"ceil\(6 / 4\) layers"),
+    ("2,2,1", "is not 4 stages of 6 layers"),
+    ("a,b", "is not a list of ints"),
+])
+def test_a_pipeline_split_kvconnect_cannot_pool_is_a_config_error(monkeypatch, partition, why):
+    monkeypatch.setenv("VLLM_PP_LAYER_PARTITION", partition)
+    with pytest.raises(kvconnect.ConfigError, match=why):
+        stage_connector({"cpu_bytes_to_use": 1 << 20}, "split", KVConnectorRole.SCHEDULER, 0, 1)
+
+
+def test_a_stage_whose_bytes_are_not_its_layers_pages_is_a_config_error():
+    # 6 layers over 2 stages: 3 each; a kv_cache_config of 613 bytes per block.
+    config = v.vllm_config({"cpu_bytes_to_use": 1 << 20}, f"pytest-{os.getpid()}-odd", 4, pp=2,
+                           num_layers=6)
+    kv = v.kv_cache_config(8, 256, 4, layers=2)
+    kv.kv_cache_tensors = kv.kv_cache_tensors + [v.KVCacheTensor(808)]
+    with pytest.raises(kvconnect.ConfigError, match="613 bytes per GPU block on pipeline stage 0 "
+                                                    "are not 3 layers of one page"):
+        KvconnectConnector(config, KVConnectorRole.SCHEDULER, kv)

@@ -24,6 +24,7 @@ class ParallelConfig:
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
     data_parallel_rank: int = 0
+    rank: int = 0  # the worker's global rank (pp_rank * tp + tp_rank)
 
 
 @dataclass
@@ -32,11 +33,21 @@ class KVEventsConfig:
 
 
 @dataclass
+class ModelConfig:
+    """vLLM's ModelConfig: the model's hidden layers (read with PP only, to size the pool)."""
+    total_num_hidden_layers: int = 1
+
+    def get_total_num_hidden_layers(self) -> int:
+        return self.total_num_hidden_layers
+
+
+@dataclass
 class VllmConfig:
     kv_transfer_config: KVTransferConfig
     cache_config: CacheConfig
     parallel_config: ParallelConfig
     kv_events_config: KVEventsConfig
+    model_config: ModelConfig = field(default_factory=ModelConfig)
 
 
 @dataclass
@@ -183,10 +194,10 @@ def prom_metric_types() -> tuple[dict, dict[str, _Metric]]:
 
 
 def vllm_config(extra: dict, engine_id: str, hash_block_size: int, prefix_caching: bool = True,
-                tp: int = 1, pp: int = 1) -> VllmConfig:
+                tp: int = 1, pp: int = 1, num_layers: int = 1) -> VllmConfig:
     return VllmConfig(KVTransferConfig(extra, engine_id), CacheConfig(hash_block_size,
                                                                       prefix_caching),
-                      ParallelConfig(tp, pp), KVEventsConfig(True))
+                      ParallelConfig(tp, pp), KVEventsConfig(True), ModelConfig(num_layers))
 
 
 def kv_cache_config(num_blocks: int, page_bytes: int, gpu_block_size: int,
