@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <thread>
 #include <utility>
 
@@ -118,9 +119,10 @@ result<std::unique_ptr<rank_host>> rank_host::open(const worker_connector_config
     h->host_ = local->host;
     h->scheduler_ = local->scheduler;
     h->local_transport_ = local->transport;
-  } else if (cfg.network.port != 0) {
+  } else if (cfg.network.port != 0 && !cfg.pool.create_or_attach) {
     // In connect mode with a fixed port the scheduler's process created the pool before it
-    // started listening: reach it first.
+    // started listening: reach it first. A rank that may create the pool (an engine that
+    // builds its workers first, across nodes: vLLM) reaches it in connect_published instead.
     if (auto st = h->connect(cfg.network.port); !st) return st;
   }
   auto engine = cfg.make_copy_engine
@@ -199,16 +201,29 @@ status rank_host::connect(uint16_t port) {
 status rank_host::connect_published(std::chrono::steady_clock::time_point deadline,
                                     const std::atomic<bool>& cancelled) {
   if (scheduler_) return {};
+  const uint16_t fixed = cfg_.network.port;
   for (;;) {
-    if (const uint16_t port = segment_->scheduler_port(); port != 0) return connect(port);
+    if (fixed != 0) {
+      // A fixed port (a rank on another node than its scheduler side): reach it once
+      // something answers there; a refusal at its gate is not waited out.
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      const auto probe = std::clamp(left, std::chrono::milliseconds{1}, cfg_.register_timeout);
+      if (control::probe_tcp(cfg_.network.host, fixed, probe)) return connect(fixed);
+    } else if (const uint16_t port = segment_->scheduler_port(); port != 0) {
+      return connect(port);
+    }
     if (cancelled.load()) {
       return make_error(errc::io_error, "embed: rank " + std::to_string(cfg_.rank) +
                                             " was closed while waiting for its scheduler");
     }
     if (std::chrono::steady_clock::now() >= deadline) {
-      return make_error(errc::timeout, "embed: rank " + std::to_string(cfg_.rank) +
-                                           ": no scheduler side published its port in segment " +
-                                           segment_name_ + " within " +
+      const std::string what =
+          fixed != 0 ? "no scheduler side answered at " + cfg_.network.host + ":" +
+                           std::to_string(fixed)
+                     : "no scheduler side published its port in segment " + segment_name_;
+      return make_error(errc::timeout, "embed: rank " + std::to_string(cfg_.rank) + ": " + what +
+                                           " within " +
                                            std::to_string(cfg_.join_timeout.count()) +
                                            " ms (runtime.ready_timeout_ms)");
     }

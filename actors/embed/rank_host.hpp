@@ -57,7 +57,9 @@ class rank_host {
 
   /// With network.port 0: waits until a scheduler side published its port in the pool's
   /// segment (errc::timeout after `deadline`, errc::io_error once `cancelled`), then reaches it
-  /// (open()'s errors). Success at once when the scheduler is reached already.
+  /// (open()'s errors). With a fixed port and pool.create_or_attach (open() did not reach it):
+  /// waits the same way until something answers at network.host:port. Success at once when the
+  /// scheduler is reached already.
   status connect_published(std::chrono::steady_clock::time_point deadline,
                            const std::atomic<bool>& cancelled);
   /// Registers with the scheduler (waiting up to register_timeout for its answer: a refusal is

@@ -200,12 +200,15 @@ class KvconnectConnector(_BASE):  # type: ignore[misc, valid-type]
         self._bound: KvconnectConnectorMetadata | None = None
         if self._role_name == "WORKER":
             # vLLM builds the workers first: the node's segment is created by whichever side
-            # comes first, and the worker finds the scheduler side's port in it (port 0).
+            # comes first.
             self._num_blocks = kv_cache_config.num_blocks
             self._kv_bytes = sum(t.size for t in kv_cache_config.kv_cache_tensors)
             self._stats = KvconnectConnectorStats()  # this rank's jobs since vLLM last asked
+            # runtime.port 0 (the default): the port the scheduler side publishes in the node's
+            # segment; a fixed one (ranks on other nodes than the scheduler side): there, at
+            # runtime.host, once something answers.
             self._worker = kvconnect.WorkerConnector(self.config, _worker_rank(vllm_config),
-                                                     port=0, create_or_attach=True)
+                                                     create_or_attach=True)
             return
         events = getattr(vllm_config, "kv_events_config", None)
         self._events_on = bool(events is not None and events.enable_kv_cache_events)

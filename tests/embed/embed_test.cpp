@@ -35,6 +35,7 @@
 #include "proto/fault_spec_parser.hpp"
 #include "shm/segment.hpp"
 #include "tests/shm/shm_fixture.hpp"
+#include "tests/support/loopback_socket.hpp"
 
 namespace kvc::embed {
 namespace {
@@ -733,6 +734,55 @@ TEST_P(EmbedTest, WorkersBuiltBeforeTheSchedulerJoinItAndItsFirstStepWaitsForThe
   sc->reset();
   ranks_.clear();  // the rank that created the segment removes it
   EXPECT_FALSE(shm::segment::exists(segment).value());
+}
+
+// A rank on another node than its scheduler side finds no port in its node's segment: its config
+// names the scheduler's. Built before the scheduler (create_or_attach), it joins once the
+// scheduler side listens there; one whose fixed port nothing answers gets a timeout naming it.
+TEST_P(EmbedTest, AWorkerWithAFixedPortBuiltFirstJoinsOnceTheSchedulerListensThere) {
+  const uint16_t port = kvc::testing::free_loopback_port();
+  ASSERT_NE(port, 0);
+  auto wc = worker_cfg(0, 1);
+  wc.mode = connection_mode::connect;
+  wc.network.port = port;
+  wc.pool.create_or_attach = true;
+  ASSERT_TRUE(add_worker(nullptr, wc, /*in_background=*/true));  // nothing listens yet
+  auto cfg = sched_cfg(1);
+  cfg.listen = true;
+  cfg.transport = step_transport::zmq;
+  cfg.network.port = port;
+  cfg.pool.create_or_attach = true;
+  auto sc = scheduler_connector::create(cfg);
+  ASSERT_TRUE(sc.ok()) << sc.error().to_string();
+  auto a = store_request_a(**sc, keys({31, 32}));
+  ASSERT_TRUE(a.ok()) << a.error().to_string();
+  EXPECT_EQ(std::count_if(a->results.begin(), a->results.end(),
+                          [&](const job_result& j) { return j.job == a->store && j.ok; }),
+            1);
+  EXPECT_EQ(ranks_[0].read(1), pattern(100, 0, 1));
+  ASSERT_TRUE((*sc)->shutdown(5s).ok());
+  sc->reset();
+  ranks_.clear();  // the rank created the segment, and removes it
+  EXPECT_FALSE(shm::segment::exists(segment_name_for(wc.pool, wc.topology)).value());
+}
+
+TEST_P(EmbedTest, AWorkerWithAFixedPortThatNothingAnswersGetsATimeoutNamingIt) {
+  const uint16_t port = kvc::testing::free_loopback_port();
+  ASSERT_NE(port, 0);
+  auto wc = worker_cfg(0, 1);
+  wc.mode = connection_mode::connect;
+  wc.network.port = port;
+  wc.pool.create_or_attach = true;
+  wc.join_timeout = 50ms;
+  ASSERT_TRUE(add_worker(nullptr, wc, /*in_background=*/true));
+  const status st = ranks_[0].wc->bind_connector_metadata(1, std::chrono::hours{1});
+  EXPECT_EQ(st.code(), errc::timeout);
+  EXPECT_NE(st.message().find("no scheduler side answered at 127.0.0.1:" + std::to_string(port) +
+                              " within 50 ms"),
+            std::string::npos)
+      << st.message();
+  ranks_.clear();
+  EXPECT_FALSE(shm::segment::exists(segment_name_for(wc.pool, wc.topology)).value());
 }
 
 TEST_P(EmbedTest, AWorkerWhoseSchedulerNeverComesGetsATimeoutFromItsFirstStep) {
