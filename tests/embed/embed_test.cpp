@@ -87,6 +87,16 @@ class EmbedTest : public shm::testing::ShmTest,
     return c;
   }
 
+  /// Rank 0 of 1 in connect mode with a fixed port that may create the node's segment (a rank
+  /// on another node than its scheduler side, built first).
+  worker_connector_config fixed_port_worker(uint16_t port) const {
+    auto c = worker_cfg(0, 1);
+    c.mode = connection_mode::connect;
+    c.network.port = port;
+    c.pool.create_or_attach = true;
+    return c;
+  }
+
   worker_connector_config worker_cfg(rank_id r, uint32_t tp) const {
     worker_connector_config c;
     c.mode = connection_mode::in_process;
@@ -742,10 +752,7 @@ TEST_P(EmbedTest, WorkersBuiltBeforeTheSchedulerJoinItAndItsFirstStepWaitsForThe
 TEST_P(EmbedTest, AWorkerWithAFixedPortBuiltFirstJoinsOnceTheSchedulerListensThere) {
   const uint16_t port = kvc::testing::free_loopback_port();
   ASSERT_NE(port, 0);
-  auto wc = worker_cfg(0, 1);
-  wc.mode = connection_mode::connect;
-  wc.network.port = port;
-  wc.pool.create_or_attach = true;
+  const auto wc = fixed_port_worker(port);
   ASSERT_TRUE(add_worker(nullptr, wc, /*in_background=*/true));  // nothing listens yet
   auto cfg = sched_cfg(1);
   cfg.listen = true;
@@ -769,10 +776,7 @@ TEST_P(EmbedTest, AWorkerWithAFixedPortBuiltFirstJoinsOnceTheSchedulerListensThe
 TEST_P(EmbedTest, AWorkerWithAFixedPortThatNothingAnswersGetsATimeoutNamingIt) {
   const uint16_t port = kvc::testing::free_loopback_port();
   ASSERT_NE(port, 0);
-  auto wc = worker_cfg(0, 1);
-  wc.mode = connection_mode::connect;
-  wc.network.port = port;
-  wc.pool.create_or_attach = true;
+  auto wc = fixed_port_worker(port);
   wc.join_timeout = 50ms;
   ASSERT_TRUE(add_worker(nullptr, wc, /*in_background=*/true));
   const status st = ranks_[0].wc->bind_connector_metadata(1, std::chrono::hours{1});
