@@ -137,6 +137,11 @@ def load_config(vllm_config: Any, kv_cache_config: Any, stage: int = 0) -> kvcon
         dp_rank = getattr(vllm_config.parallel_config, "data_parallel_rank", 0) or 0
         runtime.setdefault("instance", f"vllm-{transfer.engine_id}-dp{dp_rank}")
         runtime.setdefault("token", os.environ.get("KVCONNECT_TOKEN") or str(transfer.engine_id))
+        # A fixed port (ranks on other nodes) is data-parallel rank 0's; rank r's scheduler side
+        # listens at port + r, so that DP engines sharing the extra config do not collide.
+        port = runtime.get("port")
+        if isinstance(port, int) and not isinstance(port, bool) and port > 0:
+            runtime["port"] = port + dp_rank
 
     # KvconnectConnector is not a SupportsHMA, as vLLM R1's OffloadingConnector is not: vLLM
     # turns its hybrid KV-cache manager off for such a connector and gives it one group

@@ -4,6 +4,7 @@ Its answers are checked against vLLM's in test_vllm_scheduler_replay.py."""
 from __future__ import annotations
 
 import os
+import socket
 import sys
 
 import pytest
@@ -140,3 +141,31 @@ def test_a_stage_whose_bytes_are_not_its_layers_pages_is_a_config_error():
     with pytest.raises(kvconnect.ConfigError, match="613 bytes per GPU block on pipeline stage 0 "
                                                     "are not 3 layers of one page"):
         KvconnectConnector(config, KVConnectorRole.SCHEDULER, kv)
+
+
+def port_below_a_free_one() -> int:
+    """A port P such that P + 1 is free now (P itself need not be)."""
+    for _ in range(100):
+        with socket.socket() as low, socket.socket() as high:
+            low.bind(("127.0.0.1", 0))
+            port = low.getsockname()[1]
+            try:
+                high.bind(("127.0.0.1", port + 1))
+                return port
+            except OSError:
+                continue
+    raise AssertionError("no port below a free one in 100 tries")
+
+
+def test_a_fixed_port_is_data_parallel_rank_0s_and_rank_r_listens_at_port_plus_r():
+    port = port_below_a_free_one()
+    extra = {"cpu_bytes_to_use": 1 << 20, "runtime": {"host": "127.0.0.1", "port": port}}
+    config = v.vllm_config(extra, f"pytest-{os.getpid()}-dp", 4)
+    config.parallel_config.data_parallel_rank = 1
+    c = KvconnectConnector(config, KVConnectorRole.SCHEDULER, v.kv_cache_config(64, 4096, 4))
+    try:
+        assert c.scheduler.port == port + 1
+        assert c.scheduler.segment_name.endswith("-dp1-node0")
+    finally:
+        c.shutdown()
+    assert extra["runtime"] == {"host": "127.0.0.1", "port": port}  # vLLM's dict as it was
