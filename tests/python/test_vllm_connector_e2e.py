@@ -278,3 +278,12 @@ def test_a_cross_layer_kv_cache_whose_blocks_are_not_outermost_is_refused():
     finally:
         c.shutdown()
     assert not e.segment_path(engine_id).exists()
+
+
+def test_workers_in_the_schedulers_process_as_vllms_uniproc_executor_runs_them():
+    # vLLM on one GPU runs its worker in the EngineCore process, beside the scheduler
+    # (UniProcExecutor): the worker role's connector is built there first, then the scheduler
+    # role's, in one process (here two worker threads), and the same cycle is byte-exact.
+    engine_id = f"pytest-{os.getpid()}-uniproc"
+    with e.engine(engine_id, e.extra_config(), in_process=True) as (sched, workers):
+        check_prefix_reuse(sched, workers)

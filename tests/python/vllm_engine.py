@@ -22,6 +22,7 @@ import json
 import multiprocessing
 import os
 import pickle
+import threading
 from pathlib import Path
 
 import torch
@@ -228,10 +229,30 @@ class FrontEnd:
         self.prom.observe(data, 0)
 
 
-class Workers:
-    """TP worker processes, started at once; ready() waits for their connectors."""
+class WorkerThread(threading.Thread):
+    """A worker in the engine's own process (vLLM's UniProcExecutor: the worker lives in the
+    EngineCore process, beside the scheduler), with a process's exitcode."""
 
-    def __init__(self, engine_id: str, extra: dict, cross_layers: bool = False):
+    def __init__(self, args: tuple):
+        super().__init__(daemon=True)
+        self.args = args
+        self.exitcode: int | None = None
+
+    def run(self) -> None:
+        try:
+            worker_main(*self.args)
+            self.exitcode = 0
+        except BaseException:
+            self.exitcode = 1
+            raise
+
+
+class Workers:
+    """TP worker processes (threads of this process with `in_process`), started at once;
+    ready() waits for their connectors."""
+
+    def __init__(self, engine_id: str, extra: dict, cross_layers: bool = False,
+                 in_process: bool = False):
         ctx = multiprocessing.get_context("spawn")
         self.conns, self.procs = [], []
         # vLLM's KVOutputAggregator: per id, the workers that have not reported it yet.
@@ -240,8 +261,9 @@ class Workers:
         self.front_end = FrontEnd()
         for rank in range(TP):
             parent, child = ctx.Pipe()
-            p = ctx.Process(target=worker_main,
-                            args=(child, engine_id, rank, extra, cross_layers), daemon=True)
+            args = (child, engine_id, rank, extra, cross_layers)
+            p = WorkerThread(args) if in_process else \
+                ctx.Process(target=worker_main, args=args, daemon=True)
             p.start()
             self.conns.append(parent)
             self.procs.append(p)
@@ -299,6 +321,7 @@ class Workers:
                 assert self.reply(rank) == "stopped"
             p.join(REPLY_S)
             if p.is_alive():
+                assert not isinstance(p, WorkerThread), f"worker thread {rank} did not end"
                 p.kill()
                 p.join()
         assert all(p.exitcode == 0 for p in self.procs), [p.exitcode for p in self.procs]
@@ -310,12 +333,13 @@ def scheduler(engine_id: str, extra: dict) -> KvconnectConnector:
 
 
 @contextlib.contextmanager
-def engine(engine_id: str, extra: dict, cross_layers: bool = False):
+def engine(engine_id: str, extra: dict, cross_layers: bool = False, in_process: bool = False):
     """vLLM's order: the workers (TP ranks) build their connectors and register their KV caches
-    (vLLM's cross-layer one with `cross_layers`) first, then the scheduler side is built; yields
+    (vLLM's cross-layer one with `cross_layers`; in this process with `in_process`) first, then
+    the scheduler side is built; yields
     (scheduler side, workers). On the way out the scheduler side shuts down and the workers
     stop; after a body that raised nothing, the node's segment must be gone."""
-    workers = Workers(engine_id, extra, cross_layers)
+    workers = Workers(engine_id, extra, cross_layers, in_process)
     sched = None
     try:
         workers.ready()
