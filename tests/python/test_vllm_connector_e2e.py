@@ -287,3 +287,48 @@ def test_workers_in_the_schedulers_process_as_vllms_uniproc_executor_runs_them()
     engine_id = f"pytest-{os.getpid()}-uniproc"
     with e.engine(engine_id, e.extra_config(), in_process=True) as (sched, workers):
         check_prefix_reuse(sched, workers)
+
+
+def test_vllms_async_scheduling_plans_each_step_before_the_last_ones_output_byte_exact():
+    # vLLM's default (async scheduling, on unless something is incompatible; R1): EngineCore's
+    # batch queue schedules step N + 1 (its build_connector_meta) before update_from_output of
+    # step N. a is stored, freed and overwritten, then b loads a's prefix, all in that order.
+    engine_id = f"pytest-{os.getpid()}-async"
+    with e.engine(engine_id, e.extra_config()) as (sched, workers):
+        outputs = []
+
+        def pipelined(out, previous):
+            step = e.schedule_step(sched, workers, out)  # before the previous step's output
+            if previous is not None:
+                outputs.append(e.finish_step(sched, workers, *previous))
+            return step
+
+        a = v.Request("a", e.prefix_hashes(), 16, 0, None)
+        assert sched.get_num_new_matched_tokens(a, 0) == (0, False)
+        blocks_a = [1, 2, 3, 4]
+        sched.update_state_after_alloc(a, e.blocks_of(blocks_a), 0)
+        workers.all("write", (blocks_a, 1))
+        s1 = pipelined(e.output(new=[(a, blocks_a)]), None)
+        assert [j.gpu_blocks for j in sched.planned.stores] == [blocks_a]
+        stored = workers.all("read", blocks_a)
+        s2 = pipelined(e.output(), s1)  # step 1's output: a finishes there
+        a.num_computed_tokens = a.num_tokens
+        assert sched.request_finished(a, blocks_a) == (True, None)
+        s3 = pipelined(e.output(finished=["a"]), s2)
+        s4 = pipelined(e.output(), s3)
+        assert {"a"} == set().union(*(o.finished_sending or () for o in outputs))
+        workers.all("write", (blocks_a, 99))  # vLLM reused a's freed blocks
+
+        b = v.Request("b", e.prefix_hashes() + [(200).to_bytes(8, "big")], 20, 0, None)
+        assert sched.get_num_new_matched_tokens(b, 0) == (16, True)
+        blocks_b = [4, 3, 2, 1, 5]
+        sched.update_state_after_alloc(b, e.blocks_of(blocks_b), 16)
+        s5 = pipelined(e.output(), s4)
+        assert [j.gpu_blocks for j in sched.planned.loads] == [blocks_b[:4]]
+        s6 = pipelined(e.output(), s5)
+        outputs.append(e.finish_step(sched, workers, *s6))
+        assert {"b"} == set().union(*(o.finished_recving or () for o in outputs))
+        assert not set().union(*(o.invalid_block_ids or () for o in outputs))
+        e.check_loaded(workers, blocks_a, stored, blocks_b)
+        assert sched.request_finished(b, blocks_b) == (False, None)
+        e.check_nothing_left(sched, workers)

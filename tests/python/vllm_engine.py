@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 import vllm_standins as v
-from kvconnect.vllm import KVConnectorRole, KvconnectConnector
+from kvconnect.vllm import KVConnectorRole, KvconnectConnector, KvconnectConnectorMetadata
 
 BLOCK = 4  # tokens per GPU block (= offloaded block = hash block)
 NUM_BLOCKS = 8  # GPU blocks per rank; block 0 is vLLM's null block
@@ -381,10 +381,24 @@ def engine_step(sched: KvconnectConnector, workers: Workers, out: v.SchedulerOut
     waited for and applied (explicit synchronisation: vLLM's call takes what has arrived), and
     what they release is added to the sets, as vLLM's next call would bring it: finished sets
     only (vLLM reads invalid block ids before that call; none may come there)."""
+    return finish_step(sched, workers, *schedule_step(sched, workers, out, hold), wait)
+
+
+def schedule_step(sched: KvconnectConnector, workers: Workers, out: v.SchedulerOutput,
+                  hold: tuple[int, ...] = ()) -> tuple[KvconnectConnectorMetadata, list]:
+    """A step's first half (engine_step): build_connector_meta and the workers' execute_model.
+    Returns the metadata and the workers' reports, for finish_step."""
     meta = sched.build_connector_meta(out)
     workers.kv_waits.planned(sched.planned.loads)
     results = workers.each("step", [pickle.dumps((meta, out.finished_req_ids, r in hold))
                                     for r in range(TP)])
+    return meta, results
+
+
+def finish_step(sched: KvconnectConnector, workers: Workers, meta: KvconnectConnectorMetadata,
+                results: list, wait: bool = True) -> v.KVConnectorOutput:
+    """A step's second half (engine_step): vLLM's aggregation of the workers' reports and its
+    update_from_output; with `wait`, the step's reports to the coordinator waited for."""
     workers.kv_waits.reported(results)
     kv_out = workers.aggregate(results)
     workers.kv_waits.update_from_output(sched, kv_out)
