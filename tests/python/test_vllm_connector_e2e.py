@@ -332,3 +332,18 @@ def test_vllms_async_scheduling_plans_each_step_before_the_last_ones_output_byte
         e.check_loaded(workers, blocks_a, stored, blocks_b)
         assert sched.request_finished(b, blocks_b) == (False, None)
         e.check_nothing_left(sched, workers)
+
+
+def test_uneven_pipeline_stages_each_load_what_they_stored_byte_exact():
+    # PP 4 of a 6-layer model, as vLLM splits it: stages of [1, 2, 2, 1] layers, each worker's
+    # kv_cache_config its own stage's (the scheduler's is stage 0's, a smaller one). One pool
+    # for all: every rank stores and loads its own layers byte-exact.
+    engine_id = f"pytest-{os.getpid()}-stages"
+    shape = e.Shape(tp=1, stages=(1, 2, 2, 1))
+    with e.engine(engine_id, e.extra_config(), shape=shape) as (sched, workers):
+        # vLLM's count: cpu_bytes_to_use // (stage 0's bytes per block * world size).
+        assert sched.scheduler.num_cpu_blocks == \
+            e.extra_config()["cpu_bytes_to_use"] // (1 * e.page_bytes() * 4)
+        check_prefix_reuse(sched, workers)
+        stored = workers.all("read", [1])
+        assert [len(layers) for layers in (s[1] for s in stored)] == [1, 2, 2, 1]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from dataclasses import dataclass
 import multiprocessing
 import os
 import pickle
@@ -38,12 +39,30 @@ TP = 2
 REPLY_S = 60.0  # deadline of one worker reply
 
 
+@dataclass(frozen=True)
+class Shape:
+    """The engine's parallelism: `tp` ranks per PP stage and each stage's layers (vLLM's split
+    of the model's layers); by default TP ranks of one stage of LAYERS layers."""
+    tp: int = TP
+    stages: tuple[int, ...] = (LAYERS,)
+
+    @property
+    def world(self) -> int:
+        return self.tp * len(self.stages)
+
+    def layers_of(self, rank: int) -> int:
+        return self.stages[rank // self.tp]
+
+
+ONE_STAGE = Shape()
+
+
 def page_bytes() -> int:
     return 2 * BLOCK * HEADS * HEAD_DIM * 2  # K and V of one block of one layer, fp16
 
 
-def kv_cache_config() -> v.KVCacheConfig:
-    return v.kv_cache_config(NUM_BLOCKS, page_bytes(), BLOCK, layers=LAYERS)
+def kv_cache_config(layers: int = LAYERS) -> v.KVCacheConfig:
+    return v.kv_cache_config(NUM_BLOCKS, page_bytes(), BLOCK, layers=layers)
 
 
 def extra_config(**runtime) -> dict:
@@ -62,8 +81,10 @@ def tier_extra_config(root_dir: Path, pool_blocks: int) -> dict:
             "runtime": {"job_timeout_ms": 0}}
 
 
-def vllm_config(extra: dict, engine_id: str, rank: int | None = None) -> v.VllmConfig:
-    config = v.vllm_config(extra, engine_id, BLOCK, tp=TP)
+def vllm_config(extra: dict, engine_id: str, rank: int | None = None,
+                shape: Shape = ONE_STAGE) -> v.VllmConfig:
+    config = v.vllm_config(extra, engine_id, BLOCK, tp=shape.tp, pp=len(shape.stages),
+                           num_layers=sum(shape.stages))
     if rank is not None:
         config.parallel_config.rank = rank
     return config
@@ -74,10 +95,10 @@ def segment_path(engine_id: str) -> Path:
     return Path("/dev/shm") / f"kvc-{os.getuid()}-vllm-{engine_id}-dp0-node0"
 
 
-def kv_tensors() -> dict:
+def kv_tensors(layers: int = LAYERS) -> dict:
     """FlashAttention's layout per layer: (2 for K and V, blocks, block size, heads, head_dim)."""
     return {f"layer{i}": torch.zeros((2, NUM_BLOCKS, BLOCK, HEADS, HEAD_DIM), dtype=torch.float16)
-            for i in range(LAYERS)}
+            for i in range(layers)}
 
 
 def cross_layer_kv_cache() -> tuple[torch.Tensor, dict]:
@@ -93,17 +114,19 @@ def cross_layer_kv_cache() -> tuple[torch.Tensor, dict]:
     return cross, {f"layer{i}": layers[i] for i in range(LAYERS)}
 
 
-def worker_main(conn, engine_id: str, rank: int, extra: dict, cross_layers: bool) -> None:
-    """One GPU worker process: its connector and KV cache (per layer, or vLLM's cross-layer
-    one: `cross_layers`), then the steps the engine sends."""
-    c = KvconnectConnector(vllm_config(extra, engine_id, rank), KVConnectorRole.WORKER,
-                           kv_cache_config())
+def worker_main(conn, engine_id: str, rank: int, extra: dict, cross_layers: bool,
+                shape: Shape) -> None:
+    """One GPU worker process: its connector and KV cache (its stage's layers; per layer, or
+    vLLM's cross-layer one: `cross_layers`), then the steps the engine sends."""
+    layers = shape.layers_of(rank)
+    c = KvconnectConnector(vllm_config(extra, engine_id, rank, shape), KVConnectorRole.WORKER,
+                           kv_cache_config(layers))
     if cross_layers:
         assert c.prefer_cross_layer_blocks
         cross, kv = cross_layer_kv_cache()
         c.register_cross_layers_kv_cache(cross, v.FlashAttentionBackend)
     else:
-        kv = kv_tensors()
+        kv = kv_tensors(layers)
         c.register_kv_caches(kv)
     conn.send("ready")
     try:
@@ -152,7 +175,8 @@ class KvWaits:
     update_connector_output (read by nobody) and that a request released to run was named
     loaded by every rank (its load's copies all ended)."""
 
-    def __init__(self):
+    def __init__(self, world: int):
+        self.world = world
         self.loading: dict[str, tuple[set[int], set[int]]] = {}  # id -> (blocks, ranks done)
         self.marked: set[str] = set()  # to recompute once released
         self.ran: list[str] = []  # released on their loaded blocks, in order
@@ -185,7 +209,7 @@ class KvWaits:
                 self.marked.discard(req_id)
                 self.recomputed.append(req_id)
                 continue
-            missing = sorted(set(range(TP)) - ranks)
+            missing = sorted(set(range(self.world)) - ranks)
             assert not missing, f"{req_id} runs on KV rank(s) {missing} did not finish loading"
             self.ran.append(req_id)
 
@@ -252,16 +276,17 @@ class Workers:
     ready() waits for their connectors."""
 
     def __init__(self, engine_id: str, extra: dict, cross_layers: bool = False,
-                 in_process: bool = False):
+                 in_process: bool = False, shape: Shape = ONE_STAGE):
         ctx = multiprocessing.get_context("spawn")
+        self.world = shape.world
         self.conns, self.procs = [], []
         # vLLM's KVOutputAggregator: per id, the workers that have not reported it yet.
         self.remaining: dict[str, dict[str, int]] = {"sending": {}, "recving": {}}
-        self.kv_waits = KvWaits()
+        self.kv_waits = KvWaits(self.world)
         self.front_end = FrontEnd()
-        for rank in range(TP):
+        for rank in range(self.world):
             parent, child = ctx.Pipe()
-            args = (child, engine_id, rank, extra, cross_layers)
+            args = (child, engine_id, rank, extra, cross_layers, shape)
             p = WorkerThread(args) if in_process else \
                 ctx.Process(target=worker_main, args=args, daemon=True)
             p.start()
@@ -276,7 +301,7 @@ class Workers:
         return conn.recv()
 
     def ready(self) -> None:
-        assert [self.reply(r) for r in range(TP)] == ["ready"] * TP
+        assert [self.reply(r) for r in range(self.world)] == ["ready"] * self.world
 
     def aggregate(self, results: list) -> v.KVConnectorOutput:
         """vLLM's KVOutputAggregator over one step's (sending, recving, load errors, stats): an
@@ -288,7 +313,7 @@ class Workers:
             done = set()
             for report in results:
                 for req_id in report[i]:
-                    left = remaining.get(req_id, TP) - 1
+                    left = remaining.get(req_id, self.world) - 1
                     if left == 0:
                         remaining.pop(req_id, None)
                         done.add(req_id)
@@ -306,13 +331,13 @@ class Workers:
                                    set().union(*(r[2] for r in results)), stats or None)
 
     def all(self, op: str, args=None) -> list:
-        return self.each(op, [args] * TP)
+        return self.each(op, [args] * self.world)
 
     def each(self, op: str, args: list) -> list:
         """`op` on every rank r with args[r]."""
         for conn, a in zip(self.conns, args):
             conn.send((op, a))
-        return [self.reply(r) for r in range(TP)]
+        return [self.reply(r) for r in range(self.world)]
 
     def stop(self) -> None:
         for rank, (conn, p) in enumerate(zip(self.conns, self.procs)):
@@ -327,23 +352,25 @@ class Workers:
         assert all(p.exitcode == 0 for p in self.procs), [p.exitcode for p in self.procs]
 
 
-def scheduler(engine_id: str, extra: dict) -> KvconnectConnector:
-    return KvconnectConnector(vllm_config(extra, engine_id), KVConnectorRole.SCHEDULER,
-                              kv_cache_config())
+def scheduler(engine_id: str, extra: dict, shape: Shape = ONE_STAGE) -> KvconnectConnector:
+    """The scheduler role; vLLM gives it worker 0's kv_cache_config (stage 0's layers)."""
+    return KvconnectConnector(vllm_config(extra, engine_id, shape=shape),
+                              KVConnectorRole.SCHEDULER, kv_cache_config(shape.stages[0]))
 
 
 @contextlib.contextmanager
-def engine(engine_id: str, extra: dict, cross_layers: bool = False, in_process: bool = False):
+def engine(engine_id: str, extra: dict, cross_layers: bool = False, in_process: bool = False,
+           shape: Shape = ONE_STAGE):
     """vLLM's order: the workers (TP ranks) build their connectors and register their KV caches
     (vLLM's cross-layer one with `cross_layers`; in this process with `in_process`) first, then
     the scheduler side is built; yields
     (scheduler side, workers). On the way out the scheduler side shuts down and the workers
     stop; after a body that raised nothing, the node's segment must be gone."""
-    workers = Workers(engine_id, extra, cross_layers, in_process)
+    workers = Workers(engine_id, extra, cross_layers, in_process, shape)
     sched = None
     try:
         workers.ready()
-        sched = scheduler(engine_id, extra)
+        sched = scheduler(engine_id, extra, shape)
         yield sched, workers
     finally:
         if sched is not None:
@@ -391,7 +418,7 @@ def schedule_step(sched: KvconnectConnector, workers: Workers, out: v.SchedulerO
     meta = sched.build_connector_meta(out)
     workers.kv_waits.planned(sched.planned.loads)
     results = workers.each("step", [pickle.dumps((meta, out.finished_req_ids, r in hold))
-                                    for r in range(TP)])
+                                    for r in range(workers.world)])
     return meta, results
 
 
@@ -472,7 +499,7 @@ def check_loaded(workers: Workers, blocks_a: list[int], stored: list,
                  blocks_b: list[int]) -> None:
     """Every rank's blocks_b hold what a stored in blocks_a."""
     loaded = workers.all("read", blocks_b[:len(blocks_a)])
-    for r in range(TP):
+    for r in range(workers.world):
         for src, dst in zip(blocks_a, blocks_b):
             assert loaded[r][dst] == stored[r][src], f"rank {r}: block {dst}"
 
@@ -490,7 +517,7 @@ def check_nothing_left(sched: KvconnectConnector, workers: Workers,
                                    "coordinator_jobs", "channel_queued_steps")} == \
         {"requests": 0, "jobs": 0, "loads": 0, "tier_jobs": 0, "promoting": 0,
          "coordinator_jobs": straggling, "channel_queued_steps": 0}
-    assert workers.all("tables") == [(0, 0, 0)] * TP
+    assert workers.all("tables") == [(0, 0, 0)] * workers.world
 
 
 def load_b_checked(sched: KvconnectConnector, workers: Workers, blocks_a: list[int],
