@@ -37,12 +37,11 @@ and answers True (docs/python.md). Not yet: more than one KV-cache group.
 from __future__ import annotations
 
 import enum
-import os
 from dataclasses import dataclass
 from typing import Any
 
 import kvconnect
-from kvconnect import vllm_stages
+from kvconnect.vllm_config import load_config, worker_rank
 from kvconnect.vllm_stats import KvconnectConnectorStats, KvconnectPromMetrics
 
 try:  # vLLM's own types when vLLM is importable; stand-ins with the same fields otherwise.
@@ -103,89 +102,6 @@ def _role_name(role: Any) -> str:
     return name
 
 
-def _worker_rank(vllm_config: Any) -> int:
-    """The rank's global rank, pp_rank * tp_size + tp_rank: from vLLM's parallel state once it
-    is initialised (a vLLM worker), else parallel_config.rank."""
-    try:
-        from vllm.distributed import parallel_state as ps
-    except ImportError:
-        ps = None
-    if ps is not None and ps.model_parallel_is_initialized():
-        tp = vllm_config.parallel_config.tensor_parallel_size
-        return ps.get_pp_group().rank_in_group * tp + ps.get_tp_group().rank_in_group
-    return vllm_config.parallel_config.rank
-
-
-def load_config(vllm_config: Any, kv_cache_config: Any, stage: int = 0) -> kvconnect.Config:
-    """kvconnect's config of this vLLM engine: the extra config as the YAML file's keys (see the
-    module's docstring), vLLM's facts as the engine's overrides. `stage`: the PP stage whose
-    layers kv_cache_config holds (a worker's own; the scheduler's is stage 0's)."""
-    transfer = vllm_config.kv_transfer_config
-    extra = dict(transfer.kv_connector_extra_config or {})
-    sections = set(kvconnect.config_sections())
-    # The sections copied: what is added below must not reach vLLM's extra config.
-    config: dict[str, Any] = {k: dict(v) if isinstance(v, dict) else v
-                              for k, v in extra.items() if k in sections}
-    offload = config.setdefault("offload", {})
-    if not isinstance(offload, dict):
-        raise TypeError(f"kv_connector_extra_config: offload must be a dict, got "
-                        f"{type(offload).__name__}")
-    offload.update({k: v for k, v in extra.items() if k not in sections})
-    # Both sides of one engine derive the same instance and token from vLLM's config.
-    runtime = config.setdefault("runtime", {})
-    if isinstance(runtime, dict):
-        dp_rank = getattr(vllm_config.parallel_config, "data_parallel_rank", 0) or 0
-        runtime.setdefault("instance", f"vllm-{transfer.engine_id}-dp{dp_rank}")
-        runtime.setdefault("token", os.environ.get("KVCONNECT_TOKEN") or str(transfer.engine_id))
-        # A fixed port (ranks on other nodes) is data-parallel rank 0's; rank r's scheduler side
-        # listens at port + r, so that DP engines sharing the extra config do not collide.
-        port = runtime.get("port")
-        if isinstance(port, int) and not isinstance(port, bool) and port > 0:
-            runtime["port"] = port + dp_rank
-
-    # KvconnectConnector is not a SupportsHMA, as vLLM R1's OffloadingConnector is not: vLLM
-    # turns its hybrid KV-cache manager off for such a connector and gives it one group
-    # (vllm/config/vllm.py, R1 and main). More come only from a kv_cache_config built otherwise.
-    groups = kv_cache_config.kv_cache_groups
-    if len(groups) != 1:
-        raise kvconnect.ConfigError(
-            f"kv_cache_config has {len(groups)} KV-cache groups; kvconnect serves one (it does "
-            f"not support vLLM's hybrid KV-cache manager, which vLLM turns off for it)")
-    parallel = vllm_config.parallel_config
-    cache = vllm_config.cache_config
-    num_blocks = kv_cache_config.num_blocks
-    total_bytes = sum(t.size for t in kv_cache_config.kv_cache_tensors)
-    gpu_block_size = groups[0].kv_cache_spec.block_size
-    # One page per layer of the model, the slot a rank's ceil(layers / PP) of them: every stage
-    # derives the same pool, with as many blocks as vLLM's scheduler counts (vllm_stages).
-    layers, page, stage0_bytes = vllm_stages.rank_geometry(
-        vllm_config, total_bytes // num_blocks if num_blocks > 0 else 0, stage)
-    if isinstance(offload, dict) and parallel.pipeline_parallel_size > 1:
-        block_size = offload.get("block_size", gpu_block_size)
-        factor = block_size // gpu_block_size if isinstance(block_size, int) else 0
-        offload["cpu_bytes_to_use"] = vllm_stages.pool_bytes(
-            offload.get("cpu_bytes_to_use"), stage0_bytes,
-            -(-layers // parallel.pipeline_parallel_size), page,
-            parallel.tensor_parallel_size * parallel.pipeline_parallel_size, factor)
-    engine = {
-        "topology": {
-            "tensor_parallel": parallel.tensor_parallel_size,
-            "pipeline_parallel": parallel.pipeline_parallel_size,
-        },
-        "kv_cache": {
-            # vLLM sizes the pool from the bytes of one GPU block over all of the rank's KV
-            # tensors: without PP one page per rank.
-            "layers": layers,
-            "page_bytes": page,
-            "gpu_block_size": gpu_block_size,
-            "hash_block_size": cache.block_size,
-            "gpu_blocks": num_blocks,
-            "enable_prefix_caching": bool(cache.enable_prefix_caching),
-        },
-    }
-    return kvconnect.Config(config, engine=engine)
-
-
 class KvconnectConnector(_BASE):  # type: ignore[misc, valid-type]
     """vLLM's KVConnectorBase_V1 over kvconnect: the scheduler role over
     kvconnect.SchedulerConnector, the worker role over kvconnect.WorkerConnector."""
@@ -197,7 +113,7 @@ class KvconnectConnector(_BASE):  # type: ignore[misc, valid-type]
             raise ValueError("KvconnectConnector needs vLLM's kv_cache_config")
         self._role_name = _role_name(role)
         # A worker's kv_cache_config holds its own PP stage's layers, the scheduler's stage 0's.
-        stage = _worker_rank(vllm_config) // vllm_config.parallel_config.tensor_parallel_size \
+        stage = worker_rank(vllm_config) // vllm_config.parallel_config.tensor_parallel_size \
             if self._role_name == "WORKER" else 0
         self.config = load_config(vllm_config, kv_cache_config, stage)
         self._scheduler: kvconnect.SchedulerConnector | None = None
@@ -212,7 +128,7 @@ class KvconnectConnector(_BASE):  # type: ignore[misc, valid-type]
             # runtime.port 0 (the default): the port the scheduler side publishes in the node's
             # segment; a fixed one (ranks on other nodes than the scheduler side): there, at
             # runtime.host, once something answers.
-            self._worker = kvconnect.WorkerConnector(self.config, _worker_rank(vllm_config),
+            self._worker = kvconnect.WorkerConnector(self.config, worker_rank(vllm_config),
                                                      create_or_attach=True)
             return
         events = getattr(vllm_config, "kv_events_config", None)
