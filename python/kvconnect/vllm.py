@@ -241,9 +241,10 @@ class KvconnectConnector(_BASE):  # type: ignore[misc, valid-type]
         blocks to be the outermost physical dimension (then block b is the b-th num_blocks-th of
         the tensor's bytes), which the backend's shape and stride order tell; else a
         ValueError. Then the rank joins the scheduler side in the background."""
-        shape = attn_backend.get_kv_cache_shape(num_blocks=1234, block_size=16, num_kv_heads=1,
-                                                head_size=256)
-        blocks_dim = list(shape).index(1234) + 1  # after the num_layers dimension vLLM adds
+        shape = list(attn_backend.get_kv_cache_shape(num_blocks=1234, block_size=16,
+                                                     num_kv_heads=1, head_size=256))
+        # The blocks' dimension, after the num_layers one vLLM puts first.
+        blocks_dim = shape.index(1234) + 1 if 1234 in shape else -1
         order = list(attn_backend.get_kv_cache_stride_order(include_num_layers_dimension=True))
         if blocks_dim not in order or order.index(blocks_dim) != 0:
             raise ValueError(

@@ -266,6 +266,8 @@ def test_a_cross_layer_kv_cache_whose_blocks_are_not_outermost_is_refused():
         cross, _ = e.cross_layer_kv_cache()
         with pytest.raises(ValueError, match="must keep the blocks outermost.*LayersOutermost"):
             c.register_cross_layers_kv_cache(cross, v.LayersOutermostBackend)
+        with pytest.raises(ValueError, match="must keep the blocks outermost.*NoBlocks"):
+            c.register_cross_layers_kv_cache(cross, v.NoBlocksBackend)
         with pytest.raises(ValueError, match="must be contiguous"):
             c.register_cross_layers_kv_cache(cross.transpose(0, 1), v.FlashAttentionBackend)
         with pytest.raises(ValueError, match="of 3584 bytes; vLLM's kv_cache_config has 4096"):

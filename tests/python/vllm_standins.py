@@ -229,3 +229,12 @@ class LayersOutermostBackend(FlashAttentionBackend):
     @staticmethod
     def get_kv_cache_stride_order(include_num_layers_dimension: bool = False) -> tuple[int, ...]:
         return (0, 1, 2, 3, 4, 5) if include_num_layers_dimension else (0, 1, 2, 3, 4)
+
+
+class NoBlocksBackend(FlashAttentionBackend):
+    """A backend whose cache shape has no blocks dimension."""
+
+    @staticmethod
+    def get_kv_cache_shape(num_blocks: int, block_size: int, num_kv_heads: int, head_size: int,
+                           cache_dtype_str: str = "auto") -> tuple[int, ...]:
+        return (2, block_size, num_kv_heads, head_size)
