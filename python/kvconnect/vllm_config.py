@@ -134,7 +134,9 @@ def stage_layers(num_layers: int, pp: int) -> list[int]:
 
 def rank_geometry(vllm_config: Any, rank_bytes: int, stage: int) -> tuple[int, int, int]:
     """(kv_cache.layers, kv_cache.page_bytes, stage 0's bytes per block) for kvconnect's config
-    of a rank of PP `stage` whose kv_cache_config gives `rank_bytes` per GPU block."""
+    of a rank of PP `stage` whose kv_cache_config gives `rank_bytes` per GPU block. Stages of
+    one layer count: one page per rank and stage, whatever the layers' pages (every rank's block
+    is the same); else one page per layer of the model."""
     pp = vllm_config.parallel_config.pipeline_parallel_size
     if pp == 1:
         return 1, rank_bytes, rank_bytes
@@ -143,6 +145,8 @@ def rank_geometry(vllm_config: Any, rank_bytes: int, stage: int) -> tuple[int, i
         raise kvconnect.ConfigError(
             f"model_config: {num_layers!r} hidden layers over {pp} pipeline stages")
     stages = stage_layers(num_layers, pp)
+    if len(set(stages)) == 1:
+        return pp, rank_bytes, rank_bytes
     here = stages[stage]
     if rank_bytes % here != 0:
         raise kvconnect.ConfigError(

@@ -133,9 +133,9 @@ def test_a_pipeline_split_kvconnect_cannot_pool_is_a_config_error(monkeypatch, p
 
 
 def test_a_stage_whose_bytes_are_not_its_layers_pages_is_a_config_error():
-    # 6 layers over 2 stages: 3 each; a kv_cache_config of 613 bytes per block.
+    # 5 layers over 2 stages: [3, 2]; stage 0's kv_cache_config of 613 bytes per block.
     config = v.vllm_config({"cpu_bytes_to_use": 1 << 20}, f"pytest-{os.getpid()}-odd", 4, pp=2,
-                           num_layers=6)
+                           num_layers=5)
     kv = v.kv_cache_config(8, 256, 4, layers=2)
     kv.kv_cache_tensors = kv.kv_cache_tensors + [v.KVCacheTensor(808)]
     with pytest.raises(kvconnect.ConfigError, match="613 bytes per GPU block on pipeline stage 0 "
@@ -169,3 +169,16 @@ def test_a_fixed_port_is_data_parallel_rank_0s_and_rank_r_listens_at_port_plus_r
     finally:
         c.shutdown()
     assert extra["runtime"] == {"host": "127.0.0.1", "port": port}  # vLLM's dict as it was
+
+
+def test_even_pipeline_stages_keep_one_page_per_rank_whatever_the_layers_pages():
+    # 4 layers over 2 stages: [2, 2]; a kv_cache_config whose bytes are not 2 layers' pages (a
+    # model whose KV layers are not its hidden layers) still gives one pool of whole blocks.
+    extra = {"cpu_bytes_to_use": 100_000}
+    config = v.vllm_config(extra, f"pytest-{os.getpid()}-even", 4, pp=2, num_layers=4)
+    c = KvconnectConnector(config, KVConnectorRole.SCHEDULER,
+                           v.kv_cache_config(8, 256, 4, layers=3))
+    try:
+        assert c.scheduler.num_cpu_blocks == 100_000 // (3 * 256 * 2)  # vLLM's count
+    finally:
+        c.shutdown()
