@@ -113,9 +113,9 @@ class KvconnectConnector(_BASE):  # type: ignore[misc, valid-type]
             raise ValueError("KvconnectConnector needs vLLM's kv_cache_config")
         self._role_name = _role_name(role)
         # A worker's kv_cache_config holds its own PP stage's layers, the scheduler's stage 0's.
-        stage = worker_rank(vllm_config) // vllm_config.parallel_config.tensor_parallel_size \
-            if self._role_name == "WORKER" else 0
-        self.config = load_config(vllm_config, kv_cache_config, stage)
+        rank = worker_rank(vllm_config) if self._role_name == "WORKER" else 0
+        self.config = load_config(vllm_config, kv_cache_config,
+                                  rank // vllm_config.parallel_config.tensor_parallel_size)
         self._scheduler: kvconnect.SchedulerConnector | None = None
         self._worker: kvconnect.WorkerConnector | None = None
         self._bound: KvconnectConnectorMetadata | None = None
@@ -128,8 +128,7 @@ class KvconnectConnector(_BASE):  # type: ignore[misc, valid-type]
             # runtime.port 0 (the default): the port the scheduler side publishes in the node's
             # segment; a fixed one (ranks on other nodes than the scheduler side): there, at
             # runtime.host, once something answers.
-            self._worker = kvconnect.WorkerConnector(self.config, worker_rank(vllm_config),
-                                                     create_or_attach=True)
+            self._worker = kvconnect.WorkerConnector(self.config, rank, create_or_attach=True)
             return
         events = getattr(vllm_config, "kv_events_config", None)
         self._events_on = bool(events is not None and events.enable_kv_cache_events)

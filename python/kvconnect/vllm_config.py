@@ -73,11 +73,12 @@ def load_config(vllm_config: Any, kv_cache_config: Any, stage: int = 0) -> kvcon
     num_blocks = kv_cache_config.num_blocks
     total_bytes = sum(t.size for t in kv_cache_config.kv_cache_tensors)
     gpu_block_size = groups[0].kv_cache_spec.block_size
-    # One page per layer of the model, the slot a rank's ceil(layers / PP) of them: every stage
-    # derives the same pool, with as many blocks as vLLM's scheduler counts (rank_geometry).
+    # Uneven PP stages: one page per layer of the model, the slot a rank's ceil(layers / PP) of
+    # them, so every stage derives the same pool, with as many blocks as vLLM's scheduler counts
+    # (rank_geometry; stage0_bytes None: one page per rank, the pool as the config sizes it).
     layers, page, stage0_bytes = rank_geometry(
         vllm_config, total_bytes // num_blocks if num_blocks > 0 else 0, stage)
-    if isinstance(offload, dict) and parallel.pipeline_parallel_size > 1:
+    if isinstance(offload, dict) and stage0_bytes is not None:
         block_size = offload.get("block_size", gpu_block_size)
         factor = block_size // gpu_block_size if isinstance(block_size, int) else 0
         offload["cpu_bytes_to_use"] = pool_bytes(
@@ -132,21 +133,23 @@ def stage_layers(num_layers: int, pp: int) -> list[int]:
     return parts
 
 
-def rank_geometry(vllm_config: Any, rank_bytes: int, stage: int) -> tuple[int, int, int]:
+def rank_geometry(vllm_config: Any, rank_bytes: int,
+                  stage: int) -> tuple[int, int, int | None]:
     """(kv_cache.layers, kv_cache.page_bytes, stage 0's bytes per block) for kvconnect's config
-    of a rank of PP `stage` whose kv_cache_config gives `rank_bytes` per GPU block. Stages of
-    one layer count: one page per rank and stage, whatever the layers' pages (every rank's block
-    is the same); else one page per layer of the model."""
+    of a rank of PP `stage` whose kv_cache_config gives `rank_bytes` per GPU block. No PP, or
+    stages of one layer count: one page per rank and stage, whatever the layers' pages (every
+    rank's block is the same), and None for stage 0's bytes (the pool needs no rescaling); else
+    one page per layer of the model."""
     pp = vllm_config.parallel_config.pipeline_parallel_size
     if pp == 1:
-        return 1, rank_bytes, rank_bytes
+        return 1, rank_bytes, None
     num_layers = vllm_config.model_config.get_total_num_hidden_layers()
     if not isinstance(num_layers, int) or num_layers < pp:
         raise kvconnect.ConfigError(
             f"model_config: {num_layers!r} hidden layers over {pp} pipeline stages")
     stages = stage_layers(num_layers, pp)
     if len(set(stages)) == 1:
-        return pp, rank_bytes, rank_bytes
+        return pp, rank_bytes, None
     here = stages[stage]
     if rank_bytes % here != 0:
         raise kvconnect.ConfigError(

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import socket
 
 import pytest
 
@@ -109,18 +108,12 @@ def test_a_worker_whose_scheduler_never_comes_gets_a_timeout_naming_the_segment(
     assert not segment.exists()
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_workers_with_a_fixed_port_built_first_join_the_scheduler_once_it_listens_there():
     # A rank on another node than the scheduler side has no segment with its port: the extra
     # config names where it listens (runtime.host, runtime.port), and the workers, built
     # first as vLLM builds them, reach it there once it does.
     engine_id = f"pytest-{os.getpid()}-fixed-port"
-    with e.engine(engine_id, e.extra_config(host="127.0.0.1", port=free_port())) as \
+    with e.engine(engine_id, e.extra_config(host="127.0.0.1", port=e.free_port())) as \
             (sched, workers):
         check_prefix_reuse(sched, workers)
 
@@ -129,7 +122,7 @@ def test_a_worker_with_a_fixed_port_waits_there_not_for_the_segments_port():
     # A scheduler side serves the node's segment (its port published there), but the worker's
     # config names another port: the worker goes by its config, and nothing answers there.
     engine_id = f"pytest-{os.getpid()}-fixed-port-silent"
-    port = free_port()
+    port = e.free_port()
     sched = e.scheduler(engine_id, e.extra_config())
     try:
         assert sched.scheduler.port not in (0, port)

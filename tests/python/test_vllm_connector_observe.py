@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import stat
 import urllib.request
 from pathlib import Path
@@ -29,13 +28,6 @@ import vllm_engine as e  # noqa: E402
 
 RECV_MS = int(e.REPLY_S * 1000)  # the deadline of one receive
 END_SEQ = (1 << 64) - 1  # vLLM's replay end marker (-1)
-
-
-def free_port() -> int:
-    """A port no socket holds now: the metrics port must be fixed in the config (0 is off)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def metrics(host: str, port: int) -> dict[str, float]:
@@ -93,7 +85,7 @@ def test_metrics_kv_events_traces_and_record_through_the_extra_config(tmp_path: 
     engine_id = f"pytest-{os.getpid()}-observe"
     segment = e.segment_path(engine_id)
     trace_dir, record_dir = tmp_path / "trace", tmp_path / "record"
-    metrics_port = free_port()
+    metrics_port = e.free_port()  # fixed in the config (0 is off)
     extra = e.extra_config()
     extra["observe"] = {
         "metrics_port": metrics_port,

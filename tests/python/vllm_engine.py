@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import multiprocessing
 import os
 import pickle
+import socket
 import threading
 from pathlib import Path
 
@@ -88,6 +89,13 @@ def vllm_config(extra: dict, engine_id: str, rank: int | None = None,
     if rank is not None:
         config.parallel_config.rank = rank
     return config
+
+
+def free_port() -> int:
+    """A loopback port no socket holds now (a port a config must fix)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def segment_path(engine_id: str) -> Path:
