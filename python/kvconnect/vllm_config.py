@@ -58,6 +58,10 @@ def load_config(vllm_config: Any, kv_cache_config: Any, stage: int = 0) -> kvcon
         # listens at port + r, so that DP engines sharing the extra config do not collide.
         port = runtime.get("port")
         if isinstance(port, int) and not isinstance(port, bool) and port > 0:
+            if port + dp_rank > 65535:
+                raise kvconnect.ConfigError(
+                    f"runtime.port: {port} + data-parallel rank {dp_rank} is above 65535 (DP rank "
+                    f"r listens at runtime.port + r)")
             runtime["port"] = port + dp_rank
 
     # KvconnectConnector is not a SupportsHMA, as vLLM R1's OffloadingConnector is not: vLLM

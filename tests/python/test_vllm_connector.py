@@ -182,3 +182,13 @@ def test_even_pipeline_stages_keep_one_page_per_rank_whatever_the_layers_pages()
         assert c.scheduler.num_cpu_blocks == 100_000 // (3 * 256 * 2)  # vLLM's count
     finally:
         c.shutdown()
+
+
+def test_a_fixed_port_whose_data_parallel_offset_overflows_is_a_config_error():
+    extra = {"cpu_bytes_to_use": 1 << 20, "runtime": {"port": 65535}}
+    config = v.vllm_config(extra, f"pytest-{os.getpid()}-dp-port", 4)
+    config.parallel_config.data_parallel_rank = 1
+    with pytest.raises(kvconnect.ConfigError, match=r"runtime.port: 65535 \+ data-parallel rank 1 "
+                                                    r"is above 65535"):
+        KvconnectConnector(config, KVConnectorRole.SCHEDULER, v.kv_cache_config(64, 4096, 4))
+    assert not [n for n in os.listdir("/dev/shm") if "dp-port" in n]
