@@ -58,7 +58,7 @@ def main() -> int:
         order = ("base", "new") if r % 2 else ("new", "base")
         for side in order:
             for line in run(getattr(args, side), args.realtime, bench_args):
-                print(json.dumps({"round": r, "side": side, **line}), flush=True)
+                print(json.dumps({**line, "round": r, "side": side}), flush=True)
                 if line["bench"] == "python_scheduler":
                     steps.setdefault((side, line["requests"], line["path"]), []).append(
                         (r, line["us_per_step"], line["ratio_to_cxx"]))

@@ -35,8 +35,13 @@ no rank), the C++ figure is the bare planner: the difference is the binding plus
 Also measured: the cost of one cheap call through the binding (request_finished of an unknown id,
 a property read).
 
+With --rounds R the C++ planner and every path run R times per request count, the C++
+planner first in odd rounds and last in even ones; each round's line carries its own ratios,
+and a last line per request count gives their spread (min, median, max) over the rounds: the
+host's phases move every figure 1.5-2x, so a ratio is only read within a round.
+
 usage: python_scheduler_bench.py KVCONNECT [--requests 64,256,1024] [--steps 1000]
-                                 [--path tuples,vllm,r1] [--by-call]
+                                 [--path tuples,vllm,r1] [--rounds 1] [--by-call]
   (PYTHONPATH must hold build/python)
 """
 import argparse
@@ -427,12 +432,64 @@ def call_cost_ns(instance, calls=200_000):
         return out
 
 
+def cxx_planner_us(kvconnect_bin, n, steps):
+    """`kvconnect bench planner`'s mean µs a step for n requests (one round)."""
+    out = subprocess.run([kvconnect_bin, "bench", "planner", "--requests", str(n),
+                          "--steps", str(steps), "--rounds", "1"],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])["us_per_step"]
+
+
+def spread(values):
+    """min, median, max of `values`, rounded."""
+    return {"min": round(min(values), 2), "median": round(statistics.median(values), 2),
+            "max": round(max(values), 2)}
+
+
+def run_round(args, n, paths, tag, rnd):
+    """One round at n requests: the C++ planner and every path, in an order that alternates
+    between rounds (the C++ planner first in odd rounds, last in even ones), so that both meet
+    the same phases of a noisy host. Returns the paths' JSON lines, or None when two paths
+    planned different work."""
+    cxx_first = rnd % 2 == 1
+    cxx_us = cxx_planner_us(args.kvconnect, n, args.steps) if cxx_first else None
+    runs = {}
+    for path in paths:
+        bench = Bench(n, f"{tag}-{n}-{path}-{rnd}", path)
+        step_us, planned = bench.run(args.steps)
+        runs[path] = (step_us, planned, bench)
+    if not cxx_first:
+        cxx_us = cxx_planner_us(args.kvconnect, n, args.steps)
+    lines, means = {}, {}
+    for path, (step_us, planned, bench) in runs.items():
+        means[path] = mean = statistics.fmean(step_us)
+        s = sorted(step_us)
+        lines[path] = line = {
+            "bench": "python_scheduler", "path": path, "requests": n, "round": rnd,
+            "steps": len(s), "us_per_step": round(mean, 2), "p50_us": round(s[len(s) // 2], 2),
+            "p99_us": round(s[int(0.99 * len(s))], 2), "cxx_planner_us_per_step": cxx_us,
+            "ratio_to_cxx": round(mean / cxx_us, 2), **planned}
+        if args.by_call:
+            line["by_call_us"] = bench.by_call_us(args.steps)
+    if "r1" in means and "vllm" in means:
+        lines["vllm"]["r1_over_vllm"] = round(means["r1"] / means["vllm"], 2)
+    if "r1" in runs:
+        for path, (_, planned, _) in runs.items():
+            if planned != runs["r1"][1]:
+                print(f"python_scheduler_bench: {n} requests: r1 planned {runs['r1'][1]}, "
+                      f"{path} planned {planned}: not the same work", file=sys.stderr)
+                return None
+    return lines
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("kvconnect")
     ap.add_argument("--requests", default="64,256,1024")
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--path", default="tuples,vllm,r1")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="rounds per request count, the C++ planner run in each (alternated)")
     ap.add_argument("--by-call", action="store_true",
                     help="also give each connector call's µs per step")
     args = ap.parse_args()
@@ -440,39 +497,30 @@ def main():
     paths = args.path.split(",")
     if not paths or any(p not in PATHS for p in paths):
         ap.error("--path: tuples, vllm, r1 or several, comma-separated")
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
     tag = f"bench-py-{os.getpid()}"
     print(json.dumps({"bench": "python_call", **call_cost_ns(tag + "-call")}))
     for n in counts:
-        cxx = subprocess.run([args.kvconnect, "bench", "planner", "--requests", str(n),
-                              "--steps", str(args.steps), "--rounds", "1"],
-                             capture_output=True, text=True, check=True)
-        cxx_line = json.loads(cxx.stdout.strip().splitlines()[-1])
-        lines, means, planned = {}, {}, {}
-        for path in paths:
-            bench = Bench(n, f"{tag}-{n}-{path}", path)
-            step_us, planned[path] = bench.run(args.steps)
-            means[path] = mean = statistics.fmean(step_us)
-            s = sorted(step_us)
-            lines[path] = line = {
-                "bench": "python_scheduler", "path": path, "requests": n, "steps": len(s),
-                "us_per_step": round(mean, 2), "p50_us": round(s[len(s) // 2], 2),
-                "p99_us": round(s[int(0.99 * len(s))], 2),
-                "cxx_planner_us_per_step": cxx_line["us_per_step"],
-                "ratio_to_cxx": round(mean / cxx_line["us_per_step"], 2), **planned[path]}
-            if args.by_call:
-                line["by_call_us"] = bench.by_call_us(args.steps)
-        if "r1" in means and "vllm" in means:
-            lines["vllm"]["r1_over_vllm"] = round(means["r1"] / means["vllm"], 2)
-        for path in paths:
-            print(json.dumps(lines[path]), flush=True)
-        if "r1" in planned:
+        rounds = []
+        for rnd in range(1, args.rounds + 1):
+            lines = run_round(args, n, paths, tag, rnd)
+            if lines is None:
+                return 1
             for path in paths:
-                if planned[path] != planned["r1"]:
-                    print(f"python_scheduler_bench: {n} requests: r1 planned {planned['r1']}, "
-                          f"{path} planned {planned[path]}: not the same work", file=sys.stderr)
-                    return 1
+                print(json.dumps(lines[path]), flush=True)
+            rounds.append(lines)
+        if args.rounds > 1:  # the spread over the rounds, of each round's own ratios
+            summary = {"bench": "python_scheduler_rounds", "requests": n, "rounds": args.rounds,
+                       "cxx_planner_us_per_step": spread(
+                           [r[paths[0]]["cxx_planner_us_per_step"] for r in rounds])}
+            for path in paths:
+                summary[path] = {"us_per_step": spread([r[path]["us_per_step"] for r in rounds]),
+                                 "ratio_to_cxx": spread([r[path]["ratio_to_cxx"] for r in rounds])}
+            if "r1" in paths and "vllm" in paths:
+                summary["r1_over_vllm"] = spread([r["vllm"]["r1_over_vllm"] for r in rounds])
+            print(json.dumps(summary), flush=True)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
