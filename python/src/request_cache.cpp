@@ -78,7 +78,7 @@ uint32_t request_cache::find_or_create(std::string_view id) {
   return found;
 }
 
-const std::vector<block_key>& request_cache::keys(uint32_t index, py::handle hashes) {
+const std::vector<block_key>& request_cache::convert_keys(uint32_t index, py::handle hashes) {
   if (!PyList_Check(hashes.ptr()) && !PyTuple_Check(hashes.ptr())) {
     type_error("block_hashes must be a list or tuple, got " +
                std::string(py::str(py::type::handle_of(hashes).attr("__name__"))));

@@ -74,12 +74,22 @@ class request_cache {
   /// The keys of `hashes` (a list or tuple) for the entry, converting only those beyond the
   /// ones seen before (all of them when the list is shorter than that: another list). Valid
   /// until the next call for the same entry or forget().
-  const std::vector<block_key>& keys(uint32_t index, pybind11::handle hashes);
+  const std::vector<block_key>& keys(uint32_t index, pybind11::handle hashes) {
+    // Inlined: a list as long as the keys seen is the usual case of a running request.
+    std::vector<block_key>& seen = entries_[index].keys;
+    PyObject* h = hashes.ptr();
+    if (PyList_CheckExact(h) && static_cast<size_t>(PyList_GET_SIZE(h)) == seen.size()) {
+      return seen;
+    }
+    return convert_keys(index, hashes);
+  }
 
   void forget(std::string_view id);
   size_t size() const noexcept { return index_.size(); }
 
  private:
+  /// keys() of a list that is not the one seen, or longer.
+  const std::vector<block_key>& convert_keys(uint32_t index, pybind11::handle hashes);
   /// Transparent: lookups by string_view allocate nothing.
   struct id_hash {
     using is_transparent = void;

@@ -302,7 +302,10 @@ void step_requests::read_vllm(py::handle out, py::handle requests_by_id, request
       throw py::key_error("request " + std::string(f.id) +
                           " is scheduled but was never passed to get_num_new_matched_tokens");
     }
-    held.push_back(py::reinterpret_borrow<py::object>(id));  // f.id's str, while unlocked
+    // f.id's str, while unlocked: the entry holds the one it found by identity.
+    if (by_dict || cache.at(at).id_object.ptr() != id.ptr()) {
+      held.push_back(py::reinterpret_borrow<py::object>(id));
+    }
     if (!tokens) {
       PyObject* t = PyDict_GetItemWithError(scheduled.ptr(), id.ptr());
       if (t == nullptr) {
@@ -344,7 +347,11 @@ void step_requests::read_vllm(py::handle out, py::handle requests_by_id, request
       if (groups.size < 1) type_error("block_ids must hold the ids of one KV-cache group");
       block_ids = groups.at[0];
     }
-    add_blocks(f, block_ids, "block_ids");
+    if (block_ids.is_none()) {  // a running request's usual step: no new block
+      f.blocks_at = blocks.size();
+    } else {
+      add_blocks(f, block_ids, "block_ids");
+    }
     f.resumed = resumed;
     requests.push_back(f);
   };
