@@ -70,6 +70,23 @@ void read_invalid_blocks(py::handle out, std::vector<gpu_block>& ids) {
   }
 }
 
+/// Sets a flag for its lifetime.
+struct flag_set {
+  explicit flag_set(bool& f) : flag(f) { flag = true; }
+  ~flag_set() { flag = false; }
+  flag_set(const flag_set&) = delete;
+  flag_set& operator=(const flag_set&) = delete;
+  bool& flag;
+};
+
+/// A call's section that runs with the GIL released: `busy` is set (under the GIL) until the
+/// GIL is back.
+struct unlocked_section {
+  explicit unlocked_section(bool& busy) : set(busy) {}
+  flag_set set;  // first: set before the GIL goes, cleared after it is back
+  py::gil_scoped_release release;
+};
+
 /// The Python object: the facade and what it keeps of the requests (request_cache).
 class py_scheduler {
  public:
@@ -104,6 +121,17 @@ class py_scheduler {
     sc_.reset();
   }
 
+  /// One thread calls the object: a call that changes the request entries, from another thread
+  /// while a call runs with the GIL released (a step's plan reads views of the entries' strs
+  /// and keys), is a RuntimeError, not a race.
+  void enter() const {
+    if (busy_) {
+      throw std::runtime_error(
+          "kvconnect.SchedulerConnector: called from another thread while a call of it runs "
+          "(one thread calls it)");
+    }
+  }
+
   scheduler_connector& sc() {
     if (!sc_) raise(make_error(errc::precondition_failed, "the connector was shut down"));
     return *sc_;
@@ -122,6 +150,7 @@ class py_scheduler {
 
   py::tuple match(const std::string& id, py::handle hashes, uint32_t num_tokens,
                   uint32_t num_computed, bool remote_decode) {
+    enter();  // before the request entries change
     const uint32_t at = cache_.find_or_create(id);
     cache_.at(at).num_computed = num_computed;
     return answer(sc().get_num_new_matched_tokens(view(at, id, hashes, num_tokens, remote_decode),
@@ -129,6 +158,7 @@ class py_scheduler {
   }
 
   py::tuple vllm_match(py::handle request, uint32_t num_computed) {
+    enter();  // before the request entries change
     const uint32_t num_tokens = read_vllm_num_tokens(request);
     const uint32_t at = read_vllm_request(request, cache_);
     cache_.at(at).num_computed = num_computed;
@@ -142,6 +172,7 @@ class py_scheduler {
   /// to num_gpu_blocks, and keeps the table only until the step that schedules the request
   /// gives all of its blocks (build_connector_meta).
   void vllm_alloc(py::handle request, py::handle blocks, uint32_t num_external) {
+    enter();  // before the request entries change
     const uint32_t num_tokens = read_vllm_num_tokens(request);
     const uint32_t at = read_vllm_request(request, cache_);
     if (num_external == 0) {
@@ -182,6 +213,7 @@ class py_scheduler {
              const std::vector<gpu_block>& block_ids,
              const std::optional<std::vector<bool>>& hashed, uint32_t num_external,
              bool remote_decode) {
+    enter();  // before the request entries change
     const auto req = view(cache_.find_or_create(id), id, hashes, num_tokens, remote_decode);
     if (!hashed) {
       check(sc().update_state_after_alloc(req, block_ids, num_external));
@@ -194,12 +226,14 @@ class py_scheduler {
   /// build_connector_meta of tuples (step_requests::read_tuples).
   connector_metadata build(step_id step, py::handle fresh, py::handle cached,
                            py::handle preempted) {
+    enter();  // before the request entries change
     step_.read_tuples(fresh, cached, preempted, cache_);
     return plan(step);
   }
 
   /// build_connector_meta of vLLM's SchedulerOutput (step_requests::read_vllm).
   connector_metadata build_vllm(step_id step, py::handle scheduler_output, py::handle requests) {
+    enter();  // before the request entries change
     step_.read_vllm(scheduler_output, requests, cache_,
                     sc().planner().geometry().offloaded_block_size);
     return plan(step);
@@ -212,7 +246,7 @@ class py_scheduler {
     if (!step) {  // takes what has arrived and waits for nothing: the GIL stays held
       got = s.update_connector_output();
     } else {
-      py::gil_scoped_release unlocked;
+      unlocked_section unlocked(busy_);
       got = s.update_connector_output(*step, wait);
     }
     return take(std::move(got));
@@ -235,6 +269,7 @@ class py_scheduler {
 
   /// The id's text is read in place (vLLM's ids are longer than a std::string holds inline).
   bool finished(py::handle id_str) {
+    enter();  // before the request entries change
     const std::string_view id = text_of(id_str, "req_id");
     cache_.forget(id);
     return sc().request_finished(id);
@@ -256,7 +291,7 @@ class py_scheduler {
     const auto limit = duration_cast<std::chrono::milliseconds>(seconds(timeout));
     result<uint32_t> r = make_error(errc::internal, "");
     {
-      py::gil_scoped_release unlocked;
+      unlocked_section unlocked(busy_);
       r = sc_->shutdown(limit);
     }
     return take(std::move(r));
@@ -267,7 +302,7 @@ class py_scheduler {
     scheduler_connector& s = sc();
     status st;
     {
-      py::gil_scoped_release unlocked;
+      unlocked_section unlocked(busy_);
       st = s.wait_for_workers(limit);
     }
     check(st);
@@ -301,7 +336,7 @@ class py_scheduler {
     scheduler_connector& s = sc();
     result<connector_metadata> meta = make_error(errc::internal, "");
     {
-      py::gil_scoped_release unlocked;  // the first step may wait for the ranks to join
+      unlocked_section unlocked(busy_);  // the first step may wait for the ranks to join
       meta = s.build_connector_meta(
           {step, all.first(step_.num_new), all.subspan(step_.num_new), step_.preempted});
     }
@@ -319,6 +354,7 @@ class py_scheduler {
   std::vector<std::string_view> sending_, recving_;  // vllm_output's, reused
   std::vector<gpu_block> invalid_;                   // vllm_output's, reused
   connector_output results_;                         // job_results', reused
+  bool busy_ = false;  // a call of this object runs with the GIL released (enter())
 };
 
 py::dict stats_dict(const scheduler::connector_stats& s) {

@@ -10,6 +10,7 @@ threading.Event objects; nothing sleeps.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from pathlib import Path
 
@@ -75,6 +76,37 @@ def test_waiting_calls_release_the_gil_while_they_wait():
             w.get_finished([])
             w.clear_connector_metadata()
             assert waiting.outcome().through_step == 1
+
+
+def test_a_call_from_another_thread_while_one_waits_is_a_runtime_error_and_changes_nothing():
+    """One thread calls a SchedulerConnector: while a call of it waits with the GIL released
+    (here wait_for_workers), another thread's call that would change the binding's request
+    entries is refused before it touches anything (a waiting build_connector_meta's step holds
+    views of them). The waiting thread
+    keeps the GIL from its handshake until the wait releases it: no switch interval forces it
+    out before (sys.setswitchinterval), so the main thread runs only once the wait has begun."""
+    instance = f"pytest-{os.getpid()}-busy"
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1000.0)
+    try:
+        with kvconnect.SchedulerConnector(geometry(), instance=instance, token="t") as s:
+            s.get_num_new_matched_tokens("a", [1, 2], 8, 0)
+            waiting = InThread(lambda: s.wait_for_workers(LIMIT_S))
+            with pytest.raises(RuntimeError, match="another thread"):
+                s.request_finished("a")
+            with pytest.raises(RuntimeError, match="another thread"):
+                s.get_num_new_matched_tokens("b", [3], 4, 0)
+            w = kvconnect.WorkerConnector(geometry(), 0, instance=instance, token="t",
+                                          port=s.port)
+            w.register_kv_caches([torch.zeros((2, 16, 4, 256), dtype=torch.float16)], 16)
+            w.register_with_scheduler()
+            waiting.outcome()
+            with w:
+                assert s.tables()["binding_requests"] == 1  # "a" still, and no "b"
+                assert s.request_finished("a") is False  # the wait over: called as usual
+                assert s.tables()["binding_requests"] == 0
+    finally:
+        sys.setswitchinterval(interval)
 
 
 def test_a_recorded_run_refuses_job_results_from_outside_the_step_channel(tmp_path: Path):
