@@ -32,19 +32,6 @@ std::chrono::nanoseconds seconds(double s) {
   return duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(s));
 }
 
-/// The KVConnectorOutput field names vllm_output reads and writes, interned once (the module's
-/// lifetime; never freed): a name given as a C string is a new str per use.
-struct output_names {
-  PyObject* finished_sending = PyUnicode_InternFromString("finished_sending");
-  PyObject* finished_recving = PyUnicode_InternFromString("finished_recving");
-  PyObject* invalid_block_ids = PyUnicode_InternFromString("invalid_block_ids");
-};
-
-const output_names& out_names() {
-  static const output_names* n = new output_names;  // built under the GIL on first use
-  return *n;
-}
-
 /// Sets `o.name` (an interned str) to `value`.
 void set_attr(py::handle o, PyObject* name, const py::object& value) {
   if (PyObject_SetAttr(o.ptr(), name, value.ptr()) != 0) throw py::error_already_set();
@@ -53,7 +40,7 @@ void set_attr(py::handle o, PyObject* name, const py::object& value) {
 /// vLLM's KVConnectorOutput.invalid_block_ids (a set of ints; None or absent: none) into `ids`.
 void read_invalid_blocks(py::handle out, std::vector<gpu_block>& ids) {
   ids.clear();
-  const py::object got = py::getattr(out, out_names().invalid_block_ids, py::none());
+  const py::object got = py::getattr(out, vllm_field_names().invalid_block_ids, py::none());
   if (got.is_none()) return;
   for (py::handle b : got) {
     if (!PyLong_Check(b.ptr()) || PyBool_Check(b.ptr())) {
@@ -196,7 +183,7 @@ class py_scheduler {
     check(sc().apply_request_output(sending_, recving_, invalid_));
     const embed::connector_update u = output(std::nullopt, 0.0);
     const scheduler::request_completions& c = u.completions;
-    const output_names& n = out_names();
+    const vllm_names& n = vllm_field_names();
     set_attr(connector_output, n.finished_sending, set_or_none(c.finished_sending));
     set_attr(connector_output, n.finished_recving, set_or_none(c.finished_recving));
     if (c.invalid_block_ids.empty()) return;

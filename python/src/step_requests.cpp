@@ -63,34 +63,7 @@ items items_of(py::handle seq, const char* what) {
   return {PySequence_Fast_ITEMS(seq.ptr()), PySequence_Fast_GET_SIZE(seq.ptr())};
 }
 
-/// The vLLM field names, interned once (the module's lifetime; never freed).
-struct vllm_names {
-  PyObject* scheduled_new_reqs = PyUnicode_InternFromString("scheduled_new_reqs");
-  PyObject* scheduled_cached_reqs = PyUnicode_InternFromString("scheduled_cached_reqs");
-  PyObject* num_scheduled_tokens = PyUnicode_InternFromString("num_scheduled_tokens");
-  PyObject* preempted_req_ids = PyUnicode_InternFromString("preempted_req_ids");
-  PyObject* req_id = PyUnicode_InternFromString("req_id");
-  PyObject* req_ids = PyUnicode_InternFromString("req_ids");
-  PyObject* block_ids = PyUnicode_InternFromString("block_ids");
-  PyObject* new_block_ids = PyUnicode_InternFromString("new_block_ids");
-  PyObject* resumed_req_ids = PyUnicode_InternFromString("resumed_req_ids");
-  PyObject* block_hashes = PyUnicode_InternFromString("block_hashes");
-  PyObject* num_tokens = PyUnicode_InternFromString("num_tokens");
-  PyObject* num_computed_tokens = PyUnicode_InternFromString("num_computed_tokens");
-  PyObject* kv_transfer_params = PyUnicode_InternFromString("kv_transfer_params");
-  PyObject* do_remote_decode = PyUnicode_InternFromString("do_remote_decode");
-  PyObject* request_id = PyUnicode_InternFromString("request_id");
-  PyObject* blocks = PyUnicode_InternFromString("blocks");
-  PyObject* block_id = PyUnicode_InternFromString("block_id");
-  PyObject* block_hash = PyUnicode_InternFromString("block_hash");
-  PyObject* finished_sending = PyUnicode_InternFromString("finished_sending");
-  PyObject* finished_recving = PyUnicode_InternFromString("finished_recving");
-};
-
-const vllm_names& names() {
-  static const vllm_names* n = new vllm_names;  // built under the GIL on first use
-  return *n;
-}
+const vllm_names& names() { return vllm_field_names(); }
 
 /// Request.kv_transfer_params.get("do_remote_decode") (vLLM's P/D prefill instance).
 bool remote_decode_of(py::handle request) {
@@ -119,6 +92,11 @@ void add_texts(py::handle ids, const char* what, std::vector<std::string_view>& 
 }
 
 }  // namespace
+
+const vllm_names& vllm_field_names() {
+  static const vllm_names* n = new vllm_names;  // built under the GIL on first use
+  return *n;
+}
 
 uint32_t read_vllm_request(py::handle request, request_cache& cache) {
   uint32_t at = cache.last_holding(request);

@@ -24,6 +24,35 @@
 
 namespace kvc::python {
 
+/// The vLLM field names the binding reads and writes, interned once (the module's lifetime;
+/// never freed): a name given as a C string is a new str per use.
+struct vllm_names {
+  PyObject* scheduled_new_reqs = PyUnicode_InternFromString("scheduled_new_reqs");
+  PyObject* scheduled_cached_reqs = PyUnicode_InternFromString("scheduled_cached_reqs");
+  PyObject* num_scheduled_tokens = PyUnicode_InternFromString("num_scheduled_tokens");
+  PyObject* preempted_req_ids = PyUnicode_InternFromString("preempted_req_ids");
+  PyObject* req_id = PyUnicode_InternFromString("req_id");
+  PyObject* req_ids = PyUnicode_InternFromString("req_ids");
+  PyObject* block_ids = PyUnicode_InternFromString("block_ids");
+  PyObject* new_block_ids = PyUnicode_InternFromString("new_block_ids");
+  PyObject* resumed_req_ids = PyUnicode_InternFromString("resumed_req_ids");
+  PyObject* block_hashes = PyUnicode_InternFromString("block_hashes");
+  PyObject* num_tokens = PyUnicode_InternFromString("num_tokens");
+  PyObject* num_computed_tokens = PyUnicode_InternFromString("num_computed_tokens");
+  PyObject* kv_transfer_params = PyUnicode_InternFromString("kv_transfer_params");
+  PyObject* do_remote_decode = PyUnicode_InternFromString("do_remote_decode");
+  PyObject* request_id = PyUnicode_InternFromString("request_id");
+  PyObject* blocks = PyUnicode_InternFromString("blocks");
+  PyObject* block_id = PyUnicode_InternFromString("block_id");
+  PyObject* block_hash = PyUnicode_InternFromString("block_hash");
+  PyObject* finished_sending = PyUnicode_InternFromString("finished_sending");
+  PyObject* finished_recving = PyUnicode_InternFromString("finished_recving");
+  PyObject* invalid_block_ids = PyUnicode_InternFromString("invalid_block_ids");
+};
+
+/// The names, made on first use (the GIL held).
+const vllm_names& vllm_field_names();
+
 /// vLLM's Request for get_num_new_matched_tokens and update_state_after_alloc: the index of its
 /// entry in `cache`, which holds the Request object, its block_hashes list and its
 /// kv_transfer_params["do_remote_decode"] (request_cache::entry). Those two fields are read only
