@@ -82,7 +82,7 @@ def load_config(vllm_config: Any, kv_cache_config: Any, stage: int = 0) -> kvcon
     # (rank_geometry; stage0_bytes None: one page per rank, the pool as the config sizes it).
     layers, page, stage0_bytes = rank_geometry(
         vllm_config, total_bytes // num_blocks if num_blocks > 0 else 0, stage)
-    if isinstance(offload, dict) and stage0_bytes is not None:
+    if stage0_bytes is not None:
         block_size = offload.get("block_size", gpu_block_size)
         factor = block_size // gpu_block_size if isinstance(block_size, int) else 0
         offload["cpu_bytes_to_use"] = pool_bytes(

@@ -63,11 +63,9 @@ items items_of(py::handle seq, const char* what) {
   return {PySequence_Fast_ITEMS(seq.ptr()), PySequence_Fast_GET_SIZE(seq.ptr())};
 }
 
-const vllm_names& names() { return vllm_field_names(); }
-
 /// Request.kv_transfer_params.get("do_remote_decode") (vLLM's P/D prefill instance).
 bool remote_decode_of(py::handle request) {
-  const vllm_names& n = names();
+  const vllm_names& n = vllm_field_names();
   const py::object params = attr(request, n.kv_transfer_params);
   if (params.is_none()) return false;
   if (!PyDict_Check(params.ptr())) {
@@ -101,7 +99,7 @@ const vllm_names& vllm_field_names() {
 uint32_t read_vllm_request(py::handle request, request_cache& cache) {
   uint32_t at = cache.last_holding(request);
   if (at != request_cache::npos) return at;
-  const vllm_names& n = names();
+  const vllm_names& n = vllm_field_names();
   const py::object id = attr(request, n.request_id);
   std::string_view text;
   at = cache.find(id, text, "Request.request_id");
@@ -114,12 +112,12 @@ uint32_t read_vllm_request(py::handle request, request_cache& cache) {
 }
 
 uint32_t read_vllm_num_tokens(py::handle request) {
-  return u32_of(attr(request, names().num_tokens).ptr(), "Request.num_tokens");
+  return u32_of(attr(request, vllm_field_names().num_tokens).ptr(), "Request.num_tokens");
 }
 
 void read_vllm_blocks(py::handle blocks, size_t num_gpu_blocks, std::vector<gpu_block>& ids,
                       std::vector<uint8_t>& hashed) {
-  const vllm_names& n = names();
+  const vllm_names& n = vllm_field_names();
   ids.clear();
   hashed.clear();
   const py::object groups_obj = attr(blocks, n.blocks);
@@ -149,7 +147,7 @@ void read_vllm_blocks(py::handle blocks, size_t num_gpu_blocks, std::vector<gpu_
 
 void read_vllm_finished(py::handle out, std::vector<std::string_view>& sending,
                         std::vector<std::string_view>& recving, std::vector<py::object>& held) {
-  const vllm_names& n = names();
+  const vllm_names& n = vllm_field_names();
   sending.clear();
   recving.clear();
   add_texts(attr(out, n.finished_sending), "finished_sending", sending, held);
@@ -248,7 +246,7 @@ void step_requests::read_tuples(py::handle fresh, py::handle cached, py::handle 
 void step_requests::read_vllm(py::handle out, py::handle requests_by_id, request_cache& cache,
                               uint32_t offloaded_block_size) {
   clear();
-  const vllm_names& n = names();
+  const vllm_names& n = vllm_field_names();
   const bool by_dict = !requests_by_id.is_none();
   if (by_dict && !PyDict_Check(requests_by_id.ptr())) {
     wrong_type("requests", "a dict or None", requests_by_id.ptr());
