@@ -91,6 +91,12 @@ void blocking_coordinator::receive_frames(std::chrono::milliseconds timeout) {
   log_notes();
 }
 
+void blocking_coordinator::forget_jobs(std::span<const job_id> jobs) {
+  if (jobs.empty()) return;
+  core_->forget_jobs(jobs);
+  log_notes();
+}
+
 void blocking_coordinator::take_arrived() {
   // The emptiness check comes first: a CAF receive with a timeout, even zero, arms a timer on
   // the actor clock's thread (a wake-up).

@@ -356,6 +356,18 @@ void completion_aggregator::time_out(job_map::iterator it, uint64_t now) {
   set_deadline(it->second, saturating_add(now, straggler_grace_));
 }
 
+size_t completion_aggregator::forget_jobs(std::span<const job_id> jobs) {
+  size_t tracked = 0;
+  for (const job_id job : jobs) {
+    const auto it = jobs_.find(job);
+    if (it == jobs_.end()) continue;
+    ++tracked;
+    forget(it, /*remember=*/true);
+  }
+  stats_.forgotten += tracked;
+  return tracked;
+}
+
 size_t completion_aggregator::expire_steps(step_id step, uint64_t now) {
   size_t timed_out = 0;
   while (!step_deadlines_.empty() && step_deadlines_.begin()->first <= step) {

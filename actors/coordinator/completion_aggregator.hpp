@@ -50,6 +50,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -105,6 +106,7 @@ struct aggregator_stats {
   uint64_t orphans_dropped = 0;  ///< never-expected jobs forgotten after the grace
   uint64_t rank_losses = 0;      ///< an alive rank lost (on_rank_lost)
   uint64_t rank_restarts = 0;    ///< a rank registered with a higher incarnation
+  uint64_t forgotten = 0;        ///< tracked jobs the engine decided itself (forget_jobs)
 
   friend bool operator==(const aggregator_stats&, const aggregator_stats&) = default;
 };
@@ -140,6 +142,14 @@ class completion_aggregator {
   /// errc::io_error (returns how many) and it no longer holds the step barrier back. Losing a
   /// lost rank again is a no-op. Error (invalid_argument) for an unknown rank.
   result<size_t> on_rank_lost(rank_id rank);
+
+  /// The engine decided these jobs itself (a replay playing the workers' part passed their
+  /// results, or its own finished sets, to the planner): each tracked one is forgotten without
+  /// a result, its deadlines with it, and remembered like a failed job's, so that a rank's late
+  /// report is absorbed. A result decided before and not handed out yet still goes out.
+  /// Unknown ids are skipped. Returns how many were tracked. Without it such a job waits for
+  /// reports that never come: held until its deadline, which then fails it (or forever).
+  size_t forget_jobs(std::span<const job_id> jobs);
 
   /// Fails expected jobs whose deadline is <= now (errc::timeout; returns how many), drops
   /// never-expected jobs and failed jobs' straggler windows that ran out, and starts the grace

@@ -131,6 +131,8 @@ void step_coordinator::tick(uint64_t now) {
   if (!open_steps_.empty() && open_steps_.front().second <= now) release_open_steps("time");
 }
 
+void step_coordinator::forget_jobs(std::span<const job_id> jobs) { agg_.forget_jobs(jobs); }
+
 void step_coordinator::forget_released_steps() {
   const auto released = agg_.last_output_step();
   while (!open_steps_.empty() && released && open_steps_.front().first <= *released) {

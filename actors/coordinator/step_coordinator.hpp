@@ -72,6 +72,8 @@ class step_coordinator final : public step_core {
   void rank_down(rank_id rank) override;
   /// Deadlines and grace periods up to `now`.
   void tick(uint64_t now) override;
+  /// The engine decided these jobs itself (completion_aggregator::forget_jobs).
+  void forget_jobs(std::span<const job_id> jobs) override;
 
   /// The next released step output: completion_aggregator::poll_output, or after a job timed
   /// out, every result decided so far (see the recovery rules above), or, once a step passed

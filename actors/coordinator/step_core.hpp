@@ -6,10 +6,12 @@
 /// where the core consumes it. The coordinator actor holds one step_core and never knows which
 /// (blocking_coordinator::wrap_core).
 ///
-/// One call per input (a rank's report, a rank event, a step's expect, a tick, a poll), never
-/// one per block. Not thread-safe: the coordinator actor's thread calls everything.
+/// One call per input (a rank's report, a rank event, a step's expect, a tick, a poll, the
+/// jobs the engine decided itself), never one per block. Not thread-safe: the coordinator
+/// actor's thread calls everything.
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -39,6 +41,7 @@ class step_core {
   virtual void rank_up(rank_id rank, uint32_t incarnation) = 0;
   virtual void rank_down(rank_id rank) = 0;
   virtual void tick(uint64_t now) = 0;
+  virtual void forget_jobs(std::span<const job_id> jobs) = 0;
   virtual std::optional<connector_output> poll_output() = 0;
 
   virtual bool needs_tick() const noexcept = 0;

@@ -37,6 +37,7 @@ struct scheduler_connector::impl {
   /// A worker has attached over the step channel: the coordinator decides job outcomes, the
   /// engine's request-level sets only release requests (apply_request_output).
   bool workers_attached = false;
+  std::vector<job_id> outside_jobs;  ///< apply_job_results' ids, reused
 
   coordinator::blocking_coordinator& coord() { return host->coordinator(); }
 
@@ -233,6 +234,9 @@ status scheduler_connector::apply_request_output(std::span<const std::string_vie
                                       invalid_block_ids};
   auto st = m.planner->update_connector_output(out);
   m.notify([&](step_observer& o) { o.on_request_output(out); });
+  // The engine's word completed these jobs: the coordinator stops waiting for reports that no
+  // worker will send (their deadlines would fail them, long after, and the map would grow).
+  m.coord().forget_jobs(m.planner->jobs_completed_by_engine());
   m.call_end();
   return st;
 }
@@ -244,6 +248,10 @@ status scheduler_connector::apply_job_results(const connector_output& out) {
     if (auto st = o->admit_outside_results(); !st) return st;
   }
   auto st = m.planner->update_connector_output(out);
+  // Results from outside the step channel: the coordinator no longer waits for these jobs.
+  m.outside_jobs.clear();
+  for (const job_result& r : out.jobs) m.outside_jobs.push_back(r.job);
+  m.coord().forget_jobs(m.outside_jobs);
   m.call_end();
   return st;
 }

@@ -25,6 +25,10 @@ class recording_core final : public coordinator::step_core {
   void rank_up(rank_id rank, uint32_t incarnation) override;
   void rank_down(rank_id rank) override;
   void tick(uint64_t now) override;
+  /// Not written: the engine's request output that completed the jobs is in the record
+  /// (record_observer), and the replayer forgets what the planner completed from it, as the
+  /// facade does (apply_job_results, the other source, is refused while recording).
+  void forget_jobs(std::span<const job_id> jobs) override { target_->forget_jobs(jobs); }
   std::optional<connector_output> poll_output() override;
 
   bool needs_tick() const noexcept override { return target_->needs_tick(); }

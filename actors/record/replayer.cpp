@@ -111,6 +111,7 @@ class driver {
     const auto recving = views(e.finished_recving);
     (void)planner_->update_connector_output(
         scheduler::request_output{sending, recving, e.role, e.invalid_block_ids});
+    coord_.forget_jobs(planner_->jobs_completed_by_engine());  // as the facade does
     return std::nullopt;
   }
 

@@ -99,6 +99,9 @@ bool planner::settled(job_id job) const {
 std::span<const settled_result> planner::settled_results_dropped() const noexcept {
   return impl_->settled_dropped_;
 }
+std::span<const job_id> planner::jobs_completed_by_engine() const noexcept {
+  return impl_->engine_completed_;
+}
 bool planner::load_in_flight(std::string_view req_id) const {
   const uint32_t slot = impl_->find(req_id);
   return slot != impl::npos && impl_->states_[slot].load_job.has_value();

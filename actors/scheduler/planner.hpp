@@ -368,6 +368,10 @@ class planner {
   /// (reported already, or nothing to release). The first releases_requests output makes the
   /// engine's sets the only release of a loading request for the rest of the run.
   status update_connector_output(const request_output& out);
+  /// The jobs the last update_connector_output(request_output) completed (role
+  /// completes_jobs; empty for releases_requests), in the order it completed them: a
+  /// coordinator that expected them stops waiting for their reports (step_core::forget_jobs).
+  std::span<const job_id> jobs_completed_by_engine() const noexcept;
 
   /// The request-level outcomes gathered since the last call.
   request_completions take_request_completions();

@@ -266,6 +266,8 @@ class planner::impl {
   absl::flat_hash_map<job_id, bool> settled_;
   /// The results the last update_connector_output(connector_output) dropped as settled.
   std::vector<settled_result> settled_dropped_;
+  /// The jobs the last update_connector_output(request_output) completed (completes_jobs).
+  std::vector<job_id> engine_completed_;
   /// Set by the first releases_requests output: the engine's finished_recving alone releases a
   /// loading request (its workers name it, with a failed load's blocks: planner.hpp).
   bool engine_names_loads_ = false;

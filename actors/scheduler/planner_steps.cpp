@@ -276,6 +276,7 @@ status planner::impl::update_connector_output(const connector_output& out) {
 }
 
 status planner::impl::update_connector_output(const request_output& out) {
+  engine_completed_.clear();
   if (out.role == request_output_role::releases_requests) return release_requests(out);
   // The engine's word: its sets reach it as given, whatever they complete here.
   completions_.finished_sending.insert(completions_.finished_sending.end(),
@@ -295,6 +296,7 @@ status planner::impl::update_connector_output(const request_output& out) {
       if (jobs_.find(j)->second.kind == transfer_kind::store) scratch_jobs_.push_back(j);
     }
     // The last job of a finished request releases it; otherwise release it here.
+    engine_completed_.insert(engine_completed_.end(), scratch_jobs_.begin(), scratch_jobs_.end());
     for (job_id j : scratch_jobs_)
       complete_job(jobs_.find(j), true, /*report=*/false, rejected, first_error);
     slot = find(id);
@@ -303,6 +305,7 @@ status planner::impl::update_connector_output(const request_output& out) {
   for (std::string_view id : out.finished_recving) {
     const uint32_t slot = find(id);
     if (slot == npos || !states_[slot].load_job) continue;
+    engine_completed_.push_back(*states_[slot].load_job);
     complete_job(jobs_.find(*states_[slot].load_job), true, /*report=*/false, rejected,
                  first_error);
   }

@@ -114,7 +114,8 @@ class ConnectorUpdate:
 class SchedulerConnector:
     def __init__(self, config: Config, *, instance: Optional[str] = None,
                  token: Optional[str] = None, listen: bool = True,
-                 transport: str = "zmq", create_or_attach: bool = False) -> None: ...
+                 transport: str = "zmq", create_or_attach: bool = False,
+                 kv_events: bool = True) -> None: ...
     @property
     def host(self) -> str: ...
     @property

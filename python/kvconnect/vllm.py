@@ -132,7 +132,9 @@ class KvconnectConnector(_BASE):  # type: ignore[misc, valid-type]
             return
         events = getattr(vllm_config, "kv_events_config", None)
         self._events_on = bool(events is not None and events.enable_kv_cache_events)
-        self._scheduler = kvconnect.SchedulerConnector(self.config, create_or_attach=True)
+        # As vLLM's own connector: the pool's events are recorded only when vLLM takes them.
+        self._scheduler = kvconnect.SchedulerConnector(self.config, create_or_attach=True,
+                                                       kv_events=self._events_on)
         self._step = 0
         self.planned: kvconnect.ConnectorMetadata | None = None  # the last step's jobs
 
@@ -188,9 +190,9 @@ class KvconnectConnector(_BASE):  # type: ignore[misc, valid-type]
         return self._scheduler.request_finished(request.request_id), None
 
     def take_events(self) -> list:
-        events = self.scheduler.take_events()
-        if not self._events_on:  # vLLM's manager records none then
+        if not self._events_on:  # none recorded (vLLM's manager records none then)
             return []
+        events = self.scheduler.take_events()
         return [BlockStored(block_hashes=hashes, parent_block_hash=None, token_ids=[],
                             block_size=0, lora_id=None, medium=medium, lora_name=None)
                 if kind == "stored" else BlockRemoved(block_hashes=hashes, medium=medium)

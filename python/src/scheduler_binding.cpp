@@ -79,7 +79,7 @@ class py_scheduler {
  public:
   py_scheduler(const config_handle& cfg, const std::optional<std::string>& instance,
                const std::optional<std::string>& token, bool listen, const std::string& transport,
-               bool create_or_attach) {
+               bool create_or_attach, bool kv_events) {
     const std::string inst = instance.value_or(cfg.config.runtime.instance);
     const std::string tok = token.value_or(cfg.config.runtime.token);
     if (inst.empty()) raise_config({{"runtime.instance", "names the node's segment: needed"}});
@@ -89,6 +89,8 @@ class py_scheduler {
     c.listen = listen;
     c.pool.create_or_attach = create_or_attach;
     c.faults = faults_at_site(cfg, fault_site::channel);
+    // The pool's events are recorded for take_events, or for kvconnect's own publisher.
+    c.planner.manager.enable_events = kv_events || !c.observe.kv_events_endpoint.empty();
     if (transport == "memory") {
       c.transport = embed::step_transport::memory;
     } else if (transport != "zmq") {
@@ -486,10 +488,10 @@ void bind_scheduler(py::module_& m) {
                            "The scheduler side (embed::scheduler_connector): the planner, the "
                            "node's CPU pool, the coordinator. One thread calls it.")
       .def(py::init<const config_handle&, const std::optional<std::string>&,
-                    const std::optional<std::string>&, bool, const std::string&, bool>(),
+                    const std::optional<std::string>&, bool, const std::string&, bool, bool>(),
            py::arg("config"), py::kw_only(), py::arg("instance") = py::none(),
            py::arg("token") = py::none(), py::arg("listen") = true, py::arg("transport") = "zmq",
-           py::arg("create_or_attach") = false)
+           py::arg("create_or_attach") = false, py::arg("kv_events") = true)
       .def_property_readonly("host", [](py_scheduler& s) { return s.sc().config().network.host; })
       .def_property_readonly("port", [](py_scheduler& s) { return s.sc().port(); })
       .def_property_readonly("segment_name", [](py_scheduler& s) { return s.sc().segment_name(); })

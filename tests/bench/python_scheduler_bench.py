@@ -8,8 +8,11 @@ offloaded decode one token per step (GPU block = offloaded block = hash block = 
 staggered); every step the 4 oldest finish and 4 arrive whose first 512 tokens are one of 64
 shared prefixes: they look up, load the prefix (done the next step), then prefill and store the
 rest. Every job's result is fed back, successful, one step after it was planned
-(apply_job_results; no workers). Only the connector calls are timed (perf_counter_ns around
-them); the Python engine stand-in's own work is not.
+(apply_job_results; no workers). After each build_connector_meta the connector's take_events is
+called, as vLLM's scheduler calls it every step (Scheduler.schedule / update_from_output); KV
+events are off, vLLM's default (no kv_events_config), unless --kv-events: then every connector
+records them and take_events hands them out. Only the connector calls are timed
+(perf_counter_ns around them); the Python engine stand-in's own work is not.
 
 Three ways in, each timed (--path): "tuples", kvconnect.SchedulerConnector's calls with each
 scheduled request spelled out as a tuple (the engine stand-in builds the tuples, untimed);
@@ -17,7 +20,8 @@ scheduled request spelled out as a tuple (the engine stand-in builds the tuples,
 vLLM's fields, tests/python/vllm_standins.py; the engine stand-in builds them, as vLLM's
 scheduler does): what a vLLM engine pays per step; and "r1", the baseline: vLLM R1's own
 OffloadingConnector (scheduler role) in Python, tests/bench/reference_connector.py, called with
-the same objects (its block hashes are 32-byte strings, as vLLM's). Job results go back through
+the same objects (its block hashes are 32-byte strings, as vLLM's), its take_events drained as
+vLLM drains it. Job results go back through
 apply_job_results on the kvconnect paths (no workers); R1 learns of them from
 update_connector_output's KVConnectorOutput.finished_sending / finished_recving, which name the
 requests whose stores / loads it planned the step before (R1's own worker names a storing request
@@ -41,7 +45,7 @@ and a last line per request count gives their spread (min, median, max) over the
 host's phases move every figure 1.5-2x, so a ratio is only read within a round.
 
 usage: python_scheduler_bench.py KVCONNECT [--requests 64,256,1024] [--steps 1000]
-                                 [--path tuples,vllm,r1] [--rounds 1] [--by-call]
+                                 [--path tuples,vllm,r1] [--rounds 1] [--by-call] [--kv-events]
   (PYTHONPATH must hold build/python)
 """
 import argparse
@@ -118,9 +122,11 @@ def bench_config(n):
 class Calls:
     """Times only the connector's calls (perf_counter_ns around each), not the engine stand-in's
     work of building their arguments; by_call sums each call's time apart (--by-call).
-    hash_bytes: whether the requests carry vLLM's bytes block hashes."""
+    hash_bytes: whether the requests carry vLLM's bytes block hashes; kv_events: whether the
+    connectors record KV events (--kv-events)."""
 
     hash_bytes = False
+    kv_events = False
 
     def __init__(self):
         self.ns = 0
@@ -165,7 +171,8 @@ class TupleCalls(KvconnectCalls):
     def __init__(self, n, instance):
         super().__init__()
         self.sc = kvconnect.SchedulerConnector(bench_config(n), instance=instance, token="bench",
-                                               listen=False, transport="memory")
+                                               listen=False, transport="memory",
+                                               kv_events=self.kv_events)
 
     def match(self, r, computed):
         return self.timed(self.sc.get_num_new_matched_tokens, r.id, r.hashes, r.num_tokens,
@@ -187,6 +194,9 @@ class TupleCalls(KvconnectCalls):
 
     def output(self):
         return self.timed(self.sc.update_connector_output).finished_recving
+
+    def events(self):
+        self.timed(self.sc.take_events)
 
 
 class VllmObjects:
@@ -231,9 +241,10 @@ class VllmCalls(VllmObjects, KvconnectCalls):
         extra = {"cpu_bytes_to_use": n * CAPACITY_PER_REQUEST * 4096,
                  "runtime": {"instance": instance, "token": "bench", "job_timeout_ms": 0,
                              "job_timeout_steps": 0}}
-        self.connector = KvconnectConnector(
-            v.vllm_config(extra, instance, BLOCK), KVConnectorRole.SCHEDULER,
-            v.kv_cache_config(1 << 20, 4096, BLOCK))
+        config = v.vllm_config(extra, instance, BLOCK)
+        config.kv_events_config.enable_kv_cache_events = self.kv_events
+        self.connector = KvconnectConnector(config, KVConnectorRole.SCHEDULER,
+                                            v.kv_cache_config(1 << 20, 4096, BLOCK))
         self.sc = self.connector.scheduler
 
     def build(self, step, fresh, cached):
@@ -245,11 +256,14 @@ class VllmCalls(VllmObjects, KvconnectCalls):
         self.timed(self.connector.update_connector_output, out)
         return out.finished_recving or ()
 
+    def events(self):
+        self.timed(self.connector.take_events)
+
 
 class R1Calls(VllmObjects, Calls):
     """The baseline: vLLM R1's OffloadingConnector in Python (reference_connector), with the same
     objects, on the settings kvconnect gets (one KV-cache group of BLOCK-token blocks, factor 1,
-    the same CPU blocks, LRU, no reuse filter, prefix caching and events on). Its transfers
+    the same CPU blocks, LRU, no reuse filter, prefix caching; events as kv_events). Its transfers
     complete through update_connector_output the step after they were planned; the planned
     counts are read off the metadata, untimed."""
 
@@ -259,7 +273,7 @@ class R1Calls(VllmObjects, Calls):
         super().__init__()
         self.connector = rc.OffloadingConnector(rc.OffloadingSpec(
             gpu_block_size=(BLOCK,), block_size_factor=1, hash_block_size=BLOCK,
-            num_cpu_blocks=n * CAPACITY_PER_REQUEST))
+            num_cpu_blocks=n * CAPACITY_PER_REQUEST, enable_events=self.kv_events))
         self.finished_sending = set()
         self.finished_recving = set()
         self.counts = dict.fromkeys(PLANNED, 0)
@@ -283,9 +297,14 @@ class R1Calls(VllmObjects, Calls):
         out = v.KVConnectorOutput(self.finished_sending, self.finished_recving)
         self.finished_sending, self.finished_recving = set(), set()
         self.timed(self.connector.update_connector_output, out)
-        for _ in self.connector.take_events():  # untimed: the engine's kv-events publisher
-            pass
         return out.finished_recving
+
+    def take_events(self):
+        """R1's take_events is a generator: vLLM's scheduler drains it (list())."""
+        return list(self.connector.take_events())
+
+    def events(self):
+        self.timed(self.take_events)
 
     def stats(self):
         return dict(self.counts)
@@ -323,6 +342,7 @@ class Bench:
             self.alloc(r)
             self.step_no += 1
             calls.build(self.step_no, [calls.scheduled(r, 0, r.num_tokens, r.blocks)], [])
+            calls.events()
             calls.complete(self.step_no)
             calls.output()
             r.num_tokens += 1
@@ -376,6 +396,7 @@ class Bench:
 
         self.step_no += 1
         calls.build(self.step_no, fresh, cached)
+        calls.events()
         for r in self.running:
             r.num_tokens += 1
             r.extend()
@@ -466,6 +487,7 @@ def run_round(args, n, paths, tag, rnd):
         s = sorted(step_us)
         lines[path] = line = {
             "bench": "python_scheduler", "path": path, "requests": n, "round": rnd,
+            "kv_events": args.kv_events,
             "steps": len(s), "us_per_step": round(mean, 2), "p50_us": round(s[len(s) // 2], 2),
             "p99_us": round(s[int(0.99 * len(s))], 2), "cxx_planner_us_per_step": cxx_us,
             "ratio_to_cxx": round(mean / cxx_us, 2), **planned}
@@ -492,7 +514,10 @@ def main():
                     help="rounds per request count, the C++ planner run in each (alternated)")
     ap.add_argument("--by-call", action="store_true",
                     help="also give each connector call's µs per step")
+    ap.add_argument("--kv-events", action="store_true",
+                    help="KV events on (vLLM's kv_events_config): recorded and taken every step")
     args = ap.parse_args()
+    Calls.kv_events = args.kv_events
     counts = [int(x) for x in args.requests.split(",")]
     paths = args.path.split(",")
     if not paths or any(p not in PATHS for p in paths):

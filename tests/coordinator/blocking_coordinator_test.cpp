@@ -178,6 +178,10 @@ class input_log final : public step_core {
     target_->rank_down(rank);
   }
   void tick(uint64_t now) override { target_->tick(now); }  // when is the clock's business
+  void forget_jobs(std::span<const job_id> jobs) override {
+    lines_.push_back("forget " + std::to_string(jobs.size()));
+    target_->forget_jobs(jobs);
+  }
   std::optional<connector_output> poll_output() override {
     auto out = target_->poll_output();
     lines_.push_back(out ? "poll s" + std::to_string(out->step) : "poll none");

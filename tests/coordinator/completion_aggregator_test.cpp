@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <optional>
+#include <vector>
 
 namespace kvc::coordinator {
 namespace {
@@ -557,6 +558,49 @@ TEST(CompletionAggregatorTest, OutcomeNamesAreStable) {
   EXPECT_FALSE(is_rejected(report_outcome::duplicate));
   EXPECT_FALSE(is_rejected(report_outcome::absorbed));
   EXPECT_TRUE(is_rejected(report_outcome::future_incarnation));
+}
+
+
+TEST(CompletionAggregatorTest, JobsTheEngineDecidedAreForgottenWithoutAResultAndTheirReportsAbsorbed) {
+  completion_aggregator agg = make_aggregator(/*world=*/2);
+  ASSERT_TRUE(agg.expect(1, store, 0, /*deadline=*/100, /*step_deadline=*/5).ok());
+  ASSERT_TRUE(agg.expect(2, load, 0, /*deadline=*/100, /*step_deadline=*/5).ok());
+  ASSERT_TRUE(agg.expect(3, store, 0, std::nullopt).ok());
+  EXPECT_EQ(agg.on_report(ok_report(0, 2, load)), report_outcome::accepted);
+
+  const std::vector<job_id> engine_decided{1, 2, 99};  // 99: never tracked, skipped
+  EXPECT_EQ(agg.forget_jobs(engine_decided), 2u);
+  EXPECT_EQ(agg.stats().forgotten, 2u);
+  EXPECT_EQ(agg.tracked_jobs(), 1u);  // job 3 still waits
+  EXPECT_EQ(agg.table_sizes().deadlines, 0u);
+  EXPECT_FALSE(agg.needs_expire_steps());  // their step deadlines went with them
+
+  // No result, no timeout: the deadlines pass and only job 3 is ever decided.
+  EXPECT_EQ(agg.expire(1000), 0u);
+  EXPECT_EQ(agg.expire_steps(10, 1000), 0u);
+  EXPECT_EQ(agg.stats().timed_out, 0u);
+  EXPECT_TRUE(agg.take_output(0).jobs.empty());
+  // A worker's late word on a settled job is absorbed, never a second result or a new entry.
+  EXPECT_EQ(agg.on_report(ok_report(1, 2, load)), report_outcome::absorbed);
+  EXPECT_EQ(agg.on_report(ok_report(0, 1)), report_outcome::absorbed);
+  EXPECT_EQ(agg.tracked_jobs(), 1u);
+  EXPECT_TRUE(agg.take_output(1).jobs.empty());
+  // Expecting a settled id again is refused, as for any finished job.
+  EXPECT_FALSE(agg.expect(1, store, 2, std::nullopt).ok());
+}
+
+TEST(CompletionAggregatorTest, ForgettingADecidedJobKeepsItsPendingResult) {
+  completion_aggregator agg = make_aggregator(/*world=*/2);
+  ASSERT_TRUE(agg.expect(4, load, 0, std::nullopt).ok());
+  EXPECT_EQ(agg.on_report(failed_report(0, 4, errc::device_error, load)), report_outcome::failed);
+  const std::vector<job_id> engine_decided{4};
+  EXPECT_EQ(agg.forget_jobs(engine_decided), 1u);  // it waited for rank 1's straggler
+  EXPECT_EQ(agg.tracked_jobs(), 0u);
+  connector_output out = agg.take_output(0);  // decided before: still handed out, once
+  ASSERT_EQ(out.jobs.size(), 1u);
+  EXPECT_EQ(out.jobs[0].job, 4u);
+  EXPECT_FALSE(out.jobs[0].ok);
+  EXPECT_TRUE(agg.take_output(1).jobs.empty());
 }
 
 }  // namespace

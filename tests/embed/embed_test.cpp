@@ -595,6 +595,84 @@ TEST_P(EmbedTest, JobResultsFromOutsideTheStepChannelCompleteJobsOnce) {
   EXPECT_EQ((*sc)->stats().rejected_results, 1u);
 }
 
+TEST_P(EmbedTest, JobsTheEngineCompletedAreForgottenByTheCoordinatorNotTimedOut) {
+  // No worker, step deadlines two steps out: each step's store is completed by the engine,
+  // through apply_job_results or through its own finished_sending, and the coordinator must
+  // stop waiting for it there and then, not fail it (and log it) two steps later.
+  auto cfg = sched_cfg(1);
+  cfg.job_timeout_steps = 2;
+  auto sc = scheduler_connector::create(cfg);
+  ASSERT_TRUE(sc.ok()) << sc.error().to_string();
+  const std::vector<gpu_block> blocks{1, 2};
+  for (step_id step = 1; step <= 8; ++step) {
+    const std::string id = "r" + std::to_string(step);
+    const auto k = keys({100 + 2 * step, 101 + 2 * step});
+    const scheduler::request_view r{id, k, 8};
+    ASSERT_TRUE((*sc)->update_state_after_alloc(r, blocks, 0).ok());
+    const std::vector<scheduler::scheduled_request> fresh{{r, blocks, 0, 8}};
+    auto meta = (*sc)->build_connector_meta({step, fresh, {}, {}});
+    ASSERT_TRUE(meta.ok()) << meta.error().to_string();
+    ASSERT_EQ(meta->stores.size(), 1u);
+    EXPECT_EQ((*sc)->tables().coordinator_jobs, 1u);
+    if (step % 2 == 0) {
+      const connector_output done{step, {{meta->stores[0].id, transfer_kind::store, true}}};
+      ASSERT_TRUE((*sc)->apply_job_results(done).ok());
+    } else {
+      EXPECT_TRUE((*sc)->request_finished(id));  // delay_free: it stored
+      const std::vector<std::string_view> sending{id};
+      ASSERT_TRUE((*sc)->apply_request_output(sending, {}).ok());
+    }
+    EXPECT_EQ((*sc)->tables().coordinator_jobs, 0u) << "step " << step;
+    EXPECT_EQ((*sc)->tables().coordinator_deadlines, 0u) << "step " << step;
+    ASSERT_TRUE((*sc)->update_connector_output().ok());
+  }
+  EXPECT_EQ((*sc)->stats().stores_ok, 8u);
+  EXPECT_EQ((*sc)->stats().rejected_results, 0u);  // no timed-out result of a completed job
+  EXPECT_EQ((*sc)->fault_statistics().timed_out, 0u);
+  EXPECT_EQ((*sc)->jobs_in_flight(), 0u);
+}
+
+TEST_P(EmbedTest, ARecordedRunWhoseEngineCompletedJobsReplaysWithoutADivergence) {
+  // The coordinator forgets the jobs the engine's finished_sending completed; the record holds
+  // that request output, not the forgetting: the replay must forget the same jobs, or their
+  // step deadlines fail them there and its outputs differ from the recorded ones.
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("kvc-embed-settle-" + std::to_string(::getpid()));
+  auto cfg = sched_cfg(1);
+  cfg.job_timeout_steps = 2;
+  cfg.observe.record = true;
+  cfg.observe.record_dir = dir.string();
+  auto sc = scheduler_connector::create(cfg);
+  ASSERT_TRUE(sc.ok()) << sc.error().to_string();
+  const std::vector<gpu_block> blocks{1, 2};
+  constexpr step_id steps = 6;
+  for (step_id step = 1; step <= steps; ++step) {
+    const std::string id = "r" + std::to_string(step);
+    const auto k = keys({300 + 2 * step, 301 + 2 * step});
+    const scheduler::request_view r{id, k, 8};
+    ASSERT_TRUE((*sc)->update_state_after_alloc(r, blocks, 0).ok());
+    const std::vector<scheduler::scheduled_request> fresh{{r, blocks, 0, 8}};
+    ASSERT_TRUE((*sc)->build_connector_meta({step, fresh, {}, {}}).ok());
+    EXPECT_TRUE((*sc)->request_finished(id));
+    const std::vector<std::string_view> sending{id};
+    ASSERT_TRUE((*sc)->apply_request_output(sending, {}).ok());
+    ASSERT_TRUE((*sc)->update_connector_output().ok());
+  }
+  EXPECT_EQ((*sc)->fault_statistics().timed_out, 0u);
+  EXPECT_EQ((*sc)->tables().coordinator_jobs, 0u);
+  ASSERT_TRUE((*sc)->shutdown(5s).ok());
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) files.push_back(e.path());
+  ASSERT_EQ(files.size(), 1u);
+  auto rec = record::read_record_file(files[0]);
+  ASSERT_TRUE(rec.ok()) << rec.error().to_string();
+  auto same = record::replay(*rec, {});
+  ASSERT_TRUE(same.ok()) << same.error().to_string();
+  EXPECT_FALSE(same->first.has_value()) << record::describe(*same->first);
+  EXPECT_EQ(same->steps, steps);
+  std::filesystem::remove_all(dir);
+}
+
 TEST_P(EmbedTest, JobResultsFromOutsideTheStepChannelAreRefusedWhileTheRunIsRecorded) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() /
                                     ("kvc-embed-record-" + std::to_string(::getpid()));
