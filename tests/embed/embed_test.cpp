@@ -262,6 +262,17 @@ class EmbedTest : public shm::testing::ShmTest,
   connector_metadata last_meta_;
 };
 
+/// The one run record `dir` holds; an error when it holds another number of files.
+result<record::run_record> the_record_in(const std::filesystem::path& dir) {
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) files.push_back(e.path());
+  if (files.size() != 1) {
+    return make_error(errc::invalid_argument,
+                      std::to_string(files.size()) + " files in " + dir.string() + ", not one");
+  }
+  return record::read_record_file(files[0]);
+}
+
 std::vector<block_key> keys(std::initializer_list<uint64_t> ids) {
   std::vector<block_key> out;
   for (uint64_t i : ids) out.push_back(block_key::from_index(i));
@@ -661,10 +672,7 @@ TEST_P(EmbedTest, ARecordedRunWhoseEngineCompletedJobsReplaysWithoutADivergence)
   EXPECT_EQ((*sc)->fault_statistics().timed_out, 0u);
   EXPECT_EQ((*sc)->tables().coordinator_jobs, 0u);
   ASSERT_TRUE((*sc)->shutdown(5s).ok());
-  std::vector<std::string> files;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) files.push_back(e.path());
-  ASSERT_EQ(files.size(), 1u);
-  auto rec = record::read_record_file(files[0]);
+  auto rec = the_record_in(dir);
   ASSERT_TRUE(rec.ok()) << rec.error().to_string();
   auto same = record::replay(*rec, {});
   ASSERT_TRUE(same.ok()) << same.error().to_string();
@@ -1384,10 +1392,7 @@ TEST_P(EmbedTest, ResetCacheFlushesJobsInFlightAndTheRunReplays) {
   EXPECT_EQ(types, expected);
 
   // The record replays without a divergence, and diverges once its reset is taken out.
-  std::vector<std::string> files;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) files.push_back(e.path());
-  ASSERT_EQ(files.size(), 1u);
-  auto rec = record::read_record_file(files[0]);
+  auto rec = the_record_in(dir);
   ASSERT_TRUE(rec.ok()) << rec.error().to_string();
   auto same = record::replay(*rec, {});
   ASSERT_TRUE(same.ok()) << same.error().to_string();
