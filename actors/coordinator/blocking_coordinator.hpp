@@ -65,7 +65,8 @@ class blocking_coordinator {
   void wait_some(std::chrono::nanoseconds left);
   /// The next released step output.
   std::optional<connector_output> poll_output();
-  /// The engine decided these jobs itself: the core stops waiting for them (step_core::forget_jobs).
+  /// The engine decided these jobs itself: the core stops waiting for them
+  /// (step_core::forget_jobs).
   void forget_jobs(std::span<const job_id> jobs);
   /// Puts `wrap`'s decorator around the core held now; before the first step (a decorator that
   /// records sees every input from its first on).

@@ -561,7 +561,7 @@ TEST(CompletionAggregatorTest, OutcomeNamesAreStable) {
 }
 
 
-TEST(CompletionAggregatorTest, JobsTheEngineDecidedAreForgottenWithoutAResultAndTheirReportsAbsorbed) {
+TEST(CompletionAggregatorTest, JobsTheEngineDecidedAreForgottenWithNoResultAndLateReportsAbsorbed) {
   completion_aggregator agg = make_aggregator(/*world=*/2);
   ASSERT_TRUE(agg.expect(1, store, 0, /*deadline=*/100, /*step_deadline=*/5).ok());
   ASSERT_TRUE(agg.expect(2, load, 0, /*deadline=*/100, /*step_deadline=*/5).ok());
