@@ -190,9 +190,10 @@ class KvconnectConnector(_BASE):  # type: ignore[misc, valid-type]
         return self._scheduler.request_finished(request.request_id), None
 
     def take_events(self) -> list:
+        scheduler = self.scheduler  # the worker role's error, before any role's own field
         if not self._events_on:  # none recorded (vLLM's manager records none then)
             return []
-        events = self.scheduler.take_events()
+        events = scheduler.take_events()
         return [BlockStored(block_hashes=hashes, parent_block_hash=None, token_ids=[],
                             block_size=0, lora_id=None, medium=medium, lora_name=None)
                 if kind == "stored" else BlockRemoved(block_hashes=hashes, medium=medium)

@@ -82,9 +82,9 @@ def test_a_call_from_another_thread_while_one_waits_is_a_runtime_error_and_chang
     """One thread calls a SchedulerConnector: while a call of it waits with the GIL released
     (here wait_for_workers), another thread's call that would change the binding's request
     entries is refused before it touches anything (a waiting build_connector_meta's step holds
-    views of them). The waiting thread
-    keeps the GIL from its handshake until the wait releases it: no switch interval forces it
-    out before (sys.setswitchinterval), so the main thread runs only once the wait has begun."""
+    views of them). The waiting thread keeps the GIL from its handshake until the wait releases
+    it: no switch interval forces it out before (sys.setswitchinterval), so the main thread runs
+    only once the wait has begun."""
     instance = f"pytest-{os.getpid()}-busy"
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1000.0)
