@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
+import kvconnect
 import vllm_standins as v
 from kvconnect.vllm import KVConnectorRole, KvconnectConnector
 
@@ -76,3 +79,31 @@ def test_the_pool_records_kv_events_only_when_vllms_kv_events_config_takes_them(
                 assert c.scheduler.take_events() == []  # none recorded, not dropped later
         finally:
             c.shutdown()
+
+
+def test_kv_events_of_another_type_is_a_type_error_and_nothing_is_created():
+    config = kvconnect.Config(topology={"tensor_parallel": 1},
+                              kv_cache={"gpu_block_size": BLOCK, "layers": 1, "page_bytes": 4096},
+                              offload={"cpu_bytes_to_use": 64 * 4096})
+    instance = f"pytest-{os.getpid()}-kvevents"
+    with pytest.raises(TypeError):
+        kvconnect.SchedulerConnector(config, instance=instance, token="t", listen=False,
+                                     transport="memory", kv_events="yes")
+    # Nothing was left behind: the same instance's segment can be created now.
+    with kvconnect.SchedulerConnector(config, instance=instance, token="t", listen=False,
+                                      transport="memory", kv_events=False) as sc:
+        assert sc.take_events() == []
+
+
+def test_take_events_on_the_worker_role_is_the_roles_error():
+    torch = pytest.importorskip("torch")
+    instance = f"pytest-{os.getpid()}-workerevents"
+    extra = {"cpu_bytes_to_use": 64 * 4096, "runtime": {"instance": instance, "token": "t"}}
+    worker = KvconnectConnector(v.vllm_config(extra, instance, BLOCK), KVConnectorRole.WORKER,
+                                v.kv_cache_config(64, 4096, BLOCK))
+    try:
+        worker.register_kv_caches({"layer0": torch.zeros((2, 64, BLOCK, 64), dtype=torch.float16)})
+        with pytest.raises(RuntimeError, match="not the scheduler role"):
+            worker.take_events()
+    finally:
+        worker.shutdown()
