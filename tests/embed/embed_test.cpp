@@ -992,7 +992,8 @@ TEST_P(EmbedTest, AWaitAsLongAsTheJobDeadlineGetsTheOutputOfAStepWhoseReportWasL
   ASSERT_TRUE((*sc)->wait_for_workers(5s).ok());
 
   // Step 1 plans the store of request a (its copies run in step 2); the step's report is lost.
-  const scheduler::request_view a{"a", keys({41, 42}), 8};
+  const auto ka = keys({41, 42});  // outlives the view
+  const scheduler::request_view a{"a", ka, 8};
   const std::vector<gpu_block> blocks_a{1, 2};
   ASSERT_TRUE((*sc)->update_state_after_alloc(a, blocks_a, 0).ok());
   auto out = step(**sc, 1, {{a, blocks_a, 0, 8}}, {{1, 100}, {2, 100}}, cfg.job_timeout);
