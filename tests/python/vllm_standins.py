@@ -97,11 +97,17 @@ class Request:
                 f"num_computed_tokens={self.num_computed_tokens})")
 
 
-@dataclass
+@dataclass(slots=True)
 class KVCacheBlock:
+    """vLLM's KVCacheBlock, a slots dataclass whose block_hash is a property (None when the
+    block is not cached): reading it is a Python call, as in vLLM."""
     block_id: int
-    block_hash: Any  # None when not cached
+    _block_hash: Any
     is_null: bool
+
+    @property
+    def block_hash(self) -> Any:
+        return self._block_hash
 
 
 @dataclass
