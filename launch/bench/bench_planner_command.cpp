@@ -7,11 +7,12 @@
 // request fills a block every 16 steps; request phases are staggered). Every step the 4 oldest
 // requests finish and 4 new ones arrive whose first 512 tokens are one of `docs` shared prefixes
 // (offloaded by earlier requests) followed by 512 unique tokens: they look up, load the prefix
-// (async, done the next step), then prefill and store the rest. Only the connector calls are
-// timed (steady_clock around them, per step); the engine stand-in's own work is not. With
-// --engine-bytes the stand-in also writes that much memory of its own before each step, as an
-// engine's own work between steps does (vLLM's Python scheduler, the model runner), so the
-// planner meets the caches such an engine leaves it.
+// (async, done the next step), then prefill and store the rest; every request a step schedules
+// from the waiting queue gets update_state_after_alloc, as vLLM's scheduler calls it (0 external
+// tokens when nothing loads). Only the connector calls are timed (steady_clock around them, per
+// step); the engine stand-in's own work is not. With --engine-bytes the stand-in also writes that
+// much memory of its own before each step, as an engine's own work between steps does (vLLM's
+// Python scheduler, the model runner), so the planner meets the caches such an engine leaves it.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -311,6 +312,9 @@ class planner_bench {
       (void)planner_->get_num_new_matched_tokens(r->view(), kShared);
       spent += clock::now() - t0;
       alloc_blocks(*r);
+      t0 = clock::now();  // vLLM calls it for every request it schedules from waiting
+      check(planner_->update_state_after_alloc(r->view(), r->blocks, 0));
+      spent += clock::now() - t0;
       fresh_.push_back({r->view(), r->blocks, kShared, r->num_tokens - kShared, false});
       fresh_owner_.push_back(std::move(r));
     }
@@ -325,11 +329,11 @@ class planner_bench {
         continue;
       }
       alloc_blocks(*r);
+      t0 = clock::now();
+      const status st = planner_->update_state_after_alloc(r->view(), r->blocks, *m.tokens);
+      spent += clock::now() - t0;
+      check(st);
       if (*m.tokens > 0) {
-        t0 = clock::now();
-        const status st = planner_->update_state_after_alloc(r->view(), r->blocks, *m.tokens);
-        spent += clock::now() - t0;
-        check(st);
         std::string id = r->id;
         loading_.emplace(std::move(id), std::move(r));
       } else {

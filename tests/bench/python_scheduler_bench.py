@@ -7,7 +7,9 @@ Workload (as bench_planner_command.cpp): N running requests with 1,024-token pro
 offloaded decode one token per step (GPU block = offloaded block = hash block = 16 tokens; phases
 staggered); every step the 4 oldest finish and 4 arrive whose first 512 tokens are one of 64
 shared prefixes: they look up, load the prefix (done the next step), then prefill and store the
-rest. Every job's result is fed back, successful, one step after it was planned
+rest. Every request a step schedules from the waiting queue gets update_state_after_alloc, as
+vLLM's scheduler calls it (0 external tokens when nothing loads: a promoted request, a miss).
+Every job's result is fed back, successful, one step after it was planned
 (apply_job_results; no workers). After each build_connector_meta the connector's take_events is
 called, as vLLM's scheduler calls it every step (Scheduler.schedule / update_from_output); KV
 events are off, vLLM's default (no kv_events_config), unless --kv-events: then every connector
@@ -369,6 +371,7 @@ class Bench:
         for r in self.promoted:
             calls.match(r, SHARED)
             self.alloc(r)
+            calls.alloc(r, 0)  # vLLM calls it for every request it schedules from waiting
             fresh.append(calls.scheduled(r, SHARED, r.num_tokens - SHARED, r.blocks))
             owners.append(r)
         self.promoted = []
@@ -379,8 +382,8 @@ class Bench:
                 still.append(r)
                 continue
             self.alloc(r)
+            calls.alloc(r, tokens)
             if tokens > 0:
-                calls.alloc(r, tokens)
                 self.loading[r.id] = r
             else:
                 fresh.append(calls.scheduled(r, 0, r.num_tokens, r.blocks))
