@@ -7,12 +7,14 @@
 // request fills a block every 16 steps; request phases are staggered). Every step the 4 oldest
 // requests finish and 4 new ones arrive whose first 512 tokens are one of `docs` shared prefixes
 // (offloaded by earlier requests) followed by 512 unique tokens: they look up, load the prefix
-// (async, done the next step), then prefill and store the rest; every request a step schedules
-// from the waiting queue gets update_state_after_alloc, as vLLM's scheduler calls it (0 external
-// tokens when nothing loads). Only the connector calls are timed (steady_clock around them, per
-// step); the engine stand-in's own work is not. With --engine-bytes the stand-in also writes that
-// much memory of its own before each step, as an engine's own work between steps does (vLLM's
-// Python scheduler, the model runner), so the planner meets the caches such an engine leaves it.
+// (async, done the next step), then prefill and store the rest. The calls are vLLM's
+// scheduler's: every request a step schedules from the waiting queue gets
+// update_state_after_alloc (0 external tokens when nothing loads), and only one whose
+// num_computed_tokens is 0 is looked up: not one whose load is done. Only the connector calls
+// are timed (steady_clock around them, per step); the engine stand-in's own work is not. With
+// --engine-bytes the stand-in also writes that much memory of its own before each step, as an
+// engine's own work between steps does (vLLM's Python scheduler, the model runner), so the
+// planner meets the caches such an engine leaves it.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -308,11 +310,10 @@ class planner_bench {
     fresh_.clear();
     fresh_owner_.clear();
     for (auto& r : promoted_) {
-      t0 = clock::now();
-      (void)planner_->get_num_new_matched_tokens(r->view(), kShared);
-      spent += clock::now() - t0;
+      // vLLM asks no lookup of a request whose num_computed_tokens is not 0 (its load set
+      // them), and calls update_state_after_alloc for every request it schedules from waiting.
       alloc_blocks(*r);
-      t0 = clock::now();  // vLLM calls it for every request it schedules from waiting
+      t0 = clock::now();
       check(planner_->update_state_after_alloc(r->view(), r->blocks, 0));
       spent += clock::now() - t0;
       fresh_.push_back({r->view(), r->blocks, kShared, r->num_tokens - kShared, false});

@@ -7,8 +7,9 @@ Workload (as bench_planner_command.cpp): N running requests with 1,024-token pro
 offloaded decode one token per step (GPU block = offloaded block = hash block = 16 tokens; phases
 staggered); every step the 4 oldest finish and 4 arrive whose first 512 tokens are one of 64
 shared prefixes: they look up, load the prefix (done the next step), then prefill and store the
-rest. Every request a step schedules from the waiting queue gets update_state_after_alloc, as
-vLLM's scheduler calls it (0 external tokens when nothing loads: a promoted request, a miss).
+rest. The calls are vLLM's scheduler's: every request a step schedules from the waiting queue
+gets update_state_after_alloc (0 external tokens when nothing loads), and only one whose
+num_computed_tokens is 0 is looked up (get_num_new_matched_tokens): not one whose load is done.
 Every job's result is fed back, successful, one step after it was planned
 (apply_job_results; no workers). After each build_connector_meta the connector's take_events is
 called, as vLLM's scheduler calls it every step (Scheduler.schedule / update_from_output); KV
@@ -369,9 +370,11 @@ class Bench:
 
         fresh, owners = [], []
         for r in self.promoted:
-            calls.match(r, SHARED)
+            # vLLM asks no lookup of a request whose num_computed_tokens is not 0 (its load
+            # set them), and calls update_state_after_alloc for every request it schedules
+            # from the waiting queue.
             self.alloc(r)
-            calls.alloc(r, 0)  # vLLM calls it for every request it schedules from waiting
+            calls.alloc(r, 0)
             fresh.append(calls.scheduled(r, SHARED, r.num_tokens - SHARED, r.blocks))
             owners.append(r)
         self.promoted = []
