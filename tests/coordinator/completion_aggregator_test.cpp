@@ -560,7 +560,6 @@ TEST(CompletionAggregatorTest, OutcomeNamesAreStable) {
   EXPECT_TRUE(is_rejected(report_outcome::future_incarnation));
 }
 
-
 TEST(CompletionAggregatorTest, JobsTheEngineDecidedAreForgottenWithNoResultAndLateReportsAbsorbed) {
   completion_aggregator agg = make_aggregator(/*world=*/2);
   ASSERT_TRUE(agg.expect(1, store, 0, /*deadline=*/100, /*step_deadline=*/5).ok());

@@ -279,6 +279,18 @@ std::vector<block_key> keys(std::initializer_list<uint64_t> ids) {
   return out;
 }
 
+/// Step `step` with no worker: a new request `id` of two full blocks (keys `base`, `base + 1`)
+/// scheduled whole, so that its store is planned; the step's metadata.
+result<connector_metadata> plan_a_store(scheduler_connector& sc, step_id step,
+                                        const std::string& id, uint64_t base) {
+  const auto k = keys({base, base + 1});
+  const scheduler::request_view r{id, k, 8};
+  const std::vector<gpu_block> blocks{1, 2};
+  if (auto st = sc.update_state_after_alloc(r, blocks, 0); !st) return st;
+  const std::vector<scheduler::scheduled_request> fresh{{r, blocks, 0, 8}};
+  return sc.build_connector_meta({step, fresh, {}, {}});
+}
+
 bool contains(const std::vector<std::string>& v, const std::string& x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
@@ -614,14 +626,9 @@ TEST_P(EmbedTest, JobsTheEngineCompletedAreForgottenByTheCoordinatorNotTimedOut)
   cfg.job_timeout_steps = 2;
   auto sc = scheduler_connector::create(cfg);
   ASSERT_TRUE(sc.ok()) << sc.error().to_string();
-  const std::vector<gpu_block> blocks{1, 2};
   for (step_id step = 1; step <= 8; ++step) {
     const std::string id = "r" + std::to_string(step);
-    const auto k = keys({100 + 2 * step, 101 + 2 * step});
-    const scheduler::request_view r{id, k, 8};
-    ASSERT_TRUE((*sc)->update_state_after_alloc(r, blocks, 0).ok());
-    const std::vector<scheduler::scheduled_request> fresh{{r, blocks, 0, 8}};
-    auto meta = (*sc)->build_connector_meta({step, fresh, {}, {}});
+    auto meta = plan_a_store(**sc, step, id, 100 + 2 * step);
     ASSERT_TRUE(meta.ok()) << meta.error().to_string();
     ASSERT_EQ(meta->stores.size(), 1u);
     EXPECT_EQ((*sc)->tables().coordinator_jobs, 1u);
@@ -655,15 +662,11 @@ TEST_P(EmbedTest, ARecordedRunWhoseEngineCompletedJobsReplaysWithoutADivergence)
   cfg.observe.record_dir = dir.string();
   auto sc = scheduler_connector::create(cfg);
   ASSERT_TRUE(sc.ok()) << sc.error().to_string();
-  const std::vector<gpu_block> blocks{1, 2};
   constexpr step_id steps = 6;
   for (step_id step = 1; step <= steps; ++step) {
     const std::string id = "r" + std::to_string(step);
-    const auto k = keys({300 + 2 * step, 301 + 2 * step});
-    const scheduler::request_view r{id, k, 8};
-    ASSERT_TRUE((*sc)->update_state_after_alloc(r, blocks, 0).ok());
-    const std::vector<scheduler::scheduled_request> fresh{{r, blocks, 0, 8}};
-    ASSERT_TRUE((*sc)->build_connector_meta({step, fresh, {}, {}}).ok());
+    auto meta = plan_a_store(**sc, step, id, 300 + 2 * step);
+    ASSERT_TRUE(meta.ok()) << meta.error().to_string();
     EXPECT_TRUE((*sc)->request_finished(id));
     const std::vector<std::string_view> sending{id};
     ASSERT_TRUE((*sc)->apply_request_output(sending, {}).ok());
