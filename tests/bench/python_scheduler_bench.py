@@ -32,10 +32,16 @@ in finished_sending only once it has finished; completing its stores a step afte
 planned, as kvconnect's jobs are, keeps the two connectors' offloaded blocks, hits and loads the
 same).
 
-The r1 line's planned counts (loads_planned, load_blocks, stores_planned, store_blocks over the
-timed steps) must equal each kvconnect path's (stats()): both connectors plan the same transfers
-on this workload, or the benchmark fails. The vllm line's r1_over_vllm is r1's mean over vllm's
-mean in the same run.
+"r1_source" (with --vllm-source DIR) is vLLM R1's connector itself: vLLM's own files from a
+source tree of vLLM at R1, its scheduler and CPU manager unchanged (tests/bench/vllm_r1_source.py
+says what it stands in for: the engine modules they import for type names), with the same
+objects and calls as "r1".
+
+The planned counts (loads_planned, load_blocks, stores_planned, store_blocks over the timed
+steps) of r1 (else r1_source) must equal every other path's (kvconnect's stats(), R1's counted
+off its metadata): the connectors plan the same transfers on this workload, or the benchmark
+fails. The vllm line's r1_over_vllm (r1_source_over_vllm) is r1's (r1_source's) mean over vllm's
+mean in the same round.
 
 The Python side goes through the whole scheduler facade (planner, coordinator, step channel to
 no rank), the C++ figure is the bare planner: the difference is the binding plus the facade.
@@ -43,12 +49,16 @@ Also measured: the cost of one cheap call through the binding (request_finished 
 a property read).
 
 With --rounds R the C++ planner and every path run R times per request count, the C++
-planner first in odd rounds and last in even ones; each round's line carries its own ratios,
+planner first in odd rounds and last in even ones, the paths in the order given in odd rounds
+and reversed in even ones (with --interleave K side by side, each path in a process of its
+own: all set up, then K timed steps of each in turn, the turn's order reversed every turn, so
+that the paths meet the same phases of the host); each round's line carries its own ratios,
 and a last line per request count gives their spread (min, median, max) over the rounds: the
 host's phases move every figure 1.5-2x, so a ratio is only read within a round.
 
 usage: python_scheduler_bench.py KVCONNECT [--requests 64,256,1024] [--steps 1000]
-                                 [--path tuples,vllm,r1] [--rounds 1] [--by-call] [--kv-events]
+                                 [--path tuples,vllm,r1,r1_source] [--rounds 1] [--by-call]
+                                 [--kv-events] [--interleave K] [--vllm-source DIR]
   (PYTHONPATH must hold build/python)
 """
 import argparse
@@ -65,6 +75,7 @@ import kvconnect
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import reference_connector as rc  # noqa: E402
+import vllm_r1_source  # noqa: E402
 import vllm_standins as v  # noqa: E402
 from kvconnect.vllm import KVConnectorRole, KvconnectConnector  # noqa: E402
 
@@ -316,7 +327,33 @@ class R1Calls(VllmObjects, Calls):
         pass
 
 
-PATHS = {"tuples": TupleCalls, "vllm": VllmCalls, "r1": R1Calls}
+class R1SourceCalls(R1Calls):
+    """vLLM R1's own connector (path r1_source): vLLM's scheduler and CPU manager from the source
+    tree at R1SourceCalls.source (--vllm-source), called as R1Calls calls the re-write."""
+
+    source = None  # the vLLM source tree
+    modules = None  # vllm_r1_source.load's, loaded once
+
+    @classmethod
+    def load(cls, source):
+        """vLLM's modules from `source`; RuntimeError when it is not vLLM's source at R1."""
+        from kvconnect.vllm import BlockRemoved, BlockStored
+        cls.modules = vllm_r1_source.load(source, BlockStored, BlockRemoved)
+
+    def __init__(self, n, instance):
+        Calls.__init__(self)
+        if R1SourceCalls.modules is None:
+            R1SourceCalls.load(self.source)
+        modules = R1SourceCalls.modules
+        self.connector = vllm_r1_source.OffloadingConnector(modules, vllm_r1_source.Spec(
+            modules, BLOCK, n * CAPACITY_PER_REQUEST, self.kv_events))
+        self.finished_sending = set()
+        self.finished_recving = set()
+        self.counts = dict.fromkeys(PLANNED, 0)
+
+
+PATHS = {"tuples": TupleCalls, "vllm": VllmCalls, "r1": R1Calls, "r1_source": R1SourceCalls}
+BASELINES = ("r1", "r1_source")  # vLLM R1's connector: the re-write, vLLM's own source
 
 
 class Bench:
@@ -412,16 +449,24 @@ class Bench:
             self.running.append(r)
         return (calls.ns - before) / 1000.0
 
-    def run(self, steps):
+    def start(self):
+        """The requests admitted and the workload at its steady state, before the timed steps."""
         self.populate()
         for _ in range(self.n // TURNOVER + 64):
             self.step()
         self.calls.by_call = {}
-        before = self.calls.stats()
-        out = [self.step() for _ in range(steps)]
+        self.before = self.calls.stats()
+
+    def finish(self):
+        """The transfers planned over the timed steps; the connector shut down."""
         after = self.calls.stats()
         self.calls.shutdown()
-        return out, {k: after[k] - before[k] for k in PLANNED}
+        return {k: after[k] - self.before[k] for k in PLANNED}
+
+    def run(self, steps):
+        self.start()
+        out = [self.step() for _ in range(steps)]
+        return out, self.finish()
 
     def by_call_us(self, steps):
         """Each call's µs per step over the timed steps."""
@@ -459,6 +504,75 @@ def call_cost_ns(instance, calls=200_000):
         return out
 
 
+class PathProcess:
+    """One path's Bench in a child process of its own (--interleave): set up, then driven a few
+    timed steps at a time over a pipe (this script with --serve), so that every path meets the
+    same phases of the host without sharing a process, and caches, with another path."""
+
+    def __init__(self, args, n, path, instance):
+        cmd = [sys.executable, __file__, args.kvconnect, "--serve", path, "--requests", str(n),
+               "--instance", instance]
+        if args.kv_events:
+            cmd.append("--kv-events")
+        if args.vllm_source:
+            cmd += ["--vllm-source", args.vllm_source]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True)
+        self.by_call = {}
+
+    def _reply(self):
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"python_scheduler_bench: a path's process ended "
+                               f"(exit {self.proc.wait()})")
+        return json.loads(line)
+
+    def _ask(self, command):
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return self._reply()
+
+    def wait_ready(self):
+        self._reply()
+
+    def steps(self, k):
+        return self._ask(f"steps {k}")
+
+    def finish(self):
+        out = self._ask("finish")
+        self.proc.stdin.close()
+        if self.proc.wait() != 0:
+            raise RuntimeError("python_scheduler_bench: a path's process failed")
+        self.by_call = out["by_call_us"]
+        return out["planned"]
+
+    def by_call_us(self, steps):
+        return self.by_call
+
+
+def serve(args):
+    """--serve PATH: one path's Bench, set up, then driven from stdin (PathProcess): "steps K"
+    answers the K steps' µs, "finish" the planned transfers and each call's µs a step."""
+    bench = Bench(int(args.requests), args.instance, args.serve)
+    bench.start()
+    print(json.dumps("ready"), flush=True)
+    done = 0
+    for command in sys.stdin:
+        word, *rest = command.split()
+        if word == "steps":
+            k = int(rest[0])
+            done += k
+            print(json.dumps([bench.step() for _ in range(k)]), flush=True)
+        elif word == "finish":
+            planned = bench.finish()
+            print(json.dumps({"planned": planned, "by_call_us": bench.by_call_us(max(done, 1))}),
+                  flush=True)
+            return 0
+        else:
+            raise ValueError(f"--serve: unknown command {command!r}")
+    return 1
+
+
 def cxx_planner_us(kvconnect_bin, n, steps):
     """`kvconnect bench planner`'s mean µs a step for n requests (one round)."""
     out = subprocess.run([kvconnect_bin, "bench", "planner", "--requests", str(n),
@@ -480,11 +594,24 @@ def run_round(args, n, paths, tag, rnd):
     planned different work."""
     cxx_first = rnd % 2 == 1
     cxx_us = cxx_planner_us(args.kvconnect, n, args.steps) if cxx_first else None
+    order = paths if rnd % 2 == 1 else paths[::-1]
     runs = {}
-    for path in paths:
-        bench = Bench(n, f"{tag}-{n}-{path}-{rnd}", path)
-        step_us, planned = bench.run(args.steps)
-        runs[path] = (step_us, planned, bench)
+    if args.interleave:  # each path in a process of its own, args.interleave steps in turn
+        procs = {path: PathProcess(args, n, path, f"{tag}-{n}-{path}-{rnd}") for path in order}
+        for proc in procs.values():
+            proc.wait_ready()
+        step_us = {path: [] for path in order}
+        for turn, at in enumerate(range(0, args.steps, args.interleave)):
+            k = min(args.interleave, args.steps - at)
+            for path in (order if turn % 2 == 0 else order[::-1]):
+                step_us[path] += procs[path].steps(k)
+        for path, proc in procs.items():
+            runs[path] = (step_us[path], proc.finish(), proc)
+    else:
+        for path in order:
+            bench = Bench(n, f"{tag}-{n}-{path}-{rnd}", path)
+            step_us, planned = bench.run(args.steps)
+            runs[path] = (step_us, planned, bench)
     if not cxx_first:
         cxx_us = cxx_planner_us(args.kvconnect, n, args.steps)
     lines, means = {}, {}
@@ -499,12 +626,14 @@ def run_round(args, n, paths, tag, rnd):
             "ratio_to_cxx": round(mean / cxx_us, 2), **planned}
         if args.by_call:
             line["by_call_us"] = bench.by_call_us(args.steps)
-    if "r1" in means and "vllm" in means:
-        lines["vllm"]["r1_over_vllm"] = round(means["r1"] / means["vllm"], 2)
-    if "r1" in runs:
+    for base in BASELINES:
+        if base in means and "vllm" in means:
+            lines["vllm"][f"{base}_over_vllm"] = round(means[base] / means["vllm"], 2)
+    base = next((b for b in BASELINES if b in runs), None)
+    if base is not None:
         for path, (_, planned, _) in runs.items():
-            if planned != runs["r1"][1]:
-                print(f"python_scheduler_bench: {n} requests: r1 planned {runs['r1'][1]}, "
+            if planned != runs[base][1]:
+                print(f"python_scheduler_bench: {n} requests: {base} planned {runs[base][1]}, "
                       f"{path} planned {planned}: not the same work", file=sys.stderr)
                 return None
     return lines
@@ -522,14 +651,35 @@ def main():
                     help="also give each connector call's µs per step")
     ap.add_argument("--kv-events", action="store_true",
                     help="KV events on (vLLM's kv_events_config): recorded and taken every step")
+    ap.add_argument("--interleave", type=int, default=0, metavar="K",
+                    help="run the paths side by side, each in a process of its own, K timed "
+                         "steps of each in turn (the order reversed every turn), so that all "
+                         "meet the same phases of the host; 0: one path after the other")
+    ap.add_argument("--serve", metavar="PATH", help=argparse.SUPPRESS)  # PathProcess's child
+    ap.add_argument("--instance", help=argparse.SUPPRESS)
+    ap.add_argument("--vllm-source", metavar="DIR",
+                    help="a vLLM source tree at R1 (a269744e9f): path r1_source runs its "
+                         "connector")
     args = ap.parse_args()
     Calls.kv_events = args.kv_events
+    R1SourceCalls.source = args.vllm_source
+    if args.serve:
+        return serve(args)
     counts = [int(x) for x in args.requests.split(",")]
     paths = args.path.split(",")
     if not paths or any(p not in PATHS for p in paths):
-        ap.error("--path: tuples, vllm, r1 or several, comma-separated")
+        ap.error("--path: tuples, vllm, r1, r1_source or several, comma-separated")
+    if "r1_source" in paths:
+        if not args.vllm_source:
+            ap.error("--path r1_source needs --vllm-source DIR")
+        try:
+            R1SourceCalls.load(args.vllm_source)
+        except RuntimeError as e:
+            ap.error(f"--vllm-source: {e}")
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
+    if args.interleave < 0:
+        ap.error("--interleave must be 0 or more")
     tag = f"bench-py-{os.getpid()}"
     print(json.dumps({"bench": "python_call", **call_cost_ns(tag + "-call")}))
     for n in counts:
@@ -548,8 +698,10 @@ def main():
             for path in paths:
                 summary[path] = {"us_per_step": spread([r[path]["us_per_step"] for r in rounds]),
                                  "ratio_to_cxx": spread([r[path]["ratio_to_cxx"] for r in rounds])}
-            if "r1" in paths and "vllm" in paths:
-                summary["r1_over_vllm"] = spread([r["vllm"]["r1_over_vllm"] for r in rounds])
+            for base in BASELINES:
+                if base in paths and "vllm" in paths:
+                    key = f"{base}_over_vllm"
+                    summary[key] = spread([r["vllm"][key] for r in rounds])
             print(json.dumps(summary), flush=True)
     return 0
 

@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Instructions a decode step's connector calls execute, per path of python_scheduler_bench.py
+(a benchmark, not a test; docs/benchmarks.md, "Python binding"): the count the host's noise
+cannot move, next to that benchmark's times.
+
+Each path runs in a process of its own under valgrind's callgrind, its timed calls (and only
+they) going through one C function, kvc_timed_call (tests/bench/timed_call.c, built here with
+the C compiler against /usr/bin/python3's headers), on which callgrind toggles its counting.
+Every path runs twice, STEPS and 2 * STEPS timed steps after the same set-up; the difference over
+STEPS is its instructions per step. Prints one JSON line per path with `instructions_per_step`,
+and, for the baselines (r1, r1_source), `over_vllm`: theirs over the vllm path's.
+
+usage: timed_instructions.py [--requests 256] [--steps 100] [--path vllm,r1,r1_source]
+                             [--vllm-source DIR]
+  (PYTHONPATH must hold build/python; needs valgrind and a C compiler)
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+CHILD = """
+import sys
+import timed_call
+import python_scheduler_bench as b
+n, path, steps, source = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
+b.R1SourceCalls.source = source or None
+b.Calls.timed = lambda self, f, *args: timed_call.call(f, *args)
+b.Bench(n, f"bench-instr-{path}-{steps}", path).run(steps)
+"""
+
+
+def build_timed_call(out_dir: Path) -> None:
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    cmd = [os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC",
+           "-I" + sysconfig.get_paths()["include"], str(HERE / "timed_call.c"),
+           "-o", str(out_dir / ("timed_call" + suffix))]
+    subprocess.run(cmd, check=True)
+
+
+def instructions(work: Path, n: int, path: str, steps: int, source: str) -> int:
+    """Instructions inside the timed calls of a run with `steps` timed steps."""
+    out = work / f"callgrind.{path}.{steps}"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(work), str(HERE), env.get("PYTHONPATH", "")])
+    subprocess.run(["valgrind", "--tool=callgrind", "--collect-atstart=no",
+                    "--toggle-collect=kvc_timed_call", f"--callgrind-out-file={out}",
+                    sys.executable, "-c", CHILD, str(n), path, str(steps), source],
+                   env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    totals = re.search(r"^(?:totals|summary): (\d+)", out.read_text(), re.MULTILINE)
+    if totals is None:
+        raise RuntimeError(f"{out}: no totals line")
+    return int(totals.group(1))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--path", default="vllm,r1,r1_source")
+    ap.add_argument("--vllm-source", metavar="DIR", default="",
+                    help="a vLLM source tree at R1, for the r1_source path")
+    args = ap.parse_args()
+    paths = args.path.split(",")
+    if "r1_source" in paths and not args.vllm_source:
+        ap.error("--path r1_source needs --vllm-source DIR")
+    if args.steps < 1:
+        ap.error("--steps must be at least 1")
+    per_step = {}
+    with tempfile.TemporaryDirectory(prefix="kvc-instr-") as tmp:
+        work = Path(tmp)
+        build_timed_call(work)
+        for path in paths:
+            once = instructions(work, args.requests, path, args.steps, args.vllm_source)
+            twice = instructions(work, args.requests, path, 2 * args.steps, args.vllm_source)
+            per_step[path] = (twice - once) / args.steps
+            line = {"bench": "python_scheduler_instructions", "path": path,
+                    "requests": args.requests, "steps": args.steps,
+                    "instructions_per_step": round(per_step[path])}
+            if path != "vllm" and "vllm" in per_step:
+                line["over_vllm"] = round(per_step[path] / per_step["vllm"], 2)
+            print(json.dumps(line), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
