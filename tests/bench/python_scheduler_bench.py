@@ -345,7 +345,7 @@ class R1SourceCalls(R1Calls):
         if R1SourceCalls.modules is None:
             R1SourceCalls.load(self.source)
         modules = R1SourceCalls.modules
-        self.connector = vllm_r1_source.OffloadingConnector(modules, vllm_r1_source.Spec(
+        self.connector = vllm_r1_source.connector(modules, vllm_r1_source.Spec(
             modules, BLOCK, n * CAPACITY_PER_REQUEST, self.kv_events))
         self.finished_sending = set()
         self.finished_recving = set()

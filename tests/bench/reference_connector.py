@@ -444,9 +444,11 @@ class OffloadingConnector:
     """vLLM's OffloadingConnector in the scheduler role: each call checks the role and goes to
     the OffloadingConnectorScheduler (the frame vLLM's engine calls through)."""
 
-    def __init__(self, spec: OffloadingSpec):
+    def __init__(self, spec: OffloadingSpec, scheduler_class: type | None = None):
+        """scheduler_class: the scheduler to build over `spec` (vLLM's own for
+        vllm_r1_source.py); OffloadingConnectorScheduler above when None."""
         self.connector_scheduler: OffloadingConnectorScheduler | None = (
-            OffloadingConnectorScheduler(spec))
+            (scheduler_class or OffloadingConnectorScheduler)(spec))
 
     def get_num_new_matched_tokens(self, request, num_computed_tokens: int):
         assert self.connector_scheduler is not None

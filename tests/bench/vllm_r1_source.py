@@ -18,8 +18,9 @@ the engine's logger, are registered as stand-ins; every other module comes from 
 - KVConnectorMetadata, KVCacheBlocks, SchedulerOutput, KVConnectorOutput, Request,
   OffloadingSpec, KVCacheEvent (annotations and a base class only): empty classes.
 Spec stands for CPUOffloadingSpec (the fields the scheduler reads, and get_manager as
-cpu/spec.py builds the manager) and OffloadingConnector for offloading_connector.py's class in
-the scheduler role (each call asserts the role and goes to the scheduler).
+cpu/spec.py builds the manager); connector() gives offloading_connector.py's class in the
+scheduler role (reference_connector's frame: each call asserts the role and goes to the
+scheduler).
 """
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ import logging
 import sys
 import types
 from pathlib import Path
+
+import reference_connector
 
 PACKAGES = (
     "vllm", "vllm.distributed", "vllm.distributed.kv_transfer",
@@ -120,33 +123,8 @@ class Spec:
         return self._manager
 
 
-class OffloadingConnector:
-    """vLLM's OffloadingConnector in the scheduler role, over vLLM's own scheduler."""
-
-    def __init__(self, modules, spec: Spec):
-        self.connector_scheduler = modules[0].OffloadingConnectorScheduler(spec)
-
-    def get_num_new_matched_tokens(self, request, num_computed_tokens: int):
-        assert self.connector_scheduler is not None
-        return self.connector_scheduler.get_num_new_matched_tokens(request, num_computed_tokens)
-
-    def update_state_after_alloc(self, request, blocks, num_external_tokens: int):
-        assert self.connector_scheduler is not None
-        return self.connector_scheduler.update_state_after_alloc(request, blocks,
-                                                                 num_external_tokens)
-
-    def build_connector_meta(self, scheduler_output):
-        assert self.connector_scheduler is not None
-        return self.connector_scheduler.build_connector_meta(scheduler_output)
-
-    def update_connector_output(self, connector_output) -> None:
-        assert self.connector_scheduler is not None
-        self.connector_scheduler.update_connector_output(connector_output)
-
-    def request_finished(self, request, block_ids: list[int]):
-        assert self.connector_scheduler is not None
-        return self.connector_scheduler.request_finished(request, block_ids)
-
-    def take_events(self):
-        assert self.connector_scheduler is not None
-        return self.connector_scheduler.take_events()
+def connector(modules, spec: Spec):
+    """vLLM's OffloadingConnector in the scheduler role over vLLM's own scheduler: the frame is
+    reference_connector's (offloading_connector.py's: each call asserts the role and goes to
+    the scheduler)."""
+    return reference_connector.OffloadingConnector(spec, modules[0].OffloadingConnectorScheduler)
