@@ -315,13 +315,7 @@ class py_scheduler {
 
   /// The facade's build_connector_meta of the step read into step_.
   connector_metadata plan(step_id step) {
-    reqs_.clear();
-    for (const scheduled_fields& f : step_.requests) {
-      const std::span<const gpu_block> blocks(step_.blocks.data() + f.blocks_at, f.blocks_count);
-      const scheduler::request_view req{f.id, f.keys, f.num_tokens, f.remote_decode};
-      reqs_.push_back({req, blocks, f.num_computed, f.num_scheduled, f.resumed});
-    }
-    const std::span<const scheduler::scheduled_request> all(reqs_);
+    const std::span<const scheduler::scheduled_request> all(step_.requests);
     scheduler_connector& s = sc();
     result<connector_metadata> meta = make_error(errc::internal, "");
     {
@@ -336,7 +330,6 @@ class py_scheduler {
   std::unique_ptr<scheduler_connector> sc_;
   request_cache cache_;
   step_requests step_;  // the buffers of the last step read, reused
-  std::vector<scheduler::scheduled_request> reqs_;
   uint32_t gpu_block_size_ = 1;
   std::vector<gpu_block> block_ids_;  // vllm_alloc's, reused
   std::vector<uint8_t> hashed_;

@@ -196,6 +196,7 @@ void step_requests::clear() {
   requests.clear();
   num_new = 0;
   blocks.clear();
+  ranges_.clear();
   preempted.clear();
   held.clear();
 }
@@ -206,12 +207,19 @@ std::string_view step_requests::hold_id(py::handle id, const char* what) {
   return text;
 }
 
-void step_requests::add_blocks(scheduled_fields& f, py::handle ids, const char* what) {
-  f.blocks_at = blocks.size();
+void step_requests::add_blocks(size_t request, py::handle ids, const char* what) {
   if (ids.is_none()) return;
+  const size_t at = blocks.size();
   const items list = items_of(ids, what);
   for (Py_ssize_t i = 0; i < list.size; ++i) blocks.push_back(u32_of(list.at[i], what));
-  f.blocks_count = blocks.size() - f.blocks_at;
+  if (blocks.size() > at) {
+    ranges_.push_back({static_cast<uint32_t>(request), static_cast<uint32_t>(at),
+                       static_cast<uint32_t>(blocks.size() - at)});
+  }
+}
+
+void step_requests::bind_blocks() {
+  for (const block_range& r : ranges_) requests[r.request].block_ids = {&blocks[r.at], r.count};
 }
 
 void step_requests::read_tuples(py::handle fresh, py::handle cached, py::handle preempted_ids,
@@ -226,21 +234,22 @@ void step_requests::read_tuples(py::handle fresh, py::handle cached, py::handle 
             "a scheduled request is an 8-tuple (req_id, block_hashes, num_tokens, "
             "num_computed, num_scheduled, block_ids, resumed, do_remote_decode)");
       }
-      scheduled_fields f;
-      f.id = hold_id(PyTuple_GET_ITEM(t, 0), "req_id");
-      f.num_tokens = u32_of(PyTuple_GET_ITEM(t, 2), "num_tokens");
-      f.num_computed = u32_of(PyTuple_GET_ITEM(t, 3), "num_computed");
-      f.num_scheduled = u32_of(PyTuple_GET_ITEM(t, 4), "num_scheduled");
-      add_blocks(f, PyTuple_GET_ITEM(t, 5), "block_ids");
-      f.resumed = truth_of(PyTuple_GET_ITEM(t, 6));
-      f.remote_decode = truth_of(PyTuple_GET_ITEM(t, 7));
-      f.keys = cache.keys(cache.find_or_create(f.id), PyTuple_GET_ITEM(t, 1));
-      requests.push_back(f);
+      scheduler::scheduled_request r;
+      r.req.id = hold_id(PyTuple_GET_ITEM(t, 0), "req_id");
+      r.req.num_tokens = u32_of(PyTuple_GET_ITEM(t, 2), "num_tokens");
+      r.num_computed = u32_of(PyTuple_GET_ITEM(t, 3), "num_computed");
+      r.num_scheduled = u32_of(PyTuple_GET_ITEM(t, 4), "num_scheduled");
+      add_blocks(requests.size(), PyTuple_GET_ITEM(t, 5), "block_ids");
+      r.resumed = truth_of(PyTuple_GET_ITEM(t, 6));
+      r.req.do_remote_decode = truth_of(PyTuple_GET_ITEM(t, 7));
+      r.req.block_hashes = cache.keys(cache.find_or_create(r.req.id), PyTuple_GET_ITEM(t, 1));
+      requests.push_back(r);
     }
     if (list.ptr() == fresh.ptr()) num_new = requests.size();
   }
   const items pre = items_of(preempted_ids, "preempted");
   for (Py_ssize_t i = 0; i < pre.size; ++i) preempted.push_back(hold_id(pre.at[i], "preempted"));
+  bind_blocks();
 }
 
 void step_requests::read_vllm(py::handle out, py::handle requests_by_id, request_cache& cache,
@@ -263,22 +272,22 @@ void step_requests::read_vllm(py::handle out, py::handle requests_by_id, request
   // Request may run Python code; else looked up here).
   auto add = [&](py::handle id, py::handle block_ids, PyObject* computed, bool is_new,
                  bool resumed, py::object tokens) {
-    scheduled_fields f;
+    scheduler::scheduled_request f;
     uint32_t at = request_cache::npos;
     PyObject* req = nullptr;
     if (by_dict) {
-      f.id = text_of(id, "req_id");
+      f.req.id = text_of(id, "req_id");
       req = PyDict_GetItemWithError(requests_by_id.ptr(), id.ptr());
       if (req == nullptr && PyErr_Occurred()) throw py::error_already_set();
     } else {
-      at = cache.find(id, f.id, "req_id");
+      at = cache.find(id, f.req.id, "req_id");
       if (at != request_cache::npos) req = cache.at(at).request.ptr();
     }
     if (req == nullptr) {
-      throw py::key_error("request " + std::string(f.id) +
+      throw py::key_error("request " + std::string(f.req.id) +
                           " is scheduled but was never passed to get_num_new_matched_tokens");
     }
-    // f.id's str, while unlocked: the entry holds the one it found by identity.
+    // f.req.id's str, while unlocked: the entry holds the one it found by identity.
     if (by_dict || cache.at(at).id_object.ptr() != id.ptr()) {
       held.push_back(py::reinterpret_borrow<py::object>(id));
     }
@@ -286,22 +295,22 @@ void step_requests::read_vllm(py::handle out, py::handle requests_by_id, request
       PyObject* t = PyDict_GetItemWithError(scheduled.ptr(), id.ptr());
       if (t == nullptr) {
         if (PyErr_Occurred()) throw py::error_already_set();
-        throw py::key_error("num_scheduled_tokens has no entry for request " + std::string(f.id));
+        throw py::key_error("num_scheduled_tokens has no entry for request " + std::string(f.req.id));
       }
       tokens = py::reinterpret_borrow<py::object>(t);
     }
     f.num_scheduled = u32_of(tokens.ptr(), "num_scheduled_tokens[req_id]");
     f.num_computed = u32_of(computed, "num_computed_tokens");
     const py::handle r(req);
-    if (by_dict) at = cache.find_or_create(id, f.id, "req_id");
+    if (by_dict) at = cache.find_or_create(id, f.req.id, "req_id");
     request_cache::entry& e = cache.at(at);
     if (e.request.ptr() != req) {  // a Request object not seen before
       py::object hashes = attr(r, n.block_hashes);
       cache.adopt(at, r, std::move(hashes), remote_decode_of(r));
     }
     const bool read_tokens = is_new || resumed;
-    f.keys = cache.keys(at, e.hashes);
-    f.remote_decode = e.remote_decode;
+    f.req.block_hashes = cache.keys(at, e.hashes);
+    f.req.do_remote_decode = e.remote_decode;
     // The planner reads num_tokens only through min(computed + scheduled, num_tokens) / obs,
     // the request's complete offloadable blocks (planner_steps.cpp). Request.num_tokens (a
     // property in vLLM) only grows while the request runs, so the count read last time gives
@@ -310,12 +319,12 @@ void step_requests::read_vllm(py::handle out, py::handle requests_by_id, request
     // may have completed, and for a new or resumed request (docs/python.md).
     const uint64_t after = uint64_t{f.num_computed} + f.num_scheduled;
     if (!read_tokens && after < e.tokens_block_end) {
-      f.num_tokens = e.tokens_known;
+      f.req.num_tokens = e.tokens_known;
     } else {
-      f.num_tokens = u32_of(attr(r, n.num_tokens).ptr(), "Request.num_tokens");
-      e.tokens_known = f.num_tokens;
+      f.req.num_tokens = u32_of(attr(r, n.num_tokens).ptr(), "Request.num_tokens");
+      e.tokens_known = f.req.num_tokens;
       e.tokens_block_end = static_cast<uint32_t>(
-          std::min<uint64_t>((f.num_tokens / obs + 1) * obs, UINT32_MAX));
+          std::min<uint64_t>((f.req.num_tokens / obs + 1) * obs, UINT32_MAX));
     }
     // vLLM's block ids are per KV-cache group; kvconnect serves one group (load_config).
     if (!block_ids.is_none()) {
@@ -323,11 +332,8 @@ void step_requests::read_vllm(py::handle out, py::handle requests_by_id, request
       if (groups.size < 1) type_error("block_ids must hold the ids of one KV-cache group");
       block_ids = groups.at[0];
     }
-    if (block_ids.is_none()) {  // a running request's usual step: no new block
-      f.blocks_at = blocks.size();
-    } else {
-      add_blocks(f, block_ids, "block_ids");
-    }
+    // None: a running request's usual step, no new block.
+    if (!block_ids.is_none()) add_blocks(requests.size(), block_ids, "block_ids");
     f.resumed = resumed;
     requests.push_back(f);
   };
@@ -375,6 +381,7 @@ void step_requests::read_vllm(py::handle out, py::handle requests_by_id, request
   }
 
   add_texts(attr(out, n.preempted_req_ids), "preempted_req_ids", preempted, held);
+  bind_blocks();
 }
 
 }  // namespace kvc::python

@@ -17,6 +17,7 @@
 
 #include <pybind11/pybind11.h>
 
+#include "actors/scheduler/planner.hpp"
 #include "proto/block_key.hpp"
 #include "proto/completion.hpp"
 #include "proto/ids.hpp"
@@ -86,22 +87,11 @@ void read_vllm_finished(pybind11::handle connector_output, std::vector<std::stri
 /// `out`; a failed one as errc::device_error, "reported failed by the engine".
 void read_job_results(pybind11::handle results, std::vector<job_result>& out);
 
-/// One scheduled request's fields; block ids as an offset/count into step_requests::blocks
-/// (the buffer may grow while the step is read).
-struct scheduled_fields {
-  std::string_view id;
-  std::span<const block_key> keys;  // of the request's block_hashes (request_cache::keys)
-  uint32_t num_tokens = 0;
-  uint32_t num_computed = 0;
-  uint32_t num_scheduled = 0;
-  size_t blocks_at = 0;
-  size_t blocks_count = 0;
-  bool resumed = false;
-  bool remote_decode = false;
-};
-
 struct step_requests {
-  std::vector<scheduled_fields> requests;  // the new ones first
+  /// The scheduled requests as the planner takes them (the new ones first), read straight into
+  /// this one array: a step writes no second copy of them. Their block ids point into `blocks`,
+  /// bound once the whole step is read (the buffer may grow while it is read).
+  std::vector<scheduler::scheduled_request> requests;
   size_t num_new = 0;
   std::vector<gpu_block> blocks;
   std::vector<std::string_view> preempted;
@@ -128,10 +118,22 @@ struct step_requests {
                  request_cache& cache, uint32_t offloaded_block_size);
 
  private:
+  /// Where the block ids of requests[request] lie in `blocks` until bind_blocks().
+  struct block_range {
+    uint32_t request;
+    uint32_t at;
+    uint32_t count;
+  };
+
   void clear();
   std::string_view hold_id(pybind11::handle id, const char* what);
-  /// Appends a list or tuple of block ids (None: none) to `blocks`.
-  void add_blocks(scheduled_fields& f, pybind11::handle ids, const char* what);
+  /// Appends a list or tuple of block ids (None: none) to `blocks`, as those of
+  /// requests[request] (the request about to be appended).
+  void add_blocks(size_t request, pybind11::handle ids, const char* what);
+  /// Points each request's block_ids at its range of `blocks`, now that no more are appended.
+  void bind_blocks();
+
+  std::vector<block_range> ranges_;  // of the requests with block ids, in order
 };
 
 }  // namespace kvc::python
