@@ -62,18 +62,18 @@ class planner::impl {
   static constexpr uint32_t npos = UINT32_MAX;
 
   /// Per-request state. The fields every decode step reads for every running request (the id
-  /// check of the order prediction, the key count, the store cursor) share the first cache
-  /// line; the rest is read when a block fills or a job ends.
+  /// check of the order prediction, whether it finished, the key count, the store cursor) share
+  /// the first cache line; the rest is read when a block fills or a job ends.
   struct alignas(64) request_state {
     std::string id;
     std::vector<block_key> keys;       ///< one per full offloaded block so far
     uint32_t cursor = 0;               ///< next offloaded block index to consider for storing
+    bool finished = false;             ///< request_finished was called; kept for its jobs
     std::vector<gpu_block> block_ids;  ///< all GPU block ids of the request
     std::vector<cpu_slot> slot_hints;  ///< per key: its slot at the last touch (touch_hinted)
     std::vector<job_id> jobs;          ///< every job in flight, oldest first (for flush)
     std::optional<job_id> load_job;    ///< recorded or in flight
     uint32_t local_computed = 0;       ///< num_computed at the last get_num_new_matched_tokens
-    bool finished = false;             ///< request_finished was called; kept for its jobs
     bool delay_free = false;           ///< request_finished returned true: owe finished_sending
     bool store_entry = false;          ///< a store job was planned (R1: in _reqs_being_stored)
     bool owed = false;  ///< in owed_sending_: finished, delay_free, nothing in flight
