@@ -64,6 +64,7 @@ usage: python_scheduler_bench.py KVCONNECT [--requests 64,256,1024] [--steps 100
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -285,12 +286,15 @@ class R1Calls(VllmObjects, Calls):
 
     def __init__(self, n, instance):
         super().__init__()
-        self.connector = rc.OffloadingConnector(rc.OffloadingSpec(
-            gpu_block_size=(BLOCK,), block_size_factor=1, hash_block_size=BLOCK,
-            num_cpu_blocks=n * CAPACITY_PER_REQUEST, enable_events=self.kv_events))
+        self.connector = self.make_connector(n)
         self.finished_sending = set()
         self.finished_recving = set()
         self.counts = dict.fromkeys(PLANNED, 0)
+
+    def make_connector(self, n):
+        return rc.OffloadingConnector(rc.OffloadingSpec(
+            gpu_block_size=(BLOCK,), block_size_factor=1, hash_block_size=BLOCK,
+            num_cpu_blocks=n * CAPACITY_PER_REQUEST, enable_events=self.kv_events))
 
     def build(self, step, fresh, cached):
         meta = self.timed(self.connector.build_connector_meta,
@@ -329,10 +333,9 @@ class R1Calls(VllmObjects, Calls):
 
 class R1SourceCalls(R1Calls):
     """vLLM R1's own connector (path r1_source): vLLM's scheduler and CPU manager from the source
-    tree at R1SourceCalls.source (--vllm-source), called as R1Calls calls the re-write."""
+    tree given to load() (--vllm-source), called as R1Calls calls the re-write."""
 
-    source = None  # the vLLM source tree
-    modules = None  # vllm_r1_source.load's, loaded once
+    modules = None  # vllm_r1_source.load's
 
     @classmethod
     def load(cls, source):
@@ -340,16 +343,10 @@ class R1SourceCalls(R1Calls):
         from kvconnect.vllm import BlockRemoved, BlockStored
         cls.modules = vllm_r1_source.load(source, BlockStored, BlockRemoved)
 
-    def __init__(self, n, instance):
-        Calls.__init__(self)
-        if R1SourceCalls.modules is None:
-            R1SourceCalls.load(self.source)
+    def make_connector(self, n):
         modules = R1SourceCalls.modules
-        self.connector = vllm_r1_source.connector(modules, vllm_r1_source.Spec(
+        return vllm_r1_source.connector(modules, vllm_r1_source.Spec(
             modules, BLOCK, n * CAPACITY_PER_REQUEST, self.kv_events))
-        self.finished_sending = set()
-        self.finished_recving = set()
-        self.counts = dict.fromkeys(PLANNED, 0)
 
 
 PATHS = {"tuples": TupleCalls, "vllm": VllmCalls, "r1": R1Calls, "r1_source": R1SourceCalls}
@@ -360,6 +357,7 @@ class Bench:
     def __init__(self, n, instance, path="tuples"):
         self.n = n
         self.calls = PATHS[path](n, instance)
+        self.closed = False
         self.step_no = 0
         self.serial = 0
         self.next_gpu = 1
@@ -460,13 +458,22 @@ class Bench:
     def finish(self):
         """The transfers planned over the timed steps; the connector shut down."""
         after = self.calls.stats()
-        self.calls.shutdown()
+        self.close()
         return {k: after[k] - self.before[k] for k in PLANNED}
 
+    def close(self):
+        """Shuts the connector down (its segment removed), once."""
+        if not self.closed:
+            self.closed = True
+            self.calls.shutdown()
+
     def run(self, steps):
-        self.start()
-        out = [self.step() for _ in range(steps)]
-        return out, self.finish()
+        try:
+            self.start()
+            out = [self.step() for _ in range(steps)]
+            return out, self.finish()
+        finally:
+            self.close()
 
     def by_call_us(self, steps):
         """Each call's µs per step over the timed steps."""
@@ -549,28 +556,40 @@ class PathProcess:
     def by_call_us(self, steps):
         return self.by_call
 
+    def close(self):
+        """Ends the process if it still runs (SIGTERM: it shuts its connector down)."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait()
+
 
 def serve(args):
     """--serve PATH: one path's Bench, set up, then driven from stdin (PathProcess): "steps K"
-    answers the K steps' µs, "finish" the planned transfers and each call's µs a step."""
+    answers the K steps' µs, "finish" the planned transfers and each call's µs a step. The end
+    of stdin (the driver gone), SIGTERM (its close()) or an error end it with its connector shut
+    down; SIGINT is the driver's to act on."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     bench = Bench(int(args.requests), args.instance, args.serve)
-    bench.start()
-    print(json.dumps("ready"), flush=True)
-    done = 0
-    for command in sys.stdin:
-        word, *rest = command.split()
-        if word == "steps":
-            k = int(rest[0])
-            done += k
-            print(json.dumps([bench.step() for _ in range(k)]), flush=True)
-        elif word == "finish":
-            planned = bench.finish()
-            print(json.dumps({"planned": planned, "by_call_us": bench.by_call_us(max(done, 1))}),
-                  flush=True)
-            return 0
-        else:
-            raise ValueError(f"--serve: unknown command {command!r}")
-    return 1
+    try:
+        bench.start()
+        print(json.dumps("ready"), flush=True)
+        done = 0
+        for command in sys.stdin:
+            word, *rest = command.split()
+            if word == "steps":
+                k = int(rest[0])
+                done += k
+                print(json.dumps([bench.step() for _ in range(k)]), flush=True)
+            elif word == "finish":
+                planned = bench.finish()
+                print(json.dumps({"planned": planned,
+                                  "by_call_us": bench.by_call_us(max(done, 1))}), flush=True)
+                return 0
+            else:
+                raise ValueError(f"--serve: unknown command {command!r}")
+        return 1
+    finally:
+        bench.close()
 
 
 def cxx_planner_us(kvconnect_bin, n, steps):
@@ -597,16 +616,22 @@ def run_round(args, n, paths, tag, rnd):
     order = paths if rnd % 2 == 1 else paths[::-1]
     runs = {}
     if args.interleave:  # each path in a process of its own, args.interleave steps in turn
-        procs = {path: PathProcess(args, n, path, f"{tag}-{n}-{path}-{rnd}") for path in order}
-        for proc in procs.values():
-            proc.wait_ready()
-        step_us = {path: [] for path in order}
-        for turn, at in enumerate(range(0, args.steps, args.interleave)):
-            k = min(args.interleave, args.steps - at)
-            for path in (order if turn % 2 == 0 else order[::-1]):
-                step_us[path] += procs[path].steps(k)
-        for path, proc in procs.items():
-            runs[path] = (step_us[path], proc.finish(), proc)
+        procs = {}
+        try:
+            for path in order:
+                procs[path] = PathProcess(args, n, path, f"{tag}-{n}-{path}-{rnd}")
+            for proc in procs.values():
+                proc.wait_ready()
+            step_us = {path: [] for path in order}
+            for turn, at in enumerate(range(0, args.steps, args.interleave)):
+                k = min(args.interleave, args.steps - at)
+                for path in (order if turn % 2 == 0 else order[::-1]):
+                    step_us[path] += procs[path].steps(k)
+            for path, proc in procs.items():
+                runs[path] = (step_us[path], proc.finish(), proc)
+        finally:  # an error or a signal here: no path's process outlives the round
+            for proc in procs.values():
+                proc.close()
     else:
         for path in order:
             bench = Bench(n, f"{tag}-{n}-{path}-{rnd}", path)
@@ -662,11 +687,11 @@ def main():
                          "connector")
     args = ap.parse_args()
     Calls.kv_events = args.kv_events
-    R1SourceCalls.source = args.vllm_source
-    if args.serve:
-        return serve(args)
+    # SIGTERM ends the run through its finally blocks: every connector shut down, every path's
+    # process ended.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     counts = [int(x) for x in args.requests.split(",")]
-    paths = args.path.split(",")
+    paths = [args.serve] if args.serve else args.path.split(",")
     if not paths or any(p not in PATHS for p in paths):
         ap.error("--path: tuples, vllm, r1, r1_source or several, comma-separated")
     if "r1_source" in paths:
@@ -676,6 +701,8 @@ def main():
             R1SourceCalls.load(args.vllm_source)
         except RuntimeError as e:
             ap.error(f"--vllm-source: {e}")
+    if args.serve:
+        return serve(args)
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
     if args.interleave < 0:

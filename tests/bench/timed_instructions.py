@@ -30,6 +30,8 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import vllm_r1_source  # noqa: E402
 
 CHILD = """
 import sys
@@ -38,7 +40,8 @@ import python_scheduler_bench as b
 n, path, steps, source = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
 sweep = bytearray(int(sys.argv[5]))
 zeros = bytes((len(sweep) + 63) // 64)
-b.R1SourceCalls.source = source or None
+if source:
+    b.R1SourceCalls.load(source)
 b.Calls.timed = lambda self, f, *args: timed_call.call(f, *args)
 step = b.Bench.step
 def swept_step(self):
@@ -94,8 +97,13 @@ def main() -> int:
                          "callgrind_annotate")
     args = ap.parse_args()
     paths = args.path.split(",")
-    if "r1_source" in paths and not args.vllm_source:
-        ap.error("--path r1_source needs --vllm-source DIR")
+    if "r1_source" in paths:
+        if not args.vllm_source:
+            ap.error("--path r1_source needs --vllm-source DIR")
+        try:
+            vllm_r1_source.check(args.vllm_source)
+        except RuntimeError as e:
+            ap.error(f"--vllm-source: {e}")
     if args.steps < 1:
         ap.error("--steps must be at least 1")
     if args.sweep < 0:

@@ -68,13 +68,19 @@ def _yield_req_data(root: Path):
     return scope["yield_req_data"]
 
 
-def load(root: str | Path, block_stored: type, block_removed: type):
-    """vLLM's modules from the tree at `root`: (scheduler, CPU manager, reuse manager)."""
+def check(root: str | Path) -> Path:
+    """`root`, resolved; RuntimeError when it holds no vLLM offloading connector."""
     root = Path(root).resolve()
     scheduler_file = root / (SCHEDULER.replace(".", "/") + ".py")
     if not scheduler_file.is_file():
         raise RuntimeError(f"{root}: not a vLLM source tree with the offloading connector "
                            f"(no {scheduler_file.relative_to(root)})")
+    return root
+
+
+def load(root: str | Path, block_stored: type, block_removed: type):
+    """vLLM's modules from the tree at `root`: (scheduler, CPU manager, reuse manager)."""
+    root = check(root)
     if "vllm" in sys.modules:
         raise RuntimeError("vllm is imported already: run vLLM's source in a process of its own")
     for name in PACKAGES:
