@@ -694,13 +694,9 @@ def main():
     paths = [args.serve] if args.serve else args.path.split(",")
     if not paths or any(p not in PATHS for p in paths):
         ap.error("--path: tuples, vllm, r1, r1_source or several, comma-separated")
+    vllm_r1_source.check_argument(ap, paths, args.vllm_source)
     if "r1_source" in paths:
-        if not args.vllm_source:
-            ap.error("--path r1_source needs --vllm-source DIR")
-        try:
-            R1SourceCalls.load(args.vllm_source)
-        except RuntimeError as e:
-            ap.error(f"--vllm-source: {e}")
+        R1SourceCalls.load(args.vllm_source)
     if args.serve:
         return serve(args)
     if args.rounds < 1:

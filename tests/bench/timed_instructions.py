@@ -97,13 +97,7 @@ def main() -> int:
                          "callgrind_annotate")
     args = ap.parse_args()
     paths = args.path.split(",")
-    if "r1_source" in paths:
-        if not args.vllm_source:
-            ap.error("--path r1_source needs --vllm-source DIR")
-        try:
-            vllm_r1_source.check(args.vllm_source)
-        except RuntimeError as e:
-            ap.error(f"--vllm-source: {e}")
+    vllm_r1_source.check_argument(ap, paths, args.vllm_source)
     if args.steps < 1:
         ap.error("--steps must be at least 1")
     if args.sweep < 0:

@@ -78,6 +78,19 @@ def check(root: str | Path) -> Path:
     return root
 
 
+def check_argument(ap, paths: list[str], source: str | None) -> None:
+    """The benchmarks' --vllm-source: argparse's error when path r1_source is asked without it
+    or it is not vLLM's source."""
+    if "r1_source" not in paths:
+        return
+    if not source:
+        ap.error("--path r1_source needs --vllm-source DIR")
+    try:
+        check(source)
+    except RuntimeError as e:
+        ap.error(f"--vllm-source: {e}")
+
+
 def load(root: str | Path, block_stored: type, block_removed: type):
     """vLLM's modules from the tree at `root`: (scheduler, CPU manager, reuse manager)."""
     root = check(root)
